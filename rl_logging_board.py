@@ -1,0 +1,1590 @@
+"""RL Logging Board: per-sample and per-token views of RL (GRPO/PPO) rollouts.
+
+Run with `bash start.sh [PORT] [ROOT]`, or
+`streamlit run rl_logging_board.py -- --root <folder of runs>`.
+A run is a folder of JSONL files (one per data-parallel rank); every line is
+one sampled response. The README describes the format and each page area.
+"""
+
+import argparse
+import gc
+import hashlib
+import html
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+PROJECT_DIR = Path(__file__).resolve().parent
+DEFAULT_ROOT = PROJECT_DIR / "rollout_samples"
+CACHE_FORMAT = 1
+
+# Per-step series of the reward tab, in the original's order.
+REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
+# Rows of the token area: (name, what it is), in the original's order, then GRPO's.
+TOKEN_ROWS = {
+    "token_reward": "token_rewards: the per-token reward the policy was trained on",
+    "log_ratio": "logp - ref_logp",
+    "kl": "per-token KL under the chosen estimator",
+    "token_value": "values: the critic's value of each token",
+    "logp": "logprobs: log-prob of the token under the policy that sampled it",
+    "ref_logp": "ref_logprobs: log-prob under the reference model",
+    "prob": "exp(logp)",
+    "ref_prob": "exp(ref_logp)",
+    "entropy": "entropies: the policy's entropy at each position",
+    "advantage": "the sample's advantage, the same on every token",
+}
+# KL estimators over log_ratio r = logp - ref_logp; the first is the original's.
+KL_ESTIMATORS = {
+    "kl": "exp(r) - 1 - r (the original board's kl)",
+    "k1": "r (log ratio)",
+    "k2": "r^2 / 2",
+    "k3": "exp(-r) + r - 1 = exp(ref-logp) - (ref-logp) - 1 (TRL GRPO loss)",
+}
+
+
+# Parse `-- --root DIR` so start.sh and users can point the board at any folder.
+def launch_options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="RL Logging Board")
+    parser.add_argument(
+        "--root",
+        default=os.environ.get("RL_LOGGING_BOARD_ROOT", str(DEFAULT_ROOT)),
+        help="folder whose sub-folders are runs (default: the bundled rollout_samples/)",
+    )
+    options, _ = parser.parse_known_args(sys.argv[1:])
+    return options
+
+
+# The page outline: sidebar choices, then each area of the loaded run.
+def main():
+    st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
+    start_worker_pool()
+    settings = draw_sidebar(launch_options().root)
+    run = load_selected_run(settings)
+    if run is None:
+        return
+    draw_run_metadata(run)
+    draw_load_report(run)
+    if run.samples.empty:
+        st.warning("No loadable sample in this run: open the load report above to see why.")
+        return
+    if settings["reward_curves"]:
+        draw_step_curves(run, settings)
+    if not settings["response_compare"]:
+        return
+    step = draw_step_selector(run)
+    batch = load_step_batch(run.version, step, run.step_rows(step))
+    for problem in batch.problems:
+        st.warning(problem)
+    if settings["show_charts"]:
+        draw_batch_charts(batch)
+    if settings["show_batch_samples"]:
+        draw_batch_table(batch, settings)
+    draw_groups(batch)
+    sample = draw_samples_pair(run, batch, step, settings) if settings["show_samples_pair"] else chosen_sample(batch)
+    draw_token_area(batch, sample, settings)
+
+
+# ---------------------------------------------------------------- page areas
+
+
+# The original's sidebar, label for label, plus the live mode and KL estimator choices.
+def draw_sidebar(default_root: str) -> dict:
+    sidebar = st.sidebar
+    sidebar.title("📖 RL Logging Board")
+    root = sidebar.text_input("Log(s) Root Path", value=default_root)
+    runs = list_runs(root) if Path(root).is_dir() else []
+    run_name = sidebar.selectbox("Choose Log Name", runs, index=len(runs) - 1 if runs else None)
+    max_samples = sidebar.number_input(
+        "Max Samples Each Step",
+        min_value=1,
+        max_value=10240,
+        value=128,
+        help="Downsample big batches so the page stays responsive: at most this many "
+        "samples per step are loaded, taken evenly from every rank file.",
+    )
+    load_clicked = sidebar.button("Load & View", width="stretch")
+    live = sidebar.toggle(
+        "Live mode",
+        value=False,
+        help="Re-check the run every few seconds and pull in new steps while training writes.",
+    )
+    live_every = sidebar.slider("Live refresh (s)", 2, 60, 5, disabled=not live)
+
+    with sidebar.expander("🧩 module setting", expanded=True):
+        reward_curves = st.checkbox("Reward 曲线图", value=True, help="Show the per-step curves.")
+        variance_scale = st.slider(
+            "Variance Scaling",
+            0.1,
+            1.0,
+            0.2,
+            help="The shaded band around each curve is mean ± std × this factor.",
+        )
+        zero_shift = st.checkbox(
+            "Zero Shift",
+            value=False,
+            help="Shift every curve so its first point is 0, to compare trends.",
+        )
+        response_compare = st.checkbox("Response 对比", value=True, help="Show the per-step response area.")
+
+    with sidebar.expander("⚙️ show details setting", expanded=True):
+        use_logp_as_kl = st.checkbox(
+            "Use LogP as KL",
+            value=True,
+            help="Step-KL plots the mean log_ratio (logp - ref_logp) instead of the mean kl.",
+        )
+        kl_estimator = st.selectbox(
+            "KL estimator",
+            list(KL_ESTIMATORS),
+            format_func=lambda name: f"{name}: {KL_ESTIMATORS[name]}",
+            help="Used for kl in Step-KL, the batch table and the token rows. With r = logp - ref_logp: "
+            + "; ".join(f"{name} = {formula}" for name, formula in KL_ESTIMATORS.items()),
+        )
+        drop_padding = st.checkbox("Drop Padding Token", value=True)
+        pad_token = st.text_input("Pad Token", value="<PAD>")
+        drop_system_prompt = st.checkbox("Drop System Prompt", value=True)
+        system_prompt_end = st.text_input("End Token of System Prompt", value="<endofsystem>")
+        show_charts = st.checkbox("Show Charts", value=True)
+        show_batch_samples = st.checkbox("Show Batch Samples", value=True)
+        show_samples_pair = st.checkbox("Show Samples Pair", value=True)
+        show_heat_map = st.checkbox("Show Heat Map", value=True)
+
+    return dict(
+        root=root,
+        run_name=run_name,
+        max_samples=int(max_samples),
+        load_clicked=load_clicked,
+        live=live,
+        live_every=live_every,
+        reward_curves=reward_curves,
+        variance_scale=variance_scale,
+        zero_shift=zero_shift,
+        response_compare=response_compare,
+        use_logp_as_kl=use_logp_as_kl,
+        kl_estimator=kl_estimator,
+        pad_token=pad_token if drop_padding else None,
+        system_prompt_end=system_prompt_end if drop_system_prompt else None,
+        show_charts=show_charts,
+        show_batch_samples=show_batch_samples,
+        show_samples_pair=show_samples_pair,
+        show_heat_map=show_heat_map,
+    )
+
+
+# Data loads on Load & View only; afterwards widget changes reuse it, and live mode refreshes it.
+def load_selected_run(settings: dict):
+    root = Path(settings["root"]).expanduser()
+    if not root.is_dir():
+        st.warning(f"Log(s) Root Path `{root}` does not exist.")
+        return None
+    if settings["run_name"] is None:
+        st.warning(f"No run in `{root}`. Put each run in its own folder, one JSONL file per rank:")
+        st.code(f"{root}/\n└── my_run/\n    ├── rollout_data_rank_0.jsonl\n    └── rollout_data_rank_1.jsonl", language=None)
+        return None
+    if settings["load_clicked"]:
+        st.session_state["loaded_run"] = str(root / settings["run_name"])
+    run_dir = st.session_state.get("loaded_run")
+    if run_dir is None:
+        st.info("Please Press 「Load & View」Button to load log.")
+        return None
+    if Path(run_dir) != root / settings["run_name"]:
+        st.caption(f"Showing `{run_dir}`; press Load & View to open `{settings['run_name']}`.")
+    store, max_samples = run_store(run_dir), settings["max_samples"]
+    refresh = settings["load_clicked"] or settings["live"] or store.snapshot is None or store.snapshot.max_samples != max_samples
+    if refresh and store.needs_work(max_samples):
+        bars = [st.progress(0.0, text="Loading files..."), st.progress(0.0, text="Processing samples...")]
+        show = [lambda fraction, text, bar=bar: bar.progress(min(fraction, 1.0), text=f"[{fraction:.0%}] {text}") for bar in bars]
+        store.load(max_samples, files_progress=show[0], samples_progress=show[1])
+        for bar in bars:
+            bar.empty()
+    if settings["live"]:
+        watch_run(run_dir, max_samples, settings["live_every"])
+    return store.snapshot
+
+
+# Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed.
+def watch_run(run_dir: str, max_samples: int, every_seconds: int):
+    @st.fragment(run_every=every_seconds)
+    def check_for_new_lines():
+        if run_store(run_dir).needs_work(max_samples):
+            st.rerun(scope="app")
+        st.caption(f"Live: checked {time.strftime('%H:%M:%S')}, every {every_seconds} s.")
+
+    check_for_new_lines()
+
+
+# The run's metadata file (written by rollout_logger) tells what produced the data.
+def draw_run_metadata(run: "Run"):
+    meta = run.meta
+    if not meta:
+        return
+    known = [
+        ("model", meta.get("model_name")),
+        ("beta", meta.get("beta")),
+        ("generations", meta.get("num_generations")),
+        ("temperature", meta.get("temperature")),
+        ("loss", meta.get("loss_type")),
+        ("trl", meta.get("trl_version")),
+    ]
+    columns = st.columns(len(known))
+    for column, (label, value) in zip(columns, known):
+        column.metric(label, "—" if value is None else str(value))
+    names, weights = meta.get("reward_funcs") or [], meta.get("reward_weights") or []
+    if names:
+        weights = weights if len(weights) == len(names) else [1.0] * len(names)
+        st.caption("Reward = " + " + ".join(f"{w:g} × {name}" for name, w in zip(names, weights)))
+    with st.expander("Run metadata"):
+        st.json(meta)
+
+
+# How much of the run loaded, and every line that did not, with its reason.
+def draw_load_report(run: "Run"):
+    report, problems = run.report, run.problems
+    skipped = int(report["bad lines"].sum())
+    incomplete = int(report["incomplete last line"].sum())
+    message = (
+        f"Loaded {len(run.samples)} sample(s) of {run.samples['step'].nunique()} step(s) from "
+        f"{len(report)} file(s): {skipped} bad line(s) skipped"
+    )
+    if incomplete:
+        message += f", {incomplete} file(s) end in an incomplete line (still being written?)"
+    if run.downsampled:
+        message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
+    (st.warning if skipped else st.caption)(message + ".")
+    with st.expander(f"Load report ({len(problems)} issue(s))"):
+        st.dataframe(report, hide_index=True, width="stretch")
+        if len(problems):
+            st.dataframe(problems, hide_index=True, width="stretch")
+
+
+# Tabs of per-step curves: mean over the step's samples with a std band.
+def draw_step_curves(run: "Run", settings: dict):
+    samples = run.samples
+    kl_column = "avg_log_ratio" if settings["use_logp_as_kl"] else f"avg_kl_{settings['kl_estimator']}"
+    tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
+    has_groups = samples["group_id"].notna().any() or samples["truncated"].notna().any()
+    has_entropy = samples["avg_entropy"].notna().any()
+    if has_groups:
+        tab_names.append("Step-Groups")
+    if has_entropy:
+        tab_names.append("Step-Entropy")
+    tabs = dict(zip(tab_names, st.tabs(tab_names)))
+    curve = dict(variance_scale=settings["variance_scale"], zero_shift=settings["zero_shift"])
+
+    with tabs["Step-Reward"]:
+        options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
+        chosen = st.multiselect("Reward series", options, default=[n for n in options if n in REWARD_SERIES][:2] or options[:1])
+        figure = step_curve_figure(samples, chosen, "👾 Rewards Logging (Step level)", **curve)
+        st.plotly_chart(figure, width="stretch")
+    with tabs["Step-KL"]:
+        if samples[kl_column].notna().any():
+            name = "log_ratio" if settings["use_logp_as_kl"] else f"kl ({settings['kl_estimator']})"
+            figure = step_curve_figure(samples, [kl_column], "👾 KL Logging (Step level)", names={kl_column: name}, **curve)
+            st.plotly_chart(figure, width="stretch")
+        else:
+            st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
+    with tabs["Step-RespLen"]:
+        if samples["response_tokens_len"].notna().any():
+            figure = step_curve_figure(
+                samples, ["response_tokens_len"], "👾 Response Length Logging (tokens, Step level)", **curve
+            )
+            st.plotly_chart(figure, width="stretch")
+        else:
+            st.info("No token counts: the run has neither `response_tokens` nor `logprobs`.")
+    if has_groups:
+        with tabs["Step-Groups"]:
+            st.plotly_chart(step_fraction_figure(group_signal_by_step(samples)), width="stretch")
+            st.caption(
+                "zero-signal groups: prompts whose completions all got the same reward, so their "
+                "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
+            )
+    if has_entropy:
+        with tabs["Step-Entropy"]:
+            figure = step_curve_figure(samples, ["avg_entropy"], "👾 Token Entropy (Step level)", **curve)
+            st.plotly_chart(figure, width="stretch")
+
+
+# The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes.
+def draw_step_selector(run: "Run") -> int:
+    st.subheader("⚡️ Each Step Response")
+    steps = run.steps
+    previous = st.session_state.get("selected_step", steps[0])
+    if previous not in steps:
+        previous = min(steps, key=lambda s: abs(s - previous))
+    label = f"Step Index({len(steps)} total steps)"
+    if len(steps) == 1:
+        step = steps[0]
+    else:
+        gaps = np.diff(steps)
+        if (gaps == gaps[0]).all():
+            step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]))
+        else:
+            step = st.selectbox(label, steps, index=steps.index(previous))
+    st.session_state["selected_step"] = int(step)
+    return int(step)
+
+
+# Three charts of the step's batch: reward vs ref per sample, their gap, and the distribution.
+def draw_batch_charts(batch: "StepBatch"):
+    table = batch.table
+    left, middle, right = st.columns(3)
+    left.plotly_chart(batch_reward_figure(table), width="stretch")
+    if table["ref_reward"].notna().any():
+        middle.plotly_chart(reward_gap_figure(table), width="stretch")
+    else:
+        middle.info("No `ref_reward` in this run: no reward gap.")
+    right.plotly_chart(reward_distribution_figure(table), width="stretch")
+
+
+# The batch table, sortable by every column; clicking a row picks the sample below.
+def draw_batch_table(batch: "StepBatch", settings: dict):
+    table = batch_table_view(batch.table, settings)
+    st.dataframe(
+        table,
+        width="stretch",
+        height=360,
+        on_select=lambda: pick_sample_from_table("batch_table"),
+        selection_mode="single-row",
+        key="batch_table",
+        column_config={
+            "prompt": st.column_config.TextColumn(width="medium"),
+            "response": st.column_config.TextColumn(width="large"),
+        },
+    )
+
+
+# GRPO groups of the step: which prompts gave every completion the same reward.
+def draw_groups(batch: "StepBatch"):
+    groups = group_table(batch.table)
+    if groups is None:
+        return
+    st.session_state["group_rows"] = list(groups["group"])
+    zero = int(groups["zero signal"].sum())
+    st.markdown(f"**Groups in this step**: {len(groups)} prompt(s), {zero} with no learning signal (all rewards equal).")
+    st.dataframe(
+        groups,
+        width="stretch",
+        height=260,
+        on_select=lambda: pick_group_from_table("group_table"),
+        selection_mode="single-row",
+        key="group_table",
+        hide_index=True,
+    )
+    chosen = st.session_state.get("selected_group")
+    if chosen not in set(groups["group"]):
+        chosen = groups["group"].iloc[0]
+    members = batch.table[batch.table["group_id"] == chosen]
+    st.caption(f"Group `{chosen}`: {len(members)} completion(s) of one prompt, side by side.")
+    columns = st.columns(min(len(members), 4))
+    function_columns = [c for c in members.columns if c.startswith("rewards/")]
+    for position, (sample_index, member) in enumerate(members.iterrows()):
+        with columns[position % len(columns)]:
+            facts = [f"#{sample_index}", f"reward {member['reward']:.4g}"]
+            facts += [f"{c[8:]} {member[c]:.4g}" for c in function_columns if pd.notna(member[c])]
+            if pd.notna(member["advantage"]):
+                facts.append(f"adv {member['advantage']:+.3f}")
+            facts.append(f"{member['response_tokens_len']:.0f} tok" if pd.notna(member["response_tokens_len"]) else "")
+            st.caption(" · ".join(f for f in facts if f))
+            st.text(member["response"])
+
+
+# The original's samples pair: length metrics, the sample index, then prompt | response | ref | gap.
+def draw_samples_pair(run: "Run", batch: "StepBatch", step: int, settings: dict) -> int:
+    table = batch.table
+    previous_step = run.previous_step(step)
+    lengths, ref_lengths = run.step_mean("response_len"), run.step_mean("ref_response_len")
+    metric_columns = st.columns([1, 1, 3])
+    for column, label, by_step in (
+        (metric_columns[0], "Response Average Length", lengths),
+        (metric_columns[1], "Ref Response Average Length", ref_lengths),
+    ):
+        value = by_step.get(step, np.nan)
+        if np.isnan(value):
+            column.metric(label, "—")
+            continue
+        delta = value - by_step[previous_step] if previous_step is not None and previous_step in by_step else 0.0
+        column.metric(label, f"{value:.0f} chars", f"{delta:+.0f} chars", help="Mean length in characters.")
+    chosen_sample(batch)
+    with metric_columns[2]:
+        sample = st.number_input("Sample index in current step batch", min_value=0, max_value=len(table) - 1, key="sample_index")
+    row = table.iloc[int(sample)]
+    prompt_column, response_column, ref_column, gap_column = st.columns([2, 3, 3, 1])
+    with prompt_column:
+        st.markdown("**Prompt**")
+        st.text(clean_text(row["prompt"], settings["pad_token"], settings["system_prompt_end"]))
+        if isinstance(row["ground_truth"], str):
+            st.caption("ground_truth")
+            st.text(row["ground_truth"])
+    with response_column:
+        st.markdown(f":green[**Response**] · reward {row['reward']:.4g}")
+        st.text(clean_text(row["response"], settings["pad_token"]))
+    with ref_column:
+        st.markdown(":blue[**Ref Response**]")
+        if isinstance(row["ref_response"], str):
+            st.text(clean_text(row["ref_response"], settings["pad_token"]))
+        else:
+            st.info("No `ref_response` in this sample.")
+    with gap_column:
+        st.markdown(":orange[**Reward Gap**]")
+        gap = row["reward_gap"]
+        st.markdown(f"## {gap:.4f}" if pd.notna(gap) else "—")
+    return int(sample)
+
+
+# The sample in view, kept inside this step's batch (a table click or the index input set it).
+def chosen_sample(batch: "StepBatch") -> int:
+    sample = min(max(int(st.session_state.get("sample_index", 0)), 0), len(batch.table) - 1)
+    st.session_state["sample_index"] = sample
+    return sample
+
+
+# Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text.
+def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
+    tokens = batch.tokens[sample]
+    if tokens is None:
+        st.info(
+            "No token area: this sample has no `logprobs`. Log `response_tokens` and `logprobs` "
+            "(and `ref_logprobs` for KL) to see per-token values."
+        )
+        return
+    rows = token_rows(tokens, settings["kl_estimator"], settings["pad_token"])
+    for note in tokens["notes"]:
+        st.warning(note)
+    available = [name for name in TOKEN_ROWS if name in rows["values"]]
+    chosen = st.multiselect(
+        "Select show value(s)",
+        available,
+        default=available,
+        help="; ".join(f"{name}: {TOKEN_ROWS[name]}" for name in available),
+    )
+    if not chosen or not len(rows["tokens"]):
+        return
+    labels = [f"{i} - {token}" for i, token in enumerate(rows["tokens"])]
+    grid = pd.DataFrame([rows["values"][name] for name in chosen], index=chosen, columns=labels)
+    st.dataframe(shade_rows(grid), width="stretch")
+    if settings["show_heat_map"]:
+        st.plotly_chart(token_heatmap_figure(grid), width="stretch")
+    st.markdown("**Response tokens**")
+    metric = st.selectbox(
+        "Colour tokens by",
+        chosen,
+        index=chosen.index("kl") if "kl" in chosen else 0,
+        help="Each token's background shows this value; hover a token for all its values.",
+    )
+    st.html(running_text_html(rows["tokens"], rows["values"], metric, rows["is_pad"]))
+
+
+# Start the worker processes in the background while the user picks a run, so Load & View never waits for them.
+def start_worker_pool():
+    if WORKERS > 1 and not st.session_state.get("worker_pool_started"):
+        st.session_state["worker_pool_started"] = True
+        threading.Thread(target=worker_pool, daemon=True).start()
+
+
+# Clicking a batch-table row sets the sample index input below it.
+def pick_sample_from_table(key: str):
+    rows = st.session_state[key].selection.rows
+    if rows:
+        st.session_state["sample_index"] = int(rows[0])
+
+
+# Clicking a group row shows that group's completions.
+def pick_group_from_table(key: str):
+    rows = st.session_state[key].selection.rows
+    if rows:
+        st.session_state["selected_group"] = st.session_state["group_rows"][rows[0]]
+
+
+# ---------------------------------------------------------------- figures
+
+
+# One line per series with a mean ± std × scale band, steps in numeric order.
+def step_curve_figure(samples, columns, title, variance_scale=0.2, zero_shift=False, names=None) -> go.Figure:
+    figure = go.Figure()
+    palette = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
+    for color, column in zip(itertools.cycle(palette), columns):
+        stats = step_stats(samples, column)
+        if stats.empty:
+            continue
+        mean, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
+        if zero_shift:
+            mean = mean - mean[0]
+        steps = stats.index.to_numpy()
+        name = (names or {}).get(column, column)
+        figure.add_trace(
+            go.Scatter(
+                x=np.concatenate([steps, steps[::-1]]),
+                y=np.concatenate([mean + spread, (mean - spread)[::-1]]),
+                fill="toself",
+                mode="lines",
+                fillcolor=rgba(color, 0.2),
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=name,
+            )
+        )
+        figure.add_trace(
+            go.Scatter(
+                x=steps,
+                y=mean,
+                mode="lines+markers" if len(steps) == 1 else "lines",
+                name=name,
+                legendgroup=name,
+                line=dict(color=color),
+                customdata=np.stack([stats["std"], stats["count"]], axis=-1),
+                hovertemplate="step %{x}<br>mean %{y:.4g}<br>std %{customdata[0]:.4g}<br>n %{customdata[1]}",
+            )
+        )
+    figure.update_layout(title=title, xaxis_title="step", legend=dict(orientation="h"), height=380)
+    figure.update_xaxes(tickformat="d")
+    return figure
+
+
+# Fractions per step of zero-signal groups and of truncated completions.
+def step_fraction_figure(fractions: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    for column, color in (("zero-signal groups", "#e8927c"), ("truncated", "#5fa8d3")):
+        if column in fractions and fractions[column].notna().any():
+            figure.add_trace(go.Scatter(x=fractions.index, y=fractions[column] * 100, name=column + " (%)", line=dict(color=color)))
+    figure.update_layout(title="👾 GRPO learning signal (Step level)", xaxis_title="step", yaxis_title="%", height=380)
+    return figure
+
+
+# Grouped bars of reward and ref_reward for each sample of the step.
+def batch_reward_figure(table: pd.DataFrame) -> go.Figure:
+    figure = go.Figure(go.Bar(x=table.index, y=table["reward"], name="Reward", marker_color="#1f4e9c"))
+    if table["ref_reward"].notna().any():
+        figure.add_trace(go.Bar(x=table.index, y=table["ref_reward"], name="Ref Reward", marker_color="#5fa8d3"))
+    figure.update_layout(title="Reward in current batch samples", barmode="group", xaxis_title="sample_index", yaxis_title="reward", height=360)
+    return figure
+
+
+# Bars of reward - ref_reward per sample, coloured by the gap.
+def reward_gap_figure(table: pd.DataFrame) -> go.Figure:
+    gap = table["reward_gap"]
+    figure = go.Figure(go.Bar(x=table.index, y=gap, marker=dict(color=gap, colorscale="Blues", showscale=True)))
+    figure.update_layout(title="Reward Gap (r - ref_r) in current batch", xaxis_title="sample_index", yaxis_title="reward_gap", height=360)
+    return figure
+
+
+# Histogram with a fitted normal curve (numpy only: no scipy, no create_distplot).
+def reward_distribution_figure(table: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    for column, name, color in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
+        values = finite(table[column])
+        if not len(values):
+            continue
+        figure.add_trace(go.Histogram(x=values, name=name, histnorm="probability density", marker_color=color, opacity=0.6))
+        x, density = normal_curve(values)
+        figure.add_trace(go.Scatter(x=x, y=density, name=f"{name} normal fit", line=dict(color=color)))
+    figure.update_layout(title="Reward Distribution in current batch", barmode="overlay", height=360)
+    return figure
+
+
+# The token grid as a heat map with values in the cells.
+def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
+    labels = [html.escape(label) for label in grid.columns]
+    figure = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(),
+            x=labels,
+            y=list(grid.index),
+            colorscale="balance",
+            text=np.round(grid.to_numpy(), 3),
+            texttemplate="%{text}",
+            hovertemplate="%{y} at %{x}: %{z}<extra></extra>",
+        )
+    )
+    figure.update_layout(height=120 + 40 * len(grid.index), xaxis=dict(tickangle=-60))
+    return figure
+
+
+# ---------------------------------------------------------------- metrics
+
+
+# Per-token KL under each estimator, from r = logp - ref_logp.
+def kl_per_token(log_ratio: np.ndarray, estimator: str) -> np.ndarray:
+    if estimator == "kl":
+        return np.expm1(log_ratio) - log_ratio
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        return np.expm1(-log_ratio) + log_ratio
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+# Sums and NaN-aware means over consecutive segments (one per sample) of each row of a 2-D array.
+def segment_sums_and_means(values: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sums = np.zeros((len(values), len(lengths)))
+    counts = np.zeros((len(values), len(lengths)))
+    nonempty = lengths > 0
+    if nonempty.any():
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[nonempty]
+        present = ~np.isnan(values)
+        if present.all():
+            sums[:, nonempty] = np.add.reduceat(values, starts, axis=1)
+            counts[:, nonempty] = lengths[nonempty]
+        else:
+            sums[:, nonempty] = np.add.reduceat(np.where(present, values, 0.0), starts, axis=1)
+            counts[:, nonempty] = np.add.reduceat(present, starts, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+    sums[counts == 0] = np.nan
+    return sums, means
+
+
+# Mean, std (population) and count of a column per step, over finite values only.
+def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
+    values = samples[["step", column]].replace([np.inf, -np.inf], np.nan).dropna()
+    stats = values.groupby("step")[column].agg(["mean", "std", "count"])
+    stats["std"] = values.groupby("step")[column].std(ddof=0)
+    return stats.sort_index()
+
+
+# Per step, the share of groups with identical rewards and the share of truncated completions.
+def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
+    result = pd.DataFrame(index=pd.Index(sorted(samples["step"].unique()), name="step"))
+    grouped = samples.dropna(subset=["group_id"])
+    if len(grouped):
+        spread = grouped.groupby(["step", "group_id"])["reward"].agg(lambda r: np.nanmax(r) - np.nanmin(r) if r.notna().any() else np.nan)
+        result["zero-signal groups"] = (spread == 0).groupby(level="step").mean()
+    truncated = samples.dropna(subset=["truncated"])
+    if len(truncated):
+        result["truncated"] = truncated.groupby("step")["truncated"].mean()
+    return result
+
+
+# One row per prompt group of the step: spread of rewards and each completion's reward.
+def group_table(table: pd.DataFrame) -> pd.DataFrame | None:
+    if table["group_id"].isna().all():
+        return None
+    rows = []
+    for group, members in table.groupby("group_id", sort=False):
+        rewards = members["reward"]
+        row = {
+            "group": group,
+            "prompt": members["prompt"].iloc[0][:200],
+            "completions": len(members),
+            "reward spread": rewards.max() - rewards.min(),
+            "reward std": rewards.std(ddof=0),
+            "mean reward": rewards.mean(),
+            "zero signal": bool(rewards.nunique(dropna=False) == 1),
+            "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
+        }
+        for position, reward in enumerate(rewards):
+            row[f"c{position}"] = reward
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# The batch table's columns: the original's set (absent ones hidden), then GRPO's.
+def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
+    estimator = settings["kl_estimator"]
+    view = table.assign(
+        prompt=[clean_text(text, settings["pad_token"], settings["system_prompt_end"]) for text in table["prompt"]],
+        response=[clean_text(text, settings["pad_token"]) for text in table["response"]],
+        avg_kl=table[f"avg_kl_{estimator}"],
+        sum_kl=table[f"sum_kl_{estimator}"],
+    )
+    columns = [
+        "prompt", "response", "reward", "ground_truth", "valid_reward", "avg_log_ratio", "sum_log_ratio",
+        "avg_kl", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap",
+    ]
+    columns += [c for c in table.columns if c.startswith("rewards/")]
+    columns += ["advantage", "group_id", "truncated", "response_tokens_len", "avg_entropy"]
+    return view[[c for c in columns if view[c].notna().any()]]
+
+
+# Display text: optionally cut the system prompt and remove pad tokens.
+def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str | None = None) -> str:
+    if system_prompt_end and system_prompt_end in text:
+        text = text.split(system_prompt_end, 1)[1]
+    if pad_token:
+        text = text.replace(pad_token, "")
+    return text
+
+
+# Token rows for the area: metrics by name, tokens clipped to the log-prob length, trailing pads dropped.
+def token_rows(tokens: dict, estimator: str, pad_token: str | None) -> dict:
+    logp = tokens["logprobs"]
+    values = {"logp": logp, "prob": np.exp(logp)}
+    if tokens["ref_logprobs"] is not None:
+        ref = tokens["ref_logprobs"]
+        log_ratio = logp - ref
+        values.update(log_ratio=log_ratio, kl=kl_per_token(log_ratio, estimator), ref_logp=ref, ref_prob=np.exp(ref))
+    for name, key in (("token_reward", "token_rewards"), ("token_value", "values"), ("entropy", "entropies")):
+        if tokens[key] is not None:
+            values[name] = tokens[key]
+    if tokens["advantage"] is not None:
+        values["advantage"] = np.full(len(logp), tokens["advantage"])
+    names = tokens["response_tokens"]
+    is_pad = np.array([pad_token is not None and name == pad_token for name in names], dtype=bool)
+    keep = len(names)
+    if pad_token is not None:
+        while keep and is_pad[keep - 1]:
+            keep -= 1
+    return dict(
+        tokens=names[:keep],
+        is_pad=is_pad[:keep],
+        values={name: array[:keep] for name, array in values.items()},
+    )
+
+
+# Grey shading per row, darkest at the row's minimum (numpy, no matplotlib).
+def shade_rows(grid: pd.DataFrame):
+    def row_style(row: pd.Series) -> list[str]:
+        values = row.to_numpy(dtype=float)
+        finite_values = values[np.isfinite(values)]
+        if not len(finite_values):
+            return [""] * len(values)
+        low, high = finite_values.min(), finite_values.max()
+        scale = (values - low) / (high - low) if high > low else np.full(len(values), 0.5)
+        styles = []
+        for level in scale:
+            if not np.isfinite(level):
+                styles.append("")
+                continue
+            grey = int(round(level * 255))
+            ink = "#000000" if grey > 140 else "#ffffff"
+            styles.append(f"background-color: rgb({grey},{grey},{grey}); color: {ink}")
+        return styles
+
+    return grid.style.apply(row_style, axis=1).format("{:.6f}")
+
+
+# The response as running text, each token's background by a metric, value on hover; text escaped.
+def running_text_html(tokens: list[str], values: dict, metric: str, is_pad: np.ndarray) -> str:
+    metric_values = values[metric]
+    colours = diverging_colours(metric_values)
+    spans = []
+    for index, (token, colour) in enumerate(zip(tokens, colours)):
+        hover = f"#{index} {token!r}  " + "  ".join(f"{name}={values[name][index]:.4g}" for name in values)
+        text = html.escape(token.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\n"))
+        style = f"background:{colour}" + (";opacity:0.35" if is_pad[index] else "")
+        spans.append(f'<span title="{html.escape(hover)}" style="{style}">{text}</span>')
+    legend = f"<div style='font-size:0.8em;opacity:0.7'>colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values</div>"
+    return legend + "<div style='white-space:pre-wrap;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
+
+
+# Token colours: red for positive values, blue for negative, stronger the larger |value| is
+# relative to the response's largest (so a KL spike or a very unlikely token stands out).
+def diverging_colours(values: np.ndarray) -> list[str]:
+    values = np.asarray(values, dtype=float)
+    finite_values = values[np.isfinite(values)]
+    bound = np.abs(finite_values).max() if len(finite_values) else 0.0
+    if bound == 0:
+        return ["transparent"] * len(values)
+    scaled = values / bound
+    colours = []
+    for level in scaled:
+        if not np.isfinite(level):
+            colours.append("transparent")
+        elif level >= 0:
+            colours.append(f"rgba(220,60,60,{0.85 * level:.2f})")
+        else:
+            colours.append(f"rgba(60,110,230,{-0.85 * level:.2f})")
+    return colours
+
+
+# The normal density fitted (mean, population std) to values, on a grid spanning them.
+def normal_curve(values: np.ndarray, points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    mean, std = values.mean(), values.std()
+    if std == 0:
+        return np.array([mean]), np.array([0.0])
+    x = np.linspace(min(values.min(), mean - 3 * std), max(values.max(), mean + 3 * std), points)
+    return x, np.exp(-0.5 * ((x - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi))
+
+
+def finite(series: pd.Series) -> np.ndarray:
+    values = series.to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
+def rgba(hex_colour: str, alpha: float) -> str:
+    red, green, blue = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+# ---------------------------------------------------------------- loading
+
+
+# The keys the first pass reads from every loaded line (everything the charts need for all steps).
+# Tokens stay raw JSON there: counting them costs more than the rest of the line.
+class RolloutSummary(msgspec.Struct, gc=False):
+    prompt: Any
+    response: Any
+    reward: float | None
+    step: int | float
+    response_tokens: msgspec.Raw = msgspec.Raw()
+    logprobs: list[float | None] | None = None
+    ref_logprobs: list[float | None] | None = None
+    entropies: list[float | None] | None = None
+    ref_response: Any = None
+    ref_reward: float | None = None
+    valid_reward: float | None = None
+    ref_valid_reward: float | None = None
+    rewards_per_func: dict[str, float | None] | None = None
+    advantage: float | None = None
+    group_id: str | int | None = None
+    truncated: bool | None = None
+
+
+# A whole line, read only for the step in view.
+class Rollout(RolloutSummary):
+    response_tokens: list[Any] | None = None
+    values: list[float | None] | None = None
+    token_rewards: list[float | None] | None = None
+    ground_truth: Any = None
+
+
+SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
+ROLLOUT_DECODER = msgspec.json.Decoder(Rollout, strict=False)
+# `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
+STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
+LAUNCH_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
+SUMMARY_NUMBERS = [
+    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated",
+    "response_len", "ref_response_len", "response_tokens_len", "avg_logp", "avg_entropy",
+    "avg_log_ratio", "sum_log_ratio",
+] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+class BadLine(ValueError):
+    """A line that cannot be loaded; the message says why."""
+
+
+# Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers and bad UTF-8.
+def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
+    note = None
+    try:
+        record = decoder.decode(raw)
+    except (msgspec.DecodeError, ValueError):  # malformed, NaN/Infinity, out-of-range numbers, bad UTF-8
+        raw = bytes(raw)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            text = raw.decode("utf-8", errors="replace")
+            note = f"invalid UTF-8 at byte {error.start} shown as �"
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
+        if not isinstance(value, dict):
+            raise BadLine(f"a JSON {type(value).__name__}, not an object")
+        try:
+            record = msgspec.convert(value, decoder.type, strict=False)
+        except msgspec.ValidationError as error:
+            raise BadLine(str(error)) from None
+    if isinstance(record.step, float):
+        if not record.step.is_integer():
+            raise BadLine(f"step {record.step} is not an integer")
+        record.step = int(record.step)
+    return record, note
+
+
+# Text of a free-form field: strings as they are, anything else as JSON.
+def as_text(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def float_array(values) -> np.ndarray | None:
+    return None if values is None else np.array(values, dtype=float)
+
+
+_read_buffers = threading.local()
+
+
+# Bytes [start, end) of a file in a buffer reused per thread: allocating 100 MB anew costs more than reading it.
+def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
+    wanted = end - start
+    buffer = getattr(_read_buffers, "buffer", None)
+    if buffer is None or len(buffer) < wanted:
+        buffer = _read_buffers.buffer = bytearray(wanted)
+    view, got = memoryview(buffer), 0
+    with open(path, "rb", buffering=0) as file:
+        file.seek(start)
+        while got < wanted:
+            count = file.readinto(view[got:wanted])
+            if not count:
+                break
+            got += count
+    return buffer, got
+
+
+# Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the
+# lines that will likely be shown (the first parse_per_step of each step: a file's share of
+# Max Samples Each Step), all in one read.
+def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> dict:
+    gc.disable()  # decoding makes millions of short-lived objects and no cycles: collections only cost time
+    try:
+        return index_chunk_bytes(*read_range(path, start, end), start, parse_per_step)
+    finally:
+        gc.enable()
+
+
+def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> dict:
+    lines = scan_lines(buffer, size, start)
+    seen: dict[float, int] = {}
+    parse = []
+    for row, step in enumerate(lines["step_hint"].tolist()):
+        seen[step] = seen.get(step, 0) + 1
+        if math.isnan(step) or seen[step] <= parse_per_step:
+            parse.append(row)
+    parse = np.array(parse, dtype=np.int64)
+    lines["parsed_rows"] = parse
+    lines["summary"] = summarize_buffer(buffer, start, lines["offset"][parse], lines["length"][parse])
+    return lines
+
+
+# Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped).
+def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> dict:
+    first = int(offsets.min())
+    buffer, _ = read_range(path, first, int((offsets + lengths).max()))
+    return summarize_buffer(buffer, first, offsets, lengths)
+
+
+# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
+def scan_lines(data, size: int, base: int) -> dict:
+    newlines = []
+    position = data.find(b"\n", 0, size)
+    while position >= 0:
+        newlines.append(position)
+        position = data.find(b"\n", position + 1, size)
+    newlines = np.array(newlines, dtype=np.int64)
+    starts = np.concatenate([[0], newlines[:-1] + 1]).astype(np.int64) if len(newlines) else newlines
+    lengths = newlines - starts
+    step_hints = np.full(len(newlines), np.nan)
+    for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
+        key = data.rfind(b'"step"', start, end)
+        match = STEP_PATTERN.match(data, key, end) if key >= 0 else None
+        if match and match.group(1):
+            step_hints[i] = int(match.group(1).strip().rstrip(b",}"))
+    blank = np.zeros(len(newlines), dtype=bool)
+    for i in np.flatnonzero(lengths < 256):
+        blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
+    return dict(
+        line_index=np.flatnonzero(~blank),
+        offset=starts[~blank] + base,
+        length=lengths[~blank],
+        step_hint=step_hints[~blank],
+        physical_lines=len(newlines),
+        complete_end=base + (int(newlines[-1]) + 1 if len(newlines) else 0),
+    )
+
+
+# Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
+def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> dict:
+    view = memoryview(data)
+    records, rows, problems = [], [], []
+    for i, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
+        try:
+            record, note = decode_line(view[offset : offset + length], SUMMARY_DECODER)
+        except BadLine as error:
+            problems.append((i, "skipped", str(error)))
+            continue
+        if note:
+            problems.append((i, "note", note))
+        records.append(record)
+        rows.append(i)
+    count, rows = len(offsets), np.array(rows, dtype=np.int64)
+    numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
+    for name in ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated"):
+        numbers[name][rows] = np.array([getattr(record, name) for record in records], dtype=float)
+    numbers["response_len"][rows] = [len(as_text(record.response) or "") for record in records]
+    numbers["ref_response_len"][rows] = np.array([None if r.ref_response is None else len(as_text(r.ref_response)) for r in records], dtype=float)
+    steps = np.zeros(count, dtype=np.int64)
+    steps[rows] = [record.step for record in records]
+    good = np.zeros(count, dtype=bool)
+    good[rows] = True
+    group_ids = np.full(count, None, dtype=object)
+    group_ids[rows] = [None if r.group_id is None else str(r.group_id) for r in records]
+    function_scores: dict[str, np.ndarray] = {}
+    token_arrays: dict[str, list] = {"logprobs": [], "ref_logprobs": [], "entropies": []}
+    for row, record in zip(rows.tolist(), records):
+        for name, score in (record.rewards_per_func or {}).items():
+            function_scores.setdefault(name, np.full(count, np.nan))[row] = np.nan if score is None else score
+        arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, ("logprobs", "ref_logprobs", "entropies"))
+        problems.extend((row, "note", text) for text in notes)
+        if arrays["logprobs"] is not None:
+            for key, collected in token_arrays.items():
+                if arrays[key] is not None:
+                    collected.append((row, arrays[key], arrays["logprobs"]))
+    add_token_statistics(numbers, token_arrays)
+    return dict(good=good, step=steps, numbers=numbers, group_id=list(group_ids), functions=function_scores, problems=problems)
+
+
+TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards")
+
+
+# Per-token arrays of a record cut to one common length, with a note for every mismatch.
+def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
+    arrays = {key: float_array(getattr(record, key)) for key in keys}
+    tokens = record.response_tokens
+    if isinstance(tokens, msgspec.Raw):
+        tokens = None if arrays["logprobs"] is not None or not tokens else msgspec.json.decode(tokens)
+    if arrays["logprobs"] is None:
+        return dict.fromkeys(keys), (float(len(tokens)) if isinstance(tokens, list) else np.nan), []
+    notes = []
+    length = len(arrays["logprobs"])
+    for key in keys[1:]:
+        if arrays[key] is not None and len(arrays[key]) != length:
+            notes.append(f"{key} has {len(arrays[key])} values, logprobs {len(arrays['logprobs'])}: token values use the first {min(length, len(arrays[key]))}")
+            length = min(length, len(arrays[key]))
+    if tokens is not None and len(tokens) > length:
+        notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: tokens clipped to {length}")
+    elif tokens is not None and len(tokens) < length:
+        notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: missing tokens shown as '?'")
+    if notes:
+        arrays = {key: None if array is None else array[:length] for key, array in arrays.items()}
+    return arrays, float(length), notes
+
+
+# Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.
+def add_token_statistics(numbers: dict, token_arrays: dict):
+    def flat(key):
+        owners = np.array([owner for owner, _, _ in token_arrays[key]], dtype=np.int64)
+        lengths = np.array([len(values) for _, values, _ in token_arrays[key]], dtype=np.int64)
+        return owners, lengths, np.concatenate([values for _, values, _ in token_arrays[key]])
+
+    if token_arrays["logprobs"]:
+        owners, lengths, logp = flat("logprobs")
+        numbers["avg_logp"][owners] = segment_sums_and_means(logp[None], lengths)[1][0]
+    if token_arrays["entropies"]:
+        owners, lengths, entropy = flat("entropies")
+        numbers["avg_entropy"][owners] = segment_sums_and_means(entropy[None], lengths)[1][0]
+    if token_arrays["ref_logprobs"]:
+        owners, lengths, ref_logp = flat("ref_logprobs")
+        log_ratio = np.concatenate([logp for _, _, logp in token_arrays["ref_logprobs"]]) - ref_logp
+        with np.errstate(over="ignore", invalid="ignore"):
+            per_token = np.stack([log_ratio] + [kl_per_token(log_ratio, name) for name in KL_ESTIMATORS])
+        sums, means = segment_sums_and_means(per_token, lengths)
+        for row, name in enumerate(["log_ratio"] + [f"kl_{name}" for name in KL_ESTIMATORS]):
+            numbers[f"sum_{name}"][owners], numbers[f"avg_{name}"][owners] = sums[row], means[row]
+
+
+# A file's identity when indexed: a replaced, truncated or rewritten file never matches it.
+@dataclass
+class FileIdentity:
+    size: int
+    mtime_ns: int
+    inode: int
+    device: int
+    indexed_to: int
+    head_hash: str
+    tail_hash: str
+
+
+# Hash the first and last 4 KiB of the indexed bytes: enough to tell an append from a rewrite.
+def read_identity(path: str, indexed_to: int) -> FileIdentity | None:
+    try:
+        status = os.stat(path)
+        with open(path, "rb") as file:
+            head = file.read(min(indexed_to, 4096))
+            file.seek(max(0, indexed_to - 4096))
+            tail = file.read(indexed_to - max(0, indexed_to - 4096))
+    except OSError:
+        return None
+    return FileIdentity(
+        size=status.st_size,
+        mtime_ns=status.st_mtime_ns,
+        inode=status.st_ino,
+        device=status.st_dev,
+        indexed_to=indexed_to,
+        head_hash=hashlib.sha1(head).hexdigest(),
+        tail_hash=hashlib.sha1(tail).hexdigest(),
+    )
+
+
+LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
+UNPARSED, GOOD, BAD = 0, 1, 2
+
+
+# One rank file: a row per line with where it is, its step and, once parsed, its numbers.
+class FileIndex:
+    def __init__(self, path: str):
+        self.path = path
+        self.launch = launch_of(path)
+        self.reset()
+
+    def reset(self):
+        self.identity: FileIdentity | None = None
+        self.indexed_to = 0
+        self.physical_lines = 0
+        self.incomplete_tail = 0
+        self.lines = pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in LINE_COLUMNS.items()})
+        self.problems: list[tuple[int, str, str]] = []
+
+    # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
+    def change(self) -> str:
+        old = self.identity
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            return "same"
+        if old is None or (status.st_ino, status.st_dev) != (old.inode, old.device) or status.st_size < old.indexed_to:
+            return "new"
+        if (status.st_size, status.st_mtime_ns) == (old.size, old.mtime_ns):
+            return "same"
+        if status.st_size == old.size:  # touched or rewritten in place: appends always grow a file
+            return "new"
+        now = read_identity(self.path, old.indexed_to)
+        if now is None or (now.head_hash, now.tail_hash) != (old.head_hash, old.tail_hash):
+            return "new"
+        return "grew"
+
+    # Append indexed chunks (in file order) and settle what follows the last newline.
+    def add_chunks(self, chunks: list[dict], size: int):
+        first_rows = []
+        frames = [self.lines]
+        rows = len(self.lines)
+        for chunk in chunks:
+            frames.append(pd.DataFrame({
+                "line": chunk["line_index"] + self.physical_lines + 1,
+                "offset": chunk["offset"],
+                "length": chunk["length"],
+                "step": chunk["step_hint"],
+                "status": np.full(len(chunk["offset"]), UNPARSED, dtype=np.int8),
+            }))
+            first_rows.append(rows)
+            rows += len(chunk["offset"])
+            self.physical_lines += chunk["physical_lines"]
+            self.indexed_to = chunk["complete_end"]
+        if chunks:
+            self.lines = pd.concat(frames, ignore_index=True)
+        for first_row, chunk in zip(first_rows, chunks):
+            self.add_summaries(first_row + chunk["parsed_rows"], chunk["summary"])
+        self.take_tail(size)
+
+    # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
+    def take_tail(self, size: int):
+        self.incomplete_tail = 0
+        if size <= self.indexed_to:
+            return
+        tail = bytes(read_range(self.path, self.indexed_to, size)[0][: size - self.indexed_to])
+        if not tail.strip():
+            return
+        try:
+            json.loads(tail.decode("utf-8", errors="replace"))
+        except ValueError:
+            self.incomplete_tail = 1
+            return
+        data = tail + b"\n"
+        chunk = scan_lines(data, len(data), self.indexed_to)
+        chunk.update(complete_end=size, parsed_rows=np.arange(len(chunk["offset"])))
+        chunk["summary"] = summarize_buffer(data, self.indexed_to, chunk["offset"], chunk["length"])
+        self.add_chunks([chunk], size)
+
+    # Store parse results for rows of self.lines.
+    def add_summaries(self, rows: np.ndarray, result: dict):
+        good = result["good"]
+        status = self.lines["status"].to_numpy().copy()
+        status[rows] = np.where(good, GOOD, BAD)
+        step = self.lines["step"].to_numpy().copy()
+        step[rows[good]] = result["step"][good]
+        columns = {"status": status, "step": step}
+        named = dict(result["numbers"], **{f"rewards/{name}": scores for name, scores in result["functions"].items()})
+        for name, values in named.items():
+            column = self.lines[name].to_numpy(dtype=float).copy() if name in self.lines else np.full(len(self.lines), np.nan)
+            column[rows] = values
+            columns[name] = column
+        group = self.lines["group_id"].to_numpy(dtype=object).copy() if "group_id" in self.lines else np.full(len(self.lines), None, dtype=object)
+        group[rows] = result["group_id"]
+        columns["group_id"] = group
+        self.lines = self.lines.assign(**columns)
+        lines = self.lines["line"].to_numpy()
+        self.problems += [(int(lines[rows[i]]), kind, text) for i, kind, text in result["problems"]]
+
+    # Where scanning resumes: past the newline that ends a last line taken without one.
+    def scan_start(self) -> int:
+        if self.indexed_to and self.lines["offset"].size and self.lines["offset"].iat[-1] + self.lines["length"].iat[-1] == self.indexed_to:
+            with open(self.path, "rb") as file:
+                file.seek(self.indexed_to)
+                if file.read(1) == b"\n":
+                    self.indexed_to += 1
+        return self.indexed_to
+
+
+# Index files survive server restarts in a cache folder outside the run (which may be read-only).
+class IndexCache:
+    def __init__(self):
+        default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_logging_board"
+        self.folder = Path(os.environ.get("RL_LOGGING_BOARD_CACHE") or default)
+        self.error: str | None = None
+
+    def paths(self, path: str) -> tuple[Path, Path]:
+        key = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:20]
+        return self.folder / f"{key}.json", self.folder / f"{key}.arrow"
+
+    # The cached index of path, or None when absent, unreadable or from another version of the board.
+    def load(self, path: str) -> FileIndex | None:
+        meta_path, table_path = self.paths(path)
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta["format"] != CACHE_FORMAT or meta["path"] != os.path.realpath(path):
+                return None
+            lines = pd.read_feather(table_path)
+        except (OSError, ValueError, KeyError):
+            return None
+        index = FileIndex(path)
+        index.identity = FileIdentity(**meta["identity"])
+        index.indexed_to = meta["identity"]["indexed_to"]
+        index.physical_lines = meta["physical_lines"]
+        index.incomplete_tail = meta["incomplete_tail"]
+        index.problems = [tuple(problem) for problem in meta["problems"]]
+        index.lines = lines
+        return index
+
+    # Write atomically; a cache that cannot be written costs speed, never data.
+    def save(self, index: FileIndex):
+        if index.identity is None:
+            return
+        meta_path, table_path = self.paths(index.path)
+        meta = dict(
+            format=CACHE_FORMAT,
+            path=os.path.realpath(index.path),
+            identity=index.identity.__dict__,
+            physical_lines=index.physical_lines,
+            incomplete_tail=index.incomplete_tail,
+            problems=index.problems,
+        )
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            index.lines.reset_index(drop=True).to_feather(f"{table_path}.tmp")
+            os.replace(f"{table_path}.tmp", table_path)
+            Path(f"{meta_path}.tmp").write_text(json.dumps(meta))
+            os.replace(f"{meta_path}.tmp", meta_path)
+        except OSError as error:
+            self.error = f"index cache not written to {self.folder}: {error}"
+
+
+# A run folder, indexed incrementally: each load reads only what changed on disk since the last.
+class RunStore:
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.files: dict[str, FileIndex] = {}
+        self.cache = IndexCache()
+        self.lock = threading.Lock()
+        self.snapshot: Run | None = None
+
+    def current_paths(self) -> list[str]:
+        return sorted(str(path) for path in Path(self.run_dir).glob("*.jsonl") if path.is_file())
+
+    # Cheap: a stat per file. True when load() would read anything.
+    def needs_work(self, max_samples: int) -> bool:
+        if self.snapshot is None or self.snapshot.max_samples != max_samples:
+            return True
+        if self.current_paths() != list(self.files):
+            return True
+        return any(index.change() != "same" for index in self.files.values())
+
+    # Bring every file up to date, parse what the selection needs, and return an immutable snapshot.
+    def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "Run":
+        with self.lock:
+            if not self.needs_work(max_samples):
+                return self.snapshot
+            self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in self.current_paths()}
+            changed = []
+            for index in self.files.values():
+                change = index.change()
+                if change == "new":
+                    index.reset()
+                if change != "same":
+                    changed.append(index)
+            jobs = []
+            for index in changed:
+                size = os.path.getsize(index.path)
+                jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
+            if parallel is None:
+                parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
+            self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
+            self.parse_selected(max_samples, parallel, samples_progress)
+            for index in changed:
+                index.identity = read_identity(index.path, index.indexed_to)
+                self.cache.save(index)
+            self.snapshot = build_run(self.run_dir, self.files, max_samples, self.cache.error)
+            return self.snapshot
+
+    # One pass over the new bytes of every changed file, chunks spread over the workers.
+    def index_files(self, jobs: list, max_samples: int, parallel: bool, files_progress, samples_progress):
+        per_file = math.ceil(max_samples / max(Counter(index.launch for index in self.files.values()).values(), default=1))
+        tasks = [(index_chunk, (index.path, start, end, per_file)) for index, _, chunks in jobs for start, end in chunks]
+        results = run_tasks(tasks, parallel)
+        total_bytes = max(sum(end - start for _, _, chunks in jobs for start, end in chunks), 1)
+        files_done, bytes_done, lines_done = len(self.files) - len(jobs), 0, 0
+        for index, size, chunks in jobs:
+            indexed = []
+            for start, end in chunks:
+                indexed.append(next(results))
+                bytes_done += end - start
+                lines_done += len(indexed[-1]["offset"])
+                if samples_progress:
+                    samples_progress(bytes_done / total_bytes, f"Processing {lines_done} samples...")
+            index.add_chunks(indexed, size)
+            files_done += 1
+            if files_progress:
+                files_progress(files_done / len(self.files), f"Loading {files_done} / {len(self.files)} files...")
+        if files_progress and not jobs:
+            files_progress(1.0, f"Loading {len(self.files)} / {len(self.files)} files...")
+
+    # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
+    # (a line that turns out bad makes room for the next one of its step).
+    def parse_selected(self, max_samples: int, parallel: bool, progress):
+        unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & index.lines["step"].isna()) for path, index in self.files.items()}
+        self.parse_rows(unknown, parallel, progress)
+        while True:
+            wanted = select_lines(self.files, max_samples)
+            todo = {path: rows[self.files[path].lines["status"].to_numpy()[rows] == UNPARSED] for path, rows in wanted.items()}
+            if not any(len(rows) for rows in todo.values()):
+                return
+            self.parse_rows(todo, parallel, progress)
+
+    def parse_rows(self, todo: dict, parallel: bool, progress):
+        tasks, owners = [], []
+        for path, rows in todo.items():
+            lines = self.files[path].lines
+            offsets, lengths = lines["offset"].to_numpy(), lines["length"].to_numpy()
+            for part in batches_of_rows(rows, lengths):
+                tasks.append((summarize_lines, (path, offsets[part], lengths[part])))
+                owners.append((path, part))
+        total, done = sum(len(part) for _, part in owners), 0
+        for (path, part), result in zip(owners, run_tasks(tasks, parallel)):
+            self.files[path].add_summaries(part, result)
+            done += len(part)
+            if progress:
+                progress(done / total, f"Processing {done} / {total} more samples...")
+
+
+PARALLEL_MIN_BYTES = 48 << 20
+CHUNK_BYTES = 32 << 20
+WORKERS = os.cpu_count() or 1
+MODULE_NAME = Path(__file__).stem
+
+
+# Split bytes [start, end) into ~CHUNK_BYTES pieces that begin at line starts, for workers to scan alone.
+def line_aligned_chunks(path: str, start: int, end: int) -> list[tuple[int, int]]:
+    bounds = [start]
+    with open(path, "rb") as file:
+        position = start + CHUNK_BYTES
+        while position < end:
+            file.seek(position)
+            block = file.read(1 << 16)
+            while block and b"\n" not in block:
+                position += len(block)
+                block = file.read(1 << 16)
+            if not block:
+                break
+            position += block.index(b"\n") + 1
+            if position >= end:
+                break
+            bounds.append(position)
+            position += CHUNK_BYTES
+    bounds.append(end)
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+# Rows to parse in batches of about 8 MB, so the progress bar moves and workers share the load.
+def batches_of_rows(rows: np.ndarray, lengths: np.ndarray, batch_bytes: int = 8 << 20) -> list[np.ndarray]:
+    if not len(rows):
+        return []
+    sizes = np.cumsum(lengths[rows])
+    cuts = np.searchsorted(sizes, np.arange(batch_bytes, sizes[-1], batch_bytes))
+    return [part for part in np.split(rows, cuts) if len(part)]
+
+
+# Run (function, args) tasks on the worker processes, or here when small; yields results in task order.
+def run_tasks(tasks: list, parallel: bool):
+    if not parallel or len(tasks) < 2:
+        for function, args in tasks:
+            yield function(*args)
+        return
+    module = sys.modules[MODULE_NAME]
+    futures = [worker_pool().submit(getattr(module, function.__name__), *args) for function, args in tasks]
+    for future in futures:
+        yield future.result()
+
+
+# Workers import this file as a module so its functions pickle by name; a forkserver keeps them clean of the server's threads.
+@st.cache_resource(show_spinner=False)
+def worker_pool() -> ProcessPoolExecutor:
+    __import__(MODULE_NAME)
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload([MODULE_NAME])
+    pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=context)
+    for _ in range(WORKERS):
+        pool.submit(os.getpid)
+    return pool
+
+
+def launch_of(path: str) -> str:
+    match = LAUNCH_PATTERN.search(Path(path).name)
+    return match.group(2) if match else ""
+
+
+# Which rows each file contributes: for every step only the newest launch that logged it (a resumed
+# run re-logs steps), then up to max_samples taken round-robin over the rank files.
+def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.ndarray]:
+    frames = []
+    for position, index in enumerate(files.values()):
+        lines = index.lines
+        usable = ((lines["status"] != BAD) & lines["step"].notna()).to_numpy()
+        frames.append(pd.DataFrame({"file": position, "row": np.flatnonzero(usable), "step": lines["step"].to_numpy()[usable], "launch": index.launch}))
+    lines = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["file", "row", "step", "launch"])
+    lines = lines[lines["launch"] == lines.groupby("step")["launch"].transform("max")]
+    lines = lines.assign(turn=lines.groupby(["step", "file"]).cumcount())
+    lines = lines.sort_values(["step", "turn", "file"], kind="stable").groupby("step").head(max_samples)
+    paths = list(files)
+    return {paths[position]: np.sort(group["row"].to_numpy()) for position, group in lines.groupby("file")}
+
+
+# What the page draws: the selected, parsed samples of every step, and the load report.
+@dataclass(frozen=True)
+class Run:
+    run_dir: str
+    samples: pd.DataFrame
+    report: pd.DataFrame
+    problems: pd.DataFrame
+    meta: dict | None
+    max_samples: int
+    downsampled: bool
+    version: tuple
+    steps: list = field(default_factory=list)
+    reward_function_columns: list = field(default_factory=list)
+
+    def step_rows(self, step: int) -> pd.DataFrame:
+        return self.samples[self.samples["step"] == step].reset_index(drop=True)
+
+    def previous_step(self, step: int) -> int | None:
+        position = self.steps.index(step)
+        return self.steps[position - 1] if position else None
+
+    def step_mean(self, column: str) -> dict:
+        return self.samples.groupby("step")[column].mean().to_dict()
+
+
+REPORT_COLUMNS = ["file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step, older launch)", "incomplete last line"]
+
+
+def build_run(run_dir: str, files: dict[str, FileIndex], max_samples: int, cache_error: str | None = None) -> Run:
+    selected = select_lines(files, max_samples)
+    frames, report, problems = [], [], []
+    for path, index in files.items():
+        rows = selected.get(path, np.array([], dtype=np.int64))
+        frames.append(index.lines.iloc[rows].assign(path=path))
+        status = index.lines["status"].to_numpy()
+        name = Path(path).name
+        bad = int((status == BAD).sum())
+        report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad, index.incomplete_tail])
+        problems += [[name, line, kind, text] for line, kind, text in index.problems]
+        if index.incomplete_tail:
+            problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
+    if cache_error:
+        problems.append(["", 0, "note", cache_error])
+    samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(LINE_COLUMNS) + ["path"])
+    for column in SUMMARY_NUMBERS + ["group_id"]:
+        if column not in samples:
+            samples[column] = np.nan
+    samples["step"] = samples["step"].astype(np.int64)
+    samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
+    samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
+    samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
+    per_step = pd.concat([index.lines.loc[index.lines["status"] != BAD, "step"] for index in files.values()]) if files else pd.Series(dtype=float)
+    return Run(
+        run_dir=run_dir,
+        samples=samples,
+        report=pd.DataFrame(report, columns=REPORT_COLUMNS),
+        problems=pd.DataFrame(problems, columns=["file", "line", "kind", "reason"]),
+        meta=read_meta(run_dir),
+        max_samples=max_samples,
+        downsampled=bool(len(per_step)) and int(per_step.value_counts().max()) > max_samples,
+        version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
+        steps=sorted(int(step) for step in samples["step"].unique()),
+        reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
+    )
+
+
+# The newest rollout_meta_*.json of the run, if the logger wrote one.
+def read_meta(run_dir: str) -> dict | None:
+    for path in sorted(Path(run_dir).glob("rollout_meta*.json"), reverse=True):
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+# One store per run folder, shared by reruns and sessions; it holds the incremental index.
+@st.cache_resource(show_spinner=False)
+def run_store(run_dir: str) -> RunStore:
+    return RunStore(run_dir)
+
+
+# Sub-folders of the root, each one run.
+def list_runs(root: str) -> list[str]:
+    return sorted(path.name for path in Path(root).expanduser().iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
+# The step in view read back in full: texts for the tables and pair, per-token arrays for the token area.
+@dataclass
+class StepBatch:
+    table: pd.DataFrame
+    tokens: list
+    problems: list
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_step_batch(version: tuple, step: int, _rows: pd.DataFrame) -> StepBatch:
+    texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
+    tokens, problems = [], []
+    for path, offset, length, line in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"]):
+        try:
+            with open(path, "rb") as file:
+                file.seek(offset)
+                record, _ = decode_line(file.read(length), ROLLOUT_DECODER)
+        except (OSError, BadLine) as error:
+            problems.append(f"{Path(path).name} line {line} could not be read back ({error}); if the file was rewritten, press Load & View.")
+            record = None
+        for name in texts:
+            text = as_text(getattr(record, name)) if record else None
+            texts[name].append(text or "" if name in ("prompt", "response") else text)
+        tokens.append(token_detail(record) if record else None)
+    return StepBatch(table=_rows.assign(**texts), tokens=tokens, problems=problems)
+
+
+# The aligned per-token arrays of one sample, or None without logprobs.
+def token_detail(record) -> dict | None:
+    arrays, length, notes = aligned_token_arrays(record)
+    if arrays["logprobs"] is None:
+        return None
+    length = int(length)
+    names = [str(token) for token in (record.response_tokens or [])][:length]
+    names += ["?"] * (length - len(names))
+    return dict(arrays, response_tokens=names, advantage=record.advantage, notes=notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The board driven through Streamlit's AppTest: sidebar, tabs, step selector, batch table, samples pair, token area."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import rl_logging_board as board
+from bench.generate_run import write_run
+from tests.test_loading import sample, write_lines
+
+APP = str(Path(board.__file__))
+SIDEBAR_LABELS = [
+    "Log(s) Root Path", "Choose Log Name", "Max Samples Each Step", "Reward 曲线图", "Variance Scaling",
+    "Zero Shift", "Response 对比", "Use LogP as KL", "Drop Padding Token", "Pad Token", "Drop System Prompt",
+    "End Token of System Prompt", "Show Charts", "Show Batch Samples", "Show Samples Pair", "Show Heat Map",
+]
+
+
+def start(root, monkeypatch) -> AppTest:
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(root))
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    assert not app.exception
+    return app
+
+
+def load_and_view(app: AppTest) -> AppTest:
+    next(b for b in app.sidebar.button if b.label == "Load & View").click()
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+def widget(elements, label):
+    matches = [element for element in elements if element.label == label]
+    assert matches, f"no widget labelled {label!r} among {[e.label for e in elements]}"
+    return matches[0]
+
+
+def lines_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(run_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def grpo_root(tmp_path):
+    write_run(tmp_path / "runs" / "grpo_run", steps=5, samples=8, tokens=24, ranks=2, grpo=True, workers=1)
+    return tmp_path / "runs"
+
+
+def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, monkeypatch):
+    app = start(grpo_root, monkeypatch)
+    labels = [w.label for kind in ("text_input", "selectbox", "number_input", "checkbox", "slider") for w in getattr(app.sidebar, kind)]
+    for label in SIDEBAR_LABELS:
+        assert label in labels
+    assert app.sidebar.title[0].value == "📖 RL Logging Board"
+    assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_run"
+    assert widget(app.sidebar.number_input, "Max Samples Each Step").value == 128
+    assert [e.label for e in app.sidebar.expander] == ["🧩 module setting", "⚙️ show details setting"]
+    assert app.info[0].value == "Please Press 「Load & View」Button to load log."
+
+
+def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    run_lines = lines_of(grpo_root / "grpo_run")
+    assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s): 0 bad line(s) skipped." in [c.value for c in app.caption]
+    series = widget(app.multiselect, "Reward series")
+    assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
+    assert series.value == ["reward", "ref_reward"]
+    charts = app.get("plotly_chart")
+    assert len(charts) == 5 + 3 + 1  # five tabs, the three batch charts, the heat map
+
+    step_slider = widget(app.slider, "Step Index(5 total steps)")
+    step_slider.set_value(3).run()
+    batch_table = app.dataframe[1].value
+    expected_rewards = [line["reward"] for line in run_lines if line["step"] == 3]
+    assert batch_table["reward"].tolist() == expected_rewards
+    assert {"rewards/accuracy_reward", "advantage", "group_id", "avg_kl", "sum_kl", "avg_log_ratio"} <= set(batch_table.columns)
+
+    widget(app.number_input, "Sample index in current step batch").set_value(2).run()
+    chosen = [line for line in run_lines if line["step"] == 3][2]
+    texts = [t.value for t in app.text]
+    assert chosen["response"] in texts
+    assert board.clean_text(chosen["prompt"], "<PAD>", "<endofsystem>") in texts
+    assert chosen["ref_response"] in texts
+    lengths = {m.label: m.value for m in app.metric}
+    step_responses = [line["response"] for line in run_lines if line["step"] == 3]
+    assert lengths["Response Average Length"] == f"{np.mean([len(r) for r in step_responses]):.0f} chars"
+
+    token_rows = widget(app.multiselect, "Select show value(s)")
+    assert token_rows.options == ["token_reward", "log_ratio", "kl", "token_value", "logp", "ref_logp", "prob", "ref_prob", "entropy", "advantage"]
+    token_rows.set_value(["logp", "kl"]).run()
+    grid = app.dataframe[-1].value
+    assert list(grid.index) == ["logp", "kl"]
+    assert grid.loc["logp"].tolist() == pytest.approx(chosen["logprobs"])
+    assert list(grid.columns[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
+
+
+def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.selectbox, "KL estimator").set_value("k3").run()
+    first = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 0][0]
+    ratio = np.array(first["logprobs"]) - np.array(first["ref_logprobs"])
+    k3 = np.exp(-ratio) + ratio - 1
+    assert app.dataframe[1].value["avg_kl"].iloc[0] == pytest.approx(k3.mean())
+    widget(app.multiselect, "Select show value(s)").set_value(["kl"]).run()
+    assert app.dataframe[-1].value.loc["kl"].tolist() == pytest.approx(k3.tolist())
+
+
+def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
+    lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
+    write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen"]
+    infos = [i.value for i in app.info]
+    assert "No KL: the run has no `logprobs` with `ref_logprobs`." in infos
+    assert any(i.startswith("No token area: this sample has no `logprobs`.") for i in infos)
+    assert len(app.get("plotly_chart")) == 1 + 3  # the reward curves and the three batch charts
+    assert "ref 1 0" in [t.value for t in app.text]
+    assert app.dataframe[1].value.columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
+
+
+def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
+    app = start(tmp_path / "nowhere", monkeypatch)
+    assert "does not exist" in app.warning[0].value
+    (tmp_path / "empty").mkdir()
+    app = start(tmp_path / "empty", monkeypatch)
+    assert "No run in" in app.warning[0].value and "rollout_data_rank_0.jsonl" in app.code[0].value
+
+
+def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "bad" / "r.jsonl", [sample(1), b"{oops\n", sample(1), b'{"step": 2}\n'])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert app.warning[0].value.startswith("Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped")
+    assert widget(app.expander, "Load report (2 issue(s))")
+    problems = app.dataframe[1].value
+    assert problems["line"].tolist() == [2, 4] and problems["kind"].tolist() == ["skipped", "skipped"]
+
+
+def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.checkbox, "Show Charts").uncheck().run()
+    widget(app.checkbox, "Show Heat Map").uncheck().run()
+    assert len(app.get("plotly_chart")) == 5
+    widget(app.checkbox, "Reward 曲线图").uncheck().run()
+    assert len(app.tabs) == 0
+    widget(app.checkbox, "Response 对比").uncheck().run()
+    assert not [s for s in app.slider if s.label.startswith("Step Index")]
+    assert not app.exception
+
+
+def test_live_mode_pulls_in_new_steps_and_keeps_the_selection(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.slider, "Step Index(5 total steps)").set_value(2).run()
+    widget(app.toggle, "Live mode").set_value(True).run()
+    with open(grpo_root / "grpo_run" / "rollout_data_rank_1.jsonl", "a") as file:
+        file.write(json.dumps(sample(5, reward=9.0)) + "\n")
+    app.run()
+    slider = widget(app.slider, "Step Index(6 total steps)")
+    assert slider.value == 2 and slider.max == 5

@@ -1,0 +1,315 @@
+"""Loading a run: merging rank files, downsampling, bad input, the index cache and incremental reads.
+
+Numbers are checked against `plain_parse`, an independent slow reading of the files with json and math.
+"""
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rl_logging_board as board
+from bench.generate_run import write_run
+
+
+def sample(step, reward=1.0, **extra):
+    return {"prompt": f"p{step}", "response": f"r{step}", "reward": reward, "step": step, **extra}
+
+
+def write_lines(path: Path, lines) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as file:
+        for line in lines:
+            file.write(line if isinstance(line, bytes) else json.dumps(line).encode() + b"\n")
+    return path
+
+
+def load(run_dir, max_samples=10240, **kwargs):
+    return board.RunStore(str(run_dir)).load(max_samples, **kwargs)
+
+
+def problems_of(run, kind=None):
+    rows = run.problems if kind is None else run.problems[run.problems["kind"] == kind]
+    return {(row.file, int(row.line)): row.reason for row in rows.itertuples()}
+
+
+# The obvious, slow way: json.loads every line, Python math per token.
+def plain_parse(run_dir):
+    samples = {}
+    for path in sorted(Path(run_dir).glob("*.jsonl")):
+        for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or not {"prompt", "response", "reward", "step"} <= set(record):
+                continue
+            numbers = {"step": int(record["step"]), "reward": float(record["reward"])}
+            numbers["response_len"] = len(record["response"])
+            logp, ref = record.get("logprobs"), record.get("ref_logprobs")
+            if logp is not None and ref is not None:
+                ratio = [a - b for a, b in zip(logp, ref)]
+                numbers["sum_log_ratio"] = math.fsum(ratio)
+                numbers["avg_log_ratio"] = numbers["sum_log_ratio"] / len(ratio)
+                for name, formula in {
+                    "kl": lambda r: math.expm1(r) - r,
+                    "k1": lambda r: r,
+                    "k2": lambda r: r * r / 2,
+                    "k3": lambda r: math.exp(-r) + r - 1,
+                }.items():
+                    values = [formula(r) for r in ratio]
+                    numbers[f"sum_kl_{name}"] = math.fsum(values)
+                    numbers[f"avg_kl_{name}"] = math.fsum(values) / len(values)
+            if record.get("entropies"):
+                numbers["avg_entropy"] = math.fsum(record["entropies"]) / len(record["entropies"])
+            for name, score in (record.get("rewards_per_func") or {}).items():
+                numbers[f"rewards/{name}"] = score
+            for name in ("ref_reward", "advantage"):
+                if name in record:
+                    numbers[name] = record[name]
+            samples[(str(path), number)] = numbers
+    return samples
+
+
+def test_rank_files_merge_by_step_in_numeric_order(tmp_path):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(10), sample(2), sample(1)])
+    write_lines(tmp_path / "run" / "rollout_data_rank_1.jsonl", [sample(2), sample(10), sample(10)])
+    run = load(tmp_path / "run")
+    assert run.steps == [1, 2, 10]
+    assert run.samples.groupby("step").size().to_dict() == {1: 1, 2: 2, 10: 3}
+    assert run.samples["step"].is_monotonic_increasing
+
+
+def test_numbers_equal_a_plain_full_parse(tmp_path):
+    write_run(tmp_path / "run", steps=4, samples=16, tokens=40, ranks=2, grpo=True, workers=1)
+    run = load(tmp_path / "run")
+    expected = plain_parse(tmp_path / "run")
+    assert len(run.samples) == len(expected) == 64
+    for row in run.samples.to_dict("records"):
+        for name, value in expected[(row["path"], row["line"])].items():
+            assert row[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+
+
+def test_parallel_workers_give_the_same_numbers(tmp_path):
+    write_run(tmp_path / "run", steps=3, samples=8, tokens=30, ranks=4, grpo=True, workers=1)
+    parallel = load(tmp_path / "run", parallel=True).samples
+    shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
+    sequential = load(tmp_path / "run", parallel=False).samples
+    assert parallel.drop(columns="group_id").equals(sequential.drop(columns="group_id"))
+    assert list(parallel["group_id"]) == list(sequential["group_id"])
+
+
+def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(tmp_path):
+    for rank in range(4):
+        lines = [sample(step, reward=rank * 100 + i) for step in (0, 1) for i in range(8)]
+        lines[-1] = b'{"step": 1, "this line is broken\n'  # dropped by the selection: must not be parsed
+        write_lines(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", lines)
+    store = board.RunStore(str(tmp_path / "run"))
+    run = store.load(6)
+    assert run.samples.groupby("step").size().to_dict() == {0: 6, 1: 6}
+    assert run.downsampled
+    step0 = run.samples[run.samples["step"] == 0]
+    assert sorted(step0["reward"]) == [0, 1, 100, 101, 200, 300]  # two from ranks 0-1, one from ranks 2-3
+    assert not problems_of(run, "skipped")  # the broken line was never parsed
+    assert int(run.report["not loaded (Max Samples Each Step, older launch)"].sum()) == 4 * 16 - 12 - 0
+    again = board.RunStore(str(tmp_path / "run")).load(6)
+    assert again.samples[["path", "line"]].equals(run.samples[["path", "line"]])
+    everything = store.load(10240)
+    assert len(everything.samples) == 4 * 16 - 4 and len(problems_of(everything, "skipped")) == 4
+
+
+@pytest.mark.parametrize(
+    "bad_line, reason",
+    [
+        (b"{not json\n", "not valid JSON"),
+        (b'{"prompt": "p", "response": "r", "step": 1}\n', "reward"),
+        (b'{"prompt": "p", "response": "r", "reward": "high", "step": 1}\n', "reward"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": "one"}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1.5}\n', "step"),
+        (b'[1, 2, 3]\n', "not an object"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": "oops"}\n', "logprobs"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [1, {"a": 2}]}\n', "logprobs"),
+    ],
+)
+def test_a_bad_line_is_skipped_and_reported_with_its_number(tmp_path, bad_line, reason):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1), bad_line, sample(2)])
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 2
+    skipped = problems_of(run, "skipped")
+    assert list(skipped) == [("rollout_data_rank_0.jsonl", 2)]
+    assert reason in skipped[("rollout_data_rank_0.jsonl", 2)]
+    assert run.report["bad lines"].tolist() == [1]
+
+
+def test_nan_infinity_and_null_are_accepted(tmp_path):
+    lines = [
+        b'{"prompt": "p", "response": "r", "reward": NaN, "step": 1}\n',
+        b'{"prompt": "p", "response": "r", "reward": null, "step": 1}\n',
+        b'{"prompt": "p", "response": "r", "reward": 2.0, "step": 1, "logprobs": [-Infinity, -1.0], "ref_logprobs": [-1.0, -1.0]}\n',
+        b'{"prompt": "p", "response": "r", "reward": 4.0, "step": 1, "logprobs": [null, -1.0], "ref_logprobs": [-1.0, -2.0]}\n',
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 4 and not problems_of(run, "skipped")
+    assert np.isnan(run.samples["reward"].iloc[0]) and np.isnan(run.samples["reward"].iloc[1])
+    assert board.step_stats(run.samples, "reward")["mean"].tolist() == [3.0]  # finite values only
+    assert run.samples["avg_log_ratio"].iloc[2] == -np.inf
+    assert run.samples["avg_log_ratio"].iloc[3] == 1.0  # the null token is left out of the mean
+
+
+def test_length_mismatches_keep_the_sample_and_say_so(tmp_path):
+    lines = [
+        sample(1, logprobs=[-1.0, -2.0, -3.0], ref_logprobs=[-1.5, -2.5]),
+        sample(1, response_tokens=["a", "b", "<PAD>"], logprobs=[-1.0, -2.0], ref_logprobs=[-1.0, -1.0]),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    notes = problems_of(run, "note")
+    assert "ref_logprobs has 2 values, logprobs 3" in notes[("r.jsonl", 1)]
+    assert run.samples["avg_log_ratio"].iloc[0] == pytest.approx(0.5)
+    batch = board.load_step_batch(run.version, 1, run.step_rows(1))
+    assert batch.tokens[1]["response_tokens"] == ["a", "b"]
+    assert "clipped to 2" in batch.tokens[1]["notes"][0]
+
+
+def test_empty_files_blank_lines_and_non_utf8_bytes(tmp_path):
+    write_lines(tmp_path / "run" / "empty.jsonl", [])
+    lines = [sample(1), b"\n", b"   \n", b'{"prompt": "p", "response": "caf\xe9", "reward": 1, "step": 1}\n', sample(2)]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 3
+    assert sorted(run.samples["line"]) == [1, 4, 5]
+    assert "invalid UTF-8" in problems_of(run, "note")[("r.jsonl", 4)]
+    assert run.report.set_index("file").loc["empty.jsonl", "lines"] == 0
+    batch = board.load_step_batch(run.version, 1, run.step_rows(1))
+    assert batch.table["response"].tolist() == ["r1", "caf\ufffd"]
+
+
+def test_a_last_line_cut_mid_write_is_reported_then_picked_up_when_finished(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    whole = json.dumps(sample(3)).encode() + b"\n"
+    with open(path, "ab") as file:
+        file.write(whole[:20])
+    store = board.RunStore(str(tmp_path / "run"))
+    run = store.load(128)
+    assert run.steps == [1, 2]
+    assert run.report["incomplete last line"].tolist() == [1] and run.report["bad lines"].tolist() == [0]
+    assert problems_of(run, "incomplete") == {("r.jsonl", 3): "the last line has no end yet: still being written, or cut off"}
+    with open(path, "ab") as file:
+        file.write(whole[20:])
+    assert store.needs_work(128)
+    run = store.load(128)
+    assert run.steps == [1, 2, 3] and not len(run.problems)
+
+
+def test_a_complete_last_line_without_newline_counts_once(tmp_path):
+    path = tmp_path / "run" / "r.jsonl"
+    write_lines(path, [sample(1), json.dumps(sample(2)).encode()])
+    store = board.RunStore(str(tmp_path / "run"))
+    assert store.load(128).steps == [1, 2]
+    with open(path, "ab") as file:
+        file.write(b"\n" + json.dumps(sample(3)).encode() + b"\n")
+    run = store.load(128)
+    assert run.samples["line"].tolist() == [1, 2, 3] and run.samples["step"].tolist() == [1, 2, 3]
+
+
+def test_a_resumed_launch_replaces_the_steps_it_logged_again(tmp_path):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(run_dir / f"rollout_data_rank_{rank}_20260101T000000Z.jsonl", [sample(s, reward=1) for s in (1, 2, 3)])
+        write_lines(run_dir / f"rollout_data_rank_{rank}_20260102T000000Z.jsonl", [sample(s, reward=2) for s in (3, 4)])
+    run = load(run_dir)
+    assert run.samples.groupby("step")["reward"].agg(["size", "mean"]).to_dict("index") == {
+        1: {"size": 2, "mean": 1.0}, 2: {"size": 2, "mean": 1.0}, 3: {"size": 2, "mean": 2.0}, 4: {"size": 2, "mean": 2.0},
+    }
+
+
+def count_index_calls(monkeypatch):
+    calls = []
+    original = board.index_chunk
+
+    def counting(path, start, end, per_step):
+        calls.append((Path(path).name, start, end))
+        return original(path, start, end, per_step)
+
+    monkeypatch.setattr(board, "index_chunk", counting)
+    return calls
+
+
+def test_the_index_cache_survives_a_restart_and_reads_only_appended_bytes(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    first = load(tmp_path / "run", parallel=False)
+    calls = count_index_calls(monkeypatch)
+    restarted = load(tmp_path / "run", parallel=False)
+    assert calls == [] and restarted.samples.drop(columns="path").equals(first.samples.drop(columns="path"))
+    size = path.stat().st_size
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(3)).encode() + b"\n")
+    grown = load(tmp_path / "run", parallel=False)
+    assert calls == [("r.jsonl", size, path.stat().st_size)]
+    assert grown.steps == [1, 2, 3]
+
+
+@pytest.mark.parametrize("change", ["truncate", "replace", "rewrite in place"])
+def test_the_index_cache_is_never_used_stale(tmp_path, change):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1), sample(2, reward=1)])
+    load(tmp_path / "run")
+    if change == "truncate":
+        write_lines(path, [sample(1, reward=5)])
+    elif change == "replace":
+        other = write_lines(tmp_path / "other.jsonl", [sample(1, reward=7), sample(2, reward=7)])
+        os.replace(other, path)
+    else:
+        data = path.read_bytes().replace(b'"reward": 1', b'"reward": 9')
+        with open(path, "r+b") as file:
+            file.write(data)
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    run = load(tmp_path / "run")
+    expected = {"truncate": [5.0], "replace": [7.0, 7.0], "rewrite in place": [9.0, 9.0]}[change]
+    assert run.samples["reward"].tolist() == expected
+
+
+def test_an_unwritable_cache_folder_costs_speed_not_data(tmp_path, monkeypatch):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(blocker / "cache"))
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 1
+    assert any("index cache not written" in reason for reason in run.problems["reason"])
+
+
+def test_a_read_only_run_folder_loads(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    os.chmod(tmp_path / "run", 0o555)
+    try:
+        assert load(tmp_path / "run").steps == [1]
+    finally:
+        os.chmod(tmp_path / "run", 0o755)
+
+
+def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
+    write_run(tmp_path / "run", steps=2, samples=8, tokens=20, ranks=2, workers=1)
+    store = board.RunStore(str(tmp_path / "run"))
+    before = store.load(128)
+    assert not store.needs_work(128)
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    with open(path, "ab") as file:
+        file.write(b"".join(json.dumps(sample(7, reward=3.0)).encode() + b"\n" for _ in range(4)))
+    assert store.needs_work(128)
+    after = store.load(128)
+    assert after.steps == [0, 1, 7] and after.version != before.version
+    assert after.samples[after.samples["step"] < 7].drop(columns="path").equals(before.samples.drop(columns="path"))
+
+
+def test_free_form_fields_from_other_tools_are_shown_as_text(tmp_path):
+    chat = [{"role": "user", "content": "hi"}]
+    write_lines(tmp_path / "run" / "r.jsonl", [dict(prompt=chat, response="ok", reward=1, step="3", ground_truth=[1, 2], extra={"x": 1})])
+    run = load(tmp_path / "run")
+    batch = board.load_step_batch(run.version, 3, run.step_rows(3))
+    assert json.loads(batch.table["prompt"].iloc[0]) == chat
+    assert batch.table["ground_truth"].iloc[0] == "[1, 2]"

@@ -1,0 +1,169 @@
+"""Every derived number the board shows, against an independent recomputation in plain Python."""
+
+import html
+import json
+import math
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import rl_logging_board as board
+from tests.test_loading import load, sample, write_lines
+
+FORMULAS = {
+    "kl": lambda r: math.exp(r) - 1 - r,
+    "k1": lambda r: r,
+    "k2": lambda r: r * r / 2,
+    "k3": lambda r: math.exp(-r) - (-r) - 1,  # TRL: exp(ref - logp) - (ref - logp) - 1
+}
+
+
+@pytest.mark.parametrize("estimator", list(board.KL_ESTIMATORS))
+def test_kl_estimators(estimator):
+    ratios = [-2.0, -0.3, -1e-9, 0.0, 1e-9, 0.4, 3.0]
+    got = board.kl_per_token(np.array(ratios), estimator)
+    assert got.tolist() == pytest.approx([FORMULAS[estimator](r) for r in ratios], rel=1e-12, abs=1e-15)
+
+
+def test_segment_sums_and_means_skip_nan_and_empty_segments():
+    values = np.array([[1.0, 2.0, np.nan, 4.0, 5.0]])
+    sums, means = board.segment_sums_and_means(values, np.array([2, 0, 3]))
+    assert sums[0].tolist()[0] == 3.0 and np.isnan(sums[0][1]) and sums[0][2] == 9.0
+    assert means[0][0] == 1.5 and np.isnan(means[0][1]) and means[0][2] == 4.5
+
+
+def test_step_statistics_are_population_mean_and_std_in_step_order():
+    samples = pd.DataFrame({"step": [3, 1, 3, 1, 3], "reward": [1.0, 2.0, 2.0, 4.0, np.inf]})
+    stats = board.step_stats(samples, "reward")
+    assert stats.index.tolist() == [1, 3]
+    assert stats["mean"].tolist() == [3.0, 1.5]
+    assert stats["std"].tolist() == pytest.approx([statistics.pstdev([2, 4]), statistics.pstdev([1, 2])])
+    assert stats["count"].tolist() == [2, 2]
+
+
+def test_reward_gaps_from_a_run(tmp_path):
+    lines = [sample(1, reward=1.0, ref_reward=0.25, valid_reward=0.5, ref_valid_reward=0.75), sample(1, reward=2.0)]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert run.samples["reward_gap"].iloc[0] == 0.75
+    assert run.samples["valid_reward_gap"].iloc[0] == -0.25  # valid_reward - ref_valid_reward
+    assert np.isnan(run.samples["reward_gap"].iloc[1])
+
+
+def test_response_lengths_are_characters_and_tokens(tmp_path):
+    lines = [
+        sample(1, response="押韵的诗句", ref_response="abc", response_tokens=["押韵", "的", "诗句"], logprobs=[-1.0, -1.0, -1.0]),
+        sample(1, response="xy", response_tokens=["x", "y"]),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert run.samples["response_len"].tolist() == [5, 2]
+    assert run.samples["ref_response_len"].iloc[0] == 3 and np.isnan(run.samples["ref_response_len"].iloc[1])
+    assert run.samples["response_tokens_len"].tolist() == [3, 2]
+    assert run.step_mean("response_len") == {1: 3.5}
+
+
+def test_zero_signal_groups_and_truncation_per_step():
+    samples = pd.DataFrame({
+        "step": [1, 1, 1, 1, 2, 2],
+        "group_id": ["a", "a", "b", "b", "c", "c"],
+        "reward": [1.0, 1.0, 0.0, 1.0, 0.5, 0.5],
+        "truncated": [0.0, 1.0, 0.0, 0.0, np.nan, np.nan],
+    })
+    fractions = board.group_signal_by_step(samples)
+    assert fractions["zero-signal groups"].tolist() == [0.5, 1.0]
+    assert fractions["truncated"].iloc[0] == 0.25 and np.isnan(fractions["truncated"].iloc[1])
+
+
+def test_group_table_sorts_by_reward_spread():
+    table = pd.DataFrame({
+        "group_id": ["a", "a", "b", "b"], "prompt": ["pa", "pa", "pb", "pb"],
+        "reward": [1.0, 1.0, 0.0, 2.0], "truncated": [0.0, 0.0, 1.0, 0.0],
+    })
+    groups = board.group_table(table)
+    assert groups["group"].tolist() == ["b", "a"]
+    assert groups["reward spread"].tolist() == [2.0, 0.0]
+    assert groups["zero signal"].tolist() == [False, True]
+    assert groups[["c0", "c1"]].to_numpy().tolist() == [[0.0, 2.0], [1.0, 1.0]]
+    assert board.group_table(table.assign(group_id=None)) is None
+
+
+def test_normal_curve_is_the_fitted_density():
+    values = np.array([0.0, 1.0, 2.0, 3.0])
+    x, density = board.normal_curve(values)
+    mean, std = 1.5, statistics.pstdev(values)
+    assert density.max() == pytest.approx(1 / (std * math.sqrt(2 * math.pi)), rel=1e-3)
+    assert np.trapezoid(density, x) == pytest.approx(1.0, abs=0.01)
+    assert x[np.argmax(density)] == pytest.approx(mean, abs=(x[1] - x[0]))
+
+
+def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
+    tokens = dict(
+        response_tokens=["a", "<PAD>", "b", "<PAD>", "<PAD>"],
+        logprobs=np.log([0.5, 0.9, 0.25, 1.0, 1.0]),
+        ref_logprobs=np.log([0.25, 0.9, 0.5, 1.0, 1.0]),
+        token_rewards=None, values=np.arange(5.0), entropies=None, advantage=0.5, notes=[],
+    )
+    rows = board.token_rows(tokens, "k3", "<PAD>")
+    assert rows["tokens"] == ["a", "<PAD>", "b"]
+    assert rows["is_pad"].tolist() == [False, True, False]
+    values = rows["values"]
+    assert values["prob"].tolist() == pytest.approx([0.5, 0.9, 0.25])
+    assert values["ref_prob"].tolist() == pytest.approx([0.25, 0.9, 0.5])
+    assert values["log_ratio"].tolist() == pytest.approx([math.log(2), 0.0, math.log(0.5)])
+    assert values["kl"].tolist() == pytest.approx([FORMULAS["k3"](r) for r in values["log_ratio"]])
+    assert values["token_value"].tolist() == [0.0, 1.0, 2.0]
+    assert values["advantage"].tolist() == [0.5, 0.5, 0.5]
+    assert set(values) == {"logp", "prob", "log_ratio", "kl", "ref_logp", "ref_prob", "token_value", "advantage"}
+    assert board.token_rows(tokens, "kl", None)["tokens"] == tokens["response_tokens"]
+
+
+def test_running_text_escapes_tokens_and_shows_values_on_hover():
+    tokens = ["<script>alert(1)</script>", '" onmouseover="x', "ok"]
+    values = {"logp": np.array([-1.0, -2.0, -0.5]), "kl": np.array([0.0, 0.4, -0.2])}
+    page = board.running_text_html(tokens, values, "kl", np.array([False, False, True]))
+    assert "<script>" not in page and html.escape("<script>alert(1)</script>") in page
+    assert 'onmouseover="x' not in page
+    assert "kl=0.4" in page and "logp=-2" in page
+    assert page.count("<span") == 3 and "opacity:0.35" in page
+    colours = board.diverging_colours(np.array([0.0, 0.4, -0.2, np.nan]))
+    assert colours[0].startswith("rgba(220,60,60,0.00") and colours[1] == "rgba(220,60,60,0.85)"
+    assert colours[2] == "rgba(60,110,230,0.42)" and colours[3] == "transparent"
+
+
+def test_clean_text_drops_pads_and_the_system_prompt_only_when_asked():
+    text = "<PAD>system rules<endofsystem>question<PAD>"
+    assert board.clean_text(text, "<PAD>", "<endofsystem>") == "question"
+    assert board.clean_text(text) == text
+
+
+def test_shaded_token_table_needs_no_matplotlib():
+    grid = pd.DataFrame([[1.0, 2.0, 3.0], [0.5, 0.5, np.nan]], index=["logp", "kl"], columns=["0 - a", "1 - b", "2 - c"])
+    styles = board.shade_rows(grid)._compute().ctx
+    assert styles[(0, 0)] == [("background-color", "rgb(0,0,0)"), ("color", "#ffffff")]
+    assert styles[(0, 2)] == [("background-color", "rgb(255,255,255)"), ("color", "#000000")]
+    assert styles[(1, 0)] == [("background-color", "rgb(128,128,128)"), ("color", "#ffffff")]
+
+
+def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
+    samples = pd.DataFrame({"step": [2, 2, 1, 1], "reward": [1.0, 3.0, 0.0, 2.0]})
+    figure = board.step_curve_figure(samples, ["reward"], "t", variance_scale=0.5, zero_shift=True)
+    band, line = figure.data
+    assert list(line.x) == [1, 2] and list(line.y) == [0.0, 1.0]
+    assert list(band.y) == [0.5, 1.5, 0.5, -0.5]
+
+
+def test_reward_distribution_uses_histogram_and_normal_fit():
+    table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan], "ref_reward": [np.nan] * 4})
+    figure = board.reward_distribution_figure(table)
+    assert [trace.type for trace in figure.data] == ["histogram", "scatter"]
+    assert list(figure.data[0].x) == [0.0, 1.0, 1.0]
+
+
+def test_heat_map_labels_are_escaped_for_plotly():
+    grid = pd.DataFrame([[1.0]], index=["logp"], columns=['0 - <a href="x">t</a>'])
+    figure = board.token_heatmap_figure(grid)
+    assert list(figure.data[0].x) == ["0 - &lt;a href=&quot;x&quot;&gt;t&lt;/a&gt;"]
+    assert json.loads(figure.to_json())["data"][0]["colorscale"][0][1] == "rgb(23, 28, 66)"  # balance
