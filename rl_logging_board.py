@@ -74,7 +74,6 @@ def launch_options() -> argparse.Namespace:
 # The page outline: sidebar choices, then each area of the loaded run.
 def main():
     st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
-    start_worker_pool()
     settings = draw_sidebar(launch_options().root)
     run = load_selected_run(settings)
     if run is None:
@@ -285,38 +284,36 @@ def draw_step_curves(run: "Run", settings: dict):
     if has_entropy:
         tab_names.append("Step-Entropy")
     tabs = dict(zip(tab_names, st.tabs(tab_names)))
-    curve = dict(variance_scale=settings["variance_scale"], zero_shift=settings["zero_shift"])
+    curve = dict(version=run.version, variance_scale=settings["variance_scale"], zero_shift=settings["zero_shift"], _samples=samples)
 
     with tabs["Step-Reward"]:
         options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
         chosen = st.multiselect("Reward series", options, default=[n for n in options if n in REWARD_SERIES][:2] or options[:1])
-        figure = step_curve_figure(samples, chosen, "👾 Rewards Logging (Step level)", **curve)
+        figure = cached_step_curve(chosen, "👾 Rewards Logging (Step level)", **curve)
         st.plotly_chart(figure, width="stretch")
     with tabs["Step-KL"]:
         if samples[kl_column].notna().any():
             name = "log_ratio" if settings["use_logp_as_kl"] else f"kl ({settings['kl_estimator']})"
-            figure = step_curve_figure(samples, [kl_column], "👾 KL Logging (Step level)", names={kl_column: name}, **curve)
+            figure = cached_step_curve([kl_column], "👾 KL Logging (Step level)", names={kl_column: name}, **curve)
             st.plotly_chart(figure, width="stretch")
         else:
             st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
     with tabs["Step-RespLen"]:
         if samples["response_tokens_len"].notna().any():
-            figure = step_curve_figure(
-                samples, ["response_tokens_len"], "👾 Response Length Logging (tokens, Step level)", **curve
-            )
+            figure = cached_step_curve(["response_tokens_len"], "👾 Response Length Logging (tokens, Step level)", **curve)
             st.plotly_chart(figure, width="stretch")
         else:
             st.info("No token counts: the run has neither `response_tokens` nor `logprobs`.")
     if has_groups:
         with tabs["Step-Groups"]:
-            st.plotly_chart(step_fraction_figure(group_signal_by_step(samples)), width="stretch")
+            st.plotly_chart(cached_fraction_figure(run.version, samples), width="stretch")
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
             )
     if has_entropy:
         with tabs["Step-Entropy"]:
-            figure = step_curve_figure(samples, ["avg_entropy"], "👾 Token Entropy (Step level)", **curve)
+            figure = cached_step_curve(["avg_entropy"], "👾 Token Entropy (Step level)", **curve)
             st.plotly_chart(figure, width="stretch")
 
 
@@ -333,9 +330,9 @@ def draw_step_selector(run: "Run") -> int:
     else:
         gaps = np.diff(steps)
         if (gaps == gaps[0]).all():
-            step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]))
+            step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]), key="step_slider")
         else:
-            step = st.selectbox(label, steps, index=steps.index(previous))
+            step = st.selectbox(label, steps, index=steps.index(previous), key="step_selectbox")
     st.session_state["selected_step"] = int(step)
     return int(step)
 
@@ -476,10 +473,11 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     if not chosen or not len(rows["tokens"]):
         return
     labels = [f"{i} - {token}" for i, token in enumerate(rows["tokens"])]
-    grid = pd.DataFrame([rows["values"][name] for name in chosen], index=chosen, columns=labels)
-    st.dataframe(shade_rows(grid), width="stretch")
+    grid = pd.DataFrame({name: rows["values"][name] for name in chosen}, index=pd.Index(labels, name="token"))
+    st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
+    st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
     if settings["show_heat_map"]:
-        st.plotly_chart(token_heatmap_figure(grid), width="stretch")
+        st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
     st.markdown("**Response tokens**")
     metric = st.selectbox(
         "Colour tokens by",
@@ -488,13 +486,6 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
         help="Each token's background shows this value; hover a token for all its values.",
     )
     st.html(running_text_html(rows["tokens"], rows["values"], metric, rows["is_pad"]))
-
-
-# Start the worker processes in the background while the user picks a run, so Load & View never waits for them.
-def start_worker_pool():
-    if WORKERS > 1 and not st.session_state.get("worker_pool_started"):
-        st.session_state["worker_pool_started"] = True
-        threading.Thread(target=worker_pool, daemon=True).start()
 
 
 # Clicking a batch-table row sets the sample index input below it.
@@ -512,6 +503,18 @@ def pick_group_from_table(key: str):
 
 
 # ---------------------------------------------------------------- figures
+
+
+# Step figures change only with the run and the curve settings, so a step or sample change reuses them
+# (as shared objects: unpickling a plotly figure costs as much as building it).
+@st.cache_resource(show_spinner=False, max_entries=64)
+def cached_step_curve(columns, title, version, variance_scale, zero_shift, _samples, names=None) -> go.Figure:
+    return step_curve_figure(_samples, columns, title, variance_scale, zero_shift, names)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_fraction_figure(version, _samples) -> go.Figure:
+    return step_fraction_figure(group_signal_by_step(_samples))
 
 
 # One line per series with a mean ± std × scale band, steps in numeric order.
@@ -553,8 +556,14 @@ def step_curve_figure(samples, columns, title, variance_scale=0.2, zero_shift=Fa
             )
         )
     figure.update_layout(title=title, xaxis_title="step", legend=dict(orientation="h"), height=380)
-    figure.update_xaxes(tickformat="d")
+    figure.update_xaxes(tickformat="d", dtick=integer_tick_step(samples["step"]))
     return figure
+
+
+# A whole-number gap between step ticks, about ten ticks across.
+def integer_tick_step(steps: pd.Series) -> int:
+    span = int(steps.max() - steps.min()) if len(steps) else 0
+    return max(1, round(span / 10))
 
 
 # Fractions per step of zero-signal groups and of truncated completions.
@@ -600,19 +609,19 @@ def reward_distribution_figure(table: pd.DataFrame) -> go.Figure:
 
 # The token grid as a heat map with values in the cells.
 def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
-    labels = [html.escape(label) for label in grid.columns]
+    labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
     figure = go.Figure(
         go.Heatmap(
             z=grid.to_numpy(),
             x=labels,
             y=list(grid.index),
             colorscale="balance",
-            text=np.round(grid.to_numpy(), 3),
-            texttemplate="%{text}",
+            text=np.round(grid.to_numpy(), 3) if grid.shape[1] <= 200 else None,
+            texttemplate="%{text}" if grid.shape[1] <= 200 else None,
             hovertemplate="%{y} at %{x}: %{z}<extra></extra>",
         )
     )
-    figure.update_layout(height=120 + 40 * len(grid.index), xaxis=dict(tickangle=-60))
+    figure.update_layout(height=160 + 40 * len(grid.index), xaxis=dict(tickangle=-60), yaxis=dict(autorange="reversed"))
     return figure
 
 
@@ -700,8 +709,9 @@ def group_table(table: pd.DataFrame) -> pd.DataFrame | None:
 def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
     estimator = settings["kl_estimator"]
     view = table.assign(
-        prompt=[clean_text(text, settings["pad_token"], settings["system_prompt_end"]) for text in table["prompt"]],
-        response=[clean_text(text, settings["pad_token"]) for text in table["response"]],
+        prompt=[shorten(clean_text(text, settings["pad_token"], settings["system_prompt_end"])) for text in table["prompt"]],
+        response=[shorten(clean_text(text, settings["pad_token"])) for text in table["response"]],
+        ref_response=[None if text is None else shorten(clean_text(text, settings["pad_token"])) for text in table["ref_response"]],
         avg_kl=table[f"avg_kl_{estimator}"],
         sum_kl=table[f"sum_kl_{estimator}"],
     )
@@ -712,6 +722,12 @@ def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
     columns += [c for c in table.columns if c.startswith("rewards/")]
     columns += ["advantage", "group_id", "truncated", "response_tokens_len", "avg_entropy"]
     return view[[c for c in columns if view[c].notna().any()]]
+
+
+# Table cells show the start of a text (the samples pair below shows all of it); sending whole
+# responses for every row would cost more than the rest of the page.
+def shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # Display text: optionally cut the system prompt and remove pad tokens.
@@ -749,26 +765,15 @@ def token_rows(tokens: dict, estimator: str, pad_token: str | None) -> dict:
     )
 
 
-# Grey shading per row, darkest at the row's minimum (numpy, no matplotlib).
-def shade_rows(grid: pd.DataFrame):
-    def row_style(row: pd.Series) -> list[str]:
-        values = row.to_numpy(dtype=float)
-        finite_values = values[np.isfinite(values)]
-        if not len(finite_values):
-            return [""] * len(values)
-        low, high = finite_values.min(), finite_values.max()
-        scale = (values - low) / (high - low) if high > low else np.full(len(values), 0.5)
-        styles = []
-        for level in scale:
-            if not np.isfinite(level):
-                styles.append("")
-                continue
-            grey = int(round(level * 255))
-            ink = "#000000" if grey > 140 else "#ffffff"
-            styles.append(f"background-color: rgb({grey},{grey},{grey}); color: {ink}")
-        return styles
-
-    return grid.style.apply(row_style, axis=1).format("{:.6f}")
+# Shade each metric column by where a value sits in that column's range (bars drawn by the grid: no Styler, no matplotlib).
+def shaded_columns(grid: pd.DataFrame) -> dict:
+    config = {}
+    for name in grid.columns:
+        values = grid[name].to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
+        config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format="%.6f", min_value=float(low), max_value=float(high if high > low else low + 1))
+    return config
 
 
 # The response as running text, each token's background by a metric, value on hover; text escaped.
@@ -1424,18 +1429,14 @@ def run_tasks(tasks: list, parallel: bool):
         yield future.result()
 
 
-# Workers import this file as a module so its functions pickle by name; a forkserver keeps them clean of the server's threads.
+# Tasks name functions of this file imported as a module, so they pickle by name. On Linux the workers
+# fork from the server: instant, nothing to import, and they only run numpy and msgspec code (no locks
+# that another server thread could hold). Elsewhere they are spawned and import the module.
 @st.cache_resource(show_spinner=False)
 def worker_pool() -> ProcessPoolExecutor:
     __import__(MODULE_NAME)
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        context.set_forkserver_preload([MODULE_NAME])
-    pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=context)
-    for _ in range(WORKERS):
-        pool.submit(os.getpid)
-    return pool
+    method = "fork" if sys.platform == "linux" else "spawn"
+    return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context(method))
 
 
 def launch_of(path: str) -> str:
@@ -1549,6 +1550,7 @@ def list_runs(root: str) -> list[str]:
 
 
 # The step in view read back in full: texts for the tables and pair, per-token arrays for the token area.
+# Kept as a shared read-only object: pickling it on every rerun would cost more than the page.
 @dataclass
 class StepBatch:
     table: pd.DataFrame
@@ -1556,7 +1558,7 @@ class StepBatch:
     problems: list
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=16)
 def load_step_batch(version: tuple, step: int, _rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
     tokens, problems = [], []

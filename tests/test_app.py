@@ -94,9 +94,9 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert token_rows.options == ["token_reward", "log_ratio", "kl", "token_value", "logp", "ref_logp", "prob", "ref_prob", "entropy", "advantage"]
     token_rows.set_value(["logp", "kl"]).run()
     grid = app.dataframe[-1].value
-    assert list(grid.index) == ["logp", "kl"]
-    assert grid.loc["logp"].tolist() == pytest.approx(chosen["logprobs"])
-    assert list(grid.columns[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
+    assert list(grid.columns) == ["logp", "kl"]
+    assert grid["logp"].tolist() == pytest.approx(chosen["logprobs"])
+    assert list(grid.index[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
 
 
 def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, monkeypatch):
@@ -107,7 +107,7 @@ def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, mon
     k3 = np.exp(-ratio) + ratio - 1
     assert app.dataframe[1].value["avg_kl"].iloc[0] == pytest.approx(k3.mean())
     widget(app.multiselect, "Select show value(s)").set_value(["kl"]).run()
-    assert app.dataframe[-1].value.loc["kl"].tolist() == pytest.approx(k3.tolist())
+    assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(k3.tolist())
 
 
 def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
@@ -161,3 +161,39 @@ def test_live_mode_pulls_in_new_steps_and_keeps_the_selection(grpo_root, monkeyp
     app.run()
     slider = widget(app.slider, "Step Index(6 total steps)")
     assert slider.value == 2 and slider.max == 5
+
+
+def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
+    root = Path(board.DEFAULT_ROOT)
+    app = start(root, monkeypatch)
+    assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_tiny_example"
+    app = load_and_view(app)
+    run_dir = root / "grpo_tiny_example"
+    run_lines = lines_of(run_dir)
+    meta = json.loads(next(run_dir.glob("rollout_meta_*.json")).read_text())
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
+    assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
+
+    # Which groups had no learning signal at the step in view: the caption's count is a recomputation from the file.
+    step = widget(app.slider, f"Step Index({len({line['step'] for line in run_lines})} total steps)").value
+    groups = {}
+    for line in run_lines:
+        if line["step"] == step:
+            groups.setdefault(line["group_id"], set()).add(line["reward"])
+    zero = sum(len(rewards) == 1 for rewards in groups.values())
+    assert f"**Groups in this step**: {len(groups)} prompt(s), {zero} with no learning signal (all rewards equal)." in [m.value for m in app.markdown]
+    assert {"rewards/sorted_digits", "rewards/same_digits", "advantage", "group_id"} <= set(app.dataframe[1].value.columns)
+
+    # Which tokens had the highest KL and entropy: the token rows hold them, per token, from the file.
+    chosen = [line for line in run_lines if line["step"] == step][0]
+    rows = widget(app.multiselect, "Select show value(s)")
+    assert {"entropy", "advantage", "kl", "logp"} <= set(rows.options)
+    rows.set_value(["kl", "entropy"]).run()
+    grid = app.dataframe[-1].value
+    assert grid["entropy"].tolist() == pytest.approx(chosen["entropies"])
+    ratio = np.array(chosen["logprobs"]) - np.array(chosen["ref_logprobs"])
+    assert grid["kl"].tolist() == pytest.approx((np.expm1(ratio) - ratio).tolist())
+    assert widget(app.selectbox, "Colour tokens by").value == "kl"
+    assert not app.exception

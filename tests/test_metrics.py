@@ -139,12 +139,12 @@ def test_clean_text_drops_pads_and_the_system_prompt_only_when_asked():
     assert board.clean_text(text) == text
 
 
-def test_shaded_token_table_needs_no_matplotlib():
-    grid = pd.DataFrame([[1.0, 2.0, 3.0], [0.5, 0.5, np.nan]], index=["logp", "kl"], columns=["0 - a", "1 - b", "2 - c"])
-    styles = board.shade_rows(grid)._compute().ctx
-    assert styles[(0, 0)] == [("background-color", "rgb(0,0,0)"), ("color", "#ffffff")]
-    assert styles[(0, 2)] == [("background-color", "rgb(255,255,255)"), ("color", "#000000")]
-    assert styles[(1, 0)] == [("background-color", "rgb(128,128,128)"), ("color", "#ffffff")]
+def test_token_table_shades_each_metric_within_its_range():
+    grid = pd.DataFrame({"logp": [-3.0, -1.0, -0.5], "kl": [0.5, 0.5, np.nan]})
+    config = board.shaded_columns(grid)
+    assert (config["logp"]["type_config"]["min_value"], config["logp"]["type_config"]["max_value"]) == (-3.0, -0.5)
+    assert (config["kl"]["type_config"]["min_value"], config["kl"]["type_config"]["max_value"]) == (0.5, 1.5)
+    assert config["logp"]["type_config"]["type"] == "progress"
 
 
 def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():

@@ -1,0 +1,102 @@
+"""Append-only JSONL writing off the training thread."""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import math
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+
+if importlib.util.find_spec("orjson") is not None:
+    import orjson
+else:
+    orjson = None
+
+
+def json_line(record: dict) -> bytes:
+    """One record as a UTF-8 JSON line ending in "\\n"; NaN and ±Infinity become `null`, which stays valid JSON."""
+    if orjson is not None:
+        return orjson.dumps(record) + b"\n"  # orjson already writes non-finite floats as null
+    try:
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: replace it and encode again
+        text = json.dumps(_finite_or_null(record), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8") + b"\n"
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
+class JsonlWriter:
+    """
+    Appends records to one JSONL file from a background thread, so serialising and writing never hold up training.
+
+    Each call of `write` becomes whole lines written and flushed together. A record that cannot be serialised is
+    skipped; an I/O error (full disk, lost permission) stops all further writes. Either is reported once through
+    `warn(kind, message)`, and training goes on.
+
+    Args:
+        path (`Path`):
+            The file to append to; opening it raises `OSError` to the caller.
+        warn (`Callable[[str, str], None]`):
+            Reports a problem: a short kind (`"serialize"` or `"io"`) and a message.
+    """
+
+    def __init__(self, path: Path, warn: Callable[[str, str], None]):
+        self.path = path
+        self._warn = warn
+        self._file = open(path, "ab")
+        self._queue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._drain, name="rollout-logger-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)  # a run that dies with an exception still gets its queued lines written
+
+    def write(self, records: list[dict]) -> None:
+        """Queues records to be written as one batch; the caller must not change them afterwards."""
+        if records:
+            self._queue.put(records)
+
+    def close(self) -> None:
+        """Writes everything queued, then closes the file."""
+        atexit.unregister(self.close)
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _drain(self) -> None:
+        while (records := self._queue.get()) is not None:
+            lines = []
+            for record in records:
+                try:
+                    lines.append(json_line(record))
+                except Exception as error:  # e.g. a value JSON cannot hold: lose this sample, keep the rest
+                    self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
+            if self._file is None:
+                continue
+            try:
+                self._file.write(b"".join(lines))
+                self._file.flush()
+            except OSError as error:
+                self._warn("io", f"writing {self.path} failed ({error}); no more rollout data is written")
+                self._close_file()
+        self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # the error that matters was reported when the write failed
+            self._file = None

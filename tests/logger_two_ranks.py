@@ -1,0 +1,19 @@
+"""One rank of the two-process test: `torchrun --nproc_per_node 2 tests/logger_two_ranks.py MODEL_DIR OUTPUT_DIR`.
+
+Each rank samples 6 completions per step, with 4 per prompt: the middle prompt's group spans both ranks.
+"""
+
+import sys
+from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.logger_fixtures import add_logger, make_trainer  # noqa: E402
+
+
+if __name__ == "__main__":
+    model_dir, output_dir = sys.argv[1:3]
+    trainer = make_trainer(output_dir, model_dir=model_dir, per_device_train_batch_size=6, max_steps=2)
+    add_logger(trainer)
+    trainer.train()

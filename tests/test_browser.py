@@ -1,0 +1,138 @@
+"""The board in a real headless Chromium, served by start.sh: charts draw, model output stays text, nothing leaves the machine."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from bench.generate_run import write_run
+from tests.test_loading import sample
+
+PROJECT = Path(__file__).resolve().parents[1]
+ARTIFACTS = PROJECT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+PAYLOADS = [
+    "<script>window.__pwned = 'script'</script>",
+    '<iframe srcdoc="<script>parent.__pwned = \'iframe\'</script>"></iframe>',
+    '<img src=x onerror="window.__pwned = \'img\'">',
+    "<style>body { display: none }</style>",
+    "**not bold** $x^2$ [link](http://example.com)",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def board_url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    write_run(root / "grpo_run", steps=4, samples=8, tokens=30, ranks=2, grpo=True, workers=1)
+    hostile = sample(
+        4,
+        reward=0.5,
+        prompt="Say hello<endofsystem>line one\nline two",
+        response="\n".join(PAYLOADS),
+        ref_response=PAYLOADS[1],
+        response_tokens=PAYLOADS[:2] + ["<b>bold?</b>", "plain"],
+        logprobs=[-0.1, -2.5, -0.3, -0.05],
+        ref_logprobs=[-0.2, -0.5, -0.3, -0.1],
+    )
+    with open(root / "grpo_run" / "rollout_data_rank_0.jsonl", "a") as file:
+        file.write(json.dumps(hostile) + "\n")
+    port = free_port()
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(root / ".cache"))
+    server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("start.sh did not serve the board: " + server.stdout.read().decode(errors="replace")[-2000:])
+    yield url
+    server.terminate()
+    server.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def page(board_url):
+    assert Path(CHROMIUM).exists(), "install Chromium: apt-get install -y chromium (tests/run.sh does)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1600, "height": 4200})
+        requests = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.goto(board_url)
+        page.get_by_role("button", name="Load & View").click(timeout=60_000)
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=60_000)
+        page.requests = requests
+        yield page
+        browser.close()
+
+
+def move_step_slider(page, key: str):
+    page.get_by_label("Step Index(5 total steps)").get_by_role("slider").focus()
+    page.keyboard.press(key)
+
+
+def set_number(page, label: str, value: int):
+    field = page.get_by_label(label)
+    field.fill(str(value))
+    field.press("Enter")
+    page.wait_for_timeout(1500)
+
+
+def test_charts_draw_and_every_request_stays_local(page, board_url):
+    assert page.locator(".js-plotly-plot").count() >= 4  # the reward curves and the three batch charts
+    assert page.get_by_role("tab", name="Step-Reward").is_visible()
+    assert page.get_by_text("Step Index(5 total steps)").is_visible()
+    outside = [url for url in page.requests if not url.startswith(board_url) and not url.startswith("data:") and not url.startswith("blob:")]
+    assert outside == []
+
+
+def test_model_output_is_shown_verbatim_and_never_runs(page):
+    move_step_slider(page, "End")  # the hostile sample is the only one of step 4, the last
+    page.wait_for_timeout(2500)
+    set_number(page, "Sample index in current step batch", 0)
+    response = page.locator('[data-testid="stText"]').filter(has_text="<script>window.__pwned")
+    response.first.wait_for(timeout=20_000)
+    text = response.first.inner_text()
+    for payload in PAYLOADS:
+        assert payload in text
+    assert "line one\nline two" in page.locator('[data-testid="stText"]').filter(has_text="line one").first.inner_text()
+    tokens = page.locator('[data-testid="stHtml"]').filter(has_text="plain").first
+    assert "<b>bold?</b>" in tokens.inner_text() and tokens.locator("b").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("iframe[srcdoc]").count() == 0 and page.locator("img[src=x]").count() == 0
+    assert page.evaluate("getComputedStyle(document.body).display") != "none"  # the <style> payload did not apply
+    assert page.locator('[data-testid="stApp"]').is_visible()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "hostile_sample.png"), full_page=True)
+
+
+def test_clicking_a_batch_table_row_picks_the_sample(page):
+    move_step_slider(page, "Home")
+    page.wait_for_timeout(2500)
+    grid = page.locator('[data-testid="stDataFrame"]').nth(1)
+    grid.scroll_into_view_if_needed()
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + 18, box["y"] + 35 * 3 + 17)  # the selection box of row 2 (header is row 0)
+    page.wait_for_timeout(2500)
+    assert page.get_by_label("Sample index in current step batch").input_value() == "2"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "board.png"), full_page=True)

@@ -1,0 +1,325 @@
+"""The rollout logger on real (tiny, CPU) GRPOTrainer runs: files, fields, exact log-probs, TRL's metrics, faults.
+
+Log-probs are checked against a fresh forward pass of the weights that generated each sample (snapshotted when the
+step's batch was generated), with learning rates large enough that every step changes the weights.
+"""
+
+import contextlib
+import io
+import json
+import logging
+import re
+import statistics
+from collections import Counter, defaultdict
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+import rollout_logger.writer
+from examples.train_grpo_tiny import same_digits, sorted_digits
+from rollout_logger import RolloutLoggerCallback, rollout_logging_enabled
+from tests.logger_fixtures import (
+    GenerationRecorder,
+    Rescorer,
+    add_logger,
+    make_trainer,
+    max_difference,
+    read_records,
+    trl_kl,
+)
+
+
+FILE_NAME = re.compile(r"rollout_data_rank_0_(\d{8}T\d{6}Z)\.jsonl")
+GRPO_KEYS = {
+    "prompt",
+    "response",
+    "response_tokens",
+    "logprobs",
+    "entropies",
+    "reward",
+    "rewards_per_func",
+    "advantage",
+    "group_id",
+    "truncated",
+    "rank",
+    "step",
+}
+HOOKED = {
+    "_generate_and_score_completions",
+    "_calculate_rewards",
+    "compute_loss",
+}  # and the per-token log-prob function
+
+
+def logger_warnings(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name.startswith("rollout_logger")]
+
+
+def run_logged(tmp_path, monkeypatch, **settings):
+    """A logged GRPO run: (trainer, its GenerationRecorder, file name -> records)."""
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "true")
+    trainer = make_trainer(tmp_path, **settings)
+    generations = GenerationRecorder(trainer)
+    callback = add_logger(trainer)
+    trainer.train()
+    return trainer, generations, read_records(callback.run_dir)
+
+
+def run_logged_with_caplog(tmp_path, monkeypatch, caplog, **settings):
+    with caplog.at_level(logging.WARNING):
+        return run_logged(tmp_path, monkeypatch, **settings)
+
+
+def assert_exact(trainer, generations, records):
+    """Every sample's log-probs (and reference log-probs) equal a fresh pass of the generating weights."""
+    rescorer = Rescorer(trainer.temperature)
+    for record in records:
+        assert (
+            max_difference(record["logprobs"], rescorer.logprobs(generations.weights[record["step"]], record)) < 1e-5
+        )
+        if trainer.beta != 0:
+            assert max_difference(record["ref_logprobs"], rescorer.logprobs(rescorer.initial_weights, record)) < 1e-5
+
+
+def assert_well_formed(trainer, generations, records, steps, batches_per_step=1):
+    """All keys, per-token lists as long as the completion mask, each generated sample exactly once."""
+    keys = GRPO_KEYS | ({"ref_logprobs"} if trainer.beta != 0 else set())
+    if not hasattr(trainer, "_get_per_token_logps_and_entropies"):  # TRL < 0.20 computes no entropies
+        keys = keys - {"entropies"}
+    generation_batch = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
+    assert Counter(record["step"] for record in records) == {
+        step: generation_batch * batches_per_step for step in steps
+    }
+    for step in steps:
+        lengths = sorted(len(record["response_tokens"]) for record in records if record["step"] == step)
+        assert lengths == sorted(generations.completion_lengths[step])
+    for record in records:
+        assert set(record) == keys
+        assert not {"values", "token_rewards"} & set(record)
+        length = len(record["response_tokens"])
+        assert length > 0 and all(
+            len(record[key]) == length for key in keys & {"logprobs", "ref_logprobs", "entropies"}
+        )
+        assert record["truncated"] == (record["response_tokens"][-1] != "<|endoftext|>")
+        assert length == trainer.args.max_completion_length or not record["truncated"]
+        assert set(record["rewards_per_func"]) == set(trainer.reward_func_names)
+        assert record["rank"] == 0 and isinstance(record["step"], int)
+    groups = Counter(record["group_id"] for record in records)
+    assert set(groups.values()) == {trainer.num_generations}  # every sample once, groups whole
+    prompts = defaultdict(set)
+    for record in records:
+        prompts[record["group_id"]].add(record["prompt"])
+    assert all(len(texts) == 1 for texts in prompts.values())
+
+
+# ---------------------------------------------------------------- the default run
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """Default GRPO settings (beta > 0), three steps, EXP_NAME and ROLLOUT_SAVE_DIR set."""
+    tmp_path = tmp_path_factory.mktemp("default")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("EXP_NAME", "my_experiment")
+        monkeypatch.setenv("ROLLOUT_SAVE_DIR", str(tmp_path / "rollouts"))
+        printed = io.StringIO()
+        class_before = dict(vars(GRPOTrainer))
+        with contextlib.redirect_stdout(printed):
+            trainer, generations, files = run_logged(tmp_path / "output", monkeypatch)
+    return dict(
+        trainer=trainer,
+        generations=generations,
+        files=files,
+        printed=printed.getvalue(),
+        root=tmp_path / "rollouts",
+        class_untouched=dict(vars(GRPOTrainer)) == class_before,
+    )
+
+
+def test_default_run_files_and_fields(default_run):
+    trainer, files = default_run["trainer"], default_run["files"]
+    run_dir = default_run["root"] / "my_experiment"
+    assert f"RLLoggingBoard: Saving rollout data to {run_dir}\n" in default_run["printed"]
+    [name] = files
+    launch_id = FILE_NAME.fullmatch(name).group(1)
+    assert sorted(path.name for path in run_dir.iterdir()) == [name, f"rollout_meta_{launch_id}.json"]
+    assert (run_dir / name).read_bytes().endswith(b"\n")
+    meta = json.loads((run_dir / f"rollout_meta_{launch_id}.json").read_text())
+    assert meta["launch_id"] == launch_id and meta["trl_version"]
+    assert meta["reward_funcs"] == ["sorted_digits", "same_digits"] and meta["reward_weights"] == [1.0, 1.0]
+    assert (meta["beta"], meta["num_generations"], meta["world_size"]) == (0.04, 4, 1)
+    assert_well_formed(trainer, default_run["generations"], files[name], steps=[1, 2, 3])
+    assert HOOKED <= set(vars(trainer)) and default_run["class_untouched"]  # hooks on the instance, not the class
+    assert all(group.startswith(launch_id) for group in {record["group_id"] for record in files[name]})
+
+
+def test_default_run_logprobs_are_exact(default_run):
+    [records] = default_run["files"].values()
+    assert_exact(default_run["trainer"], default_run["generations"], records)
+    # Each step generated with new weights, so the comparison tells the generating weights from the others.
+    first, second, third = (default_run["generations"].weights[step]["model.norm.weight"] for step in (1, 2, 3))
+    assert not torch.equal(first, second) and not torch.equal(second, third)
+
+
+def test_default_run_kl_matches_trl_metric(default_run):
+    """TRL's logged `kl` of each step is the token mean of exp(ref - logp) - (ref - logp) - 1 over the step's lines."""
+    [records] = default_run["files"].values()
+    per_step = defaultdict(list)
+    for record in records:
+        per_step[record["step"]].extend(trl_kl(record))
+    logged = {entry["step"]: entry["kl"] for entry in default_run["trainer"].state.log_history if "kl" in entry}
+    assert set(logged) == set(per_step) == {1, 2, 3}
+    for step, values in per_step.items():
+        assert sum(values) / len(values) == pytest.approx(logged[step], rel=1e-5, abs=1e-7)
+    assert logged[3] > 0  # the policy really moved away from the reference
+
+
+def test_default_run_rewards_and_advantages(default_run):
+    [records] = default_run["files"].values()
+    for record in records:
+        prompt, response = record["prompt"], record["response"]
+        assert record["rewards_per_func"] == {
+            "sorted_digits": sorted_digits([prompt], [response])[0],
+            "same_digits": pytest.approx(same_digits([prompt], [response])[0]),
+        }
+        assert record["reward"] == pytest.approx(sum(record["rewards_per_func"].values()))
+    groups = defaultdict(list)
+    for record in records:
+        groups[record["group_id"]].append(record)
+    for members in groups.values():  # TRL's advantage: (reward - group mean) / (group std + 1e-4)
+        rewards = [member["reward"] for member in members]
+        for member in members:
+            expected = (member["reward"] - statistics.mean(rewards)) / (statistics.stdev(rewards) + 1e-4)
+            assert member["advantage"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
+def test_logging_off_installs_nothing_and_training_is_identical(default_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "false")
+    monkeypatch.setenv("ROLLOUT_SAVE_DIR", str(tmp_path / "rollouts"))
+    trainer = make_trainer(tmp_path / "output")
+    attributes = dict(vars(trainer))
+    callback = add_logger(trainer)
+    assert not callback.enabled and vars(trainer) == attributes  # no method of the instance replaced
+    assert not HOOKED & set(vars(trainer))
+    trainer.train()
+    assert not (tmp_path / "rollouts").exists() and not (tmp_path / "output" / "rollout_samples").exists()
+
+    def losses(history):
+        return [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+
+    assert losses(trainer.state.log_history) == losses(default_run["trainer"].state.log_history)
+
+
+# ---------------------------------------------------------------- other settings
+
+
+SCENARIOS = {
+    # generation batch of 2 micro-batches; log-probs from the loss pass; temperature scales them
+    "gradient_accumulation": dict(settings=dict(gradient_accumulation_steps=2, temperature=0.7), steps=[1, 2]),
+    # one generation for 2 optimizer steps: the second half trains on updated weights; TRL's old_per_token_logps
+    "steps_per_generation_over_accumulation": dict(settings=dict(steps_per_generation=2, max_steps=4), steps=[1, 3]),
+    # each batch trained on twice: log-probs of the generating weights, not of the second pass
+    "num_iterations": dict(settings=dict(num_iterations=2, max_steps=4), steps=[1, 3]),
+    # two generation batches inside each optimizer step
+    "accumulation_over_generation": dict(
+        settings=dict(gradient_accumulation_steps=4, steps_per_generation=2), steps=[1, 2], batches_per_step=2
+    ),
+    "no_reference_model": dict(settings=dict(beta=0.0, max_steps=2), steps=[1, 2]),
+    "conversational": dict(settings=dict(conversational=True, max_steps=2), steps=[1, 2]),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_logs_every_sample_exactly(scenario, tmp_path, monkeypatch):
+    spec = SCENARIOS[scenario]
+    trainer, generations, files = run_logged(tmp_path, monkeypatch, **{"max_steps": 2, **spec["settings"]})
+    [records] = files.values()
+    assert_well_formed(trainer, generations, records, spec["steps"], spec.get("batches_per_step", 1))
+    assert_exact(trainer, generations, records)
+    if scenario == "conversational":
+        assert all(
+            re.fullmatch(r"<\|im_start\|>user\nsort [\d ]+ :<\|im_end\|>\n<\|im_start\|>assistant\n", record["prompt"])
+            for record in records
+        )
+
+
+def test_reward_function_returning_none_is_null(tmp_path, monkeypatch):
+    def only_short(completions, **kwargs):
+        return [1.0 if len(completion) < 8 else None for completion in completions]
+
+    trainer, _, files = run_logged(tmp_path, monkeypatch, reward_funcs=(only_short,), max_steps=1, beta=0.0)
+    [records] = files.values()
+    assert {record["rewards_per_func"]["only_short"] for record in records} <= {1.0, None}
+    assert all(record["reward"] is None for record in records if record["rewards_per_func"]["only_short"] is None)
+    assert any(record["reward"] is None for record in records)
+
+
+def test_each_launch_writes_new_files(tmp_path, monkeypatch):
+    """A second `train()` (as after a resume) never appends to or overwrites the first launch's files."""
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "true")
+    trainer = make_trainer(tmp_path, max_steps=1, beta=0.0)
+    callback = add_logger(trainer)
+    trainer.train()
+    first = read_records(callback.run_dir)
+    trainer.train()
+    files = read_records(callback.run_dir)
+    assert len(files) == 2 and set(first) < set(files) and files[min(files)] == first[min(first)]
+    launches = sorted(FILE_NAME.fullmatch(name).group(1) for name in files)
+    assert launches[0] < launches[1] and len(list(callback.run_dir.glob("rollout_meta_*.json"))) == 2
+
+
+# ---------------------------------------------------------------- faults
+
+
+def test_unwritable_folder_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ROLLOUT_SAVE_DIR", str(blocker))
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "true")
+    trainer = make_trainer(tmp_path / "output", max_steps=2, beta=0.0)
+    add_logger(trainer)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    [warning] = logger_warnings(caplog)
+    assert "cannot write rollout data" in warning and str(blocker) in warning
+
+
+def test_failed_write_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    class FullDisk(io.BytesIO):
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rollout_logger.writer, "open", lambda path, mode: FullDisk(), raising=False)
+    trainer, _, _ = run_logged_with_caplog(tmp_path, monkeypatch, caplog, max_steps=3, beta=0.0)
+    assert trainer.state.global_step == 3
+    [warning] = logger_warnings(caplog)
+    assert "No space left on device" in warning
+
+
+def test_internal_error_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    """Should TRL's batch not look as expected, logging stops with one warning; training is unchanged."""
+    monkeypatch.setattr(RolloutLoggerCallback, "_start_records", lambda self, output, step: output["no such key"])
+    trainer, _, files = run_logged_with_caplog(tmp_path, monkeypatch, caplog, max_steps=2, beta=0.0)
+    assert trainer.state.global_step == 2
+    [warning] = logger_warnings(caplog)
+    assert "KeyError" in warning and all(not records for records in files.values())
+
+
+@pytest.mark.parametrize(
+    ("value", "enabled"),
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("1", True),
+        ("Yes", True),
+        ("false", False),
+        ("0", False),
+        ("", False),
+        ("on", False),
+    ],
+)
+def test_switch_values(value, enabled, monkeypatch):
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", value)
+    assert rollout_logging_enabled() is enabled

@@ -1,0 +1,63 @@
+"""Two processes on CPU (gloo, launched by torchrun): one file per rank, together the whole generation batch."""
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.logger_fixtures import read_records, tiny_model_dir
+
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def test_two_ranks_write_the_whole_batch_once(tmp_path):
+    environment = {**os.environ, "SAVE_ROLLOUT_DATA": "true", "EXP_NAME": "two_ranks", "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(PROJECT / "tests" / "logger_two_ranks.py"),
+        str(tiny_model_dir()),
+        str(tmp_path),
+    ]
+    finished = subprocess.run(command, env=environment, cwd=PROJECT, capture_output=True, text=True, timeout=240)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.stdout.count("RLLoggingBoard: Saving rollout data to") == 1  # rank 0 says it, once
+
+    run_dir = tmp_path / "rollout_samples" / "two_ranks"
+    files = read_records(run_dir)
+    names = sorted(files)
+    assert [re.sub(r"_\d{8}T\d{6}Z", "", name) for name in names] == [
+        "rollout_data_rank_0.jsonl",
+        "rollout_data_rank_1.jsonl",
+    ]
+    launch_id = re.search(r"_(\d{8}T\d{6}Z)\.jsonl", names[0]).group(1)
+    assert names[1].endswith(f"_{launch_id}.jsonl")  # rank 0's launch id, shared
+    assert [path.name for path in run_dir.glob("rollout_meta_*.json")] == [f"rollout_meta_{launch_id}.json"]
+
+    for rank, name in enumerate(names):
+        assert {record["rank"] for record in files[name]} == {rank}
+        assert Counter(record["step"] for record in files[name]) == {1: 6, 2: 6}
+    records = files[names[0]] + files[names[1]]
+    groups = defaultdict(list)
+    for record in records:
+        groups[record["group_id"]].append(record)
+    # 3 prompts a step, 4 samples each
+    assert len(groups) == 6 and all(len(members) == 4 for members in groups.values())
+    split = [members for members in groups.values() if {member["rank"] for member in members} == {0, 1}]
+    assert len(split) == 2  # each step's middle prompt: two samples on each rank
+    for members in groups.values():
+        assert len({member["prompt"] for member in members}) == 1 and len({member["step"] for member in members}) == 1
+        rewards = [member["reward"] for member in members]
+        for member in members:  # advantages normalised over the whole group, across ranks
+            expected = (member["reward"] - statistics.mean(rewards)) / (statistics.stdev(rewards) + 1e-4)
+            assert member["advantage"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
