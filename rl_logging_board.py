@@ -10,6 +10,7 @@ import argparse
 import gc
 import hashlib
 import html
+import importlib
 import itertools
 import json
 import math
@@ -1423,8 +1424,8 @@ def run_tasks(tasks: list, parallel: bool):
         for function, args in tasks:
             yield function(*args)
         return
-    module = sys.modules[MODULE_NAME]
-    futures = [worker_pool().submit(getattr(module, function.__name__), *args) for function, args in tasks]
+    pool, module = worker_pool(), importlib.import_module(MODULE_NAME)
+    futures = [pool.submit(getattr(module, function.__name__), *args) for function, args in tasks]
     for future in futures:
         yield future.result()
 
@@ -1434,7 +1435,6 @@ def run_tasks(tasks: list, parallel: bool):
 # that another server thread could hold). Elsewhere they are spawned and import the module.
 @st.cache_resource(show_spinner=False)
 def worker_pool() -> ProcessPoolExecutor:
-    __import__(MODULE_NAME)
     method = "fork" if sys.platform == "linux" else "spawn"
     return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context(method))
 

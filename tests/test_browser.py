@@ -48,6 +48,8 @@ def board_url(tmp_path_factory):
     )
     with open(root / "grpo_run" / "rollout_data_rank_0.jsonl", "a") as file:
         file.write(json.dumps(hostile) + "\n")
+    # Big enough for the server to index it in its worker processes (board.PARALLEL_MIN_BYTES).
+    write_run(root / "a_big_run", steps=12, samples=128, tokens=500, ranks=4)
     port = free_port()
     env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(root / ".cache"))
     server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -136,3 +138,13 @@ def test_clicking_a_batch_table_row_picks_the_sample(page):
     assert page.get_by_label("Sample index in current step batch").input_value() == "2"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "board.png"), full_page=True)
+
+
+def test_a_run_big_enough_for_the_worker_processes_loads(page):
+    runs = page.get_by_label("Choose Log Name")
+    runs.click()
+    page.get_by_role("option", name="a_big_run").click()
+    page.get_by_role("button", name="Load & View").click()
+    page.get_by_text("Step Index(12 total steps)").wait_for(timeout=120_000)
+    assert page.get_by_text("Loaded 1536 sample(s) of 12 step(s) from 4 file(s): 0 bad line(s) skipped").is_visible()
+    assert page.locator('[data-testid="stException"]').count() == 0
