@@ -11,7 +11,6 @@ import gc
 import hashlib
 import html
 import importlib
-import itertools
 import json
 import math
 import multiprocessing
@@ -86,19 +85,25 @@ def main():
         return
     if settings["reward_curves"]:
         draw_step_curves(run, settings)
-    if not settings["response_compare"]:
-        return
+    if settings["response_compare"]:
+        draw_step_response(run, settings)
+
+
+# The step in view and its samples. A fragment: picking a step, a row or a sample reruns only this part
+# of the page, not the sidebar, the load and the step curves above.
+@st.fragment
+def draw_step_response(run: "Run", settings: dict):
     step = draw_step_selector(run)
     batch = load_step_batch(run.version, step, run.step_rows(step))
     for problem in batch.problems:
         st.warning(problem)
     if settings["show_charts"]:
-        draw_batch_charts(batch)
+        draw_batch_charts(run, step, batch)
     if settings["show_batch_samples"]:
-        draw_batch_table(batch, settings)
+        draw_batch_table(run, step, batch, settings)
     draw_groups(batch)
     sample = draw_samples_pair(run, batch, step, settings) if settings["show_samples_pair"] else chosen_sample(batch)
-    draw_token_area(batch, sample, settings)
+    draw_token_area(run, batch, sample, settings)
 
 
 # ---------------------------------------------------------------- page areas
@@ -290,32 +295,32 @@ def draw_step_curves(run: "Run", settings: dict):
     with tabs["Step-Reward"]:
         options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
         chosen = st.multiselect("Reward series", options, default=[n for n in options if n in REWARD_SERIES][:2] or options[:1])
-        figure = cached_step_curve(chosen, "👾 Rewards Logging (Step level)", **curve)
-        st.plotly_chart(figure, width="stretch")
+        chart = cached_step_curve(chosen, "👾 Rewards Logging (Step level)", **curve)
+        st.vega_lite_chart(spec=chart, width="stretch")
     with tabs["Step-KL"]:
         if samples[kl_column].notna().any():
             name = "log_ratio" if settings["use_logp_as_kl"] else f"kl ({settings['kl_estimator']})"
-            figure = cached_step_curve([kl_column], "👾 KL Logging (Step level)", names={kl_column: name}, **curve)
-            st.plotly_chart(figure, width="stretch")
+            chart = cached_step_curve([kl_column], "👾 KL Logging (Step level)", names={kl_column: name}, **curve)
+            st.vega_lite_chart(spec=chart, width="stretch")
         else:
             st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
     with tabs["Step-RespLen"]:
         if samples["response_tokens_len"].notna().any():
-            figure = cached_step_curve(["response_tokens_len"], "👾 Response Length Logging (tokens, Step level)", **curve)
-            st.plotly_chart(figure, width="stretch")
+            chart = cached_step_curve(["response_tokens_len"], "👾 Response Length Logging (tokens, Step level)", **curve)
+            st.vega_lite_chart(spec=chart, width="stretch")
         else:
             st.info("No token counts: the run has neither `response_tokens` nor `logprobs`.")
     if has_groups:
         with tabs["Step-Groups"]:
-            st.plotly_chart(cached_fraction_figure(run.version, samples), width="stretch")
+            st.vega_lite_chart(spec=cached_fraction_chart(run.version, samples), width="stretch")
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
             )
     if has_entropy:
         with tabs["Step-Entropy"]:
-            figure = cached_step_curve(["avg_entropy"], "👾 Token Entropy (Step level)", **curve)
-            st.plotly_chart(figure, width="stretch")
+            chart = cached_step_curve(["avg_entropy"], "👾 Token Entropy (Step level)", **curve)
+            st.vega_lite_chart(spec=chart, width="stretch")
 
 
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes.
@@ -339,20 +344,20 @@ def draw_step_selector(run: "Run") -> int:
 
 
 # Three charts of the step's batch: reward vs ref per sample, their gap, and the distribution.
-def draw_batch_charts(batch: "StepBatch"):
-    table = batch.table
+def draw_batch_charts(run: "Run", step: int, batch: "StepBatch"):
+    reward, gap, distribution = cached_batch_charts(run.version, step, batch.table)
     left, middle, right = st.columns(3)
-    left.plotly_chart(batch_reward_figure(table), width="stretch")
-    if table["ref_reward"].notna().any():
-        middle.plotly_chart(reward_gap_figure(table), width="stretch")
+    left.vega_lite_chart(spec=reward, width="stretch")
+    if gap is not None:
+        middle.vega_lite_chart(spec=gap, width="stretch")
     else:
         middle.info("No `ref_reward` in this run: no reward gap.")
-    right.plotly_chart(reward_distribution_figure(table), width="stretch")
+    right.vega_lite_chart(spec=distribution, width="stretch")
 
 
 # The batch table, sortable by every column; clicking a row picks the sample below.
-def draw_batch_table(batch: "StepBatch", settings: dict):
-    table = batch_table_view(batch.table, settings)
+def draw_batch_table(run: "Run", step: int, batch: "StepBatch", settings: dict):
+    table = cached_table_view(run.version, step, batch.table, settings["kl_estimator"], settings["pad_token"], settings["system_prompt_end"])
     st.dataframe(
         table,
         width="stretch",
@@ -453,8 +458,13 @@ def chosen_sample(batch: "StepBatch") -> int:
 
 
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text.
-def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
-    tokens = batch.tokens[sample]
+def draw_token_area(run: "Run", batch: "StepBatch", sample: int, settings: dict):
+    row = batch.table.iloc[sample]
+    try:
+        tokens = load_sample_tokens(run.version, row["path"], int(row["offset"]), int(row["length"]))
+    except (OSError, BadLine) as error:
+        st.warning(f"{Path(row['path']).name} line {row['line']} could not be read back ({error}); if the file was rewritten, press Load & View.")
+        return
     if tokens is None:
         st.info(
             "No token area: this sample has no `logprobs`. Log `response_tokens` and `logprobs` "
@@ -506,106 +516,168 @@ def pick_group_from_table(key: str):
 # ---------------------------------------------------------------- figures
 
 
-# Step figures change only with the run and the curve settings, so a step or sample change reuses them
-# (as shared objects: unpickling a plotly figure costs as much as building it).
+# Charts are Vega-Lite specs drawn by Streamlit's built-in Vega, which the browser draws about three times
+# faster than the same plotly figures (and not at all in a tab that is not open). The token heat map stays
+# plotly: plotly draws a heat map as one image, where Vega draws a mark per token and metric.
+
+# Step charts change only with the run and the curve settings, so a step or sample change reuses them.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def cached_step_curve(columns, title, version, variance_scale, zero_shift, _samples, names=None) -> go.Figure:
-    return step_curve_figure(_samples, columns, title, variance_scale, zero_shift, names)
+def cached_step_curve(columns, title, version, variance_scale, zero_shift, _samples, names=None) -> dict:
+    return step_curve_chart(_samples, columns, title, variance_scale, zero_shift, names)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def cached_fraction_figure(version, _samples) -> go.Figure:
-    return step_fraction_figure(group_signal_by_step(_samples))
+def cached_fraction_chart(version, _samples) -> dict:
+    return step_fraction_chart(group_signal_by_step(_samples))
+
+
+# The step's three batch charts, built once per step.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_batch_charts(version, step, _table) -> tuple:
+    gap = reward_gap_chart(_table) if _table["ref_reward"].notna().any() else None
+    return batch_reward_chart(_table), gap, reward_distribution_chart(_table)
+
+
+STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
+# Drag to zoom, double-click to reset, on every step chart.
+ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
 
 
 # One line per series with a mean ± std × scale band, steps in numeric order.
-def step_curve_figure(samples, columns, title, variance_scale=0.2, zero_shift=False, names=None) -> go.Figure:
-    figure = go.Figure()
-    palette = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
-    for color, column in zip(itertools.cycle(palette), columns):
+def step_curve_chart(samples, columns, title, variance_scale=0.2, zero_shift=False, names=None) -> dict:
+    points, shown = [], []
+    for column in columns:
         stats = step_stats(samples, column)
         if stats.empty:
             continue
         mean, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
         if zero_shift:
             mean = mean - mean[0]
-        steps = stats.index.to_numpy()
         name = (names or {}).get(column, column)
-        figure.add_trace(
-            go.Scatter(
-                x=np.concatenate([steps, steps[::-1]]),
-                y=np.concatenate([mean + spread, (mean - spread)[::-1]]),
-                fill="toself",
-                mode="lines",
-                fillcolor=rgba(color, 0.2),
-                line=dict(width=0),
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=name,
-            )
-        )
-        figure.add_trace(
-            go.Scatter(
-                x=steps,
-                y=mean,
-                mode="lines+markers" if len(steps) == 1 else "lines",
-                name=name,
-                legendgroup=name,
-                line=dict(color=color),
-                customdata=np.stack([stats["std"], stats["count"]], axis=-1),
-                hovertemplate="step %{x}<br>mean %{y:.4g}<br>std %{customdata[0]:.4g}<br>n %{customdata[1]}",
-            )
-        )
-    figure.update_layout(title=title, xaxis_title="step", legend=dict(orientation="h"), height=380)
-    figure.update_xaxes(tickformat="d", dtick=integer_tick_step(samples["step"]))
-    return figure
+        shown.append(name)
+        points += [
+            {"series": name, "step": int(step), "mean": json_number(m), "low": json_number(m - d), "high": json_number(m + d), "std": json_number(sd), "n": int(n)}
+            for step, m, d, sd, n in zip(stats.index, mean, spread, stats["std"], stats["count"])
+        ]
+    x = {"field": "step", "type": "quantitative", "axis": {"format": "d", "tickMinStep": 1}}
+    colour = {"field": "series", "type": "nominal", "scale": {"domain": shown, "range": STEP_PALETTE[: len(shown)] or STEP_PALETTE[:1]}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1}}
+    return {
+        "title": title,
+        "height": 330,
+        "data": {"values": points},
+        "layer": [
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": None, "scale": {"zero": False}}, "y2": {"field": "high"}, "color": colour}},
+            {
+                "mark": {"type": "line", "point": len(points) == len(shown)},
+                "params": ZOOM,
+                "encoding": {
+                    "x": x,
+                    "y": {"field": "mean", "type": "quantitative"},
+                    "color": colour,
+                    "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
+                },
+            },
+        ],
+    }
 
 
-# A whole-number gap between step ticks, about ten ticks across.
-def integer_tick_step(steps: pd.Series) -> int:
-    span = int(steps.max() - steps.min()) if len(steps) else 0
-    return max(1, round(span / 10))
-
-
-# Fractions per step of zero-signal groups and of truncated completions.
-def step_fraction_figure(fractions: pd.DataFrame) -> go.Figure:
-    figure = go.Figure()
-    for column, color in (("zero-signal groups", "#e8927c"), ("truncated", "#5fa8d3")):
-        if column in fractions and fractions[column].notna().any():
-            figure.add_trace(go.Scatter(x=fractions.index, y=fractions[column] * 100, name=column + " (%)", line=dict(color=color)))
-    figure.update_layout(title="👾 GRPO learning signal (Step level)", xaxis_title="step", yaxis_title="%", height=380)
-    return figure
+# Fractions per step (in %) of zero-signal groups and of truncated completions.
+def step_fraction_chart(fractions: pd.DataFrame) -> dict:
+    shown = [column for column in ("zero-signal groups", "truncated") if column in fractions and fractions[column].notna().any()]
+    points = [{"series": f"{column} (%)", "step": int(step), "percent": json_number(value * 100)} for column in shown for step, value in fractions[column].items()]
+    return {
+        "title": "👾 GRPO learning signal (Step level)",
+        "height": 330,
+        "data": {"values": points},
+        "mark": {"type": "line", "tooltip": True},
+        "params": ZOOM,
+        "encoding": {
+            "x": {"field": "step", "type": "quantitative", "axis": {"format": "d", "tickMinStep": 1}},
+            "y": {"field": "percent", "type": "quantitative", "title": "%"},
+            "color": {"field": "series", "type": "nominal", "scale": {"range": STEP_PALETTE}, "legend": {"orient": "bottom", "title": None}},
+        },
+    }
 
 
 # Grouped bars of reward and ref_reward for each sample of the step.
-def batch_reward_figure(table: pd.DataFrame) -> go.Figure:
-    figure = go.Figure(go.Bar(x=table.index, y=table["reward"], name="Reward", marker_color="#1f4e9c"))
-    if table["ref_reward"].notna().any():
-        figure.add_trace(go.Bar(x=table.index, y=table["ref_reward"], name="Ref Reward", marker_color="#5fa8d3"))
-    figure.update_layout(title="Reward in current batch samples", barmode="group", xaxis_title="sample_index", yaxis_title="reward", height=360)
-    return figure
+def batch_reward_chart(table: pd.DataFrame) -> dict:
+    series = [(column, name) for column, name in (("reward", "Reward"), ("ref_reward", "Ref Reward")) if table[column].notna().any()]
+    values = [
+        {"sample_index": int(index), "series": name, "reward": json_number(value)}
+        for column, name in series
+        for index, value in zip(table.index, table[column])
+    ]
+    return {
+        "title": "Reward in current batch samples",
+        "height": 320,
+        "data": {"values": values},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "sample_index", "type": "ordinal", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},
+            "xOffset": {"field": "series", "sort": [name for _, name in series]},
+            "y": {"field": "reward", "type": "quantitative"},
+            "color": {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}},
+        },
+    }
 
 
 # Bars of reward - ref_reward per sample, coloured by the gap.
-def reward_gap_figure(table: pd.DataFrame) -> go.Figure:
-    gap = table["reward_gap"]
-    figure = go.Figure(go.Bar(x=table.index, y=gap, marker=dict(color=gap, colorscale="Blues", showscale=True)))
-    figure.update_layout(title="Reward Gap (r - ref_r) in current batch", xaxis_title="sample_index", yaxis_title="reward_gap", height=360)
-    return figure
+def reward_gap_chart(table: pd.DataFrame) -> dict:
+    values = [{"sample_index": int(index), "reward_gap": json_number(gap)} for index, gap in zip(table.index, table["reward_gap"])]
+    return {
+        "title": "Reward Gap (r - ref_r) in current batch",
+        "height": 320,
+        "data": {"values": values},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "sample_index", "type": "ordinal", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},
+            "y": {"field": "reward_gap", "type": "quantitative"},
+            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None}},
+        },
+    }
 
 
-# Histogram with a fitted normal curve (numpy only: no scipy, no create_distplot).
-def reward_distribution_figure(table: pd.DataFrame) -> go.Figure:
-    figure = go.Figure()
-    for column, name, color in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
+# Histogram (as a density) with a fitted normal curve per series, both computed here with numpy.
+def reward_distribution_chart(table: pd.DataFrame) -> dict:
+    bars, curves, names, colours = [], [], [], []
+    for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
         values = finite(table[column])
         if not len(values):
             continue
-        figure.add_trace(go.Histogram(x=values, name=name, histnorm="probability density", marker_color=color, opacity=0.6))
-        x, density = normal_curve(values)
-        figure.add_trace(go.Scatter(x=x, y=density, name=f"{name} normal fit", line=dict(color=color)))
-    figure.update_layout(title="Reward Distribution in current batch", barmode="overlay", height=360)
-    return figure
+        names += [name, f"{name} normal fit"]
+        colours += [colour, colour]
+        density, edges = np.histogram(values, bins="auto", density=True)
+        bars += [{"series": name, "start": float(a), "end": float(b), "density": float(d)} for a, b, d in zip(edges[:-1], edges[1:], density)]
+        x, fit = normal_curve(values)
+        curves += [{"series": f"{name} normal fit", "x": float(a), "density": float(d)} for a, d in zip(x, fit)]
+    colour = {
+        "field": "series",
+        "type": "nominal",
+        "scale": {"domain": names, "range": colours},
+        "legend": {"orient": "top", "title": None},
+    }
+    return {
+        "title": "Reward Distribution in current batch",
+        "height": 320,
+        "layer": [
+            {
+                "data": {"values": bars},
+                "mark": {"type": "bar", "opacity": 0.6, "tooltip": True},
+                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward"}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative"}, "y2": {"datum": 0}, "color": colour},
+            },
+            {
+                "data": {"values": curves},
+                "mark": {"type": "line"},
+                "encoding": {"x": {"field": "x", "type": "quantitative"}, "y": {"field": "density", "type": "quantitative"}, "color": colour},
+            },
+        ],
+    }
+
+
+# JSON has no NaN: a missing number is null, which Vega leaves out.
+def json_number(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 # The token grid as a heat map with values in the cells.
@@ -704,6 +776,12 @@ def group_table(table: pd.DataFrame) -> pd.DataFrame | None:
             row[f"c{position}"] = reward
         rows.append(row)
     return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# The batch table as shown, built once per step and display setting.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_table_view(version, step, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
+    return batch_table_view(_table, dict(kl_estimator=kl_estimator, pad_token=pad_token, system_prompt_end=system_prompt_end))
 
 
 # The batch table's columns: the original's set (absent ones hidden), then GRPO's.
@@ -825,11 +903,6 @@ def finite(series: pd.Series) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def rgba(hex_colour: str, alpha: float) -> str:
-    red, green, blue = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({red},{green},{blue},{alpha})"
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -854,7 +927,16 @@ class RolloutSummary(msgspec.Struct, gc=False):
     truncated: bool | None = None
 
 
-# A whole line, read only for the step in view.
+# The texts of a line, for the tables of the step in view (its per-token lists are skipped, not parsed).
+class RolloutTexts(msgspec.Struct, gc=False):
+    prompt: Any
+    response: Any
+    step: int | float
+    ref_response: Any = None
+    ground_truth: Any = None
+
+
+# A whole line, read only for the sample in view.
 class Rollout(RolloutSummary):
     response_tokens: list[Any] | None = None
     values: list[float | None] | None = None
@@ -863,6 +945,7 @@ class Rollout(RolloutSummary):
 
 
 SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
+TEXTS_DECODER = msgspec.json.Decoder(RolloutTexts, strict=False)
 ROLLOUT_DECODER = msgspec.json.Decoder(Rollout, strict=False)
 # `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
 STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
@@ -1549,32 +1632,41 @@ def list_runs(root: str) -> list[str]:
     return sorted(path.name for path in Path(root).expanduser().iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
-# The step in view read back in full: texts for the tables and pair, per-token arrays for the token area.
+# The step in view with its texts read back, for the tables and the samples pair.
 # Kept as a shared read-only object: pickling it on every rerun would cost more than the page.
 @dataclass
 class StepBatch:
     table: pd.DataFrame
-    tokens: list
     problems: list
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def load_step_batch(version: tuple, step: int, _rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
-    tokens, problems = [], []
+    problems = []
     for path, offset, length, line in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"]):
         try:
-            with open(path, "rb") as file:
-                file.seek(offset)
-                record, _ = decode_line(file.read(length), ROLLOUT_DECODER)
+            record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
         except (OSError, BadLine) as error:
             problems.append(f"{Path(path).name} line {line} could not be read back ({error}); if the file was rewritten, press Load & View.")
             record = None
         for name in texts:
             text = as_text(getattr(record, name)) if record else None
             texts[name].append(text or "" if name in ("prompt", "response") else text)
-        tokens.append(token_detail(record) if record else None)
-    return StepBatch(table=_rows.assign(**texts), tokens=tokens, problems=problems)
+    return StepBatch(table=_rows.assign(**texts), problems=problems)
+
+
+# The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.
+@st.cache_resource(show_spinner=False, max_entries=64)
+def load_sample_tokens(version: tuple, path: str, offset: int, length: int) -> dict | None:
+    record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
+    return token_detail(record)
+
+
+def read_line(path: str, offset: int, length: int) -> bytes:
+    with open(path, "rb") as file:
+        file.seek(offset)
+        return file.read(length)
 
 
 # The aligned per-token arrays of one sample, or None without logprobs.

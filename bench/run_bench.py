@@ -139,7 +139,7 @@ class Board:
         label = f"Step Index({steps_expected} total steps)"
         return self.timed(
             lambda: self.page.get_by_role("button", name="Load & View").click(),
-            f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4 && document.body.innerText.includes('{label}')",
+            f"document.querySelectorAll('.vega-embed svg').length >= 4 && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 1 && document.body.innerText.includes('{label}')",
         )
 
     def change_step(self) -> float:

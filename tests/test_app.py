@@ -70,8 +70,8 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
     assert series.value == ["reward", "ref_reward"]
-    charts = app.get("plotly_chart")
-    assert len(charts) == 5 + 3 + 1  # five tabs, the three batch charts, the heat map
+    assert len(app.get("vega_lite_chart")) == 5 + 3  # five tabs, the three batch charts
+    assert len(app.get("plotly_chart")) == 1  # the token heat map
 
     step_slider = widget(app.slider, "Step Index(5 total steps)")
     step_slider.set_value(3).run()
@@ -118,7 +118,8 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     infos = [i.value for i in app.info]
     assert "No KL: the run has no `logprobs` with `ref_logprobs`." in infos
     assert any(i.startswith("No token area: this sample has no `logprobs`.") for i in infos)
-    assert len(app.get("plotly_chart")) == 1 + 3  # the reward curves and the three batch charts
+    assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
+    assert not app.get("plotly_chart")  # no token area, no heat map
     assert "ref 1 0" in [t.value for t in app.text]
     assert app.dataframe[1].value.columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
 
@@ -144,7 +145,7 @@ def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     widget(app.checkbox, "Show Charts").uncheck().run()
     widget(app.checkbox, "Show Heat Map").uncheck().run()
-    assert len(app.get("plotly_chart")) == 5
+    assert len(app.get("vega_lite_chart")) == 5 and not app.get("plotly_chart")
     widget(app.checkbox, "Reward 曲线图").uncheck().run()
     assert len(app.tabs) == 0
     widget(app.checkbox, "Response 对比").uncheck().run()

@@ -148,18 +148,35 @@ def test_token_table_shades_each_metric_within_its_range():
 
 
 def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
-    samples = pd.DataFrame({"step": [2, 2, 1, 1], "reward": [1.0, 3.0, 0.0, 2.0]})
-    figure = board.step_curve_figure(samples, ["reward"], "t", variance_scale=0.5, zero_shift=True)
-    band, line = figure.data
-    assert list(line.x) == [1, 2] and list(line.y) == [0.0, 1.0]
-    assert list(band.y) == [0.5, 1.5, 0.5, -0.5]
+    samples = pd.DataFrame({"step": [2, 2, 1, 1, 10], "reward": [1.0, 3.0, 0.0, 2.0, np.nan]})
+    points = board.step_curve_chart(samples, ["reward"], "t", variance_scale=0.5, zero_shift=True)["data"]["values"]
+    assert [(p["step"], p["mean"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
 
 
-def test_reward_distribution_uses_histogram_and_normal_fit():
+def test_step_fractions_are_percent_per_step():
+    fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
+    points = board.step_fraction_chart(fractions)["data"]["values"]
+    assert [(p["series"], p["step"], p["percent"]) for p in points] == [("zero-signal groups (%)", 1, 50.0), ("zero-signal groups (%)", 3, 25.0)]
+
+
+def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
     table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan], "ref_reward": [np.nan] * 4})
-    figure = board.reward_distribution_figure(table)
-    assert [trace.type for trace in figure.data] == ["histogram", "scatter"]
-    assert list(figure.data[0].x) == [0.0, 1.0, 1.0]
+    bars, curve = board.reward_distribution_chart(table)["layer"]
+    density, edges = np.histogram([0.0, 1.0, 1.0], bins="auto", density=True)
+    assert [bar["density"] for bar in bars["data"]["values"]] == pytest.approx(density.tolist())
+    assert [(bar["start"], bar["end"]) for bar in bars["data"]["values"]] == pytest.approx(list(zip(edges[:-1], edges[1:])))
+    assert {point["series"] for point in curve["data"]["values"]} == {"Rewards normal fit"}
+    mean, std = 2 / 3, np.std([0.0, 1.0, 1.0])
+    for point in curve["data"]["values"][::50]:
+        assert point["density"] == pytest.approx(np.exp(-0.5 * ((point["x"] - mean) / std) ** 2) / (std * np.sqrt(2 * np.pi)))
+
+
+def test_batch_charts_hold_the_table_and_json_has_no_nan():
+    table = pd.DataFrame({"reward": [0.5, np.nan], "ref_reward": [0.25, 1.0], "reward_gap": [0.25, np.nan]})
+    bars = board.batch_reward_chart(table)["data"]["values"]
+    assert [(b["sample_index"], b["series"], b["reward"]) for b in bars] == [(0, "Reward", 0.5), (1, "Reward", None), (0, "Ref Reward", 0.25), (1, "Ref Reward", 1.0)]
+    assert [b["reward_gap"] for b in board.reward_gap_chart(table)["data"]["values"]] == [0.25, None]
+    json.dumps(board.batch_reward_chart(table), allow_nan=False)
 
 
 def test_heat_map_labels_are_escaped_for_plotly():

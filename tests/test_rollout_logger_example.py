@@ -76,11 +76,15 @@ def test_bundled_example_run():
 @pytest.mark.skipif(not BUNDLED.is_dir(), reason="no bundled example run")
 def test_the_board_loads_the_bundled_example_with_no_bad_lines():
     import rl_logging_board as board
+    from tests.test_loading import sample_tokens
 
     lines = sum(path.read_bytes().count(b"\n") for path in BUNDLED.glob("*.jsonl"))
     run = board.RunStore(str(BUNDLED)).load(10240)
     assert run.problems.empty, run.problems
     assert len(run.samples) == lines and run.report["bad lines"].sum() == 0
     assert run.meta["reward_funcs"] == ["sorted_digits", "same_digits"]
-    batch = board.load_step_batch(run.version, run.steps[-1], run.step_rows(run.steps[-1]))
-    assert not batch.problems and all(tokens is not None for tokens in batch.tokens)
+    step = run.steps[-1]
+    assert not board.load_step_batch(run.version, step, run.step_rows(step)).problems
+    for index in range(len(run.step_rows(step))):
+        tokens = sample_tokens(run, step, index)
+        assert not tokens["notes"] and len(tokens["response_tokens"]) == len(tokens["logprobs"]) == len(tokens["entropies"])
