@@ -75,6 +75,8 @@ def launch_options() -> argparse.Namespace:
 def main():
     st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
     settings = draw_sidebar(launch_options().root)
+    if WORKERS > 1:
+        worker_pool()  # spawning the workers takes about a second: do it while the user picks a run
     run = load_selected_run(settings)
     if run is None:
         return
@@ -218,6 +220,10 @@ def load_selected_run(settings: dict):
         store.load(max_samples, files_progress=show[0], samples_progress=show[1])
         for bar in bars:
             bar.empty()
+    if settings["load_clicked"]:
+        report = store.snapshot.report
+        lines, bad = int(report["lines"].sum()), int(report["bad lines"].sum())
+        st.toast(f"Loaded {lines} sample(s), success: {lines - bad}, error: {bad}")
     if settings["live"]:
         watch_run(run_dir, max_samples, settings["live_every"])
     return store.snapshot
@@ -1513,13 +1519,16 @@ def run_tasks(tasks: list, parallel: bool):
         yield future.result()
 
 
-# Tasks name functions of this file imported as a module, so they pickle by name. On Linux the workers
-# fork from the server: instant, nothing to import, and they only run numpy and msgspec code (no locks
-# that another server thread could hold). Elsewhere they are spawned and import the module.
+# Tasks name functions of this file imported as a module, so they pickle by name. The workers are spawned,
+# never forked: a fork of the server would inherit its sockets and threads, and the browser's requests for
+# chart code then hung (seen in a real browser).
+# Each worker imports this file once, as it starts; main() starts them before the user presses Load & View.
 @st.cache_resource(show_spinner=False)
 def worker_pool() -> ProcessPoolExecutor:
-    method = "fork" if sys.platform == "linux" else "spawn"
-    return ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context(method))
+    pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=importlib.import_module, initargs=(MODULE_NAME,))
+    for _ in range(WORKERS):
+        pool.submit(int)
+    return pool
 
 
 def launch_of(path: str) -> str:

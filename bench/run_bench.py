@@ -5,8 +5,10 @@ three times over, with an empty index cache:
   - first open: Load & View clicked until the page has finished rendering, over the time a
     single core takes to orjson.loads every line (and the time to read the bytes), both
     measured in the same run;
-  - open again after a server restart (nothing changed on disk);
-  - change the step (slider) and change the sample (index input);
+  - open again after a server restart (nothing changed on disk), in the same browser tab reloaded
+    (the browser keeps its cache, as a user's does; the first open starts from a fresh browser);
+  - change the step (slider) and change the sample (index input), each with the server's part
+    (rerun request to script end; the rest is the browser drawing);
   - peak memory (VmHWM) of the server process, and of its worker processes;
   - a new step of 128 samples appended to a rank file: time from the board noticing
     (a rerun) until the new step is in the charts.
@@ -14,6 +16,7 @@ It prints medians. Needs Chromium (/usr/bin/chromium) and the test requirements.
 
     python bench/run_bench.py                 # medium and large
     python bench/run_bench.py --sizes medium  # just one
+    python bench/run_bench.py --sizes long    # 4,000-token responses
 """
 
 import argparse
@@ -39,6 +42,7 @@ from bench.generate_run import step_lines, write_run  # noqa: E402
 SIZES = {  # steps, samples per step, mean tokens, rank files
     "medium": (100, 128, 500, 4),
     "large": (200, 256, 1000, 4),
+    "long": (10, 16, 4000, 2),  # 4,000-token responses: the token area's worst case
 }
 TARGETS = {
     "first open / orjson floor": {"medium": "<= 0.75", "large": "<= 0.75"},
@@ -48,6 +52,16 @@ TARGETS = {
     "server peak memory (GiB)": {"medium": "<= 0.6", "large": "<= 1.5"},
     "new step appended, noticed -> in charts (s)": {"medium": "<= 0.3", "large": "<= 0.5"},
 }
+
+EXTRA_ROWS = [
+    "first open (s)",
+    "first open, server part (s)",
+    "change the step, server part (s)",
+    "change the sample, server part (s)",
+    "orjson floor (s)",
+    "byte-read floor (s)",
+    "worker peak memory (GiB, all)",
+]
 
 
 def orjson_floor(run_dir: Path) -> float:
@@ -88,21 +102,37 @@ class Board:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache))
-        self.server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(self.port), str(root)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{self.port}"
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+        self.root, self.cache, self.url = root, cache, f"http://127.0.0.1:{self.port}"
+        self.start_server()
         self.browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         self.page = self.browser.new_page(viewport={"width": 1600, "height": 2400})
         self.watch_script_runs()
-        self.page.goto(url)
+        self.open_page()
+
+    def start_server(self):
+        env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(self.cache))
+        self.server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(self.port), str(self.root)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.2)
+
+    def open_page(self):
+        self.page.goto(self.url)
         self.page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)
         time.sleep(3)  # the worker processes start while the user picks a run
+
+    # A new server on the same port, and the user reloading the same tab (the browser keeps its cache).
+    def restart_server(self):
+        self.stop_server()
+        self.start_server()
+        self.open_page()
+
+    def stop_server(self):
+        self.server.terminate()
+        self.server.wait(timeout=30)
 
     # Follow the websocket: when the browser asks for a rerun, and when the server says the script finished.
     def watch_script_runs(self):
@@ -129,8 +159,14 @@ class Board:
         start = time.perf_counter()
         action()
         while self.finished_runs == runs:
+            if time.perf_counter() - start > 300:
+                raise TimeoutError("the board never finished the rerun")
             self.page.wait_for_timeout(5)
-        self.page.wait_for_function(f"() => {condition}", timeout=600_000, polling="raf")
+        try:
+            self.page.wait_for_function(f"() => {condition}", timeout=300_000, polling="raf")
+        except Exception:
+            self.page.screenshot(path=str(PROJECT / "bench" / "runs" / "timed_out.png"), full_page=True)
+            raise
         self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
         self.server_seconds = self.last_finished - self.last_sent
         return time.perf_counter() - start
@@ -162,8 +198,7 @@ class Board:
 
     def close(self):
         self.browser.close()
-        self.server.terminate()
-        self.server.wait(timeout=30)
+        self.stop_server()
 
 
 def measure(size: str, repeats: int, max_samples: int | None) -> dict:
@@ -175,7 +210,7 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
         write_run(run_dir, steps, samples, tokens, ranks)
     size_gb = sum(p.stat().st_size for p in run_dir.glob("*.jsonl")) / 1e9
     rows: dict[str, list[float]] = {name: [] for name in TARGETS}
-    rows.update({"orjson floor (s)": [], "byte-read floor (s)": [], "first open (s)": [], "worker peak memory (GiB, all)": []})
+    rows.update({name: [] for name in EXTRA_ROWS})
     appended = run_dir / "rollout_data_rank_0.jsonl"
     with sync_playwright() as playwright:
         for _ in range(repeats):
@@ -189,8 +224,16 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
             first = board.load(steps)
             rows["first open (s)"].append(first)
             rows["first open / orjson floor"].append(first / rows["orjson floor (s)"][-1])
-            rows["change the step (s)"].append(statistics.median(board.change_step() for _ in range(3)))
-            rows["change the sample (s)"].append(statistics.median(board.change_sample(i) for i in (3, 7, 11)))
+            print(f"{size}: first open {first:.2f} s, orjson floor {rows['orjson floor (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
+            rows["first open, server part (s)"].append(board.server_seconds)
+            for name, change in (("step", lambda i: board.change_step()), ("sample", board.change_sample)):
+                totals, server_parts = [], []
+                for index in (3, 7, 11):
+                    totals.append(change(index))
+                    server_parts.append(board.server_seconds)
+                rows[f"change the {name} (s)"].append(statistics.median(totals))
+                rows[f"change the {name}, server part (s)"].append(statistics.median(server_parts))
+            print(f"{size}: step {rows['change the step (s)'][-1]:.2f} s, sample {rows['change the sample (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
             size_before = appended.stat().st_size
             with open(appended, "ab") as file:
                 file.write(step_lines(0, 0, steps, 128, tokens, steps, False))
@@ -198,19 +241,20 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
             server_peak, worker_peak = board.memory()
             rows["server peak memory (GiB)"].append(server_peak)
             rows["worker peak memory (GiB, all)"].append(worker_peak)
-            board.close()
             os.truncate(appended, size_before)
-            board = Board(root, cache, playwright)
+            board.load(steps)  # the index cache forgets the appended step
+            board.restart_server()
             if max_samples:
                 board.set_max_samples(max_samples)
             rows["open again after restart (s)"].append(board.load(steps))
+            print(f"{size}: appended step in charts {rows['new step appended, noticed -> in charts (s)'][-1]:.2f} s, open after restart {rows['open again after restart (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
             board.close()
     return {"size_gb": size_gb, **{name: statistics.median(values) for name, values in rows.items()}}
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=["medium", "large"], choices=list(SIZES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-samples", type=int, default=None, help="Max Samples Each Step (default: the board's 128)")
     options = parser.parse_args()
@@ -219,7 +263,7 @@ if __name__ == "__main__":
     print(f"\nmedian of {options.repeats}; Max Samples Each Step = {options.max_samples or 128}; {os.cpu_count()} cores")
     print("| measure | " + " | ".join(f"{s} ({results[s]['size_gb']:.2f} GB)" for s in sizes) + " | target |")
     print("|---|" + "---|" * len(sizes) + "---|")
-    for name in list(TARGETS) + ["first open (s)", "orjson floor (s)", "byte-read floor (s)", "worker peak memory (GiB, all)"]:
+    for name in list(TARGETS) + EXTRA_ROWS:
         cells = " | ".join(f"{results[s][name]:.2f}" for s in sizes)
         target = " / ".join(TARGETS.get(name, {}).get(s, "") for s in sizes).strip(" /")
         print(f"| {name} | {cells} | {target} |")

@@ -124,6 +124,21 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     assert app.dataframe[1].value.columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
 
 
+def test_the_step_selector_follows_the_original(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "uneven" / "r.jsonl", [sample(step, reward=step) for step in (10, 2, 1)])
+    write_lines(tmp_path / "runs" / "one_step" / "r.jsonl", [sample(7), sample(7)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))  # the last run, uneven, is preselected
+    selector = widget(app.selectbox, "Step Index(3 total steps)")  # unevenly spaced: a select box, in numeric order
+    assert selector.options == ["1", "2", "10"]
+    selector.set_value(10).run()
+    assert "reward 10" in [m.value for m in app.markdown if m.value.startswith(":green")][0]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("one_step").run()
+    app = load_and_view(app)
+    assert "r7" in [t.value for t in app.text]
+    assert not [w for w in [*app.slider, *app.selectbox] if w.label.startswith("Step Index")]  # one step: no selector
+    assert "Step Index" not in " ".join(m.value for m in app.markdown)
+
+
 def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
     app = start(tmp_path / "nowhere", monkeypatch)
     assert "does not exist" in app.warning[0].value
@@ -137,6 +152,7 @@ def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.warning[0].value.startswith("Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped")
     assert widget(app.expander, "Load report (2 issue(s))")
+    assert [toast.value for toast in app.toast] == ["Loaded 4 sample(s), success: 2, error: 2"]
     problems = app.dataframe[1].value
     assert problems["line"].tolist() == [2, 4] and problems["kind"].tolist() == ["skipped", "skipped"]
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -123,6 +124,7 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
     assert "line one\nline two" in page.locator('[data-testid="stText"]').filter(has_text="line one").first.inner_text()
     tokens = page.locator('[data-testid="stHtml"]').filter(has_text="plain").first
     assert "<b>bold?</b>" in tokens.inner_text() and tokens.locator("b").count() == 0
+    assert re.search(r"logp=-?\d", tokens.locator("span[title]").first.get_attribute("title"))  # every value on hover
     assert page.evaluate("window.__pwned") is None
     assert page.locator("iframe[srcdoc]").count() == 0 and page.locator("img[src=x]").count() == 0
     assert page.evaluate("getComputedStyle(document.body).display") != "none"  # the <style> payload did not apply
