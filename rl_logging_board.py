@@ -686,21 +686,32 @@ def json_number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-# The token grid as a heat map with values in the cells.
+# The token grid as a heat map, tokens along x as the original had them. Up to LABELLED_TOKENS tokens every
+# column is labelled and holds its value; beyond that the axis shows token indices (the browser would otherwise
+# draw thousands of labels and numbers nobody can read), the same "#index" as the table and the running text.
+LABELLED_TOKENS = 200
+
+
 def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
     labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
+    values = grid.to_numpy()
+    labelled = len(labels) <= LABELLED_TOKENS
     figure = go.Figure(
         go.Heatmap(
-            z=grid.to_numpy(),
-            x=labels,
+            z=values,
+            x=labels if labelled else np.arange(len(labels)),
             y=list(grid.index),
             colorscale="balance",
-            text=np.round(grid.to_numpy(), 3) if grid.shape[1] <= 200 else None,
-            texttemplate="%{text}" if grid.shape[1] <= 200 else None,
-            hovertemplate="%{y} at %{x}: %{z}<extra></extra>",
+            text=np.round(values, 3) if labelled else None,
+            texttemplate="%{text}" if labelled else None,
+            hovertemplate="%{y} at %{x}: %{z}<extra></extra>" if labelled else "%{y} at token #%{x}: %{z}<extra></extra>",
         )
     )
-    figure.update_layout(height=160 + 40 * len(grid.index), xaxis=dict(tickangle=-60), yaxis=dict(autorange="reversed"))
+    figure.update_layout(
+        height=160 + 40 * len(grid.index),
+        xaxis=dict(tickangle=-60) if labelled else dict(title="token index"),
+        yaxis=dict(autorange="reversed"),
+    )
     return figure
 
 

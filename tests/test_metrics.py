@@ -184,3 +184,15 @@ def test_heat_map_labels_are_escaped_for_plotly():
     figure = board.token_heatmap_figure(grid)
     assert list(figure.data[0].x) == ["0 - &lt;a href=&quot;x&quot;&gt;t&lt;/a&gt;"]
     assert json.loads(figure.to_json())["data"][0]["colorscale"][0][1] == "rgb(23, 28, 66)"  # balance
+
+
+def test_long_heat_maps_index_tokens_instead_of_labelling_each():
+    short = pd.DataFrame(np.ones((2, board.LABELLED_TOKENS)), index=["logp", "kl"], columns=[f"{i} - t" for i in range(board.LABELLED_TOKENS)])
+    figure = board.token_heatmap_figure(short)
+    assert list(figure.data[0].x) == list(short.columns) and figure.data[0].texttemplate == "%{text}"
+    long = pd.DataFrame(np.arange(2.0 * 4000).reshape(2, 4000), index=["logp", "kl"], columns=[f"{i} - t" for i in range(4000)])
+    figure = board.token_heatmap_figure(long)
+    assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
+    assert np.array_equal(np.asarray(figure.data[0].z), long.to_numpy())  # every value still drawn
+    assert "token #%{x}" in figure.data[0].hovertemplate
+
