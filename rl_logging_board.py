@@ -469,7 +469,7 @@ def draw_token_area(run: "Run", batch: "StepBatch", sample: int, settings: dict)
     try:
         tokens = load_sample_tokens(run.version, row["path"], int(row["offset"]), int(row["length"]))
     except (OSError, BadLine) as error:
-        st.warning(f"{Path(row['path']).name} line {row['line']} could not be read back ({error}); if the file was rewritten, press Load & View.")
+        st.warning(read_back_problem(row["path"], row["line"], error))
         return
     if tokens is None:
         st.info(
@@ -545,8 +545,10 @@ def cached_batch_charts(version, step, _table) -> tuple:
 
 
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
-# Drag to zoom, double-click to reset, on every step chart.
+# Scroll to zoom, drag to pan, double-click to reset, on every step chart.
 ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
+STEP_AXIS = {"field": "step", "type": "quantitative", "axis": {"format": "d", "tickMinStep": 1}}
+SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
 
 
 # One line per series with a mean ± std × scale band, steps in numeric order.
@@ -565,7 +567,7 @@ def step_curve_chart(samples, columns, title, variance_scale=0.2, zero_shift=Fal
             {"series": name, "step": int(step), "mean": json_number(m), "low": json_number(m - d), "high": json_number(m + d), "std": json_number(sd), "n": int(n)}
             for step, m, d, sd, n in zip(stats.index, mean, spread, stats["std"], stats["count"])
         ]
-    x = {"field": "step", "type": "quantitative", "axis": {"format": "d", "tickMinStep": 1}}
+    x = STEP_AXIS
     colour = {"field": "series", "type": "nominal", "scale": {"domain": shown, "range": STEP_PALETTE[: len(shown)] or STEP_PALETTE[:1]}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1}}
     return {
         "title": title,
@@ -598,7 +600,7 @@ def step_fraction_chart(fractions: pd.DataFrame) -> dict:
         "mark": {"type": "line", "tooltip": True},
         "params": ZOOM,
         "encoding": {
-            "x": {"field": "step", "type": "quantitative", "axis": {"format": "d", "tickMinStep": 1}},
+            "x": STEP_AXIS,
             "y": {"field": "percent", "type": "quantitative", "title": "%"},
             "color": {"field": "series", "type": "nominal", "scale": {"range": STEP_PALETTE}, "legend": {"orient": "bottom", "title": None}},
         },
@@ -619,7 +621,7 @@ def batch_reward_chart(table: pd.DataFrame) -> dict:
         "data": {"values": values},
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "x": {"field": "sample_index", "type": "ordinal", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},
+            "x": SAMPLE_AXIS,
             "xOffset": {"field": "series", "sort": [name for _, name in series]},
             "y": {"field": "reward", "type": "quantitative"},
             "color": {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}},
@@ -636,7 +638,7 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
         "data": {"values": values},
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "x": {"field": "sample_index", "type": "ordinal", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},
+            "x": SAMPLE_AXIS,
             "y": {"field": "reward_gap", "type": "quantitative"},
             "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None}},
         },
@@ -1530,10 +1532,9 @@ def run_tasks(tasks: list, parallel: bool):
         yield future.result()
 
 
-# Tasks name functions of this file imported as a module, so they pickle by name. The workers are spawned,
-# never forked: forked from the server they share its sockets and threads, and in a real browser the page's
-# charts then sometimes never drew after a big load.
-# Each worker imports this file once, as it starts; main() starts them before the user presses Load & View.
+# Tasks name functions of this file imported as a module, so they pickle by name; each worker imports it
+# once, as it starts, and main() starts them before the user presses Load & View. Spawned, never forked:
+# forked from the server they share its sockets and threads, and the page's charts then sometimes never drew.
 @st.cache_resource(show_spinner=False)
 def worker_pool() -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=importlib.import_module, initargs=(MODULE_NAME,))
@@ -1668,7 +1669,7 @@ def load_step_batch(version: tuple, step: int, _rows: pd.DataFrame) -> StepBatch
         try:
             record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
         except (OSError, BadLine) as error:
-            problems.append(f"{Path(path).name} line {line} could not be read back ({error}); if the file was rewritten, press Load & View.")
+            problems.append(read_back_problem(path, line, error))
             record = None
         for name in texts:
             text = as_text(getattr(record, name)) if record else None
@@ -1687,6 +1688,10 @@ def read_line(path: str, offset: int, length: int) -> bytes:
     with open(path, "rb") as file:
         file.seek(offset)
         return file.read(length)
+
+
+def read_back_problem(path: str, line: int, error: Exception) -> str:
+    return f"{Path(path).name} line {line} could not be read back ({error}); if the file was rewritten, press Load & View."
 
 
 # The aligned per-token arrays of one sample, or None without logprobs.
