@@ -60,6 +60,10 @@ def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, mon
     assert widget(app.sidebar.number_input, "Max Samples Each Step").value == 128
     assert [e.label for e in app.sidebar.expander] == ["🧩 module setting", "⚙️ show details setting"]
     assert app.info[0].value == "Please Press 「Load & View」Button to load log."
+    # Off-screen samples of the chart kinds, so the browser has their code before Load & View; gone after it.
+    assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1 and len(app.dataframe) == 1
+    load_and_view(app)
+    assert len(app.get("vega_lite_chart")) == 5 + 3 and len(app.get("plotly_chart")) == 1
 
 
 def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from bench.generate_run import write_run
 from tests.test_loading import sample
@@ -28,7 +29,7 @@ PAYLOADS = [
 
 
 # The open step-curve tab and the three batch charts (Vega-Lite), and the token heat map (plotly) are drawn.
-CHARTS_DRAWN = "document.querySelectorAll('.vega-embed svg').length >= 4 && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 1"
+CHARTS_DRAWN = "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 1"
 
 
 def free_port() -> int:
@@ -82,12 +83,13 @@ def page(board_url):
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = browser.new_page(viewport={"width": 1600, "height": 4200})
-        requests = []
+        requests, frames = [], []
         page.on("request", lambda request: requests.append(request.url))
+        page.on("websocket", lambda socket: socket.on("framereceived", lambda payload: frames.append(payload)))
         page.goto(board_url)
         page.get_by_role("button", name="Load & View").click(timeout=60_000)
         page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
-        page.requests = requests
+        page.requests, page.frames_received = requests, frames
         yield page
         browser.close()
 
@@ -105,11 +107,28 @@ def set_number(page, label: str, value: int):
 
 
 def test_charts_draw_and_every_request_stays_local(page, board_url):
-    assert page.locator(".vega-embed svg").count() >= 4 and page.locator(".js-plotly-plot").count() == 1
+    assert page.locator(".vega-embed .marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 1
     assert page.get_by_role("tab", name="Step-Reward").is_visible()
     assert page.get_by_text("Step Index(5 total steps)").is_visible()
     outside = [url for url in page.requests if not url.startswith(board_url) and not url.startswith("data:") and not url.startswith("blob:")]
     assert outside == []
+
+
+def test_the_chart_code_is_fetched_while_the_user_picks_a_run(page, board_url):
+    context = page.context.browser.new_context(viewport={"width": 1600, "height": 1200})
+    fresh = context.new_page()
+    scripts = []
+    fresh.on("request", lambda request: scripts.append(request.url.rsplit("/", 1)[-1]))
+    fresh.goto(board_url)
+    fresh.get_by_text("Please Press 「Load & View」Button to load log.").wait_for(timeout=60_000)
+    fresh.wait_for_function("document.querySelector('.st-key-warm_up .vega-embed .marks') && document.querySelector('.st-key-warm_up .js-plotly-plot .main-svg')", timeout=60_000)
+    box = fresh.locator(".st-key-warm_up").bounding_box()
+    assert box["x"] + box["width"] <= 0  # drawn, but off-screen
+    for chunk in ("ArrowVegaLiteChart.", "PlotlyChart.", "DataFrame."):
+        assert any(name.startswith(chunk) for name in scripts), (chunk, scripts)
+    ARTIFACTS.mkdir(exist_ok=True)
+    fresh.screenshot(path=str(ARTIFACTS / "landing.png"))
+    context.close()
 
 
 def test_model_output_is_shown_verbatim_and_never_runs(page):
@@ -144,6 +163,29 @@ def test_clicking_a_batch_table_row_picks_the_sample(page):
     assert page.get_by_label("Sample index in current step batch").input_value() == "2"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "board.png"), full_page=True)
+
+
+# The kinds of elements the server sent since the frames were last cleared.
+def elements_sent(page) -> list[str]:
+    messages = [ForwardMsg.FromString(frame) for frame in page.frames_received if isinstance(frame, bytes)]
+    return [m.delta.new_element.WhichOneof("type") for m in messages if m.WhichOneof("type") == "delta" and m.delta.WhichOneof("type") == "new_element"]
+
+
+def test_a_new_sample_redraws_only_the_sample_view(page):
+    page.frames_received.clear()
+    set_number(page, "Sample index in current step batch", 1)
+    sent = elements_sent(page)
+    assert "plotly_chart" in sent and "text" in sent  # the token heat map and the samples pair
+    assert "vega_lite_chart" not in sent and "slider" not in sent  # not the step's charts and selector
+    page.frames_received.clear()
+    move_step_slider(page, "ArrowRight")
+    page.wait_for_timeout(2500)
+    assert elements_sent(page).count("vega_lite_chart") == 3  # a new step redraws its three batch charts
+    page.frames_received.clear()
+    page.get_by_role("button", name="Remove ref_reward", exact=True).click()
+    page.wait_for_timeout(2500)
+    sent = elements_sent(page)
+    assert "vega_lite_chart" in sent and "slider" not in sent and "plotly_chart" not in sent  # only the curves
 
 
 def test_a_run_big_enough_for_the_worker_processes_loads(page, board_url):

@@ -135,6 +135,8 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
         (b'{"prompt": "p", "response": "r", "reward": "high", "step": 1}\n', "reward"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": "one"}\n', "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1.5}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 100000000000000000000}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1e300}\n', "step"),
         (b'[1, 2, 3]\n', "not an object"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": "oops"}\n', "logprobs"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [1, {"a": 2}]}\n', "logprobs"),
