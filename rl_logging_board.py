@@ -542,14 +542,15 @@ def pick_group_from_table(key: str):
 # ---------------------------------------------------------------- figures
 
 
+# Charts are Vega-Lite specs drawn by Streamlit's built-in Vega, which the browser draws about three times
+# faster than the same plotly figures (and not at all in a tab that is not open). The token heat map stays
+# plotly: plotly draws a heat map as one image, where Vega draws a mark per token and metric (4,000 tokens:
+# 0.23 s against 0.75 s per redraw, even on canvas).
+
 # Every chart on canvas: the browser paints its marks as pixels instead of building an SVG node per bar and point.
 def draw_chart(where, spec: dict):
     where.vega_lite_chart(spec={**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}, width="stretch")
 
-
-# Charts are Vega-Lite specs drawn by Streamlit's built-in Vega, which the browser draws about three times
-# faster than the same plotly figures (and not at all in a tab that is not open). The token heat map stays
-# plotly: plotly draws a heat map as one image, where Vega draws a mark per token and metric.
 
 # Step charts change only with the run and the curve settings, so a step or sample change reuses them.
 @st.cache_resource(show_spinner=False, max_entries=64)
