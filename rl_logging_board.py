@@ -91,7 +91,7 @@ def main():
         draw_step_response(run, settings)
 
 
-# The step in view and its samples. A fragment: picking a step or a table row reruns only this part
+# The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
 # of the page, not the sidebar, the load and the step curves above.
 @st.fragment
 def draw_step_response(run: "Run", settings: dict):
@@ -205,10 +205,10 @@ def draw_sidebar(default_root: str) -> dict:
 def load_selected_run(settings: dict):
     root = Path(settings["root"]).expanduser()
     if not root.is_dir():
-        st.warning(f"Log(s) Root Path `{root}` does not exist.")
+        st.warning(f"Log(s) Root Path {markdown_literal(root)} does not exist.")
         return None
     if settings["run_name"] is None:
-        st.warning(f"No run in `{root}`. Put each run in its own folder, one JSONL file per rank:")
+        st.warning(f"No run in {markdown_literal(root)}. Put each run in its own folder, one JSONL file per rank:")
         st.code(f"{root}/\n└── my_run/\n    ├── rollout_data_rank_0.jsonl\n    └── rollout_data_rank_1.jsonl", language=None)
         return None
     if settings["load_clicked"]:
@@ -219,7 +219,7 @@ def load_selected_run(settings: dict):
         warm_up_browser()
         return None
     if Path(run_dir) != root / settings["run_name"]:
-        st.caption(f"Showing `{run_dir}`; press Load & View to open `{settings['run_name']}`.")
+        st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings['run_name'])}.")
     store, max_samples = run_store(run_dir), settings["max_samples"]
     refresh = settings["load_clicked"] or settings["live"] or store.snapshot is None or store.snapshot.max_samples != max_samples
     if refresh and store.needs_work(max_samples):
@@ -273,11 +273,11 @@ def draw_run_metadata(run: "Run"):
     ]
     columns = st.columns(len(known))
     for column, (label, value) in zip(columns, known):
-        column.metric(label, "—" if value is None else str(value))
+        column.metric(label, "—" if value is None else markdown_literal(value))
     names, weights = meta.get("reward_funcs") or [], meta.get("reward_weights") or []
     if names:
         weights = weights if len(weights) == len(names) else [1.0] * len(names)
-        st.caption("Reward = " + " + ".join(f"{w:g} × {name}" for name, w in zip(names, weights)))
+        st.caption("Reward = " + " + ".join(f"{w:g} × {markdown_literal(name)}" for name, w in zip(names, weights)))
     with st.expander("Run metadata"):
         st.json(meta)
 
@@ -419,13 +419,13 @@ def draw_groups(batch: "StepBatch"):
     if chosen not in set(groups["group"]):
         chosen = groups["group"].iloc[0]
     members = batch.table[batch.table["group_id"] == chosen]
-    st.caption(f"Group `{chosen}`: {len(members)} completion(s) of one prompt, side by side.")
+    st.caption(f"Group {markdown_literal(chosen)}: {len(members)} completion(s) of one prompt, side by side.")
     columns = st.columns(min(len(members), 4))
     function_columns = [c for c in members.columns if c.startswith("rewards/")]
     for position, (sample_index, member) in enumerate(members.iterrows()):
         with columns[position % len(columns)]:
             facts = [f"#{sample_index}", f"reward {member['reward']:.4g}"]
-            facts += [f"{c[8:]} {member[c]:.4g}" for c in function_columns if pd.notna(member[c])]
+            facts += [f"{markdown_literal(c[8:])} {member[c]:.4g}" for c in function_columns if pd.notna(member[c])]
             if pd.notna(member["advantage"]):
                 facts.append(f"adv {member['advantage']:+.3f}")
             facts.append(f"{member['response_tokens_len']:.0f} tok" if pd.notna(member["response_tokens_len"]) else "")
@@ -848,6 +848,13 @@ def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
     return view[[c for c in columns if view[c].notna().any()]]
 
 
+# Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
+# the Markdown characters of links, images, code, emphasis, maths and Streamlit's :colour[...] escaped, so a name
+# like ![x](http://host/x) shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
+def markdown_literal(text) -> str:
+    return re.sub(r"([\\`*_{}\[\]()<>#!|~$:])", r"\\\1", str(text))
+
+
 # Table cells show the start of a text (the samples pair below shows all of it); sending whole
 # responses for every row would cost more than the rest of the page.
 def shorten(text: str, limit: int = 300) -> str:
@@ -1033,7 +1040,7 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
             raise BadLine(f"step {record.step} is not an integer")
         record.step = int(record.step)
     if not -(2**63) <= record.step < 2**63:
-        raise BadLine(f"step {record.step:.3g} is out of range")
+        raise BadLine(f"step {str(record.step)[:12]}… ({len(str(abs(record.step)))} digits) is out of range")
     return record, note
 
 
@@ -1115,7 +1122,7 @@ def scan_lines(data, size: int, base: int) -> dict:
         key = data.rfind(b'"step"', start, end)
         match = STEP_PATTERN.match(data, key, end) if key >= 0 else None
         if match and match.group(1):
-            step_hints[i] = int(match.group(1).strip().rstrip(b",}"))
+            step_hints[i] = float(match.group(1).strip().rstrip(b",}"))  # a step too big for int64 becomes inf
     blank = np.zeros(len(newlines), dtype=bool)
     for i in np.flatnonzero(lengths < 256):
         blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
@@ -1718,7 +1725,7 @@ def read_line(path: str, offset: int, length: int) -> bytes:
 
 
 def read_back_problem(path: str, line: int, error: Exception) -> str:
-    return f"{Path(path).name} line {line} could not be read back ({error}); if the file was rewritten, press Load & View."
+    return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."
 
 
 # The aligned per-token arrays of one sample, or None without logprobs.

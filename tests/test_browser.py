@@ -26,6 +26,8 @@ PAYLOADS = [
     "<style>body { display: none }</style>",
     "**not bold** $x^2$ [link](http://example.com)",
 ]
+# A group id, a reward-function name and a model name as written by a hostile run (shown in captions and metrics).
+HOSTILE_NAME = "![x](http://203.0.113.9/x.png) :red[red] `tick` <b>b</b>"
 
 
 # The open step-curve tab and the three batch charts (Vega-Lite), and the token heat map (plotly) are drawn.
@@ -51,9 +53,12 @@ def board_url(tmp_path_factory):
         response_tokens=PAYLOADS[:2] + ["<b>bold?</b>", "plain"],
         logprobs=[-0.1, -2.5, -0.3, -0.05],
         ref_logprobs=[-0.2, -0.5, -0.3, -0.1],
+        group_id=HOSTILE_NAME,
+        rewards_per_func={HOSTILE_NAME: 0.5},
     )
     with open(root / "grpo_run" / "rollout_data_rank_0.jsonl", "a") as file:
         file.write(json.dumps(hostile) + "\n")
+    (root / "grpo_run" / "rollout_meta_hostile.json").write_text(json.dumps({"model_name": HOSTILE_NAME, "reward_funcs": [HOSTILE_NAME]}))
     # Big enough for the server to index it in its worker processes (board.PARALLEL_MIN_BYTES).
     write_run(root / "a_big_run", steps=12, samples=128, tokens=500, ranks=4)
     port = free_port()
@@ -107,7 +112,7 @@ def set_number(page, label: str, value: int):
 
 
 def test_charts_draw_and_every_request_stays_local(page, board_url):
-    assert page.locator(".vega-embed .marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 1
+    assert page.locator(".vega-embed canvas.marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 1
     assert page.get_by_role("tab", name="Step-Reward").is_visible()
     assert page.get_by_text("Step Index(5 total steps)").is_visible()
     outside = [url for url in page.requests if not url.startswith(board_url) and not url.startswith("data:") and not url.startswith("blob:")]
@@ -148,6 +153,12 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
     assert page.locator("iframe[srcdoc]").count() == 0 and page.locator("img[src=x]").count() == 0
     assert page.evaluate("getComputedStyle(document.body).display") != "none"  # the <style> payload did not apply
     assert page.locator('[data-testid="stApp"]').is_visible()
+    # Names from the data stay literal in captions and metrics, and load nothing from outside.
+    assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"Group {HOSTILE_NAME}: 1 completion(s)").count() == 1
+    assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"Reward = 1 × {HOSTILE_NAME}").count() == 1
+    assert page.locator('[data-testid="stMetricValue"]').filter(has_text=HOSTILE_NAME).count() == 1
+    assert page.locator('img[src*="203.0.113.9"]').count() == 0
+    assert [url for url in page.requests if "203.0.113.9" in url or "example.com" in url] == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "hostile_sample.png"), full_page=True)
 
@@ -165,27 +176,39 @@ def test_clicking_a_batch_table_row_picks_the_sample(page):
     page.screenshot(path=str(ARTIFACTS / "board.png"), full_page=True)
 
 
-# The kinds of elements the server sent since the frames were last cleared.
-def elements_sent(page) -> list[str]:
-    messages = [ForwardMsg.FromString(frame) for frame in page.frames_received if isinstance(frame, bytes)]
-    return [m.delta.new_element.WhichOneof("type") for m in messages if m.WhichOneof("type") == "delta" and m.delta.WhichOneof("type") == "new_element"]
+# Where on the page the server sent an element since the frames were cleared, and its kind (None for an
+# unchanged element of 10 kB or more, which Streamlit sends as a reference to the browser's cache).
+def elements_sent(page) -> dict[tuple, str | None]:
+    sent = {}
+    for frame in page.frames_received:
+        message = ForwardMsg.FromString(frame) if isinstance(frame, bytes) else None
+        if message is None or message.WhichOneof("type") not in ("delta", "ref_hash"):
+            continue
+        kind = message.delta.new_element.WhichOneof("type") if message.WhichOneof("type") == "delta" else None
+        sent[tuple(message.metadata.delta_path)] = kind
+    return sent
 
 
-def test_a_new_sample_redraws_only_the_sample_view(page):
-    page.frames_received.clear()
-    set_number(page, "Sample index in current step batch", 1)
-    sent = elements_sent(page)
-    assert "plotly_chart" in sent and "text" in sent  # the token heat map and the samples pair
-    assert "vega_lite_chart" not in sent and "slider" not in sent  # not the step's charts and selector
+def test_each_part_of_the_page_reruns_alone(page):
     page.frames_received.clear()
     move_step_slider(page, "ArrowRight")
     page.wait_for_timeout(2500)
-    assert elements_sent(page).count("vega_lite_chart") == 3  # a new step redraws its three batch charts
+    step_change = elements_sent(page)
+    batch_charts = [path for path, kind in step_change.items() if kind == "vega_lite_chart"]
+    selector = [path for path, kind in step_change.items() if kind == "slider"]
+    heat_map = [path for path, kind in step_change.items() if kind == "plotly_chart"]
+    assert len(batch_charts) == 3 and len(selector) == 1 and len(heat_map) == 1
+    page.frames_received.clear()
+    set_number(page, "Sample index in current step batch", 1)
+    sample_change = elements_sent(page)
+    assert heat_map[0] in sample_change  # the sample view is redrawn, the step's charts and selector are not
+    assert not set(batch_charts + selector) & set(sample_change)
     page.frames_received.clear()
     page.get_by_role("button", name="Remove ref_reward", exact=True).click()
     page.wait_for_timeout(2500)
-    sent = elements_sent(page)
-    assert "vega_lite_chart" in sent and "slider" not in sent and "plotly_chart" not in sent  # only the curves
+    curves_change = list(elements_sent(page).values())  # a full rerun would resend the whole page (~100)
+    assert "vega_lite_chart" in curves_change and len(curves_change) < 20  # only the step curves
+    assert not {"slider", "number_input", "plotly_chart"} & set(curves_change)
 
 
 def test_a_run_big_enough_for_the_worker_processes_loads(page, board_url):
