@@ -1137,7 +1137,8 @@ def scan_lines(data, size: int, base: int) -> dict:
 
 
 # Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
-# A record is reduced as soon as it is decoded: its floats are freed at once and their memory reused (25% faster).
+# A record is reduced as soon as it is decoded: its floats are freed at once and their memory reused
+# (a 144 MB rank file on one core: 0.52 s when decoding every line first, 0.38 s this way).
 def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> dict:
     view, count = memoryview(data), len(offsets)
     numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}

@@ -195,4 +195,3 @@ def test_long_heat_maps_index_tokens_instead_of_labelling_each():
     assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
     assert np.array_equal(np.asarray(figure.data[0].z), long.to_numpy())  # every value still drawn
     assert "token #%{x}" in figure.data[0].hovertemplate
-
