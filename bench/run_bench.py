@@ -1,6 +1,7 @@
 """Time the board on big runs in a real browser and print the table of the scale issue.
 
-For each run size it generates the run once (bench/generate_run.py, into bench/runs/), then,
+Every time is taken in the page, from the browser's rerun request until its main thread has finished
+drawing. For each run size it generates the run once (bench/generate_run.py, into bench/runs/), then,
 three times over, with an empty index cache:
   - first open: Load & View clicked until the page has finished rendering, over the time a
     single core takes to orjson.loads every line (and the time to read the bytes), both
@@ -8,7 +9,7 @@ three times over, with an empty index cache:
   - open again after a server restart (nothing changed on disk), in the same browser tab reloaded
     (the browser keeps its cache, as a user's does; the first open starts from a fresh browser);
   - change the step (slider) and change the sample (index input), each with the server's part
-    (rerun request to script end; the rest is the browser drawing);
+    (rerun request to the run's last message; the rest is the browser drawing);
   - peak memory (VmHWM) of the server process, and of its worker processes;
   - a new step of 128 samples appended to a rank file: time from the board noticing
     (a rerun) until the new step is in the charts.
@@ -33,7 +34,6 @@ from pathlib import Path
 
 import orjson
 from playwright.sync_api import sync_playwright
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
@@ -83,9 +83,35 @@ def read_floor(run_dir: Path) -> float:
     return time.perf_counter() - start
 
 
-# The server's "script finished" message (a few bytes: big frames are deltas, not decoded here).
-def script_finished(payload) -> bool:
-    return isinstance(payload, bytes) and len(payload) < 256 and ForwardMsg.FromString(payload).WhichOneof("type") == "script_finished"
+# Timestamps taken in the page: when it sent to the server (a rerun request), when it last heard from it
+# (a run ends with its "script finished" message), and when its main thread was last busy: a frame that came
+# more than 25 ms after the one before (the charts draw after the run's last message, some of them
+# asynchronously). Taken in the page rather than from Playwright's websocket events, which copy every frame
+# to this process: megabytes per rerun, CPU the board and the browser need.
+WATCH_PAGE = """
+(() => {
+  const Native = window.WebSocket;
+  const bench = window.__bench = {sent: [], received: 0, busy: 0, firstSentAfter: t => bench.sent.find(time => time > t)};
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener("message", () => { bench.received = performance.now(); });
+    }
+    send(data) {
+      bench.sent = [...bench.sent.slice(-20), performance.now()];
+      return super.send(data);
+    }
+  };
+  let previous = performance.now();
+  const frame = now => {
+    if (now - previous > 25) bench.busy = now;
+    previous = now;
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+})();
+"""
+QUIET_MS = 200
 
 
 def peak_rss_gib(pid: int) -> float:
@@ -111,7 +137,7 @@ class Board:
         self.start_server()
         self.browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         self.page = self.browser.new_page(viewport={"width": 1600, "height": 2400})
-        self.watch_script_runs()
+        self.page.add_init_script(WATCH_PAGE)
         self.open_page()
 
     def start_server(self):
@@ -139,40 +165,25 @@ class Board:
         self.server.terminate()
         self.server.wait(timeout=30)
 
-    # Follow the websocket: when the browser asks for a rerun, and when the server says the script finished.
-    def watch_script_runs(self):
-        self.socket, self.last_sent, self.last_finished = None, 0.0, 0.0
-
-        def on_received(payload):
-            if script_finished(payload):
-                self.last_finished = time.perf_counter()
-
-        def on_sent(payload):
-            self.last_sent = time.perf_counter()
-
-        def on_socket(socket):
-            self.socket = socket  # a reloaded page opens a new one
-            socket.on("framereceived", on_received)
-            socket.on("framesent", on_sent)
-
-        self.page.on("websocket", on_socket)
-
-    # Seconds from an action to the end of the rerun it causes plus two frames for the browser to draw,
-    # and the server's part: from the rerun request to the script's end. It waits on events, never polls,
-    # so the measuring takes no CPU from the board and the browser (a poll every 5 ms cost about 0.4 s of
-    # CPU per first open on two cores).
+    # Seconds from the rerun request an action causes to the page done drawing (its main thread free again,
+    # and quiet for QUIET_MS since), all timed in the page: Playwright's own latency in delivering a click is
+    # not the board's. Also the server's part: from the request to the run's last message.
     def timed(self, action, condition: str = "true") -> float:
-        start = time.perf_counter()
-        with self.socket.expect_event("framereceived", predicate=script_finished, timeout=300_000):
-            action()
+        armed = self.page.evaluate("() => performance.now()")
+        action()
+        done = f"""() => {{
+            const bench = window.__bench, sent = bench.firstSentAfter({armed});
+            return bench.received > sent && document.querySelector('[data-testid="stApp"]').dataset.testScriptState === 'notRunning'
+                && ({condition}) && performance.now() - Math.max(bench.busy, bench.received) > {QUIET_MS};
+        }}"""
         try:
-            self.page.wait_for_function(f"() => {condition}", timeout=300_000, polling="raf")
+            self.page.wait_for_function(done, timeout=300_000, polling="raf")
         except Exception:
             self.page.screenshot(path=str(PROJECT / "bench" / "runs" / "timed_out.png"), full_page=True)
             raise
-        self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-        self.server_seconds = self.last_finished - self.last_sent
-        return time.perf_counter() - start
+        sent, received, busy = self.page.evaluate(f"() => [window.__bench.firstSentAfter({armed}), window.__bench.received, window.__bench.busy]")
+        self.server_seconds = (received - sent) / 1000
+        return (max(busy, received) - sent) / 1000
 
     def load(self, steps_expected: int) -> float:
         label = f"Step Index({steps_expected} total steps)"

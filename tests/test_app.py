@@ -40,6 +40,11 @@ def widget(elements, label):
     return matches[0]
 
 
+# The batch table: the step's samples, one row each (the load report's tables are drawn only when opened).
+def batch_table(app: AppTest):
+    return next(frame.value for frame in app.dataframe if {"prompt", "response"} <= set(frame.value.columns))
+
+
 def lines_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for path in sorted(run_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
@@ -63,7 +68,7 @@ def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, mon
     # Off-screen samples of the chart kinds, so the browser has their code before Load & View; gone after it.
     assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1 and len(app.dataframe) == 1
     load_and_view(app)
-    assert len(app.get("vega_lite_chart")) == 5 + 3 and len(app.get("plotly_chart")) == 1
+    assert len(app.get("vega_lite_chart")) == 1 + 3 and len(app.get("plotly_chart")) == 1
 
 
 def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
@@ -74,15 +79,19 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
     assert series.value == ["reward", "ref_reward"]
-    assert len(app.get("vega_lite_chart")) == 5 + 3  # five tabs, the three batch charts
+    assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
     assert len(app.get("plotly_chart")) == 1  # the token heat map
+    for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
+        app.session_state["curve_tabs"] = name
+        app.run()
+        assert [len(tab.get("vega_lite_chart")) for tab in app.tabs] == [int(tab.label == name) for tab in app.tabs], name
 
     step_slider = widget(app.slider, "Step Index(5 total steps)")
     step_slider.set_value(3).run()
-    batch_table = app.dataframe[1].value
+    table = batch_table(app)
     expected_rewards = [line["reward"] for line in run_lines if line["step"] == 3]
-    assert batch_table["reward"].tolist() == expected_rewards
-    assert {"rewards/accuracy_reward", "advantage", "group_id", "avg_kl", "sum_kl", "avg_log_ratio"} <= set(batch_table.columns)
+    assert table["reward"].tolist() == expected_rewards
+    assert {"rewards/accuracy_reward", "advantage", "group_id", "avg_kl", "sum_kl", "avg_log_ratio"} <= set(table.columns)
 
     widget(app.number_input, "Sample index in current step batch").set_value(2).run()
     chosen = [line for line in run_lines if line["step"] == 3][2]
@@ -109,7 +118,7 @@ def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, mon
     first = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 0][0]
     ratio = np.array(first["logprobs"]) - np.array(first["ref_logprobs"])
     k3 = np.exp(-ratio) + ratio - 1
-    assert app.dataframe[1].value["avg_kl"].iloc[0] == pytest.approx(k3.mean())
+    assert batch_table(app)["avg_kl"].iloc[0] == pytest.approx(k3.mean())
     widget(app.multiselect, "Select show value(s)").set_value(["kl"]).run()
     assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(k3.tolist())
 
@@ -119,13 +128,27 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen"]
-    infos = [i.value for i in app.info]
-    assert "No KL: the run has no `logprobs` with `ref_logprobs`." in infos
-    assert any(i.startswith("No token area: this sample has no `logprobs`.") for i in infos)
+    assert any(i.value.startswith("No token area: this sample has no `logprobs`.") for i in app.info)
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
+    for name, note in (("Step-KL", "No KL: the run has no `logprobs` with `ref_logprobs`."), ("Step-RespLen", "No token counts: the run has neither `response_tokens` nor `logprobs`.")):
+        app.session_state["curve_tabs"] = name
+        app.run()
+        assert note in [i.value for i in app.info]
     assert not app.get("plotly_chart")  # no token area, no heat map
     assert "ref 1 0" in [t.value for t in app.text]
-    assert app.dataframe[1].value.columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
+    assert batch_table(app).columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
+
+
+def test_an_open_tab_the_next_run_lacks_falls_back_to_the_first(grpo_root, monkeypatch):
+    write_run(grpo_root / "plain_run", steps=3, samples=4, tokens=8, ranks=1, workers=1)  # no entropies
+    app = start(grpo_root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
+    app = load_and_view(app)
+    app.session_state["curve_tabs"] = "Step-Entropy"
+    app.run()
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
+    app = load_and_view(app)
+    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in app.tabs] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
 
 
 def test_the_step_selector_follows_the_original(tmp_path, monkeypatch):
@@ -155,9 +178,13 @@ def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "bad" / "r.jsonl", [sample(1), b"{oops\n", sample(1), b'{"step": 2}\n'])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.warning[0].value.startswith("Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped")
-    assert widget(app.expander, "Load report (2 issue(s))")
+    report = widget(app.expander, "Load report (2 issue(s))")
     assert [toast.value for toast in app.toast] == ["Loaded 4 sample(s), success: 2, error: 2"]
-    problems = app.dataframe[1].value
+    assert not report.dataframe  # drawn only when opened
+    app.session_state["load_report_details"] = True
+    app.run()
+    files, problems = (frame.value for frame in widget(app.expander, "Load report (2 issue(s))").dataframe)
+    assert files["bad lines"].tolist() == [2]
     assert problems["line"].tolist() == [2, 4] and problems["kind"].tolist() == ["skipped", "skipped"]
 
 
@@ -165,7 +192,7 @@ def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     widget(app.checkbox, "Show Charts").uncheck().run()
     widget(app.checkbox, "Show Heat Map").uncheck().run()
-    assert len(app.get("vega_lite_chart")) == 5 and not app.get("plotly_chart")
+    assert len(app.get("vega_lite_chart")) == 1 and not app.get("plotly_chart")
     widget(app.checkbox, "Reward 曲线图").uncheck().run()
     assert len(app.tabs) == 0
     widget(app.checkbox, "Response 对比").uncheck().run()
@@ -205,7 +232,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
             groups.setdefault(line["group_id"], set()).add(line["reward"])
     zero = sum(len(rewards) == 1 for rewards in groups.values())
     assert f"**Groups in this step**: {len(groups)} prompt(s), {zero} with no learning signal (all rewards equal)." in [m.value for m in app.markdown]
-    assert {"rewards/sorted_digits", "rewards/same_digits", "advantage", "group_id"} <= set(app.dataframe[1].value.columns)
+    assert {"rewards/sorted_digits", "rewards/same_digits", "advantage", "group_id"} <= set(batch_table(app).columns)
 
     # Which tokens had the highest KL and entropy: the token rows hold them, per token, from the file.
     chosen = [line for line in run_lines if line["step"] == step][0]

@@ -119,6 +119,15 @@ def test_charts_draw_and_every_request_stays_local(page, board_url):
     assert outside == []
 
 
+def test_a_curve_tab_draws_its_chart_when_opened(page):
+    charts = page.locator('[role="tabpanel"] .vega-embed')  # hidden panels included
+    assert charts.count() == 1  # only the open tab's chart is drawn
+    for name in ("Step-KL", "Step-Reward"):
+        page.get_by_role("tab", name=name).click()
+        page.get_by_role("tabpanel", name=name).locator(".vega-embed canvas.marks").wait_for(timeout=20_000)
+        assert charts.count() == 1
+
+
 def test_the_chart_code_is_fetched_while_the_user_picks_a_run(page, board_url):
     context = page.context.browser.new_context(viewport={"width": 1600, "height": 1200})
     fresh = context.new_page()
@@ -129,7 +138,7 @@ def test_the_chart_code_is_fetched_while_the_user_picks_a_run(page, board_url):
     fresh.wait_for_function("document.querySelector('.st-key-warm_up .vega-embed .marks') && document.querySelector('.st-key-warm_up .js-plotly-plot .main-svg')", timeout=60_000)
     box = fresh.locator(".st-key-warm_up").bounding_box()
     assert box["x"] + box["width"] <= 0  # drawn, but off-screen
-    for chunk in ("ArrowVegaLiteChart.", "PlotlyChart.", "DataFrame."):
+    for chunk in ("ArrowVegaLiteChart.", "PlotlyChart.", "DataFrame.", "Multiselect.", "Metric.", "ProgressBar."):
         assert any(name.startswith(chunk) for name in scripts), (chunk, scripts)
     ARTIFACTS.mkdir(exist_ok=True)
     fresh.screenshot(path=str(ARTIFACTS / "landing.png"))
@@ -166,7 +175,7 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
 def test_clicking_a_batch_table_row_picks_the_sample(page):
     move_step_slider(page, "Home")
     page.wait_for_timeout(2500)
-    grid = page.locator('[data-testid="stDataFrame"]').nth(1)
+    grid = page.locator('.st-key-batch_table [data-testid="stDataFrame"]')
     grid.scroll_into_view_if_needed()
     box = grid.bounding_box()
     page.mouse.click(box["x"] + 18, box["y"] + 35 * 3 + 17)  # the selection box of row 2 (header is row 0)

@@ -99,6 +99,48 @@ def test_numbers_equal_a_plain_full_parse(tmp_path):
             assert row[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
 
 
+# The first pass parses per-token lists with simdjson when it can and decodes the line the general way when
+# not: both ways must give the same record, and the fast way must be the one taken for ordinary lines.
+FAST_AND_GENERAL = [
+    sample(1, logprobs=[-0.5, -1.25e-3, -7], ref_logprobs=[-0.25, -2, 0], entropies=[1.5, 0.0, 2]),
+    sample(1, logprobs=[], ref_logprobs=[]),
+    sample(1, logprobs=[-0.5, None], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=None, ref_logprobs=[-1.0]),
+    sample(1, logprobs=[-0.5, 2**64], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=[True, -1.0], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=[-0.5, "x"]),
+    sample(1, logprobs={"a": 1}),
+    sample(1.0, prompt=["a list", 2], logprobs=[-0.1]),
+    sample(1.5, logprobs=[-0.1]),
+]
+RAW_ONLY = [b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [NaN, -Infinity, 1e999]}']
+
+
+@pytest.mark.parametrize("line", [json.dumps(line).encode() for line in FAST_AND_GENERAL] + RAW_ONLY)
+def test_the_fast_first_pass_decodes_exactly_like_the_general_one(line):
+    def outcome(decode):
+        try:
+            record, note = decode()
+        except board.BadLine as error:
+            return str(error)
+        fields = {name: getattr(record, name) for name in record.__struct_fields__ if name not in ("prompt", "response_tokens", *board.TOKEN_KEYS)}
+        arrays = {key: board.float_array(getattr(record, key, None)) for key in ("logprobs", "ref_logprobs", "entropies")}
+        return fields, {key: None if array is None else array.tolist() for key, array in arrays.items()}, note
+
+    fast = outcome(lambda: board.decode_summary(line, board.simdjson.Parser()))
+    general = outcome(lambda: board.decode_line(line, board.SUMMARY_DECODER))
+    assert repr(fast) == repr(general)  # repr: NaN equals NaN
+
+
+def test_ordinary_lines_never_take_the_general_way(monkeypatch):
+    def general(*args):
+        raise AssertionError("decoded the general way")
+
+    monkeypatch.setattr(board, "decode_line", general)
+    record, note = board.decode_summary(json.dumps(FAST_AND_GENERAL[0]).encode(), board.simdjson.Parser())
+    assert record.logprobs.tolist() == [-0.5, -1.25e-3, -7.0] and record.entropies.tolist() == [1.5, 0.0, 2.0] and note is None
+
+
 def test_parallel_workers_give_the_same_numbers(tmp_path):
     write_run(tmp_path / "run", steps=3, samples=8, tokens=30, ranks=4, grpo=True, workers=1)
     parallel = load(tmp_path / "run", parallel=True).samples

@@ -161,14 +161,27 @@ def test_step_fractions_are_percent_per_step():
 
 def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
     table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan], "ref_reward": [np.nan] * 4})
-    bars, curve = board.reward_distribution_chart(table)["layer"]
+    chart = board.reward_distribution_chart(table)
+    bars, curve = chart["datasets"]["bars"], chart["datasets"]["curves"]
+    assert [layer["data"] for layer in chart["layer"]] == [{"name": "bars"}, {"name": "curves"}]
     density, edges = np.histogram([0.0, 1.0, 1.0], bins="auto", density=True)
-    assert [bar["density"] for bar in bars["data"]["values"]] == pytest.approx(density.tolist())
-    assert [(bar["start"], bar["end"]) for bar in bars["data"]["values"]] == pytest.approx(list(zip(edges[:-1], edges[1:])))
-    assert {point["series"] for point in curve["data"]["values"]} == {"Rewards normal fit"}
+    assert [bar["density"] for bar in bars] == pytest.approx(density.tolist())
+    assert [(bar["start"], bar["end"]) for bar in bars] == pytest.approx(list(zip(edges[:-1], edges[1:])))
+    assert {point["series"] for point in curve} == {"Rewards normal fit"}
     mean, std = 2 / 3, np.std([0.0, 1.0, 1.0])
-    for point in curve["data"]["values"][::50]:
+    for point in curve[::50]:
         assert point["density"] == pytest.approx(np.exp(-0.5 * ((point["x"] - mean) / std) ** 2) / (std * np.sqrt(2 * np.pi)))
+
+
+# Streamlit moves a chart's top-level and named data out of its spec; when the rest is unchanged the browser
+# swaps the data in the chart it has instead of building a new one. So a step change must change only data.
+def test_batch_charts_of_two_steps_differ_only_in_data():
+    first = pd.DataFrame({"reward": [0.0, 1.0, 0.5], "ref_reward": [0.2, 0.4, 0.1], "reward_gap": [-0.2, 0.6, 0.4]})
+    second = pd.DataFrame({"reward": [3.0, 1.0, -2.0, 7.0], "ref_reward": [0.0, 2.0, 1.0, 0.0], "reward_gap": [3.0, -1.0, -3.0, 7.0]})
+    for make in (board.batch_reward_chart, board.reward_gap_chart, board.reward_distribution_chart):
+        specs = [{key: value for key, value in make(table).items() if key not in ("data", "datasets")} for table in (first, second)]
+        assert specs[0] == specs[1], make.__name__
+        assert make(first) != make(second)
 
 
 def test_batch_charts_hold_the_table_and_json_has_no_nan():
