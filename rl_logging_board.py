@@ -262,7 +262,9 @@ def watch_run(run_dir: str, max_samples: int, every_seconds: int):
     check_for_new_lines()
 
 
-# The run's metadata file (written by rollout_logger) tells what produced the data; all of it when opened.
+# The run's metadata file (written by rollout_logger) tells what produced the data. A fragment: opening
+# the expander draws the whole file, and nothing else.
+@st.fragment
 def draw_run_metadata(run: "Run"):
     meta = run.meta
     if not meta:
@@ -287,7 +289,9 @@ def draw_run_metadata(run: "Run"):
         details.json(meta)
 
 
-# How much of the run loaded, and every line that did not, with its reason (drawn only when opened).
+# How much of the run loaded, and every line that did not, with its reason. A fragment: opening the report
+# draws its tables, and only them.
+@st.fragment
 def draw_load_report(run: "Run"):
     report, problems = run.report, run.problems
     skipped = int(report["bad lines"].sum())
@@ -300,8 +304,11 @@ def draw_load_report(run: "Run"):
         message += f", {incomplete} file(s) end in an incomplete line (still being written?)"
     if run.downsampled:
         message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
+    if len(problems):
+        message += f"; {len(problems)} issue(s) listed in the load report"
     (st.warning if skipped else st.caption)(message + ".")
-    details = st.expander(f"Load report ({len(problems)} issue(s))", on_change="rerun", key="load_report_details")
+    # A fixed label: Streamlit would close an expander whose label changed (a live run's counts do).
+    details = st.expander("Load report", on_change="rerun", key="load_report_details")
     if details.open:
         details.dataframe(report, hide_index=True, width="stretch")
         if len(problems):
@@ -325,7 +332,9 @@ def draw_step_curves(run: "Run", settings: dict):
     with tab[open_tab]:
         if open_tab == "Step-Reward":
             options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
-            chosen = st.multiselect("Reward series", options, default=[n for n in options if n in REWARD_SERIES][:2] or options[:1])
+            default = [n for n in options if n in REWARD_SERIES][:2] or options[:1]
+            remembered = [n for n in st.session_state.get("reward_series_chosen", default) if n in options]
+            chosen = st.multiselect("Reward series", options, default=remembered, key="reward_series", on_change=remember_reward_series)
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", **curve))
         elif open_tab == "Step-Groups":
             draw_chart(st, cached_fraction_chart(run.version, samples))
@@ -336,7 +345,11 @@ def draw_step_curves(run: "Run", settings: dict):
         else:
             column, title, missing = {
                 "Step-KL": (kl_column, "👾 KL Logging (Step level)", "No KL: the run has no `logprobs` with `ref_logprobs`."),
-                "Step-RespLen": ("response_tokens_len", "👾 Response Length Logging (tokens, Step level)", "No token counts: the run has neither `response_tokens` nor `logprobs`."),
+                "Step-RespLen": (
+                    "response_tokens_len",
+                    "👾 Response Length Logging (tokens, Step level)",
+                    "No token counts: the run has neither `response_tokens` nor `logprobs`.",
+                ),
                 "Step-Entropy": ("avg_entropy", "👾 Token Entropy (Step level)", None),
             }[open_tab]
             if samples[column].notna().any():
@@ -344,6 +357,11 @@ def draw_step_curves(run: "Run", settings: dict):
                 draw_chart(st, cached_step_curve([column], title, names={kl_column: kl_name}, **curve))
             else:
                 st.info(missing)
+
+
+# Streamlit forgets a widget that was not drawn in a run: keep the reward series chosen while another tab is open.
+def remember_reward_series():
+    st.session_state["reward_series_chosen"] = st.session_state["reward_series"]
 
 
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes.
@@ -669,8 +687,8 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
 
 
 # Histogram (as a density) with a fitted normal curve per series, both computed here with numpy. The data are
-# named datasets, not part of the layers, so the spec is the same for every step and the browser swaps the data
-# in the chart it has instead of building a new one.
+# named datasets, not part of the layers, so the spec is the same for every step with the same series and the
+# browser swaps the data in the chart it has instead of building a new one.
 def reward_distribution_chart(table: pd.DataFrame) -> dict:
     bars, curves, names, colours = [], [], [], []
     for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
@@ -979,10 +997,9 @@ class RolloutSummary(msgspec.Struct, gc=False):
     truncated: bool | None = None
 
 
-# The first pass's usual case: the prompt and per-token lists kept raw, the lists then parsed by simdjson
-# straight into float arrays, without a Python float per token (a 144 MB rank file: 0.75 -> 0.63 s of CPU).
+# The first pass's usual case: per-token lists kept raw, then parsed by simdjson straight into float arrays,
+# without a Python float per token (a 144 MB rank file: 0.65 -> 0.56 s of CPU, median of 9).
 class RolloutSummaryRawArrays(RolloutSummary, gc=False):
-    prompt: msgspec.Raw
     logprobs: msgspec.Raw = msgspec.Raw()
     ref_logprobs: msgspec.Raw = msgspec.Raw()
     entropies: msgspec.Raw = msgspec.Raw()
@@ -1048,18 +1065,29 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
     return checked_step(record), note
 
 
-# A line's summary, the fast way where simdjson takes its per-token lists as they are (finite numbers only);
-# any other line (null or NaN in a list, huge numbers, bad JSON...) is decoded the general way.
+# A line's summary, the fast way where simdjson takes its per-token lists as they are (flat lists of finite
+# numbers); any other line (null, NaN or a nested list in a list, huge numbers, bad JSON...) is decoded the
+# general way, so both give the same record.
 def decode_summary(raw, parser: simdjson.Parser):
     try:
         record = FAST_SUMMARY_DECODER.decode(raw)
-        arrays = {key: getattr(record, key) for key in ("logprobs", "ref_logprobs", "entropies")}
-        arrays = {key: np.frombuffer(parser.parse(value).as_buffer(of_type="d")) if value else None for key, value in arrays.items()}
+        arrays = {key: flat_float_list(getattr(record, key), parser) for key in ("logprobs", "ref_logprobs", "entropies")}
     except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError):
         return decode_line(raw, SUMMARY_DECODER)
     for key, array in arrays.items():
         setattr(record, key, array)
     return checked_step(record), None
+
+
+# A raw JSON list of numbers as a float array (None when the key is absent); raises on anything else.
+# simdjson would flatten a nested list, so one is refused here.
+def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | None:
+    if not raw:
+        return None
+    text = bytes(raw)
+    if text.find(b"[", 1) >= 0:
+        raise ValueError("a nested list")
+    return np.frombuffer(parser.parse(text).as_buffer(of_type="d"))
 
 
 # A step is an integer (2.0 is 2) within int64.

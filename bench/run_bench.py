@@ -9,7 +9,7 @@ three times over, with an empty index cache:
   - open again after a server restart (nothing changed on disk), in the same browser tab reloaded
     (the browser keeps its cache, as a user's does; the first open starts from a fresh browser);
   - change the step (slider) and change the sample (index input), each with the server's part
-    (rerun request to the run's last message; the rest is the browser drawing);
+    (rerun request until the page received the run's last message, drawing meanwhile);
   - peak memory (VmHWM) of the server process, and of its worker processes;
   - a new step of 128 samples appended to a rank file: time from the board noticing
     (a rerun) until the new step is in the charts.

@@ -81,10 +81,14 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert series.value == ["reward", "ref_reward"]
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
     assert len(app.get("plotly_chart")) == 1  # the token heat map
+    series.set_value(["valid_reward", "rewards/format_reward"]).run()
     for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
         app.session_state["curve_tabs"] = name
         app.run()
         assert [len(tab.get("vega_lite_chart")) for tab in app.tabs] == [int(tab.label == name) for tab in app.tabs], name
+    assert widget(app.multiselect, "Reward series").value == ["valid_reward", "rewards/format_reward"]  # kept while hidden
+    curves = app.get("vega_lite_chart")[0].proto.spec
+    assert '"valid_reward"' in curves and '"rewards/format_reward"' in curves
 
     step_slider = widget(app.slider, "Step Index(5 total steps)")
     step_slider.set_value(3).run()
@@ -146,6 +150,7 @@ def test_an_open_tab_the_next_run_lacks_falls_back_to_the_first(grpo_root, monke
     app = load_and_view(app)
     app.session_state["curve_tabs"] = "Step-Entropy"
     app.run()
+    assert [len(tab.get("vega_lite_chart")) for tab in app.tabs] == [0, 0, 0, 0, 1]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
     app = load_and_view(app)
     assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in app.tabs] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
@@ -177,13 +182,13 @@ def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
 def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "bad" / "r.jsonl", [sample(1), b"{oops\n", sample(1), b'{"step": 2}\n'])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    assert app.warning[0].value.startswith("Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped")
-    report = widget(app.expander, "Load report (2 issue(s))")
+    assert app.warning[0].value == "Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped; 2 issue(s) listed in the load report."
+    report = widget(app.expander, "Load report")
     assert [toast.value for toast in app.toast] == ["Loaded 4 sample(s), success: 2, error: 2"]
     assert not report.dataframe  # drawn only when opened
     app.session_state["load_report_details"] = True
     app.run()
-    files, problems = (frame.value for frame in widget(app.expander, "Load report (2 issue(s))").dataframe)
+    files, problems = (frame.value for frame in widget(app.expander, "Load report").dataframe)
     assert files["bad lines"].tolist() == [2]
     assert problems["line"].tolist() == [2, 4] and problems["kind"].tolist() == ["skipped", "skipped"]
 

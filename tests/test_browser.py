@@ -128,6 +128,14 @@ def test_a_curve_tab_draws_its_chart_when_opened(page):
         assert charts.count() == 1
 
 
+def test_the_load_report_draws_its_tables_when_opened(page):
+    report = page.locator('[data-testid="stExpander"]').filter(has_text="Load report")
+    assert report.locator('[data-testid="stDataFrame"]').count() == 0
+    report.get_by_text("Load report").click()
+    report.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=20_000)
+    report.get_by_text("Load report").click()  # closed again for the tests that follow
+
+
 def test_the_chart_code_is_fetched_while_the_user_picks_a_run(page, board_url):
     context = page.context.browser.new_context(viewport={"width": 1600, "height": 1200})
     fresh = context.new_page()
@@ -138,7 +146,7 @@ def test_the_chart_code_is_fetched_while_the_user_picks_a_run(page, board_url):
     fresh.wait_for_function("document.querySelector('.st-key-warm_up .vega-embed .marks') && document.querySelector('.st-key-warm_up .js-plotly-plot .main-svg')", timeout=60_000)
     box = fresh.locator(".st-key-warm_up").bounding_box()
     assert box["x"] + box["width"] <= 0  # drawn, but off-screen
-    for chunk in ("ArrowVegaLiteChart.", "PlotlyChart.", "DataFrame.", "Multiselect.", "Metric.", "ProgressBar."):
+    for chunk in ("ArrowVegaLiteChart.", "PlotlyChart.", "DataFrame.", "Multiselect.", "Metric.", "Progress."):
         assert any(name.startswith(chunk) for name in scripts), (chunk, scripts)
     ARTIFACTS.mkdir(exist_ok=True)
     fresh.screenshot(path=str(ARTIFACTS / "landing.png"))

@@ -112,8 +112,14 @@ FAST_AND_GENERAL = [
     sample(1, logprobs={"a": 1}),
     sample(1.0, prompt=["a list", 2], logprobs=[-0.1]),
     sample(1.5, logprobs=[-0.1]),
+    sample(1, logprobs=[[-1.0], [-2.0]], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=[-1.0, -2.0], ref_logprobs=[-1.0, [-2.0]]),
+    sample(1, logprobs=[-1.0], entropies=[[]]),
 ]
-RAW_ONLY = [b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [NaN, -Infinity, 1e999]}']
+RAW_ONLY = [
+    b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [NaN, -Infinity, 1e999]}',
+    b'{"prompt": "\xff\xfe", "response": "r", "reward": 1, "step": 1, "logprobs": [-1.0]}',
+]
 
 
 @pytest.mark.parametrize("line", [json.dumps(line).encode() for line in FAST_AND_GENERAL] + RAW_ONLY)
@@ -123,7 +129,7 @@ def test_the_fast_first_pass_decodes_exactly_like_the_general_one(line):
             record, note = decode()
         except board.BadLine as error:
             return str(error)
-        fields = {name: getattr(record, name) for name in record.__struct_fields__ if name not in ("prompt", "response_tokens", *board.TOKEN_KEYS)}
+        fields = {name: getattr(record, name) for name in record.__struct_fields__ if name not in ("response_tokens", *board.TOKEN_KEYS)}
         arrays = {key: board.float_array(getattr(record, key, None)) for key in ("logprobs", "ref_logprobs", "entropies")}
         return fields, {key: None if array is None else array.tolist() for key, array in arrays.items()}, note
 
