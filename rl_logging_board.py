@@ -332,9 +332,9 @@ def draw_step_curves(run: "Run", settings: dict):
     with tab[open_tab]:
         if open_tab == "Step-Reward":
             options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
-            default = [n for n in options if n in REWARD_SERIES][:2] or options[:1]
-            remembered = [n for n in st.session_state.get("reward_series_chosen", default) if n in options]
-            chosen = st.multiselect("Reward series", options, default=remembered, key="reward_series", on_change=remember_reward_series)
+            key = "reward_series:" + "|".join(options)  # a run with other series starts from the default
+            default = st.session_state.get(f"{key}:chosen", [n for n in options if n in REWARD_SERIES][:2] or options[:1])
+            chosen = st.multiselect("Reward series", options, default=default, key=key, on_change=remember_choice, args=(key,))
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", **curve))
         elif open_tab == "Step-Groups":
             draw_chart(st, cached_fraction_chart(run.version, samples))
@@ -359,9 +359,9 @@ def draw_step_curves(run: "Run", settings: dict):
                 st.info(missing)
 
 
-# Streamlit forgets a widget that was not drawn in a run: keep the reward series chosen while another tab is open.
-def remember_reward_series():
-    st.session_state["reward_series_chosen"] = st.session_state["reward_series"]
+# Streamlit forgets a widget that was not drawn in a run: keep its choice (the reward series) while another tab is open.
+def remember_choice(key: str):
+    st.session_state[f"{key}:chosen"] = st.session_state[key]
 
 
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes.

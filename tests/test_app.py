@@ -143,17 +143,19 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     assert batch_table(app).columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
 
 
-def test_an_open_tab_the_next_run_lacks_falls_back_to_the_first(grpo_root, monkeypatch):
-    write_run(grpo_root / "plain_run", steps=3, samples=4, tokens=8, ranks=1, workers=1)  # no entropies
+def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root, monkeypatch):
+    write_run(grpo_root / "plain_run", steps=3, samples=4, tokens=8, ranks=1, workers=1)  # no entropies, no rewards/*
     app = start(grpo_root, monkeypatch)
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
     app = load_and_view(app)
+    widget(app.multiselect, "Reward series").set_value(["rewards/format_reward"]).run()
     app.session_state["curve_tabs"] = "Step-Entropy"
     app.run()
     assert [len(tab.get("vega_lite_chart")) for tab in app.tabs] == [0, 0, 0, 0, 1]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
     app = load_and_view(app)
     assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in app.tabs] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
+    assert widget(app.multiselect, "Reward series").value == ["reward", "ref_reward"]
 
 
 def test_the_step_selector_follows_the_original(tmp_path, monkeypatch):
