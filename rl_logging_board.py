@@ -1071,7 +1071,7 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
 def decode_summary(raw, parser: simdjson.Parser):
     try:
         record = FAST_SUMMARY_DECODER.decode(raw)
-        arrays = {key: flat_float_list(getattr(record, key), parser) for key in ("logprobs", "ref_logprobs", "entropies")}
+        arrays = {key: flat_float_list(getattr(record, key), parser) for key in SUMMARY_TOKEN_KEYS}
     except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError):
         return decode_line(raw, SUMMARY_DECODER)
     for key, array in arrays.items():
@@ -1201,7 +1201,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
     numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
     steps, good, group_ids = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), [None] * count
     function_scores: dict[str, np.ndarray] = {}
-    token_arrays: dict[str, list] = {"logprobs": [], "ref_logprobs": [], "entropies": []}
+    token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
     problems, parser = [], simdjson.Parser()
     for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
         try:
@@ -1223,7 +1223,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             group_ids[row] = str(record.group_id)
         for name, score in (record.rewards_per_func or {}).items():
             function_scores.setdefault(name, np.full(count, np.nan))[row] = np.nan if score is None else score
-        arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, ("logprobs", "ref_logprobs", "entropies"))
+        arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["logprobs"] is not None:
             for key, collected in token_arrays.items():
@@ -1235,6 +1235,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
 
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
 TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards")
+SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduces
 
 
 # Per-token arrays of a record cut to one common length, with a note for every mismatch.
