@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -97,13 +98,17 @@ def main():
 @st.fragment
 def draw_step_response(run: "Run", settings: dict):
     step = draw_step_selector(run)
-    batch = load_step_batch(run.version, step, run.step_rows(step))
+    rows = run.step_rows(step)
+    key = lines_key(rows)
+    batch = load_step_batch(key, rows)
     for problem in batch.problems:
         st.warning(problem)
+    if batch.problems:
+        load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
     if settings["show_charts"]:
-        draw_batch_charts(run, step, batch)
+        draw_batch_charts(batch)
     if settings["show_batch_samples"]:
-        draw_batch_table(run, step, batch, settings)
+        draw_batch_table(batch, settings)
     draw_groups(batch)
     draw_sample_view(run, batch, step, settings)
 
@@ -113,7 +118,7 @@ def draw_step_response(run: "Run", settings: dict):
 @st.fragment
 def draw_sample_view(run: "Run", batch: "StepBatch", step: int, settings: dict):
     sample = draw_samples_pair(run, batch, step, settings) if settings["show_samples_pair"] else chosen_sample(batch)
-    draw_token_area(run, batch, sample, settings)
+    draw_token_area(batch, sample, settings)
 
 
 # ---------------------------------------------------------------- page areas
@@ -385,8 +390,8 @@ def draw_step_selector(run: "Run") -> int:
 
 
 # Three charts of the step's batch: reward vs ref per sample, their gap, and the distribution.
-def draw_batch_charts(run: "Run", step: int, batch: "StepBatch"):
-    reward, gap, distribution = cached_batch_charts(run.version, step, batch.table)
+def draw_batch_charts(batch: "StepBatch"):
+    reward, gap, distribution = cached_batch_charts(batch.key, batch.table)
     left, middle, right = st.columns(3)
     draw_chart(left, reward)
     if gap is not None:
@@ -397,8 +402,8 @@ def draw_batch_charts(run: "Run", step: int, batch: "StepBatch"):
 
 
 # The batch table, sortable by every column; clicking a row picks the sample below.
-def draw_batch_table(run: "Run", step: int, batch: "StepBatch", settings: dict):
-    table = cached_table_view(run.version, step, batch.table, settings["kl_estimator"], settings["pad_token"], settings["system_prompt_end"])
+def draw_batch_table(batch: "StepBatch", settings: dict):
+    table = cached_table_view(batch.key, batch.table, settings["kl_estimator"], settings["pad_token"], settings["system_prompt_end"])
     st.dataframe(
         table,
         width="stretch",
@@ -499,10 +504,10 @@ def chosen_sample(batch: "StepBatch") -> int:
 
 
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text.
-def draw_token_area(run: "Run", batch: "StepBatch", sample: int, settings: dict):
+def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     row = batch.table.iloc[sample]
     try:
-        tokens = load_sample_tokens(run.version, row["path"], int(row["offset"]), int(row["length"]))
+        tokens = load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]))
     except (OSError, BadLine) as error:
         st.warning(read_back_problem(row["path"], row["line"], error))
         return
@@ -529,6 +534,10 @@ def draw_token_area(run: "Run", batch: "StepBatch", sample: int, settings: dict)
     st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
     st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
     if settings["show_heat_map"]:
+        st.caption(
+            "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
+            f"its sign); values on hover, and in the cells up to {LABELLED_TOKENS} tokens."
+        )
         st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
     st.markdown("**Response tokens**")
     metric = st.selectbox(
@@ -578,9 +587,9 @@ def cached_fraction_chart(version, _samples) -> dict:
     return step_fraction_chart(group_signal_by_step(_samples))
 
 
-# The step's three batch charts, built once per step.
+# The step's three batch charts, built once per set of lines.
 @st.cache_resource(show_spinner=False, max_entries=16)
-def cached_batch_charts(version, step, _table) -> tuple:
+def cached_batch_charts(lines, _table) -> tuple:
     gap = reward_gap_chart(_table) if _table["ref_reward"].notna().any() else None
     return batch_reward_chart(_table), gap, reward_distribution_chart(_table)
 
@@ -732,31 +741,41 @@ def json_number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-# The token grid as a heat map, tokens along x as the original had them. Up to LABELLED_TOKENS tokens every
-# column is labelled and holds its value; beyond that the axis shows token indices (the browser would otherwise
-# draw thousands of labels and numbers nobody can read), the same "#index" as the table and the running text.
+# The token grid as a heat map, tokens along x as the original had them. Each metric's row is coloured within
+# its own range, as the running text is (red above 0, blue below, stronger = larger |value| against the row's
+# largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
+# Up to LABELLED_TOKENS tokens every column is labelled and holds its value; beyond that the axis shows token
+# indices (the browser would otherwise draw thousands of labels and numbers nobody can read), the same "#index"
+# as the table and the running text. Fixed margins and no colour bar: plotly then lays the chart out once per
+# redraw instead of measuring and placing its labels again (half its time on a step change).
 LABELLED_TOKENS = 200
 
 
 def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
     labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
-    values = grid.to_numpy()
+    values = grid.to_numpy(dtype=float)
+    bounds = largest_magnitude(values)
     labelled = len(labels) <= LABELLED_TOKENS
     figure = go.Figure(
         go.Heatmap(
-            z=values,
+            z=np.where(np.isfinite(values), values / np.where(bounds > 0, bounds, 1.0)[:, None], np.nan),
+            customdata=values,
+            zmin=-1,
+            zmax=1,
+            showscale=False,
             x=labels if labelled else np.arange(len(labels)),
             y=list(grid.index),
             colorscale="balance",
-            text=np.round(values, 3) if labelled else None,
+            text=[[f"{value:.3g}" for value in row] for row in values.tolist()] if labelled else None,
             texttemplate="%{text}" if labelled else None,
-            hovertemplate="%{y} at %{x}: %{z}<extra></extra>" if labelled else "%{y} at token #%{x}: %{z}<extra></extra>",
+            hovertemplate="%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>",
         )
     )
     figure.update_layout(
-        height=160 + 40 * len(grid.index),
-        xaxis=dict(tickangle=-60) if labelled else dict(title="token index"),
-        yaxis=dict(autorange="reversed"),
+        height=(180 if labelled else 70) + 36 * len(grid.index),
+        margin=dict(l=110, r=20, t=20, b=160 if labelled else 50),
+        xaxis=dict(tickangle=-60, automargin=False) if labelled else dict(title="token index", automargin=False),
+        yaxis=dict(autorange="reversed", automargin=False),
     )
     return figure
 
@@ -841,9 +860,9 @@ def group_table(table: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
 
 
-# The batch table as shown, built once per step and display setting.
+# The batch table as shown, built once per set of lines and display setting.
 @st.cache_resource(show_spinner=False, max_entries=16)
-def cached_table_view(version, step, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
+def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
     return batch_table_view(_table, dict(kl_estimator=kl_estimator, pad_token=pad_token, system_prompt_end=system_prompt_end))
 
 
@@ -943,8 +962,7 @@ def running_text_html(tokens: list[str], values: dict, metric: str, is_pad: np.n
 # relative to the response's largest (so a KL spike or a very unlikely token stands out).
 def diverging_colours(values: np.ndarray) -> list[str]:
     values = np.asarray(values, dtype=float)
-    finite_values = values[np.isfinite(values)]
-    bound = np.abs(finite_values).max() if len(finite_values) else 0.0
+    bound = largest_magnitude(values)
     if bound == 0:
         return ["transparent"] * len(values)
     scaled = values / bound
@@ -957,6 +975,12 @@ def diverging_colours(values: np.ndarray) -> list[str]:
         else:
             colours.append(f"rgba(60,110,230,{-0.85 * level:.2f})")
     return colours
+
+
+# The largest finite |value| along the last axis (0 where there is none): full colour in the running text and
+# in each heat map row.
+def largest_magnitude(values: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(values), np.abs(values), 0.0).max(axis=-1, initial=0.0)
 
 
 # The normal density fitted (mean, population std) to values, on a grid spanning them.
@@ -1297,9 +1321,9 @@ class FileIdentity:
 
 
 # Hash the first and last 4 KiB of the indexed bytes: enough to tell an append from a rewrite.
-def read_identity(path: str, indexed_to: int) -> FileIdentity | None:
+def read_identity(path: str, indexed_to: int, status: os.stat_result | None = None) -> FileIdentity | None:
     try:
-        status = os.stat(path)
+        status = status or os.stat(path)
         with open(path, "rb") as file:
             head = file.read(min(indexed_to, 4096))
             file.seek(max(0, indexed_to - 4096))
@@ -1329,6 +1353,7 @@ class FileIndex:
         self.reset()
 
     def reset(self):
+        self.generation = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
         self.identity: FileIdentity | None = None
         self.indexed_to = 0
         self.physical_lines = 0
@@ -1512,16 +1537,17 @@ class RunStore:
                     index.reset()
                 if change != "same":
                     changed.append(index)
-            jobs = []
+            jobs, stats = [], {}
             for index in changed:
-                size = os.path.getsize(index.path)
+                stats[index.path] = os.stat(index.path)  # what is read: a write during the pass shows as a change next time
+                size = stats[index.path].st_size
                 jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
             if parallel is None:
                 parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
             self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
             self.parse_selected(max_samples, parallel, samples_progress)
             for index in changed:
-                index.identity = read_identity(index.path, index.indexed_to)
+                index.identity = read_identity(index.path, index.indexed_to, stats[index.path])
                 self.cache.save(index)
             self.snapshot = build_run(self.run_dir, self.files, max_samples, self.cache.error)
             return self.snapshot
@@ -1644,17 +1670,36 @@ def launch_of(path: str) -> str:
 # Which rows each file contributes: for every step only the newest launch that logged it (a resumed
 # run re-logs steps), then up to max_samples taken round-robin over the rank files.
 def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.ndarray]:
-    frames = []
+    file_of, row, step, launch_of_row = [], [], [], []
+    launches = sorted({index.launch for index in files.values()})
     for position, index in enumerate(files.values()):
         lines = index.lines
-        usable = ((lines["status"] != BAD) & lines["step"].notna()).to_numpy()
-        frames.append(pd.DataFrame({"file": position, "row": np.flatnonzero(usable), "step": lines["step"].to_numpy()[usable], "launch": index.launch}))
-    lines = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["file", "row", "step", "launch"])
-    lines = lines[lines["launch"] == lines.groupby("step")["launch"].transform("max")]
-    lines = lines.assign(turn=lines.groupby(["step", "file"]).cumcount())
-    lines = lines.sort_values(["step", "turn", "file"], kind="stable").groupby("step").head(max_samples)
+        usable = np.flatnonzero(((lines["status"] != BAD) & lines["step"].notna()).to_numpy())
+        file_of.append(np.full(len(usable), position))
+        row.append(usable)
+        step.append(lines["step"].to_numpy()[usable])
+        launch_of_row.append(np.full(len(usable), launches.index(index.launch)))
+    if not row:
+        return {}
+    file_of, row, step, launch_of_row = (np.concatenate(parts) for parts in (file_of, row, step, launch_of_row))
+    steps, step_of_row = np.unique(step, return_inverse=True)
+    newest = np.full(len(steps), -1)
+    np.maximum.at(newest, step_of_row, launch_of_row)
+    keep = launch_of_row == newest[step_of_row]
+    file_of, row, step_of_row = file_of[keep], row[keep], step_of_row[keep]
+    turn = position_in_group(np.lexsort((row, file_of, step_of_row)), step_of_row * len(files) + file_of)
+    chosen = position_in_group(np.lexsort((file_of, turn, step_of_row)), step_of_row) < max_samples
     paths = list(files)
-    return {paths[position]: np.sort(group["row"].to_numpy()) for position, group in lines.groupby("file")}
+    return {paths[position]: np.sort(row[chosen][file_of[chosen] == position]) for position in np.unique(file_of[chosen])}
+
+
+# For each element, its position among the elements of the same group when taken in the given order.
+def position_in_group(order: np.ndarray, group: np.ndarray) -> np.ndarray:
+    ordered = group[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    positions = np.empty(len(order), dtype=np.int64)
+    positions[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    return positions
 
 
 # What the page draws: the selected, parsed samples of every step, and the load report.
@@ -1690,7 +1735,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], max_samples: int, cache
     frames, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.get(path, np.array([], dtype=np.int64))
-        frames.append(index.lines.iloc[rows].assign(path=path))
+        frames.append(index.lines.iloc[rows].assign(path=path, generation=index.generation))
         status = index.lines["status"].to_numpy()
         name = Path(path).name
         bad = int((status == BAD).sum())
@@ -1700,7 +1745,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], max_samples: int, cache
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
     if cache_error:
         problems.append(["", 0, "note", cache_error])
-    samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(LINE_COLUMNS) + ["path"])
+    samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(LINE_COLUMNS) + ["path", "generation"])
     for column in SUMMARY_NUMBERS + ["group_id"]:
         if column not in samples:
             samples[column] = np.nan
@@ -1746,16 +1791,24 @@ def list_runs(root: str) -> list[str]:
     return sorted(path.name for path in Path(root).expanduser().iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
+# Which lines a step shows, as a short key: the same key means the same bytes (as far as FileIndex.change
+# can tell), so a live refresh that only appended to the files reuses the step's texts, charts and tables.
+def lines_key(rows: pd.DataFrame) -> str:
+    lines = zip(rows["path"], rows["generation"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
+    return hashlib.sha1(repr(list(lines)).encode()).hexdigest()
+
+
 # The step in view with its texts read back, for the tables and the samples pair.
 # Kept as a shared read-only object: pickling it on every rerun would cost more than the page.
 @dataclass
 class StepBatch:
+    key: str
     table: pd.DataFrame
     problems: list
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def load_step_batch(version: tuple, step: int, _rows: pd.DataFrame) -> StepBatch:
+def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
     problems = []
     for path, offset, length, line in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"]):
@@ -1767,12 +1820,14 @@ def load_step_batch(version: tuple, step: int, _rows: pd.DataFrame) -> StepBatch
         for name in texts:
             text = as_text(getattr(record, name)) if record else None
             texts[name].append(text or "" if name in ("prompt", "response") else text)
-    return StepBatch(table=_rows.assign(**texts), problems=problems)
+    if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
+        key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
+    return StepBatch(key=key, table=_rows.assign(**texts), problems=problems)
 
 
 # The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def load_sample_tokens(version: tuple, path: str, offset: int, length: int) -> dict | None:
+def load_sample_tokens(generation: str, path: str, offset: int, length: int) -> dict | None:
     record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
     return token_detail(record)
 

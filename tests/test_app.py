@@ -1,6 +1,7 @@
 """The board driven through Streamlit's AppTest: sidebar, tabs, step selector, batch table, samples pair, token area."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,22 @@ def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     files, problems = (frame.value for frame in widget(app.expander, "Load report").dataframe)
     assert files["bad lines"].tolist() == [2]
     assert problems["line"].tolist() == [2, 4] and problems["kind"].tolist() == ["skipped", "skipped"]
+
+
+def test_a_line_that_cannot_be_read_back_is_tried_again(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1), sample(2)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    good, status = path.read_bytes(), path.stat()
+    path.write_bytes(good.replace(b'{"prompt": "p2"', b'["prompt": "p2"'))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    failures = [w.value for w in app.warning if "could not be read back" in w.value]
+    assert len(failures) == 2 and all(f.startswith("r.jsonl line 2 could not be read back (not valid JSON") for f in failures)  # texts, tokens
+    path.write_bytes(good)  # a passing failure (a network file system, say) is not kept
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    app.run()
+    assert not [w for w in app.warning if "could not be read back" in w.value]
+    assert batch_table(app)["response"].tolist() == ["r2"]
 
 
 def test_area_switches_hide_their_areas(grpo_root, monkeypatch):

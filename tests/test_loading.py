@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import rl_logging_board as board
@@ -34,7 +35,7 @@ def load(run_dir, max_samples=10240, **kwargs):
 
 def sample_tokens(run, step, index):
     row = run.step_rows(step).iloc[index]
-    return board.load_sample_tokens(run.version, row["path"], int(row["offset"]), int(row["length"]))
+    return board.load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]))
 
 
 def problems_of(run, kind=None):
@@ -152,7 +153,7 @@ def test_parallel_workers_give_the_same_numbers(tmp_path):
     parallel = load(tmp_path / "run", parallel=True).samples
     shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
     sequential = load(tmp_path / "run", parallel=False).samples
-    assert parallel.drop(columns="group_id").equals(sequential.drop(columns="group_id"))
+    assert parallel.drop(columns=["group_id", "generation"]).equals(sequential.drop(columns=["group_id", "generation"]))
     assert list(parallel["group_id"]) == list(sequential["group_id"])
 
 
@@ -243,7 +244,7 @@ def test_empty_files_blank_lines_and_non_utf8_bytes(tmp_path):
     assert sorted(run.samples["line"]) == [1, 4, 5]
     assert "invalid UTF-8" in problems_of(run, "note")[("r.jsonl", 4)]
     assert run.report.set_index("file").loc["empty.jsonl", "lines"] == 0
-    batch = board.load_step_batch(run.version, 1, run.step_rows(1))
+    batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.table["response"].tolist() == ["r1", "caf\ufffd"]
 
 
@@ -286,6 +287,38 @@ def test_a_resumed_launch_replaces_the_steps_it_logged_again(tmp_path):
     }
 
 
+# The selection rule, written plainly: per step only the newest launch's lines, then rank files in turn
+# (each file's lines in file order) until max_samples.
+def plain_selection(files: dict, max_samples: int) -> dict:
+    usable = [(path, row, step, index.launch) for path, index in files.items()
+              for row, (step, status) in enumerate(zip(index.lines["step"], index.lines["status"])) if status != board.BAD and not math.isnan(step)]
+    chosen = {}
+    for step in sorted({step for _, _, step, _ in usable}):
+        newest = max(launch for _, _, s, launch in usable if s == step)
+        queues = [[row for p, row, s, launch in usable if p == path and s == step and launch == newest] for path in files]
+        picked = [(path, queue[turn]) for turn in range(max(map(len, queues))) for path, queue in zip(files, queues) if turn < len(queue)]
+        for path, row in picked[:max_samples]:
+            chosen.setdefault(path, []).append(row)
+    return {path: sorted(rows) for path, rows in chosen.items()}
+
+
+def test_the_selection_of_lines_follows_the_plain_rule():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        files = {}
+        for position in range(int(rng.integers(0, 5))):
+            index = board.FileIndex(f"/nowhere/rollout_data_rank_{position}.jsonl")
+            index.launch = str(rng.choice(["", "20260101T000000Z", "20260102T000000Z"]))
+            count = int(rng.integers(0, 30))
+            steps = rng.integers(0, 6, count).astype(float)
+            steps[rng.random(count) < 0.1] = np.nan
+            index.lines = pd.DataFrame({"step": steps, "status": rng.choice([board.GOOD, board.BAD, board.UNPARSED], count).astype(np.int8)})
+            files[index.path] = index
+        max_samples = int(rng.integers(1, 20))
+        selected = {path: rows.tolist() for path, rows in board.select_lines(files, max_samples).items() if len(rows)}
+        assert selected == plain_selection(files, max_samples)
+
+
 def count_index_calls(monkeypatch):
     calls = []
     original = board.index_chunk
@@ -303,7 +336,7 @@ def test_the_index_cache_survives_a_restart_and_reads_only_appended_bytes(tmp_pa
     first = load(tmp_path / "run", parallel=False)
     calls = count_index_calls(monkeypatch)
     restarted = load(tmp_path / "run", parallel=False)
-    assert calls == [] and restarted.samples.drop(columns="path").equals(first.samples.drop(columns="path"))
+    assert calls == [] and restarted.samples.drop(columns=["path", "generation"]).equals(first.samples.drop(columns=["path", "generation"]))
     size = path.stat().st_size
     with open(path, "ab") as file:
         file.write(json.dumps(sample(3)).encode() + b"\n")
@@ -362,12 +395,59 @@ def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
     after = store.load(128)
     assert after.steps == [0, 1, 7] and after.version != before.version
     assert after.samples[after.samples["step"] < 7].drop(columns="path").equals(before.samples.drop(columns="path"))
+    assert board.lines_key(after.step_rows(1)) == board.lines_key(before.step_rows(1))  # what the step view built is reused
+
+
+def test_a_rewritten_file_never_reuses_what_was_built_from_its_old_lines(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1.0), sample(1, reward=2.0)])
+    store = board.RunStore(str(tmp_path / "run"))
+    rows = store.load(128).step_rows(1)
+    assert list(board.load_step_batch(board.lines_key(rows), rows).table["response"]) == ["r1", "r1"]
+    write_lines(path, [sample(1, reward=5.0, response="s1"), sample(1, reward=6.0, response="t1")])  # same size and offsets
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    rewritten = store.load(128).step_rows(1)
+    assert board.lines_key(rewritten) != board.lines_key(rows)
+    assert list(board.load_step_batch(board.lines_key(rewritten), rewritten).table["response"]) == ["s1", "t1"]
+
+
+# A write that lands while a load is reading the file: the index describes what was read, so the next load sees the write.
+def write_during_the_pass(monkeypatch, write):
+    original = board.index_chunk
+
+    def racing(*args):
+        result = original(*args)
+        monkeypatch.setattr(board, "index_chunk", original)
+        write()
+        return result
+
+    monkeypatch.setattr(board, "index_chunk", racing)
+
+
+def test_lines_appended_during_a_load_are_read_by_the_next(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    write_during_the_pass(monkeypatch, lambda: open(path, "ab").write(json.dumps(sample(2)).encode() + b"\n"))
+    store = board.RunStore(str(tmp_path / "run"))
+    assert store.load(128, parallel=False).steps == [1]
+    assert store.needs_work(128) and store.load(128, parallel=False).steps == [1, 2]
+
+
+def test_a_file_rewritten_during_a_load_is_read_again(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    store = board.RunStore(str(tmp_path / "run"))
+    rows = store.load(128, parallel=False).step_rows(1)
+    assert list(board.load_step_batch(board.lines_key(rows), rows).table["response"]) == ["r1"]
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(2)).encode() + b"\n")
+    write_during_the_pass(monkeypatch, lambda: path.write_bytes(path.read_bytes().replace(b'"r1"', b'"s1"')))
+    store.load(128, parallel=False)
+    rows = store.load(128, parallel=False).step_rows(1)
+    assert list(board.load_step_batch(board.lines_key(rows), rows).table["response"]) == ["s1"]
 
 
 def test_free_form_fields_from_other_tools_are_shown_as_text(tmp_path):
     chat = [{"role": "user", "content": "hi"}]
     write_lines(tmp_path / "run" / "r.jsonl", [dict(prompt=chat, response="ok", reward=1, step="3", ground_truth=[1, 2], extra={"x": 1})])
     run = load(tmp_path / "run")
-    batch = board.load_step_batch(run.version, 3, run.step_rows(3))
+    batch = board.load_step_batch(board.lines_key(run.step_rows(3)), run.step_rows(3))
     assert json.loads(batch.table["prompt"].iloc[0]) == chat
     assert batch.table["ground_truth"].iloc[0] == "[1, 2]"

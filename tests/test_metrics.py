@@ -206,5 +206,23 @@ def test_long_heat_maps_index_tokens_instead_of_labelling_each():
     long = pd.DataFrame(np.arange(2.0 * 4000).reshape(2, 4000), index=["logp", "kl"], columns=[f"{i} - t" for i in range(4000)])
     figure = board.token_heatmap_figure(long)
     assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
-    assert np.array_equal(np.asarray(figure.data[0].z), long.to_numpy())  # every value still drawn
+    assert np.asarray(figure.data[0].z).shape == long.shape  # every value still drawn
+    assert np.array_equal(np.asarray(figure.data[0].customdata), long.to_numpy())  # and shown on hover
     assert "token #%{x}" in figure.data[0].hovertemplate
+
+
+def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
+    grid = pd.DataFrame(
+        [[-12.0, -3.0, -6.0, np.nan], [0.02, -0.01, 0.0, np.inf], [0.0, 0.0, 0.0, 0.0]],
+        index=["logp", "log_ratio", "advantage"],
+        columns=["0 - a", "1 - b", "2 - c", "3 - d"],
+    )
+    trace = board.token_heatmap_figure(grid).data[0]
+    z = np.asarray(trace.z)
+    assert np.allclose(z[0, :3], [-1.0, -0.25, -0.5]) and np.isnan(z[0, 3])  # logp's own largest |value| is 12
+    assert np.allclose(z[1, :3], [1.0, -0.5, 0.0]) and np.isnan(z[1, 3])  # infinity is no bound, and no colour
+    assert np.array_equal(z[2], np.zeros(4))  # an all-zero row stays neutral
+    assert (trace.zmin, trace.zmax, trace.showscale) == (-1, 1, False)
+    assert np.array_equal(np.asarray(trace.customdata), grid.to_numpy(), equal_nan=True)  # hover: raw values
+    assert [list(row) for row in trace.text] == [["-12", "-3", "-6", "nan"], ["0.02", "-0.01", "0", "inf"], ["0", "0", "0", "0"]]  # cells: raw values
+    assert "%{customdata" in trace.hovertemplate

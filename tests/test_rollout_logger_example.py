@@ -84,7 +84,7 @@ def test_the_board_loads_the_bundled_example_with_no_bad_lines():
     assert len(run.samples) == lines and run.report["bad lines"].sum() == 0
     assert run.meta["reward_funcs"] == ["sorted_digits", "same_digits"]
     step = run.steps[-1]
-    assert not board.load_step_batch(run.version, step, run.step_rows(step)).problems
+    assert not board.load_step_batch(board.lines_key(run.step_rows(step)), run.step_rows(step)).problems
     for index in range(len(run.step_rows(step))):
         tokens = sample_tokens(run, step, index)
         assert not tokens["notes"] and len(tokens["response_tokens"]) == len(tokens["logprobs"]) == len(tokens["entropies"])
