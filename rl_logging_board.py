@@ -1693,7 +1693,8 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.
     return {paths[position]: np.sort(row[chosen][file_of[chosen] == position]) for position in np.unique(file_of[chosen])}
 
 
-# For each element, its position among the elements of the same group when taken in the given order.
+# For each element, its position among the elements of the same group when taken in the given order
+# (an order that keeps each group together: sorted by group first).
 def position_in_group(order: np.ndarray, group: np.ndarray) -> np.ndarray:
     ordered = group[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
