@@ -229,11 +229,10 @@ def load_selected_run(settings: dict):
     store, max_samples = run_store(run_dir), settings["max_samples"]
     refresh = settings["load_clicked"] or settings["live"] or store.snapshot is None or store.snapshot.max_samples != max_samples
     if refresh and store.needs_work(max_samples):
-        bars = [st.progress(0.0, text="Loading files..."), st.progress(0.0, text="Processing samples...")]
-        show = [lambda fraction, text, bar=bar: bar.progress(min(fraction, 1.0), text=f"[{fraction:.0%}] {text}") for bar in bars]
-        store.load(max_samples, files_progress=show[0], samples_progress=show[1])
+        bars = [ProgressBar(), ProgressBar()]
+        store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
         for bar in bars:
-            bar.empty()
+            bar.element.empty()
     if settings["load_clicked"]:
         report = store.snapshot.report
         lines, bad = int(report["lines"].sum()), int(report["bad lines"].sum())
@@ -241,6 +240,25 @@ def load_selected_run(settings: dict):
     if settings["live"]:
         watch_run(run_dir, max_samples, settings["live_every"])
     return store.snapshot
+
+
+# A progress bar for long loads: drawn once a load has taken PROGRESS_AFTER_S (a short one, such as a live
+# refresh, would only shift the page down and up again), then redrawn at most every PROGRESS_EVERY_S: each
+# redraw costs the browser CPU that the load, on the same cores, needs (redrawn on every chunk, the two bars
+# took a third of a core from the workers).
+class ProgressBar:
+    def __init__(self):
+        self.element = st.empty()
+        self.started_at, self.shown_at = time.monotonic(), -math.inf
+
+    def show(self, fraction: float, text: str):
+        now = time.monotonic()
+        if now - self.started_at >= PROGRESS_AFTER_S and (now - self.shown_at >= PROGRESS_EVERY_S or fraction >= 1):
+            self.shown_at = now
+            self.element.progress(min(fraction, 1.0), text=f"[{fraction:.0%}] {text}")
+
+
+PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 
 
 # Off-screen samples of every kind of element the loaded page draws (but the toast): the browser fetches and
@@ -1144,7 +1162,7 @@ def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
     wanted = end - start
     buffer = getattr(_read_buffers, "buffer", None)
     if buffer is None or len(buffer) < wanted:
-        buffer = _read_buffers.buffer = bytearray(wanted)
+        buffer = _read_buffers.buffer = bytearray(wanted + wanted // 8)  # headroom: the next chunk is a few lines longer
     view, got = memoryview(buffer), 0
     with open(path, "rb", buffering=0) as file:
         file.seek(start)
@@ -1545,17 +1563,24 @@ class RunStore:
             if parallel is None:
                 parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
             self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
-            self.parse_selected(max_samples, parallel, samples_progress)
+            selected = self.parse_selected(max_samples, parallel, samples_progress)
             for index in changed:
                 index.identity = read_identity(index.path, index.indexed_to, stats[index.path])
                 self.cache.save(index)
-            self.snapshot = build_run(self.run_dir, self.files, max_samples, self.cache.error)
+            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, self.cache.error)
             return self.snapshot
 
-    # One pass over the new bytes of every changed file, chunks spread over the workers.
+    # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
+    # share of Max Samples Each Step per step. A small increment (a file that grew by one chunk at most) parses up to
+    # all of it: a new step may so far be in that file alone, and reading its lines again in a second pass costs more
+    # than parsing a few lines too many.
     def index_files(self, jobs: list, max_samples: int, parallel: bool, files_progress, samples_progress):
-        per_file = math.ceil(max_samples / max(Counter(index.launch for index in self.files.values()).values(), default=1))
-        tasks = [(index_chunk, (index.path, start, end, per_file)) for index, _, chunks in jobs for start, end in chunks]
+        share = math.ceil(max_samples / max(Counter(index.launch for index in self.files.values()).values(), default=1))
+        tasks = [
+            (index_chunk, (index.path, start, end, max_samples if index.indexed_to and len(chunks) == 1 else share))
+            for index, _, chunks in jobs
+            for start, end in chunks
+        ]
         results = run_tasks(tasks, parallel)
         total_bytes = max(sum(end - start for _, _, chunks in jobs for start, end in chunks), 1)
         files_done, bytes_done, lines_done = len(self.files) - len(jobs), 0, 0
@@ -1575,15 +1600,15 @@ class RunStore:
             files_progress(1.0, f"Loading {len(self.files)} / {len(self.files)} files...")
 
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
-    # (a line that turns out bad makes room for the next one of its step).
-    def parse_selected(self, max_samples: int, parallel: bool, progress):
+    # (a line that turns out bad makes room for the next one of its step); returns the selection.
+    def parse_selected(self, max_samples: int, parallel: bool, progress) -> dict[str, np.ndarray]:
         unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & index.lines["step"].isna()) for path, index in self.files.items()}
         self.parse_rows(unknown, parallel, progress)
         while True:
             wanted = select_lines(self.files, max_samples)
             todo = {path: rows[self.files[path].lines["status"].to_numpy()[rows] == UNPARSED] for path, rows in wanted.items()}
             if not any(len(rows) for rows in todo.values()):
-                return
+                return wanted
             self.parse_rows(todo, parallel, progress)
 
     def parse_rows(self, todo: dict, parallel: bool, progress):
@@ -1659,6 +1684,7 @@ def worker_pool() -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=importlib.import_module, initargs=(MODULE_NAME,))
     for _ in range(WORKERS):
         pool.submit(int)
+    importlib.import_module(MODULE_NAME)  # here too (the page runs as __main__), before Load & View rather than in it
     return pool
 
 
@@ -1731,8 +1757,7 @@ class Run:
 REPORT_COLUMNS = ["file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step, older launch)", "incomplete last line"]
 
 
-def build_run(run_dir: str, files: dict[str, FileIndex], max_samples: int, cache_error: str | None = None) -> Run:
-    selected = select_lines(files, max_samples)
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.ndarray], max_samples: int, cache_error: str | None = None) -> Run:
     frames, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.get(path, np.array([], dtype=np.int64))

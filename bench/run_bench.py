@@ -10,6 +10,8 @@ three times over, with an empty index cache:
     (the browser keeps its cache, as a user's does; the first open starts from a fresh browser);
   - change the step (slider) and change the sample (index input), each with the server's part
     (rerun request until the page received the run's last message, drawing meanwhile);
+  - the CPU time each of these actions cost the server (with its workers) and the browser (all its
+    processes): on two cores shared by both, it shows which side a time is spent on;
   - peak memory (VmHWM) of the server process, and of its worker processes;
   - a new step of 128 samples appended to a rank file: time from the board noticing
     (a rerun) until the new step is in the charts.
@@ -58,6 +60,12 @@ EXTRA_ROWS = [
     "first open, server part (s)",
     "change the step, server part (s)",
     "change the sample, server part (s)",
+    "first open, CPU: server (s)",
+    "first open, CPU: browser (s)",
+    "change the step, CPU: server (s)",
+    "change the step, CPU: browser (s)",
+    "change the sample, CPU: server (s)",
+    "change the sample, CPU: browser (s)",
     "orjson floor (s)",
     "byte-read floor (s)",
     "worker peak memory (GiB, all)",
@@ -121,6 +129,22 @@ def peak_rss_gib(pid: int) -> float:
     return float("nan")
 
 
+# User and system CPU seconds used so far by these processes (0 for one that has ended).
+def cpu_seconds(pids: list[int]) -> float:
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def browser_pids() -> list[int]:
+    return [int(path.parent.name) for path in Path("/proc").glob("[0-9]*/comm") if path.read_text().strip().startswith("chrom")]
+
+
 def child_pids(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(p) for p in out] + [grandchild for p in out for grandchild in child_pids(int(p))]
@@ -169,6 +193,8 @@ class Board:
     # and quiet for QUIET_MS since), all timed in the page: Playwright's own latency in delivering a click is
     # not the board's. Also the server's part: from the request to the run's last message.
     def timed(self, action, condition: str = "true") -> float:
+        server, browser = [self.server.pid, *child_pids(self.server.pid)], browser_pids()
+        cpu_before = cpu_seconds(server), cpu_seconds(browser)
         armed = self.page.evaluate("() => performance.now()")
         action()
         done = f"""() => {{
@@ -183,6 +209,7 @@ class Board:
             raise
         sent, received, busy = self.page.evaluate(f"() => [window.__bench.firstSentAfter({armed}), window.__bench.received, window.__bench.busy]")
         self.server_seconds = (received - sent) / 1000
+        self.server_cpu, self.browser_cpu = cpu_seconds(server) - cpu_before[0], cpu_seconds(browser) - cpu_before[1]
         return (max(busy, received) - sent) / 1000
 
     def load(self, steps_expected: int) -> float:
@@ -242,13 +269,19 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
             rows["first open / orjson floor"].append(first / rows["orjson floor (s)"][-1])
             print(f"{size}: first open {first:.2f} s, orjson floor {rows['orjson floor (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
             rows["first open, server part (s)"].append(board.server_seconds)
+            rows["first open, CPU: server (s)"].append(board.server_cpu)
+            rows["first open, CPU: browser (s)"].append(board.browser_cpu)
             for name, change in (("step", lambda i: board.change_step()), ("sample", board.change_sample)):
-                totals, server_parts = [], []
+                totals, server_parts, server_cpu, browser_cpu = [], [], [], []
                 for index in (3, 7, 11):
                     totals.append(change(index))
                     server_parts.append(board.server_seconds)
+                    server_cpu.append(board.server_cpu)
+                    browser_cpu.append(board.browser_cpu)
                 rows[f"change the {name} (s)"].append(statistics.median(totals))
                 rows[f"change the {name}, server part (s)"].append(statistics.median(server_parts))
+                rows[f"change the {name}, CPU: server (s)"].append(statistics.median(server_cpu))
+                rows[f"change the {name}, CPU: browser (s)"].append(statistics.median(browser_cpu))
             print(f"{size}: step {rows['change the step (s)'][-1]:.2f} s, sample {rows['change the sample (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
             size_before = appended.stat().st_size
             with open(appended, "ab") as file:

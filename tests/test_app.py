@@ -269,3 +269,12 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     assert grid["kl"].tolist() == pytest.approx((np.expm1(ratio) - ratio).tolist())
     assert widget(app.selectbox, "Colour tokens by").value == "kl"
     assert not app.exception
+
+
+def test_progress_bars_show_on_long_loads_only_redrawn_at_most_every_half_second_and_at_the_end():
+    app = AppTest.from_file(str(Path(__file__).parent / "progress_bars_app.py"))
+    app.run()
+    assert not app.exception, app.exception
+    finished, interrupted = app.get("progress")  # the short load drew no bar
+    assert (finished.proto.value, finished.proto.text) == (100, "[100%] Loading 4 / 4 files...")
+    assert (interrupted.proto.value, interrupted.proto.text) == (10, "[10%] Processing samples...")  # 0.2 and 0.3 came too soon
