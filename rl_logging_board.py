@@ -230,9 +230,11 @@ def load_selected_run(settings: dict):
     refresh = settings["load_clicked"] or settings["live"] or store.snapshot is None or store.snapshot.max_samples != max_samples
     if refresh and store.needs_work(max_samples):
         bars = [ProgressBar(), ProgressBar()]
-        store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
-        for bar in bars:
-            bar.element.empty()
+        try:
+            store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
+        finally:
+            for bar in bars:
+                bar.clear()
     if settings["load_clicked"]:
         report = store.snapshot.report
         lines, bad = int(report["lines"].sum()), int(report["bad lines"].sum())
@@ -256,6 +258,9 @@ class ProgressBar:
         if now - self.started_at >= PROGRESS_AFTER_S and (now - self.shown_at >= PROGRESS_EVERY_S or fraction >= 1):
             self.shown_at = now
             self.element.progress(min(fraction, 1.0), text=f"[{fraction:.0%}] {text}")
+
+    def clear(self):
+        self.element.empty()
 
 
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
@@ -1199,11 +1204,13 @@ def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> dic
     return lines
 
 
-# Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped).
+# Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped), read one
+# by one: the lines may lie far apart in a big file.
 def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> dict:
-    first = int(offsets.min())
-    buffer, _ = read_range(path, first, int((offsets + lengths).max()))
-    return summarize_buffer(buffer, first, offsets, lengths)
+    with open(path, "rb") as file:
+        data = b"".join(os.pread(file.fileno(), length, offset) for offset, length in zip(offsets.tolist(), lengths.tolist()))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return summarize_buffer(data, 0, starts, lengths)
 
 
 # Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
@@ -1571,13 +1578,12 @@ class RunStore:
             return self.snapshot
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
-    # share of Max Samples Each Step per step. A small increment (a file that grew by one chunk at most) parses up to
-    # all of it: a new step may so far be in that file alone, and reading its lines again in a second pass costs more
-    # than parsing a few lines too many.
+    # share of Max Samples Each Step per step: new lines are only in the changed files of a launch, so a step appended
+    # to one rank file is parsed there in full, and one appended to every rank file a share in each.
     def index_files(self, jobs: list, max_samples: int, parallel: bool, files_progress, samples_progress):
-        share = math.ceil(max_samples / max(Counter(index.launch for index in self.files.values()).values(), default=1))
+        changed_per_launch = Counter(index.launch for index, _, _ in jobs)
         tasks = [
-            (index_chunk, (index.path, start, end, max_samples if index.indexed_to and len(chunks) == 1 else share))
+            (index_chunk, (index.path, start, end, math.ceil(max_samples / changed_per_launch[index.launch])))
             for index, _, chunks in jobs
             for start, end in chunks
         ]

@@ -129,20 +129,33 @@ def peak_rss_gib(pid: int) -> float:
     return float("nan")
 
 
-# User and system CPU seconds used so far by these processes (0 for one that has ended).
-def cpu_seconds(pids: list[int]) -> float:
-    ticks = 0
+# User and system CPU seconds each of these processes has used so far (none for one that has ended).
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    used = {}
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+        used[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return used
 
 
+# CPU seconds used since `before` by the processes alive now (one started meanwhile counts in full).
+def cpu_since(before: dict[int, float], pids: list[int]) -> float:
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in cpu_seconds(pids).items())
+
+
+# This bench's Chromium: every chromium process below this one (Playwright's driver starts the browser).
 def browser_pids() -> list[int]:
-    return [int(path.parent.name) for path in Path("/proc").glob("[0-9]*/comm") if path.read_text().strip().startswith("chrom")]
+    pids = []
+    for pid in child_pids(os.getpid()):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().startswith("chrom"):
+                pids.append(pid)
+        except OSError:
+            pass
+    return pids
 
 
 def child_pids(pid: int) -> list[int]:
@@ -193,8 +206,8 @@ class Board:
     # and quiet for QUIET_MS since), all timed in the page: Playwright's own latency in delivering a click is
     # not the board's. Also the server's part: from the request to the run's last message.
     def timed(self, action, condition: str = "true") -> float:
-        server, browser = [self.server.pid, *child_pids(self.server.pid)], browser_pids()
-        cpu_before = cpu_seconds(server), cpu_seconds(browser)
+        server_before = cpu_seconds([self.server.pid, *child_pids(self.server.pid)])
+        browser_before = cpu_seconds(browser_pids())
         armed = self.page.evaluate("() => performance.now()")
         action()
         done = f"""() => {{
@@ -209,7 +222,8 @@ class Board:
             raise
         sent, received, busy = self.page.evaluate(f"() => [window.__bench.firstSentAfter({armed}), window.__bench.received, window.__bench.busy]")
         self.server_seconds = (received - sent) / 1000
-        self.server_cpu, self.browser_cpu = cpu_seconds(server) - cpu_before[0], cpu_seconds(browser) - cpu_before[1]
+        self.server_cpu = cpu_since(server_before, [self.server.pid, *child_pids(self.server.pid)])
+        self.browser_cpu = cpu_since(browser_before, browser_pids())
         return (max(busy, received) - sent) / 1000
 
     def load(self, steps_expected: int) -> float:

@@ -398,17 +398,21 @@ def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
     assert board.lines_key(after.step_rows(1)) == board.lines_key(before.step_rows(1))  # what the step view built is reused
 
 
-def test_a_new_step_appended_to_one_rank_file_is_read_in_one_pass(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ranks_appended", [1, 4])
+def test_a_new_step_is_parsed_in_one_pass_and_no_more_than_max_samples(tmp_path, monkeypatch, ranks_appended):
     write_run(tmp_path / "run", steps=2, samples=8, tokens=20, ranks=4, workers=1)
     store = board.RunStore(str(tmp_path / "run"))
     store.load(8)
     second_passes, summarize_lines = [], board.summarize_lines
     monkeypatch.setattr(board, "summarize_lines", lambda *args: second_passes.append(args) or summarize_lines(*args))
-    with open(tmp_path / "run" / "rollout_data_rank_0.jsonl", "ab") as file:
-        file.write(b"".join(json.dumps(sample(7, reward=float(i))).encode() + b"\n" for i in range(8)))
+    for rank in range(ranks_appended):
+        with open(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", "ab") as file:
+            file.write(b"".join(json.dumps(sample(7, reward=float(i))).encode() + b"\n" for i in range(8)))
     run = store.load(8)
-    assert second_passes == []  # the file's share would be 2 of the 8: the increment parses them all at once
-    assert run.step_rows(7)["reward"].tolist() == [float(i) for i in range(8)]
+    assert second_passes == []  # one rank: its share would be 2 of the 8, so the new lines are parsed in full at once
+    parsed = sum(int(((index.lines["step"] == 7) & (index.lines["status"] != board.UNPARSED)).sum()) for index in store.files.values())
+    assert parsed == 8  # all ranks: a share of 2 in each, not 8 in each
+    assert len(run.step_rows(7)) == 8
 
 
 def test_a_rewritten_file_never_reuses_what_was_built_from_its_old_lines(tmp_path):
