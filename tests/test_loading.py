@@ -415,6 +415,19 @@ def test_a_new_step_is_parsed_in_one_pass_and_no_more_than_max_samples(tmp_path,
     assert len(run.step_rows(7)) == 8
 
 
+def test_a_second_pass_reads_just_its_lines_and_reports_one_cut_short(tmp_path):
+    lines = [json.dumps(sample(1, reward=float(i), response="r" * (10 + i))).encode() for i in range(4)]
+    path = write_lines(tmp_path / "r.jsonl", [line + b"\n" for line in lines])
+    offsets = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
+    lengths = np.array([len(line) for line in lines])
+    far_apart = board.summarize_lines(str(path), offsets[[0, 3]], lengths[[0, 3]])
+    assert far_apart["good"].tolist() == [True, True] and far_apart["numbers"]["reward"].tolist() == [0.0, 3.0]
+    os.truncate(path, offsets[2] + 5)  # the file shrank after it was indexed
+    cut = board.summarize_lines(str(path), offsets, lengths)
+    assert cut["good"].tolist() == [True, True, False, False] and cut["numbers"]["reward"][:2].tolist() == [0.0, 1.0]
+    assert [(row, kind) for row, kind, _ in cut["problems"]] == [(2, "skipped"), (3, "skipped")]
+
+
 def test_a_rewritten_file_never_reuses_what_was_built_from_its_old_lines(tmp_path):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1.0), sample(1, reward=2.0)])
     store = board.RunStore(str(tmp_path / "run"))
