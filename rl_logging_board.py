@@ -83,6 +83,9 @@ def main():
     if run is None:
         return
     draw_run_metadata(run)
+    if run.report.empty:
+        st.warning(f"No `.jsonl` file in {markdown_literal(run.run_dir)}: a run is a folder of JSONL files, one per rank.")
+        return
     draw_load_report(run)
     if run.samples.empty:
         st.warning("No loadable sample in this run: open the load report above to see why.")
@@ -130,7 +133,9 @@ def draw_sidebar(default_root: str) -> dict:
     sidebar.title("📖 RL Logging Board")
     root = sidebar.text_input("Log(s) Root Path", value=default_root)
     runs = list_runs(root) if Path(root).is_dir() else []
-    run_name = sidebar.selectbox("Choose Log Name", runs, index=len(runs) - 1 if runs else None)
+    run_name = sidebar.selectbox(
+        "Choose Log Name", runs, index=len(runs) - 1 if runs else None, format_func=lambda name: "(this folder)" if name == "." else name
+    )
     max_samples = sidebar.number_input(
         "Max Samples Each Step",
         min_value=1,
@@ -1087,12 +1092,13 @@ class BadLine(ValueError):
     """A line that cannot be loaded; the message says why."""
 
 
-# Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers and bad UTF-8.
+# Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers, bad UTF-8 and a byte order mark
+# (a file written by a Windows tool starts with one).
 def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
     note = None
     try:
         record = decoder.decode(raw)
-    except (msgspec.DecodeError, ValueError):  # malformed, NaN/Infinity, out-of-range numbers, bad UTF-8
+    except (msgspec.DecodeError, ValueError):  # malformed, NaN/Infinity, out-of-range numbers, bad UTF-8, BOM
         raw = bytes(raw)
         try:
             text = raw.decode("utf-8")
@@ -1100,16 +1106,25 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
             text = raw.decode("utf-8", errors="replace")
             note = f"invalid UTF-8 at byte {error.start} shown as �"
         try:
-            value = json.loads(text)
+            value = json.loads(text.removeprefix("\ufeff"))
         except (ValueError, RecursionError) as error:
             raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
         if not isinstance(value, dict):
             raise BadLine(f"a JSON {type(value).__name__}, not an object")
         try:
-            record = msgspec.convert(value, decoder.type, strict=False)
-        except msgspec.ValidationError as error:
+            record = msgspec.convert(with_raw_fields(value, decoder.type), decoder.type, strict=False)
+        except (msgspec.ValidationError, TypeError, OverflowError) as error:
             raise BadLine(str(error)) from None
     return checked_step(record), note
+
+
+# msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
+# the value's JSON.
+def with_raw_fields(value: dict, struct_type) -> dict:
+    for field_info in msgspec.structs.fields(struct_type):
+        if field_info.type is msgspec.Raw and field_info.encode_name in value:
+            value[field_info.encode_name] = msgspec.Raw(msgspec.json.encode(value[field_info.encode_name]))
+    return value
 
 
 # A line's summary, the fast way where simdjson takes its per-token lists as they are (flat lists of finite
@@ -1819,8 +1834,11 @@ def run_store(run_dir: str) -> RunStore:
 
 
 # Sub-folders of the root, each one run.
+# Runs are the root's sub-folders; the root itself is one too when it holds rank files (a user pointed it at a run).
 def list_runs(root: str) -> list[str]:
-    return sorted(path.name for path in Path(root).expanduser().iterdir() if path.is_dir() and not path.name.startswith("."))
+    folder = Path(root).expanduser()
+    runs = sorted(path.name for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
+    return (["."] if any(path.is_file() for path in folder.glob("*.jsonl")) else []) + runs
 
 
 # Which lines a step shows, as a short key: the same key means the same bytes (as far as FileIndex.change

@@ -182,6 +182,21 @@ def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
     assert "No run in" in app.warning[0].value and "rollout_data_rank_0.jsonl" in app.code[0].value
 
 
+def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, monkeypatch):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    (tmp_path / "run" / "checkpoint-1").mkdir()  # a sub-folder that is not a run
+    app = start(tmp_path / "run", monkeypatch)
+    run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
+    assert run_choice.options == ["(this folder)", "checkpoint-1"] and run_choice.value == "checkpoint-1"
+    app = load_and_view(app)
+    assert app.warning[0].value.startswith("No `.jsonl` file in ") and not app.tabs
+    run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
+    run_choice.set_value(".")
+    app = load_and_view(app)
+    assert not app.warning and "Loaded 2 sample(s)" in app.toast[0].value
+    assert widget(app.slider, "Step Index(2 total steps)").value == 1
+
+
 def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "bad" / "r.jsonl", [sample(1), b"{oops\n", sample(1), b'{"step": 2}\n'])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))

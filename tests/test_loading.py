@@ -210,14 +210,28 @@ def test_nan_infinity_and_null_are_accepted(tmp_path):
         b'{"prompt": "p", "response": "r", "reward": null, "step": 1}\n',
         b'{"prompt": "p", "response": "r", "reward": 2.0, "step": 1, "logprobs": [-Infinity, -1.0], "ref_logprobs": [-1.0, -1.0]}\n',
         b'{"prompt": "p", "response": "r", "reward": 4.0, "step": 1, "logprobs": [null, -1.0], "ref_logprobs": [-1.0, -2.0]}\n',
+        b'{"prompt": "p", "response": "ab", "reward": 1.0, "step": 1, "response_tokens": ["a", "b"], "logprobs": [-Infinity, -1.0], "ref_logprobs": [-1.0, -2.0], "entropies": [NaN, 0.5]}\n',
+        b'{"prompt": "p", "response": "ab", "reward": NaN, "step": 1, "response_tokens": ["a", "b", "<pad>"]}\n',
     ]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
     run = load(tmp_path / "run")
-    assert len(run.samples) == 4 and not problems_of(run, "skipped")
+    assert len(run.samples) == 6 and not problems_of(run, "skipped")
     assert np.isnan(run.samples["reward"].iloc[0]) and np.isnan(run.samples["reward"].iloc[1])
-    assert board.step_stats(run.samples, "reward")["mean"].tolist() == [3.0]  # finite values only
+    assert board.step_stats(run.samples, "reward")["mean"].tolist() == [7 / 3]  # finite values only
     assert run.samples["avg_log_ratio"].iloc[2] == -np.inf
     assert run.samples["avg_log_ratio"].iloc[3] == 1.0  # the null token is left out of the mean
+    # NaN or Infinity in a line with response_tokens: the line is kept, and so are its tokens
+    assert run.samples["avg_log_ratio"].iloc[4] == -np.inf and run.samples["avg_entropy"].iloc[4] == 0.5
+    assert run.samples["response_tokens_len"].tolist()[4:] == [2.0, 3.0]
+    tokens = sample_tokens(run, 1, 4)
+    assert tokens["response_tokens"] == ["a", "b"] and tokens["logprobs"].tolist() == [-np.inf, -1.0]
+
+
+def test_a_file_that_starts_with_a_byte_order_mark_loses_no_line(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [b"\xef\xbb\xbf" + json.dumps(sample(1)).encode() + b"\n", sample(2)])
+    run = load(tmp_path / "run")
+    assert sorted(run.samples["step"]) == [1, 2] and not problems_of(run)
+    assert board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1)).table["prompt"].tolist() == ["p1"]
 
 
 def test_length_mismatches_keep_the_sample_and_say_so(tmp_path):
