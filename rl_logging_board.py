@@ -7,6 +7,7 @@ one sampled response. The README describes the format and each page area.
 """
 
 import argparse
+import codecs
 import gc
 import hashlib
 import html
@@ -104,9 +105,9 @@ def draw_step_response(run: "Run", settings: dict):
     rows = run.step_rows(step)
     key = lines_key(rows)
     batch = load_step_batch(key, rows)
-    for problem in batch.problems:
-        st.warning(problem)
     if batch.problems:
+        more = len(batch.problems) - 1
+        st.warning(batch.problems[0] + (f" {more} more line(s) of this step could not be read back either." if more else ""))
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
     if settings["show_charts"]:
         draw_batch_charts(batch)
@@ -132,9 +133,9 @@ def draw_sidebar(default_root: str) -> dict:
     sidebar = st.sidebar
     sidebar.title("📖 RL Logging Board")
     root = sidebar.text_input("Log(s) Root Path", value=default_root)
-    runs = list_runs(root) if Path(root).is_dir() else []
+    runs = list_runs(root) if Path(root).expanduser().is_dir() else []
     run_name = sidebar.selectbox(
-        "Choose Log Name", runs, index=len(runs) - 1 if runs else None, format_func=lambda name: "(this folder)" if name == "." else name
+        "Choose Log Name", runs, index=len(runs) - 1 if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
     )
     max_samples = sidebar.number_input(
         "Max Samples Each Step",
@@ -229,6 +230,9 @@ def load_selected_run(settings: dict):
         st.info("Please Press 「Load & View」Button to load log.")
         warm_up_browser()
         return None
+    if valid_text(run_dir) != run_dir:
+        st.warning(f"The name of {markdown_literal(run_dir)} is not valid UTF-8: rename the folder to open it.")
+        return None
     if Path(run_dir) != root / settings["run_name"]:
         st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings['run_name'])}.")
     store, max_samples = run_store(run_dir), settings["max_samples"]
@@ -313,10 +317,13 @@ def draw_run_metadata(run: "Run"):
     columns = st.columns(len(known))
     for column, (label, value) in zip(columns, known):
         column.metric(label, "—" if value is None else markdown_literal(value))
-    names, weights = meta.get("reward_funcs") or [], meta.get("reward_weights") or []
-    if names:
-        weights = weights if len(weights) == len(names) else [1.0] * len(names)
-        st.caption("Reward = " + " + ".join(f"{w:g} × {markdown_literal(name)}" for name, w in zip(names, weights)))
+    names, weights = meta.get("reward_funcs"), meta.get("reward_weights")
+    if isinstance(names, list) and names:
+        terms = [markdown_literal(name) for name in names]
+        weights = [1.0] * len(names) if weights is None else weights  # TRL's default
+        if isinstance(weights, list) and len(weights) == len(names) and all(type(w) in (int, float) for w in weights):
+            terms = [f"{w:g} × {term}" for w, term in zip(weights, terms)]
+        st.caption("Reward = " + " + ".join(terms))
     details = st.expander("Run metadata", on_change="rerun", key="metadata_details")
     if details.open:
         details.json(meta)
@@ -409,7 +416,7 @@ def draw_step_selector(run: "Run") -> int:
         step = steps[0]
     else:
         gaps = np.diff(steps)
-        if (gaps == gaps[0]).all():
+        if (gaps == gaps[0]).all() and max(abs(steps[0]), abs(steps[-1])) < 2**53:  # the slider holds JS numbers
             step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]), key="step_slider")
         else:
             step = st.selectbox(label, steps, index=steps.index(previous), key="step_selectbox")
@@ -536,8 +543,11 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     row = batch.table.iloc[sample]
     try:
         tokens = load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]))
-    except (OSError, BadLine) as error:
+    except OSError as error:
         st.warning(read_back_problem(row["path"], row["line"], error))
+        return
+    except BadLine as error:  # rewritten, or malformed where the first pass does not look (values, token_rewards)
+        st.warning(f"{markdown_literal(Path(row['path']).name)} line {row['line']}: no token area, the line cannot be read in full ({markdown_literal(error)}); if the file was rewritten, press Load & View.")
         return
     if tokens is None:
         st.info(
@@ -557,7 +567,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     )
     if not chosen or not len(rows["tokens"]):
         return
-    labels = [f"{i} - {token}" for i, token in enumerate(rows["tokens"])]
+    labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows["tokens"])]
     grid = pd.DataFrame({name: rows["values"][name] for name in chosen}, index=pd.Index(labels, name="token"))
     st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
     st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
@@ -575,6 +585,11 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
         help="Each token's background shows this value; hover a token for all its values.",
     )
     st.html(running_text_html(rows["tokens"], rows["values"], metric, rows["is_pad"]))
+
+
+# A newline or tab token would be an empty-looking label in the table and the heat map.
+def visible_whitespace(token: str) -> str:
+    return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 # Clicking a batch-table row sets the sample index input below it.
@@ -730,8 +745,9 @@ def reward_distribution_chart(table: pd.DataFrame) -> dict:
     bars, curves, names, colours = [], [], [], []
     for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
         values = finite(table[column])
-        if not len(values):
-            continue
+        with np.errstate(over="ignore"):
+            if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
+                continue  # no finite values, or a spread beyond float range (1e308 and -1e308)
         names += [name, f"{name} normal fit"]
         colours += [colour, colour]
         density, edges = np.histogram(values, bins="auto", density=True)
@@ -872,14 +888,15 @@ def group_table(table: pd.DataFrame) -> pd.DataFrame | None:
     rows = []
     for group, members in table.groupby("group_id", sort=False):
         rewards = members["reward"]
+        spread = rewards.max() - rewards.min()  # over the rewards there are, as the Step-Groups curve counts
         row = {
             "group": group,
             "prompt": members["prompt"].iloc[0][:200],
             "completions": len(members),
-            "reward spread": rewards.max() - rewards.min(),
+            "reward spread": spread,
             "reward std": rewards.std(ddof=0),
             "mean reward": rewards.mean(),
-            "zero signal": bool(rewards.nunique(dropna=False) == 1),
+            "zero signal": bool(spread == 0),
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
         }
         for position, reward in enumerate(rewards):
@@ -914,10 +931,10 @@ def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
 
 
 # Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
-# the Markdown characters of links, images, code, emphasis, maths and Streamlit's :colour[...] escaped, so a name
-# like ![x](http://host/x) shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
+# the Markdown characters of links, images, code, emphasis, maths, HTML entities and Streamlit's :colour[...] escaped,
+# so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
 def markdown_literal(text) -> str:
-    return re.sub(r"([\\`*_{}\[\]()<>#!|~$:])", r"\\\1", str(text))
+    return re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", valid_text(str(text)))
 
 
 # Table cells show the start of a text (the samples pair below shows all of it); sending whole
@@ -979,11 +996,13 @@ def running_text_html(tokens: list[str], values: dict, metric: str, is_pad: np.n
     spans = []
     for index, (token, colour) in enumerate(zip(tokens, colours)):
         hover = f"#{index} {token!r}  " + "  ".join(f"{name}={column[index]:.4g}" for name, column in columns.items())
-        text = html.escape(token.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\n"))
-        style = f"background:{colour}" + (";opacity:0.35" if is_pad[index] else "")
+        text = html.escape(token.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\n")) or "\u200b"  # an empty token stays hoverable
+        style = f"background:{colour}" + (";opacity:0.35" if is_pad[index] else "") + (";padding:0 0.1em" if not token else "")
         spans.append(f'<span title="{html.escape(hover)}" style="{style}">{text}</span>')
     legend = f"<div style='font-size:0.8em;opacity:0.7'>colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values</div>"
-    return legend + "<div style='white-space:pre-wrap;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
+    # Each token isolated: a right-to-left override in one token must not reorder the tokens after it.
+    isolate = "<style>.rl-running-text span{unicode-bidi:isolate}</style>"
+    return isolate + legend + "<div class='rl-running-text' style='white-space:pre-wrap;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
 
 
 # Token colours: red for positive values, blue for negative, stronger the larger |value| is
@@ -1098,7 +1117,7 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
     note = None
     try:
         record = decoder.decode(raw)
-    except (msgspec.DecodeError, ValueError):  # malformed, NaN/Infinity, out-of-range numbers, bad UTF-8, BOM
+    except (msgspec.DecodeError, ValueError, RecursionError):  # malformed, NaN/Infinity, huge numbers, bad UTF-8, BOM, deep nesting
         raw = bytes(raw)
         try:
             text = raw.decode("utf-8")
@@ -1119,11 +1138,11 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
 
 
 # msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
-# the value's JSON.
+# the value's JSON (json's, which writes a lone surrogate as an escape where msgspec's encoder raises).
 def with_raw_fields(value: dict, struct_type) -> dict:
     for field_info in msgspec.structs.fields(struct_type):
         if field_info.type is msgspec.Raw and field_info.encode_name in value:
-            value[field_info.encode_name] = msgspec.Raw(msgspec.json.encode(value[field_info.encode_name]))
+            value[field_info.encode_name] = msgspec.Raw(json.dumps(value[field_info.encode_name]).encode())
     return value
 
 
@@ -1134,7 +1153,7 @@ def decode_summary(raw, parser: simdjson.Parser):
     try:
         record = FAST_SUMMARY_DECODER.decode(raw)
         arrays = {key: flat_float_list(getattr(record, key), parser) for key in SUMMARY_TOKEN_KEYS}
-    except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError):
+    except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError, RecursionError):
         return decode_line(raw, SUMMARY_DECODER)
     for key, array in arrays.items():
         setattr(record, key, array)
@@ -1165,9 +1184,27 @@ def checked_step(record):
 
 # Text of a free-form field: strings as they are, anything else as JSON.
 def as_text(value) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
+    if value is None:
+        return None
+    return valid_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+# Text UTF-8 can carry: a lone surrogate (valid JSON: "\ud83d", e.g. an emoji cut in half) or a file name's undecodable
+# byte becomes �. Tables, the page and the cache all need UTF-8, and would fail on the whole run for one such line.
+def valid_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+# A raw JSON value the first pass kept (it is valid JSON): msgspec refuses a lone surrogate escape, Python's json takes it.
+def raw_value(raw: msgspec.Raw):
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(bytes(raw))
 
 
 def float_array(values) -> np.ndarray | None:
@@ -1284,9 +1321,9 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if record.ref_response is not None:
             numbers["ref_response_len"][row] = len(as_text(record.ref_response))
         if record.group_id is not None:
-            group_ids[row] = str(record.group_id)
+            group_ids[row] = valid_text(str(record.group_id))
         for name, score in (record.rewards_per_func or {}).items():
-            function_scores.setdefault(name, np.full(count, np.nan))[row] = np.nan if score is None else score
+            function_scores.setdefault(valid_text(name), np.full(count, np.nan))[row] = np.nan if score is None else score
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["logprobs"] is not None:
@@ -1305,9 +1342,11 @@ SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduce
 # Per-token arrays of a record cut to one common length, with a note for every mismatch.
 def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
     arrays = {key: float_array(getattr(record, key)) for key in keys}
+    if any(array is not None and len(array) for array in arrays.values()):  # an empty list beside others means absent
+        arrays = {key: None if array is not None and not len(array) else array for key, array in arrays.items()}
     tokens = record.response_tokens
     if isinstance(tokens, msgspec.Raw):
-        tokens = None if arrays["logprobs"] is not None or not tokens else msgspec.json.decode(tokens)
+        tokens = None if arrays["logprobs"] is not None or not tokens else raw_value(tokens)
     if arrays["logprobs"] is None:
         return dict.fromkeys(keys), (float(len(tokens)) if isinstance(tokens, list) else np.nan), []
     notes = []
@@ -1499,7 +1538,7 @@ class IndexCache:
         self.error: str | None = None
 
     def paths(self, path: str) -> tuple[Path, Path]:
-        key = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:20]
+        key = hashlib.sha1(os.fsencode(os.path.realpath(path))).hexdigest()[:20]
         return self.folder / f"{key}.json", self.folder / f"{key}.arrow"
 
     # The cached index of path, or None when absent, unreadable or from another version of the board.
@@ -1553,8 +1592,9 @@ class RunStore:
         self.lock = threading.Lock()
         self.snapshot: Run | None = None
 
+    # The rank files; one whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
     def current_paths(self) -> list[str]:
-        return sorted(str(path) for path in Path(self.run_dir).glob("*.jsonl") if path.is_file())
+        return sorted(str(path) for path in Path(self.run_dir).glob("*.jsonl") if path.is_file() and valid_text(path.name) == path.name)
 
     # Cheap: a stat per file. True when load() would read anything.
     def needs_work(self, max_samples: int) -> bool:
@@ -1709,6 +1749,11 @@ def worker_pool() -> ProcessPoolExecutor:
     return pool
 
 
+# "run_9" before "run_10": launch ids that are counters sort by number (the logger's timestamps sort either way).
+def natural_order(text: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
 def launch_of(path: str) -> str:
     match = LAUNCH_PATTERN.search(Path(path).name)
     return match.group(2) if match else ""
@@ -1718,7 +1763,7 @@ def launch_of(path: str) -> str:
 # run re-logs steps), then up to max_samples taken round-robin over the rank files.
 def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.ndarray]:
     file_of, row, step, launch_of_row = [], [], [], []
-    launches = sorted({index.launch for index in files.values()})
+    launches = sorted({index.launch for index in files.values()}, key=natural_order)
     for position, index in enumerate(files.values()):
         lines = index.lines
         usable = np.flatnonzero(((lines["status"] != BAD) & lines["step"].notna()).to_numpy())
@@ -1784,14 +1829,17 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.
         rows = selected.get(path, np.array([], dtype=np.int64))
         frames.append(index.lines.iloc[rows].assign(path=path, generation=index.generation))
         status = index.lines["status"].to_numpy()
-        name = Path(path).name
+        name = valid_text(Path(path).name)
         bad = int((status == BAD).sum())
         report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad, index.incomplete_tail])
-        problems += [[name, line, kind, text] for line, kind, text in index.problems]
+        problems += [[name, line, kind, valid_text(text)] for line, kind, text in index.problems]
         if index.incomplete_tail:
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
     if cache_error:
         problems.append(["", 0, "note", cache_error])
+    for path in Path(run_dir).glob("*.jsonl"):
+        if valid_text(path.name) != path.name:
+            problems.append([valid_text(path.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
     samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(LINE_COLUMNS) + ["path", "generation"])
     for column in SUMMARY_NUMBERS + ["group_id"]:
         if column not in samples:
@@ -1818,6 +1866,8 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.
 # The newest rollout_meta_*.json of the run, if the logger wrote one.
 def read_meta(run_dir: str) -> dict | None:
     for path in sorted(Path(run_dir).glob("rollout_meta*.json"), reverse=True):
+        if not path.is_file():  # a FIFO would block the page forever
+            continue
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -1833,7 +1883,6 @@ def run_store(run_dir: str) -> RunStore:
     return RunStore(run_dir)
 
 
-# Sub-folders of the root, each one run.
 # Runs are the root's sub-folders; the root itself is one too when it holds rank files (a user pointed it at a run).
 def list_runs(root: str) -> list[str]:
     folder = Path(root).expanduser()
@@ -1861,9 +1910,11 @@ class StepBatch:
 def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
     problems = []
-    for path, offset, length, line in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"]):
+    for path, offset, length, line, step in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"], _rows["step"]):
         try:
             record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
+            if record.step != step:
+                raise BadLine(f"it now holds step {record.step}, not {step}")
         except (OSError, BadLine) as error:
             problems.append(read_back_problem(path, line, error))
             record = None
@@ -1898,9 +1949,45 @@ def token_detail(record) -> dict | None:
     if arrays["logprobs"] is None:
         return None
     length = int(length)
-    names = [str(token) for token in (record.response_tokens or [])][:length]
+    names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
     names += ["?"] * (length - len(names))
     return dict(arrays, response_tokens=names, advantage=record.advantage, notes=notes)
+
+
+# Tokens as the text they stand for. What tokenizer.convert_ids_to_tokens returns is often not text: byte-level BPE
+# (GPT-2, Llama 3, Qwen) writes each byte as a printable character (a space as Ġ, é as Ã©, 你 as ä½ł), SentencePiece
+# a space as ▁ and a byte as <0xE4>. Each token's bytes are decoded in turn, a character shown on the token that
+# completes it (a CJK character is often 2-3 tokens; the others show as empty). Tokens that do not decode that way
+# (already text, or another scheme) are shown as they are.
+def readable_tokens(tokens: list[str]) -> list[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        texts = [decoder.decode(token_bytes(token)) for token in tokens]
+    except UnicodeDecodeError:
+        return tokens
+    if decoder.getstate()[0]:  # the response was cut inside a character
+        texts[-1] += "\ufffd"
+    return texts
+
+
+def token_bytes(token: str) -> bytes:
+    if len(token) == 6 and SENTENCEPIECE_BYTE.fullmatch(token):
+        return bytes([int(token[3:5], 16)])
+    if all(character in BYTE_OF_CHARACTER for character in token):
+        return bytes(BYTE_OF_CHARACTER[character] for character in token)
+    return token.replace("▁", " ").encode("utf-8")  # a special token (<|im_end|>), or text
+
+
+# GPT-2's byte-to-character table, inverted: printable bytes stand for themselves, the others (space, newline...)
+# for the characters from U+0100 on, in byte order.
+def byte_of_character() -> dict[str, int]:
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return {chr(byte): byte for byte in printable} | {chr(256 + position): byte for position, byte in enumerate(others)}
+
+
+BYTE_OF_CHARACTER = byte_of_character()
+SENTENCEPIECE_BYTE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
 if __name__ == "__main__":

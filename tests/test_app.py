@@ -218,12 +218,13 @@ def test_a_line_that_cannot_be_read_back_is_tried_again(tmp_path, monkeypatch):
     path.write_bytes(good.replace(b'{"prompt": "p2"', b'["prompt": "p2"'))  # same size and time: the index still holds
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
-    failures = [w.value for w in app.warning if "could not be read back" in w.value]
-    assert len(failures) == 2 and all(f.startswith("r.jsonl line 2 could not be read back (not valid JSON") for f in failures)  # texts, tokens
+    texts, tokens = (w.value for w in app.warning)
+    assert texts.startswith("r.jsonl line 2 could not be read back (not valid JSON")
+    assert tokens.startswith("r.jsonl line 2: no token area, the line cannot be read in full (not valid JSON")
     path.write_bytes(good)  # a passing failure (a network file system, say) is not kept
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
     app.run()
-    assert not [w for w in app.warning if "could not be read back" in w.value]
+    assert not app.warning
     assert batch_table(app)["response"].tolist() == ["r2"]
 
 
@@ -293,3 +294,46 @@ def test_progress_bars_show_on_long_loads_only_redrawn_at_most_every_half_second
     finished, interrupted = app.get("progress")  # the short load drew no bar
     assert (finished.proto.value, finished.proto.text) == (100, "[100%] Loading 4 / 4 files...")
     assert (interrupted.proto.value, interrupted.proto.text) == (10, "[10%] Processing samples...")  # 0.2 and 0.3 came too soon
+
+
+def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
+    character_of = {byte: character for character, byte in board.BYTE_OF_CHARACTER.items()}
+    pieces = [b" ", b"\xe4\xbd", b"\xa0", "好\n".encode()]  # " 你好\n" as a byte-level BPE tokenizer splits it
+    tokens = ["".join(character_of[byte] for byte in piece) for piece in pieces]
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response=" 你好\n", response_tokens=tokens, logprobs=[-1.0] * 4)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert app.dataframe[-1].value.index.tolist() == ["0 -  ", "1 - ", "2 - 你", "3 - 好\\n"]
+    assert ">你</span>" in app.get("html")[-1].proto.body
+
+
+def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "run"
+    write_lines(run_dir / "r.jsonl", [sample(1), sample(2)])
+    os.mkfifo(run_dir / "rollout_meta_z.json")  # would block a reader forever
+    (run_dir / "rollout_meta_a.json").write_text(json.dumps({"model_name": "m", "reward_funcs": ["f", "g"], "reward_weights": ["1", None]}))
+    os.mkdir(os.path.join(os.fsencode(tmp_path / "runs"), b"junk_\xff"))  # a folder whose name is not UTF-8
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app = start("~/runs", monkeypatch)
+    assert widget(app.sidebar.selectbox, "Choose Log Name").options == ["junk_\ufffd", "run"]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("run")
+    app = load_and_view(app)
+    assert [caption.value for caption in app.caption if caption.value.startswith("Reward =")] == ["Reward = f + g"]
+    assert app.tabs and widget(app.slider, "Step Index(2 total steps)").value == 1
+
+
+def test_steps_beyond_the_sliders_range_get_a_select_box(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(2**60), sample(2**61)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert widget(app.selectbox, "Step Index(2 total steps)").value == 2**60
+    assert not [slider for slider in app.slider if slider.label.startswith("Step Index")]
+
+
+def test_lines_of_a_step_that_cannot_be_read_back_make_one_warning(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1)] + [sample(2)] * 5)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    status = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'{"prompt": "p2"', b'["prompt": "p2"'))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    texts = [w.value for w in app.warning if "could not be read back" in w.value]
+    assert len(texts) == 1 and texts[0].endswith("4 more line(s) of this step could not be read back either.")

@@ -495,3 +495,69 @@ def test_free_form_fields_from_other_tools_are_shown_as_text(tmp_path):
     batch = board.load_step_batch(board.lines_key(run.step_rows(3)), run.step_rows(3))
     assert json.loads(batch.table["prompt"].iloc[0]) == chat
     assert batch.table["ground_truth"].iloc[0] == "[1, 2]"
+
+
+def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
+    lone = "\ud83d"  # valid JSON ("\ud83d"): an emoji cut in half by the tool that wrote it
+    lines = [
+        sample(1, group_id=lone, rewards_per_func={lone: 1.0}, response_tokens=["a", lone], logprobs=[-1.0, -2.0]),
+        sample(1, prompt=lone, response="x" + lone, ref_response=lone, ground_truth=[lone]),
+        sample(2, response_tokens=[lone]),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 3 and not problems_of(run)
+    assert run.samples["group_id"].iloc[0] == "\ufffd" and run.reward_function_columns == ["rewards/\ufffd"]
+    assert run.samples["response_tokens_len"].iloc[0] == 2.0 and run.samples["response_tokens_len"].iloc[2] == 1.0
+    batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
+    assert batch.table["prompt"].tolist() == ["p1", "\ufffd"] and batch.table["response"].iloc[1] == "x\ufffd"
+    assert sample_tokens(run, 1, 0)["response_tokens"] == ["a", "\ufffd"]
+
+
+def test_nesting_too_deep_for_a_parser_is_a_skipped_line(tmp_path):
+    deep = json.dumps(sample(1))[:-1].encode() + b', "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    write_lines(tmp_path / "run" / "r.jsonl", [deep, sample(1)])
+    for parallel in (False, True):
+        run = load(tmp_path / "run", parallel=parallel)
+        assert len(run.samples) == 1 and list(problems_of(run, "skipped")) == [("r.jsonl", 1)]
+        shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
+
+
+def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(os.path.join(os.fsencode(run_dir), b"rank_\xff.jsonl"), "wb") as file:
+        file.write(json.dumps(sample(1)).encode() + b"\n{oops\n")
+    write_lines(run_dir / "rank_0.jsonl", [sample(1)])
+    run = load(run_dir)
+    assert len(run.samples) == 1 and run.report["file"].tolist() == ["rank_0.jsonl"]
+    assert problems_of(run, "skipped") == {("rank_\ufffd.jsonl", 0): "the file name is not valid UTF-8: rename the file to load it"}
+
+
+def test_an_empty_per_token_list_beside_others_counts_as_absent(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, logprobs=[-1.0, -2.0, -3.0], ref_logprobs=[], entropies=[])])
+    run = load(tmp_path / "run")
+    assert not problems_of(run)
+    numbers = run.samples.iloc[0]
+    assert numbers["response_tokens_len"] == 3 and numbers["avg_logp"] == -2.0
+    assert np.isnan(numbers["avg_entropy"]) and np.isnan(numbers["avg_kl_kl"])
+    tokens = sample_tokens(run, 1, 0)
+    assert tokens["ref_logprobs"] is None and tokens["entropies"] is None and tokens["logprobs"].tolist() == [-1.0, -2.0, -3.0]
+
+
+def test_launch_ids_that_are_counters_sort_by_number(tmp_path):
+    write_lines(tmp_path / "run" / "d_rank_0_9.jsonl", [sample(1, reward=9.0), sample(2, reward=9.0)])
+    write_lines(tmp_path / "run" / "d_rank_0_10.jsonl", [sample(1, reward=10.0)])
+    run = load(tmp_path / "run")
+    assert run.samples.set_index("step")["reward"].to_dict() == {1: 10.0, 2: 9.0}
+
+
+def test_a_line_that_holds_another_step_when_read_back_is_reported(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    run = load(tmp_path / "run")
+    status = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'"step": 1', b'"step": 3'))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
+    assert batch.problems == ["r.jsonl line 1 could not be read back (it now holds step 3, not 1); if the file was rewritten, press Load & View."]
+    assert batch.table["prompt"].tolist() == [""]

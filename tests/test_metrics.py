@@ -226,3 +226,52 @@ def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
     assert np.array_equal(np.asarray(trace.customdata), grid.to_numpy(), equal_nan=True)  # hover: raw values
     assert [list(row) for row in trace.text] == [["-12", "-3", "-6", "nan"], ["0.02", "-0.01", "0", "inf"], ["0", "0", "0", "0"]]  # cells: raw values
     assert "%{customdata" in trace.hovertemplate
+
+
+@pytest.mark.parametrize(
+    "tokens, shown",
+    [
+        # byte-level BPE (GPT-2, Llama 3, Qwen): " é 中文", a character shown on the token that completes it
+        (["Ġ", "Ã", "©", "Ġ", "ä", "¸", "Ń", "æĸĩ"], [" ", "", "é", " ", "", "", "中", "文"]),
+        (["Hello", "Ġworld", "Ċ", "ĉx", "<|im_end|>"], ["Hello", " world", "\n", "\tx", "<|im_end|>"]),
+        # SentencePiece: ▁ is a space, <0xE4> a byte
+        (["▁Hi", "<0xE4>", "<0xB8>", "<0xAD>", "<PAD>"], [" Hi", "", "", "中", "<PAD>"]),
+        (["Ġcaf", "Ã"], [" caf", "\ufffd"]),  # cut inside a character
+        # already text, or not decodable as bytes: as they are
+        (["威", "仪", "<EOD>"], ["威", "仪", "<EOD>"]),
+        (["café", " au", " lait"], ["café", " au", " lait"]),
+        ([], []),
+    ],
+)
+def test_tokens_are_shown_as_the_text_they_stand_for(tokens, shown):
+    assert board.readable_tokens(tokens) == shown
+
+
+def test_text_utf8_cannot_carry_is_shown_with_a_replacement_character():
+    assert board.valid_text("a\ud83db") == "a\ufffdb" and board.valid_text("r_\udcff.jsonl") == "r_\ufffd.jsonl"
+    assert board.valid_text("😀 ok") == "😀 ok"
+
+
+def test_markdown_literal_keeps_html_entities_and_markdown_as_written():
+    assert board.markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\://h\\) \\:red\\[y\\]"
+
+
+def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
+    table = pd.DataFrame({
+        "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
+        "reward": [1.0, np.nan, np.nan, np.nan, 0.0, 1.0], "truncated": [np.nan] * 6,
+    })
+    groups = board.group_table(table).set_index("group")
+    assert groups["zero signal"].to_dict() == {"a": True, "b": False, "c": False}
+    assert board.group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
+
+
+def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
+    chart = board.reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}))
+    assert {bar["series"] for bar in chart["datasets"]["bars"]} == {"Ref Rewards"}
+
+
+def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
+    page = board.running_text_html(["\u202eabc", "", "end"], {"kl": np.array([0.1, 0.2, 0.3])}, "kl", np.zeros(3, dtype=bool))
+    assert ".rl-running-text span{unicode-bidi:isolate}" in page and "class='rl-running-text'" in page
+    assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
