@@ -50,7 +50,9 @@ class RolloutLoggerCallback(TrainerCallback):
     A callback never sees the batch, so this one wraps methods of the trainer instance it is given (TRL has no public
     API for per-token data); the trainer's class and TRL itself are left untouched. The log-probs are the ones TRL's
     loss uses, so nothing is computed twice: TRL's `old_per_token_logps` when it computes them at generation, otherwise
-    the loss pass's log-probs from the first pass over each sample (before any update to the weights that sampled it).
+    those of the loss pass's first pass over each sample. The entropies come from that first pass; the pass's values
+    are kept only when it runs at the weights that sampled the sample (no optimizer step in between). A truncated
+    completion that TRL masks (`mask_truncated_completions`) is logged with its tokens but no per-token values.
 
     Usage:
     ```python
@@ -130,7 +132,7 @@ class RolloutLoggerCallback(TrainerCallback):
         setattr(self.trainer, name, wrapper)
 
     def _around_generation(self, generate, *args, **kwargs):
-        if self._writer is None or not self.trainer.model.training:  # evaluation batches are not logged
+        if not self._logging() or not self.trainer.model.training:  # evaluation batches are not logged
             return generate(*args, **kwargs)
         step = self.trainer.state.global_step + 1  # the optimizer step these samples are trained in first
         self._scored = None
@@ -143,7 +145,7 @@ class RolloutLoggerCallback(TrainerCallback):
         # Called as `_calculate_rewards(inputs, prompts, completions, completion_ids_list)`.
         rewards_per_func = calculate_rewards(*args, **kwargs)
         completion_ids = args[3] if len(args) > 3 else kwargs.get("completion_ids_list")
-        if completion_ids is not None and isinstance(rewards_per_func, torch.Tensor):
+        if self._writer is not None and completion_ids is not None and isinstance(rewards_per_func, torch.Tensor):
             self._scored = (completion_ids, rewards_per_func)
         return rewards_per_func
 
@@ -180,9 +182,7 @@ class RolloutLoggerCallback(TrainerCallback):
         completion_mask = output["completion_mask"].bool()
         lengths = completion_mask.sum(dim=1).tolist()
         count = len(lengths)
-        completion_ids = output["completion_ids"][completion_mask].tolist()
-        tokens = _split(tokenizer.convert_ids_to_tokens(completion_ids), lengths)
-        sampled_ids = _split(completion_ids, lengths)
+        sampled_ids = _split(output["completion_ids"][completion_mask].tolist(), lengths)
         prompt_mask = output["prompt_mask"].bool()
         prompt_ids = _split(output["prompt_ids"][prompt_mask].tolist(), prompt_mask.sum(dim=1).tolist())
         unique_prompts = list(dict.fromkeys(map(tuple, prompt_ids)))  # each prompt repeats num_generations times
@@ -202,6 +202,11 @@ class RolloutLoggerCallback(TrainerCallback):
                 rewards, rewards_per_func = weighted.tolist(), per_func.tolist()
             else:
                 self._warn_once("rewards", "the rewards TRL computed do not match the batch; rewards are not logged")
+        sampled_lengths = [len(ids) for ids in sampled_ids]
+        tokens = _split(tokenizer.convert_ids_to_tokens([id_ for ids in sampled_ids for id_ in ids]), sampled_lengths)
+        # Per-token values only where the mask holds every sampled token: TRL's `mask_truncated_completions` masks a
+        # truncated completion out of attention, so its log-probs and entropies were computed without it.
+        per_token = [length == sampled for length, sampled in zip(lengths, sampled_lengths)]
         responses = tokenizer.batch_decode(sampled_ids, skip_special_tokens=True)  # as TRL decodes completions
         stop_ids = set(getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id]) | {tokenizer.pad_token_id}
 
@@ -221,9 +226,9 @@ class RolloutLoggerCallback(TrainerCallback):
                 "prompt": prompts[row],
                 "response": responses[row],
                 "response_tokens": tokens[row],
-                "logprobs": old_logps[row],
+                "logprobs": old_logps[row] if per_token[row] else None,
             }
-            if ref_logps is not None:
+            if ref_logps is not None and per_token[row]:
                 record["ref_logprobs"] = ref_logps[row]
             record["entropies"] = None
             record["reward"] = None if rewards is None else rewards[row]
@@ -239,32 +244,40 @@ class RolloutLoggerCallback(TrainerCallback):
             record["step"] = step
             records.append(record)
 
+        for sample, record, completed_later in zip(itertools.count(self._next_sample), records, per_token):
+            if completed_later and self._hooks_loss_pass:
+                self._waiting[sample] = record
+            else:  # nothing would complete it: written as it is
+                self._finished.append(_without_missing(record))
         if self._hooks_loss_pass:
-            self._waiting.update(zip(range(self._next_sample, self._next_sample + count), records))
             output[SAMPLE_KEY] = torch.arange(self._next_sample, self._next_sample + count)
-            self._next_sample += count
-        else:  # nothing would complete them: written as they are
-            self._finished.extend(_without_missing(record) for record in records)
+        self._next_sample += count
         self._generations += 1
 
     def _finish_records(self, loss_batch: tuple, result: Any) -> None:
-        """Completes a micro-batch's records with the loss pass's log-probs and entropies, where it computed them."""
+        """Completes a micro-batch's records with the loss pass's log-probs and entropies, where they describe the
+        policy that sampled them."""
         samples, completion_mask = loss_batch
+        records = [self._waiting.pop(sample, None) for sample in samples]  # None: a later pass (num_iterations > 1)
+        # A record's `step` is `global_step + 1` at generation: an equal step here means no optimizer step since. A
+        # sample trained in a later step of its generation batch gets no loss-pass values (TRL's old log-probs stay).
+        step = self.trainer.state.global_step + 1
+        sampling_policy = [record is not None and record["step"] == step for record in records]
         logps = entropies = None
-        if result is not None:
+        if result is not None and any(sampling_policy):
             logps, entropies = (result[0], result[1]) if isinstance(result, tuple) else (result, None)
             mask = completion_mask.bool()
             lengths = mask.sum(dim=1).tolist()
             logps = _masked_rows(logps.detach(), mask, lengths)
             entropies = None if entropies is None else _masked_rows(entropies.detach(), mask, lengths)
-        for position, sample in enumerate(samples):
-            record = self._waiting.pop(sample, None)
-            if record is None:  # a later pass over the same sample (num_iterations > 1)
+        for position, record in enumerate(records):
+            if record is None:
                 continue
-            if record["logprobs"] is None and logps is not None:
-                record["logprobs"] = logps[position]
-            if entropies is not None:
-                record["entropies"] = entropies[position]
+            if sampling_policy[position] and logps is not None:
+                if record["logprobs"] is None:
+                    record["logprobs"] = logps[position]
+                if entropies is not None:
+                    record["entropies"] = entropies[position]
             self._finished.append(_without_missing(record))
 
     def _tokenizer(self):
@@ -294,12 +307,12 @@ class RolloutLoggerCallback(TrainerCallback):
             print(f"RLLoggingBoard: Saving rollout data to {self.run_dir}", flush=True)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self._writer is not None:
+        if self._logging():
             self._writer.write(self._finished)
             self._finished = []
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self._writer is None:
+        if not self._logging():
             return
         # Samples generated but never trained on (the run stopped mid generation batch) still get their line.
         self._finished.extend(_without_missing(record) for record in self._waiting.values())
@@ -338,7 +351,8 @@ class RolloutLoggerCallback(TrainerCallback):
         try:
             path.write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
         except OSError as error:
-            self._warn_once("meta", f"cannot write {path} ({error}); the rollouts are saved without it")
+            # The kind of the writer's I/O errors: a full disk is one warning, so this one says what a later one would.
+            self._warn_once("io", f"cannot write {path} ({error}); the rollout data may be missing or cut short too")
 
     def _safely(self, function: Callable, *args) -> None:
         """Runs a logging step; an unexpected error stops the logging with one warning instead of the training."""
@@ -348,11 +362,21 @@ class RolloutLoggerCallback(TrainerCallback):
             self._warn_once(
                 "internal", f"rollout logging stopped after an unexpected error ({error!r}); training goes on"
             )
-            if self._writer is not None:
-                self._writer.close()
-            self._writer = None
-            self._waiting.clear()
-            self._finished = []
+            self._stop()
+
+    def _logging(self) -> bool:
+        """Whether logging goes on; once the writer has failed (it warned), it stops: no record is built in vain."""
+        if self._writer is not None and self._writer.failed:
+            self._stop()
+        return self._writer is not None
+
+    def _stop(self) -> None:
+        """Stops logging for the rest of this launch; the hooks stay but only call through."""
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        self._waiting.clear()
+        self._finished = []
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
@@ -368,7 +392,8 @@ def _experiment_name(args) -> str:
 
 
 def _without_missing(record: dict) -> dict:
-    """Drops the per-token keys nothing filled in (no entropies from this TRL, or a sample never trained on)."""
+    """Drops the per-token keys nothing filled in (no entropies from this TRL, a sample never trained on or trained
+    after an update, a truncated completion TRL masked)."""
     for key in ("logprobs", "entropies"):
         if record[key] is None:
             del record[key]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import importlib.util
+import io
 import json
 import math
 import queue
@@ -43,8 +45,9 @@ class JsonlWriter:
     """
     Appends records to one JSONL file from a background thread, so serialising and writing never hold up training.
 
-    Each call of `write` becomes whole lines written and flushed together. A record that cannot be serialised is
-    skipped; an I/O error (full disk, lost permission) stops all further writes. Either is reported once through
+    Each call of `write` becomes whole lines, written together or not at all: the file is unbuffered, and a batch an
+    I/O error (full disk, lost permission) cuts short is cut from the file again. Such an error stops all further
+    writes and sets `failed`; a record that cannot be serialised is skipped. Either is reported once through
     `warn(kind, message)`, and training goes on.
 
     Args:
@@ -57,7 +60,9 @@ class JsonlWriter:
     def __init__(self, path: Path, warn: Callable[[str, str], None]):
         self.path = path
         self._warn = warn
-        self._file = open(path, "ab")
+        self._file = open(path, "ab", buffering=0)
+        self._size = self._file.seek(0, io.SEEK_END)  # where a batch that fails is cut back to
+        self.failed = False  # set by the writing thread after an I/O error; nothing is written from then on
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._drain, name="rollout-logger-writer", daemon=True)
         self._thread.start()
@@ -77,21 +82,41 @@ class JsonlWriter:
 
     def _drain(self) -> None:
         while (records := self._queue.get()) is not None:
+            if self._file is None:  # an I/O error stopped the writing: not even serialised
+                continue
             lines = []
             for record in records:
                 try:
                     lines.append(json_line(record))
                 except Exception as error:  # e.g. a value JSON cannot hold: lose this sample, keep the rest
                     self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
-            if self._file is None:
-                continue
+            data = b"".join(lines)
             try:
-                self._file.write(b"".join(lines))
-                self._file.flush()
+                self._write_all(data)
             except OSError as error:
+                self.failed = True
                 self._warn("io", f"writing {self.path} failed ({error}); no more rollout data is written")
+                self._cut_back()
                 self._close_file()
+            else:
+                self._size += len(data)
         self._close_file()
+
+    def _write_all(self, data: bytes) -> None:
+        """An unbuffered write may take only part of the data (a nearly full disk): write the rest until it raises."""
+        view = memoryview(data)
+        while view:
+            written = self._file.write(view)
+            if not written:  # taking nothing, it would never finish
+                raise OSError(errno.EIO, "the file took no bytes")
+            view = view[written:]
+
+    def _cut_back(self) -> None:
+        """Removes what a failed batch left, so the file ends with the last whole batch."""
+        try:
+            self._file.truncate(self._size)
+        except OSError:
+            pass  # the file keeps a cut-off line, which readers report; the write error was reported
 
     def _close_file(self) -> None:
         if self._file is not None:

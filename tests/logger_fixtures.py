@@ -63,11 +63,13 @@ def make_trainer(
 
 class GenerationRecorder:
     """Wraps the trainer instance's generation to keep, per step, the policy's weights when that step's samples were
-    generated and the number of real tokens (completion mask) of each completion."""
+    generated and the number of real tokens (completion mask) of each completion; and its loss to keep, per optimizer
+    step, the samples trained in it as `sample_key`s."""
 
     def __init__(self, trainer):
-        self.weights, self.completion_lengths = {}, defaultdict(list)
-        generate = trainer._generate_and_score_completions
+        self.weights, self.completion_lengths, self.trained = {}, defaultdict(list), defaultdict(list)
+        generate, compute_loss = trainer._generate_and_score_completions, trainer.compute_loss
+        tokenizer = trainer.processing_class
 
         def generate_and_record(*args, **kwargs):
             step = trainer.state.global_step + 1
@@ -80,7 +82,25 @@ class GenerationRecorder:
                 self.completion_lengths[step] += output["completion_mask"].sum(dim=1).tolist()
             return output
 
+        def compute_loss_and_record(model, inputs, *args, **kwargs):
+            prompts = [ids[mask.bool()].tolist() for ids, mask in zip(inputs["prompt_ids"], inputs["prompt_mask"])]
+            completions = zip(inputs["completion_ids"], inputs["completion_mask"])
+            self.trained[trainer.state.global_step + 1] += [
+                (
+                    tokenizer.decode(prompt, skip_special_tokens=False, clean_up_tokenization_spaces=False),
+                    tuple(tokenizer.convert_ids_to_tokens(ids[mask.bool()].tolist())),
+                )
+                for prompt, (ids, mask) in zip(prompts, completions)
+            ]
+            return compute_loss(model, inputs, *args, **kwargs)
+
         trainer._generate_and_score_completions = generate_and_record
+        trainer.compute_loss = compute_loss_and_record
+
+
+def sample_key(record: dict) -> tuple:
+    """A logged sample as `GenerationRecorder.trained` keeps it: its prompt and its completion's tokens."""
+    return record["prompt"], tuple(record["response_tokens"])
 
 
 def add_logger(trainer) -> RolloutLoggerCallback:
@@ -98,7 +118,8 @@ def read_records(run_dir: Path) -> dict[str, list[dict]]:
 
 
 class Rescorer:
-    """Log-probs of a logged sample under given weights, from a fresh fp32 forward pass of one unpadded sequence."""
+    """Log-probs and entropies of a logged sample under given weights, from a fresh fp32 forward pass of one unpadded
+    sequence."""
 
     def __init__(self, temperature: float):
         model_dir = tiny_model_dir()
@@ -109,14 +130,18 @@ class Rescorer:
         self.temperature = temperature
 
     @torch.no_grad()
-    def logprobs(self, weights: dict, record: dict) -> list[float]:
+    def logprobs_and_entropies(self, weights: dict, record: dict) -> tuple[list[float], list[float]]:
         self.model.load_state_dict(weights)
         prompt_ids = self.tokenizer(record["prompt"], add_special_tokens=False)["input_ids"]
         completion_ids = self.tokenizer.convert_tokens_to_ids(record["response_tokens"])
         input_ids = torch.tensor([prompt_ids + completion_ids])
         logits = self.model(input_ids=input_ids).logits[0, len(prompt_ids) - 1 : -1] / self.temperature
         logps = torch.log_softmax(logits.float(), dim=-1)
-        return logps.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1).tolist()
+        entropies = -(logps.exp() * logps).sum(dim=-1)
+        return logps.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1).tolist(), entropies.tolist()
+
+    def logprobs(self, weights: dict, record: dict) -> list[float]:
+        return self.logprobs_and_entropies(weights, record)[0]
 
 
 def max_difference(left: list[float], right: list[float]) -> float:

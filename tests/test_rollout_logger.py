@@ -5,11 +5,14 @@ step's batch was generated), with learning rates large enough that every step ch
 """
 
 import contextlib
+import errno
 import io
 import json
 import logging
+import pathlib
 import re
 import statistics
+import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -19,6 +22,7 @@ from trl import GRPOTrainer
 import rollout_logger.writer
 from examples.train_grpo_tiny import same_digits, sorted_digits
 from rollout_logger import RolloutLoggerCallback, rollout_logging_enabled
+from rollout_logger.writer import JsonlWriter
 from tests.logger_fixtures import (
     GenerationRecorder,
     Rescorer,
@@ -26,6 +30,7 @@ from tests.logger_fixtures import (
     make_trainer,
     max_difference,
     read_records,
+    sample_key,
     trl_kl,
 )
 
@@ -72,18 +77,21 @@ def run_logged_with_caplog(tmp_path, monkeypatch, caplog, **settings):
 
 
 def assert_exact(trainer, generations, records):
-    """Every sample's log-probs (and reference log-probs) equal a fresh pass of the generating weights."""
+    """Every sample's log-probs (and reference log-probs, and entropies where logged) equal a fresh pass of the
+    generating weights."""
     rescorer = Rescorer(trainer.temperature)
     for record in records:
-        assert (
-            max_difference(record["logprobs"], rescorer.logprobs(generations.weights[record["step"]], record)) < 1e-5
-        )
+        logprobs, entropies = rescorer.logprobs_and_entropies(generations.weights[record["step"]], record)
+        assert max_difference(record["logprobs"], logprobs) < 1e-5
+        if "entropies" in record:
+            assert max_difference(record["entropies"], entropies) < 1e-5
         if trainer.beta != 0:
             assert max_difference(record["ref_logprobs"], rescorer.logprobs(rescorer.initial_weights, record)) < 1e-5
 
 
-def assert_well_formed(trainer, generations, records, steps, batches_per_step=1):
-    """All keys, per-token lists as long as the completion mask, each generated sample exactly once."""
+def assert_well_formed(trainer, generations, records, steps, batches_per_step=1, entropies_everywhere=True):
+    """All keys (entropies possibly not, unless `entropies_everywhere`), per-token lists as long as the completion
+    mask, each generated sample exactly once."""
     keys = GRPO_KEYS | ({"ref_logprobs"} if trainer.beta != 0 else set())
     if not hasattr(trainer, "_get_per_token_logps_and_entropies"):  # TRL < 0.20 computes no entropies
         keys = keys - {"entropies"}
@@ -95,11 +103,11 @@ def assert_well_formed(trainer, generations, records, steps, batches_per_step=1)
         lengths = sorted(len(record["response_tokens"]) for record in records if record["step"] == step)
         assert lengths == sorted(generations.completion_lengths[step])
     for record in records:
-        assert set(record) == keys
+        assert set(record) == keys or (not entropies_everywhere and set(record) == keys - {"entropies"})
         assert not {"values", "token_rewards"} & set(record)
         length = len(record["response_tokens"])
         assert length > 0 and all(
-            len(record[key]) == length for key in keys & {"logprobs", "ref_logprobs", "entropies"}
+            len(record[key]) == length for key in set(record) & {"logprobs", "ref_logprobs", "entropies"}
         )
         assert record["truncated"] == (record["response_tokens"][-1] != "<|endoftext|>")
         assert length == trainer.args.max_completion_length or not record["truncated"]
@@ -218,7 +226,9 @@ SCENARIOS = {
     # generation batch of 2 micro-batches; log-probs from the loss pass; temperature scales them
     "gradient_accumulation": dict(settings=dict(gradient_accumulation_steps=2, temperature=0.7), steps=[1, 2]),
     # one generation for 2 optimizer steps: the second half trains on updated weights; TRL's old_per_token_logps
-    "steps_per_generation_over_accumulation": dict(settings=dict(steps_per_generation=2, max_steps=4), steps=[1, 3]),
+    "steps_per_generation_over_accumulation": dict(
+        settings=dict(steps_per_generation=2, max_steps=4), steps=[1, 3], entropies_everywhere=False
+    ),
     # each batch trained on twice: log-probs of the generating weights, not of the second pass
     "num_iterations": dict(settings=dict(num_iterations=2, max_steps=4), steps=[1, 3]),
     # two generation batches inside each optimizer step
@@ -235,13 +245,56 @@ def test_scenario_logs_every_sample_exactly(scenario, tmp_path, monkeypatch):
     spec = SCENARIOS[scenario]
     trainer, generations, files = run_logged(tmp_path, monkeypatch, **{"max_steps": 2, **spec["settings"]})
     [records] = files.values()
-    assert_well_formed(trainer, generations, records, spec["steps"], spec.get("batches_per_step", 1))
+    assert_well_formed(
+        trainer,
+        generations,
+        records,
+        spec["steps"],
+        spec.get("batches_per_step", 1),
+        spec.get("entropies_everywhere", True),
+    )
     assert_exact(trainer, generations, records)
     if scenario == "conversational":
         assert all(
             re.fullmatch(r"<\|im_start\|>user\nsort [\d ]+ :<\|im_end\|>\n<\|im_start\|>assistant\n", record["prompt"])
             for record in records
         )
+
+
+def test_entropies_only_from_the_weights_that_sampled(tmp_path, monkeypatch):
+    """With steps_per_generation=2, the second half of step 1's samples is first trained in step 2, after an update:
+    those lines carry no entropies (the loss pass saw other weights); all others carry the sampling policy's."""
+    trainer, generations, files = run_logged(tmp_path, monkeypatch, steps_per_generation=2, max_steps=2, beta=0.0)
+    [records] = files.values()
+    assert {record["step"] for record in records} == {1} and len(records) == 16
+    assert len(generations.trained[1]) == len(generations.trained[2]) == 8
+    assert Counter(sample_key(record) for record in records if "entropies" not in record) == Counter(
+        generations.trained[2]
+    )
+    assert_exact(trainer, generations, records)  # log-probs of all, entropies of those that have them
+
+
+def test_truncated_completions_trl_masks_keep_their_tokens(tmp_path, monkeypatch):
+    """With mask_truncated_completions, TRL trains on no token of a truncated completion and computed its per-token
+    values without it: its line has its sampled tokens, reward and advantage, and no per-token values."""
+    trainer, generations, files = run_logged(
+        tmp_path, monkeypatch, mask_truncated_completions=True, max_completion_length=4, max_steps=2
+    )
+    [records] = files.values()
+    truncated = [record for record in records if record["truncated"]]
+    assert 0 < len(truncated) < len(records)
+    tokenizer = trainer.processing_class
+    for record in truncated:
+        tokens = record["response_tokens"]
+        assert len(tokens) == 4 and tokens[-1] != "<|endoftext|>"
+        text = [token for token in tokens if token not in tokenizer.all_special_tokens]  # as the response skips them
+        assert tokenizer.convert_tokens_to_string(text) == record["response"]
+        assert not {"logprobs", "ref_logprobs", "entropies"} & set(record)
+        assert record["reward"] == pytest.approx(sum(record["rewards_per_func"].values()))
+        assert isinstance(record["advantage"], float)
+    complete = [record for record in records if not record["truncated"]]
+    assert all({"logprobs", "ref_logprobs", "entropies"} <= set(record) for record in complete)
+    assert_exact(trainer, generations, complete)
 
 
 def test_reward_function_returning_none_is_null(tmp_path, monkeypatch):
@@ -286,16 +339,60 @@ def test_unwritable_folder_warns_once_and_training_goes_on(tmp_path, monkeypatch
     assert "cannot write rollout data" in warning and str(blocker) in warning
 
 
-def test_failed_write_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
-    class FullDisk(io.BytesIO):
-        def write(self, data):
-            raise OSError(28, "No space left on device")
+def full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rollout_logger.writer, "open", lambda path, mode: FullDisk(), raising=False)
+
+class FullDisk(io.BytesIO):
+    write = full_disk
+
+
+def test_failed_write_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(rollout_logger.writer, "open", lambda *args, **kwargs: FullDisk(), raising=False)
     trainer, _, _ = run_logged_with_caplog(tmp_path, monkeypatch, caplog, max_steps=3, beta=0.0)
     assert trainer.state.global_step == 3
     [warning] = logger_warnings(caplog)
     assert "No space left on device" in warning
+
+
+def test_a_disk_full_from_the_start_warns_once(tmp_path, monkeypatch, caplog):
+    """The run's metadata and then its lines cannot be written: one I/O problem, one warning, true for both."""
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    monkeypatch.setattr(rollout_logger.writer, "open", lambda *args, **kwargs: FullDisk(), raising=False)
+    trainer, _, _ = run_logged_with_caplog(tmp_path, monkeypatch, caplog, max_steps=2, beta=0.0)
+    assert trainer.state.global_step == 2
+    [warning] = logger_warnings(caplog)
+    assert "rollout_meta_" in warning and "No space left on device" in warning and "rollout data" in warning
+
+
+def test_logging_stops_once_the_writer_failed(tmp_path, monkeypatch, caplog):
+    """After an I/O error no record is built, queued or serialised any more: no work that nothing would write."""
+    monkeypatch.setattr(rollout_logger.writer, "open", lambda *args, **kwargs: FullDisk(), raising=False)
+    write = JsonlWriter.write
+
+    def write_and_wait_for_the_writer(self, records):  # so that the failure is known before the next step
+        write(self, records)
+        deadline = time.monotonic() + 10
+        while not getattr(self, "failed", False) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    monkeypatch.setattr(JsonlWriter, "write", write_and_wait_for_the_writer)
+    built, serialised = [], []
+    start_records = RolloutLoggerCallback._start_records
+    monkeypatch.setattr(
+        RolloutLoggerCallback,
+        "_start_records",
+        lambda self, output, step: built.append(step) or start_records(self, output, step),
+    )
+    json_line = rollout_logger.writer.json_line
+    monkeypatch.setattr(
+        rollout_logger.writer, "json_line", lambda record: serialised.append(record) or json_line(record)
+    )
+    trainer, _, _ = run_logged_with_caplog(tmp_path, monkeypatch, caplog, max_steps=3, beta=0.0)
+    assert trainer.state.global_step == 3
+    [warning] = logger_warnings(caplog)
+    assert "No space left on device" in warning
+    assert built == [1] and len(serialised) == 8  # step 1's batch, the one whose write failed
 
 
 def test_internal_error_warns_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
