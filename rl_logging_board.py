@@ -84,7 +84,7 @@ def main():
     if run is None:
         return
     draw_run_metadata(run)
-    if run.report.empty:
+    if run.report.empty and run.problems.empty:
         st.warning(f"No `.jsonl` file in {markdown_literal(run.run_dir)}: a run is a folder of JSONL files, one per rank.")
         return
     draw_load_report(run)
@@ -321,7 +321,7 @@ def draw_run_metadata(run: "Run"):
     if isinstance(names, list) and names:
         terms = [markdown_literal(name) for name in names]
         weights = [1.0] * len(names) if weights is None else weights  # TRL's default
-        if isinstance(weights, list) and len(weights) == len(names) and all(type(w) in (int, float) for w in weights):
+        if isinstance(weights, list) and len(weights) == len(names) and all(type(w) in (int, float) and abs(w) < 1e300 for w in weights):
             terms = [f"{w:g} × {term}" for w, term in zip(weights, terms)]
         st.caption("Reward = " + " + ".join(terms))
     details = st.expander("Run metadata", on_change="rerun", key="metadata_details")
@@ -542,7 +542,7 @@ def chosen_sample(batch: "StepBatch") -> int:
 def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     row = batch.table.iloc[sample]
     try:
-        tokens = load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]))
+        tokens = load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
     except OSError as error:
         st.warning(read_back_problem(row["path"], row["line"], error))
         return
@@ -1342,7 +1342,8 @@ SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduce
 # Per-token arrays of a record cut to one common length, with a note for every mismatch.
 def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
     arrays = {key: float_array(getattr(record, key)) for key in keys}
-    if any(array is not None and len(array) for array in arrays.values()):  # an empty list beside others means absent
+    lengths = [len(array) for array in arrays.values() if array is not None]
+    if 0 in lengths and any(lengths):  # an empty list beside others means absent
         arrays = {key: None if array is not None and not len(array) else array for key, array in arrays.items()}
     tokens = record.response_tokens
     if isinstance(tokens, msgspec.Raw):
@@ -1763,7 +1764,7 @@ def launch_of(path: str) -> str:
 # run re-logs steps), then up to max_samples taken round-robin over the rank files.
 def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.ndarray]:
     file_of, row, step, launch_of_row = [], [], [], []
-    launches = sorted({index.launch for index in files.values()}, key=natural_order)
+    launches = sorted({index.launch for index in files.values()}, key=lambda launch: (natural_order(launch), launch))
     for position, index in enumerate(files.values()):
         lines = index.lines
         usable = np.flatnonzero(((lines["status"] != BAD) & lines["step"].notna()).to_numpy())
@@ -1913,8 +1914,7 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
     for path, offset, length, line, step in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"], _rows["step"]):
         try:
             record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
-            if record.step != step:
-                raise BadLine(f"it now holds step {record.step}, not {step}")
+            check_step(record, step)
         except (OSError, BadLine) as error:
             problems.append(read_back_problem(path, line, error))
             record = None
@@ -1928,9 +1928,17 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
 
 # The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def load_sample_tokens(generation: str, path: str, offset: int, length: int) -> dict | None:
+def load_sample_tokens(generation: str, path: str, offset: int, length: int, step: int) -> dict | None:
     record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
+    check_step(record, step)
     return token_detail(record)
+
+
+# A line read back must still hold the step it was indexed with (as a float, as the index holds steps): a file
+# rewritten in place with the same layout would otherwise mix new lines into old numbers.
+def check_step(record, step: int):
+    if float(record.step) != float(step):
+        raise BadLine(f"it now holds step {record.step}, not {step}")
 
 
 def read_line(path: str, offset: int, length: int) -> bytes:
@@ -1956,26 +1964,41 @@ def token_detail(record) -> dict | None:
 
 # Tokens as the text they stand for. What tokenizer.convert_ids_to_tokens returns is often not text: byte-level BPE
 # (GPT-2, Llama 3, Qwen) writes each byte as a printable character (a space as Ġ, é as Ã©, 你 as ä½ł), SentencePiece
-# a space as ▁ and a byte as <0xE4>. Each token's bytes are decoded in turn, a character shown on the token that
-# completes it (a CJK character is often 2-3 tokens; the others show as empty). Tokens that do not decode that way
-# (already text, or another scheme) are shown as they are.
+# a space as ▁ and a byte as <0xE4>. The scheme is decided once per response, from its ordinary tokens (special ones
+# such as <|im_end|> or <PAD> stay as written): SentencePiece when one has ▁ or is a byte, else byte-level when every
+# character is in the byte table. Each token's bytes are then decoded in turn, a character shown on the token that
+# completes it (a CJK character is often 2-3 tokens; the others show as empty). A response that does not decode
+# cleanly that way (plain text such as "być", whose ć is also in the byte table; a cut character) is shown as written.
 def readable_tokens(tokens: list[str]) -> list[str]:
+    ordinary = [token for token in tokens if not is_special_token(token)]
+    if any("▁" in token or SENTENCEPIECE_BYTE.fullmatch(token) for token in ordinary):
+        to_bytes = sentencepiece_bytes
+    elif ordinary and all(character in BYTE_OF_CHARACTER for token in ordinary for character in token):
+        to_bytes = byte_level_bytes
+    else:
+        return tokens  # text already (a raw space, CJK...), or no ordinary token
     decoder = codecs.getincrementaldecoder("utf-8")()
     try:
-        texts = [decoder.decode(token_bytes(token)) for token in tokens]
+        texts = [token if is_special_token(token) else decoder.decode(to_bytes(token)) for token in tokens]
     except UnicodeDecodeError:
         return tokens
-    if decoder.getstate()[0]:  # the response was cut inside a character
-        texts[-1] += "\ufffd"
+    if decoder.getstate()[0] or CONTROL_CHARACTER.search("".join(texts)):  # cut inside a character, or not bytes at all
+        return tokens
     return texts
 
 
-def token_bytes(token: str) -> bytes:
-    if len(token) == 6 and SENTENCEPIECE_BYTE.fullmatch(token):
+def is_special_token(token: str) -> bool:
+    return len(token) > 2 and token[0] == "<" and token[-1] == ">" and not SENTENCEPIECE_BYTE.fullmatch(token)
+
+
+def sentencepiece_bytes(token: str) -> bytes:
+    if SENTENCEPIECE_BYTE.fullmatch(token):
         return bytes([int(token[3:5], 16)])
-    if all(character in BYTE_OF_CHARACTER for character in token):
-        return bytes(BYTE_OF_CHARACTER[character] for character in token)
-    return token.replace("▁", " ").encode("utf-8")  # a special token (<|im_end|>), or text
+    return token.replace("▁", " ").encode("utf-8")
+
+
+def byte_level_bytes(token: str) -> bytes:
+    return bytes(BYTE_OF_CHARACTER[character] for character in token)
 
 
 # GPT-2's byte-to-character table, inverted: printable bytes stand for themselves, the others (space, newline...)
@@ -1988,6 +2011,7 @@ def byte_of_character() -> dict[str, int]:
 
 BYTE_OF_CHARACTER = byte_of_character()
 SENTENCEPIECE_BYTE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # what a text's own bytes rarely hold
 
 
 if __name__ == "__main__":

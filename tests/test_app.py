@@ -311,6 +311,7 @@ def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch
     write_lines(run_dir / "r.jsonl", [sample(1), sample(2)])
     os.mkfifo(run_dir / "rollout_meta_z.json")  # would block a reader forever
     (run_dir / "rollout_meta_a.json").write_text(json.dumps({"model_name": "m", "reward_funcs": ["f", "g"], "reward_weights": ["1", None]}))
+    (run_dir / "rollout_meta_b.json").write_text('{"model_name": "m", "reward_funcs": ["f", "g"], "reward_weights": [1e999, ' + "9" * 400 + "]}")
     os.mkdir(os.path.join(os.fsencode(tmp_path / "runs"), b"junk_\xff"))  # a folder whose name is not UTF-8
     monkeypatch.setenv("HOME", str(tmp_path))
     app = start("~/runs", monkeypatch)
@@ -337,3 +338,16 @@ def test_lines_of_a_step_that_cannot_be_read_back_make_one_warning(tmp_path, mon
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
     texts = [w.value for w in app.warning if "could not be read back" in w.value]
     assert len(texts) == 1 and texts[0].endswith("4 more line(s) of this step could not be read back either.")
+
+
+def test_a_run_of_only_files_named_in_another_encoding_says_why_it_is_empty(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "run"
+    run_dir.mkdir(parents=True)
+    with open(os.path.join(os.fsencode(run_dir), b"rank_\xff.jsonl"), "wb") as file:
+        file.write(json.dumps(sample(1)).encode() + b"\n")
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert [w.value for w in app.warning] == ["No loadable sample in this run: open the load report above to see why."]
+    app.session_state["load_report_details"] = True
+    app.run()
+    problems = widget(app.expander, "Load report").dataframe[-1].value
+    assert problems["reason"].tolist() == ["the file name is not valid UTF-8: rename the file to load it"]

@@ -35,7 +35,7 @@ def load(run_dir, max_samples=10240, **kwargs):
 
 def sample_tokens(run, step, index):
     row = run.step_rows(step).iloc[index]
-    return board.load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]))
+    return board.load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
 
 
 def problems_of(run, kind=None):
@@ -561,3 +561,13 @@ def test_a_line_that_holds_another_step_when_read_back_is_reported(tmp_path):
     batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.problems == ["r.jsonl line 1 could not be read back (it now holds step 3, not 1); if the file was rewritten, press Load & View."]
     assert batch.table["prompt"].tolist() == [""]
+    with pytest.raises(board.BadLine, match="it now holds step 3, not 1"):  # nor are its tokens shown
+        sample_tokens(run, 1, 0)
+
+
+def test_steps_a_float_cannot_hold_exactly_are_read_back(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(2**53 + 1), sample(2**53 + 1)])
+    run = load(tmp_path / "run")
+    [step] = run.steps
+    batch = board.load_step_batch(board.lines_key(run.step_rows(step)), run.step_rows(step))
+    assert not batch.problems and batch.table["prompt"].tolist() == [f"p{2**53 + 1}"] * 2

@@ -236,10 +236,14 @@ def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
         (["Hello", "Ġworld", "Ċ", "ĉx", "<|im_end|>"], ["Hello", " world", "\n", "\tx", "<|im_end|>"]),
         # SentencePiece: ▁ is a space, <0xE4> a byte
         (["▁Hi", "<0xE4>", "<0xB8>", "<0xAD>", "<PAD>"], [" Hi", "", "", "中", "<PAD>"]),
-        (["Ġcaf", "Ã"], [" caf", "\ufffd"]),  # cut inside a character
-        # already text, or not decodable as bytes: as they are
+        (["▁caf", "é", "<0x0A>"], [" caf", "é", "\n"]),  # SentencePiece text is Unicode, not the byte table
+        (["Hi", "<｜end▁of▁sentence｜>"], ["Hi", "<｜end▁of▁sentence｜>"]),  # a special token as written
+        # already text, or not decodable as bytes as a whole: as they are
         (["威", "仪", "<EOD>"], ["威", "仪", "<EOD>"]),
         (["café", " au", " lait"], ["café", " au", " lait"]),
+        (["Nie", "mog", "ę", "być"], ["Nie", "mog", "ę", "być"]),  # ę and ć are in the byte table too
+        (["Ġ3", "×"], ["Ġ3", "×"]),  # as bytes it would end inside a character
+        (["Ġcaf", "Ã"], ["Ġcaf", "Ã"]),
         ([], []),
     ],
 )
