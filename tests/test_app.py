@@ -303,7 +303,8 @@ def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response=" 你好\n", response_tokens=tokens, logprobs=[-1.0] * 4)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.dataframe[-1].value.index.tolist() == ["0 -  ", "1 - ", "2 - 你", "3 - 好\\n"]
-    assert ">你</span>" in app.get("html")[-1].proto.body
+    [running_text] = [html.proto.body for html in app.get("html") if "rl-running-text" in html.proto.body]
+    assert ">你</span>" in running_text
 
 
 def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch):
@@ -351,3 +352,24 @@ def test_a_run_of_only_files_named_in_another_encoding_says_why_it_is_empty(tmp_
     app.run()
     problems = widget(app.expander, "Load report").dataframe[-1].value
     assert problems["reason"].tolist() == ["the file name is not valid UTF-8: rename the file to load it"]
+
+
+def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, monkeypatch):
+    count = board.RUNNING_TEXT_TOKENS * 2 + 10
+    tokens = [f"t{i} " for i in range(count)]
+    logprobs = [-(i % 7) / 7 for i in range(count)]
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response="".join(tokens), response_tokens=tokens, logprobs=logprobs)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert len(app.dataframe[-1].value) == count  # the table has every token
+    window = widget(app.select_slider, "Tokens shown")
+    assert window.options == [f"0–{board.RUNNING_TEXT_TOKENS - 1}", f"{board.RUNNING_TEXT_TOKENS}–{2 * board.RUNNING_TEXT_TOKENS - 1}", f"{2 * board.RUNNING_TEXT_TOKENS}–{count - 1}"]
+
+    def running_text():
+        [body] = [html.proto.body for html in app.get("html") if "rl-running-text" in html.proto.body]
+        return body
+
+    assert running_text().count("<span") == board.RUNNING_TEXT_TOKENS and ">t0 </span>" in running_text()
+    window.set_value(range(2 * board.RUNNING_TEXT_TOKENS, count)).run()
+    assert running_text().count("<span") == 10 and f"#{count - 1} " in running_text() and ">t0 </span>" not in running_text()
+    # texts keep their spaces and newlines, wrapped by the page style rather than Streamlit's slower pre-wrap
+    assert any("break-spaces" in html.proto.body and "stText" in html.proto.body for html in app.get("html"))
