@@ -100,8 +100,13 @@ def main():
 
 # Texts keep every space and newline as written, but wrap as white-space: break-spaces instead of Streamlit's pre-wrap:
 # Chromium lays out a long paragraph of mixed CJK and Latin text in pre-wrap 10-15 times slower (108 KB: 1.1 s against
-# 0.08 s per layout, and a page lays out many times while a rerun arrives).
-PAGE_STYLE = "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}</style>"
+# 0.08 s per layout, and a page lays out many times while a rerun arrives). Each token of the running text is isolated:
+# a right-to-left override in one token must not reorder the tokens after it. Set once for the page: a style sent
+# with each running text would restyle the whole page on every sample change.
+PAGE_STYLE = (
+    "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
+    " .rl-running-text span {unicode-bidi: isolate}</style>"
+)
 
 
 # The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
@@ -1021,9 +1026,7 @@ def running_text_html(tokens: list[str], values: dict, metric: str, is_pad: np.n
         style = f"background:{colour}" + (";opacity:0.35" if is_pad[index] else "") + (";padding:0 0.1em" if not token else "")
         spans.append(f'<span title="{html.escape(hover)}" style="{style}">{text}</span>')
     legend = f"<div style='font-size:0.8em;opacity:0.7'>colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values</div>"
-    # Each token isolated: a right-to-left override in one token must not reorder the tokens after it.
-    isolate = "<style>.rl-running-text span{unicode-bidi:isolate}</style>"
-    return isolate + legend + "<div class='rl-running-text' style='white-space:break-spaces;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
+    return legend + "<div class='rl-running-text' style='white-space:break-spaces;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
 
 
 # Token colours: red for positive values, blue for negative, stronger the larger |value| is

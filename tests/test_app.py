@@ -303,7 +303,7 @@ def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response=" 你好\n", response_tokens=tokens, logprobs=[-1.0] * 4)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.dataframe[-1].value.index.tolist() == ["0 -  ", "1 - ", "2 - 你", "3 - 好\\n"]
-    [running_text] = [html.proto.body for html in app.get("html") if "rl-running-text" in html.proto.body]
+    [running_text] = [html.proto.body for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
     assert ">你</span>" in running_text
 
 
@@ -365,7 +365,7 @@ def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, m
     assert window.options == [f"0–{board.RUNNING_TEXT_TOKENS - 1}", f"{board.RUNNING_TEXT_TOKENS}–{2 * board.RUNNING_TEXT_TOKENS - 1}", f"{2 * board.RUNNING_TEXT_TOKENS}–{count - 1}"]
 
     def running_text():
-        [body] = [html.proto.body for html in app.get("html") if "rl-running-text" in html.proto.body]
+        [body] = [html.proto.body for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
         return body
 
     assert running_text().count("<span") == board.RUNNING_TEXT_TOKENS and ">t0 </span>" in running_text()

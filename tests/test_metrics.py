@@ -277,5 +277,5 @@ def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
     page = board.running_text_html(["\u202eabc", "", "end"], {"kl": np.array([0.1, 0.2, 0.3])}, "kl", np.zeros(3, dtype=bool))
-    assert ".rl-running-text span{unicode-bidi:isolate}" in page and "class='rl-running-text'" in page
+    assert ".rl-running-text span {unicode-bidi: isolate}" in board.PAGE_STYLE and "class='rl-running-text'" in page
     assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
