@@ -1022,7 +1022,7 @@ def running_text_html(tokens: list[str], values: dict, metric: str, is_pad: np.n
     for index in shown or range(len(tokens)):
         token, colour = tokens[index], colours[index]
         hover = f"#{index} {token!r}  " + "  ".join(f"{name}={column[index]:.4g}" for name, column in columns.items())
-        text = html.escape(token.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\n")) or "\u200b"  # an empty token stays hoverable
+        text = html.escape(token) or "\u200b"  # tokens are text already (readable_tokens); an empty one stays hoverable
         style = f"background:{colour}" + (";opacity:0.35" if is_pad[index] else "") + (";padding:0 0.1em" if not token else "")
         spans.append(f'<span title="{html.escape(hover)}" style="{style}">{text}</span>')
     legend = f"<div style='font-size:0.8em;opacity:0.7'>colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values</div>"
