@@ -550,7 +550,9 @@ def chosen_sample(batch: "StepBatch") -> int:
     return sample
 
 
-# Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text.
+# Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text. A fragment
+# inside the sample view's: choosing values or a view redraws only the token area.
+@st.fragment
 def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     row = batch.table.iloc[sample]
     try:
@@ -579,17 +581,40 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     )
     if not chosen or not len(rows["tokens"]):
         return
+    view, tab = draw_token_view_tabs(settings["show_heat_map"])
     labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows["tokens"])]
     grid = pd.DataFrame({name: rows["values"][name] for name in chosen}, index=pd.Index(labels, name="token"))
-    st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
-    st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
-    if settings["show_heat_map"]:
-        st.caption(
-            "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
-            f"its sign); values on hover, and in the cells up to {LABELLED_TOKENS} tokens."
-        )
-        st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
-    st.markdown("**Response tokens**")
+    with tab:
+        if view == "Token table":
+            st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
+            st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
+        elif view == "Heat map":
+            st.caption(
+                "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
+                f"its sign); values on hover, and in the cells up to {LABELLED_TOKENS} tokens."
+            )
+            st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
+        else:
+            draw_running_text(rows, chosen)
+
+
+# The token views as tabs, only the open one drawn: the three at once cost the browser about twice what one does
+# on every step or sample change. The open view is kept while a sample without logprobs hides the tabs.
+def draw_token_view_tabs(show_heat_map: bool) -> tuple:
+    names = [name for name in TOKEN_VIEWS if show_heat_map or name != "Heat map"]
+    if st.session_state.get("token_view") not in names:
+        remembered = st.session_state.get("token_view:chosen")
+        st.session_state["token_view"] = remembered if remembered in names else names[0]
+    tabs = st.tabs(names, key="token_view", on_change="rerun")
+    st.session_state["token_view:chosen"] = st.session_state["token_view"]
+    return next((name, tab) for name, tab in zip(names, tabs) if tab.open)
+
+
+TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
+
+
+# The response as running text, each token coloured by one value, every value on hover.
+def draw_running_text(rows: dict, chosen: list[str]):
     metric = st.selectbox(
         "Colour tokens by",
         chosen,

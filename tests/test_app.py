@@ -46,6 +46,24 @@ def batch_table(app: AppTest):
     return next(frame.value for frame in app.dataframe if {"prompt", "response"} <= set(frame.value.columns))
 
 
+# The step curves' tabs (the token area has tabs of its own).
+def curve_tabs(app: AppTest) -> list:
+    return [tab for tab in app.tabs if tab.label.startswith("Step-")]
+
+
+# Open one of the token area's views (only the open one is drawn).
+def open_token_view(app: AppTest, name: str) -> AppTest:
+    app.session_state["token_view"] = name
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+def running_text(app: AppTest) -> str:
+    [body] = [html.proto.body for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
+    return body
+
+
 def lines_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for path in sorted(run_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
@@ -69,24 +87,24 @@ def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, mon
     # Off-screen samples of the chart kinds, so the browser has their code before Load & View; gone after it.
     assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1 and len(app.dataframe) == 1
     load_and_view(app)
-    assert len(app.get("vega_lite_chart")) == 1 + 3 and len(app.get("plotly_chart")) == 1
+    assert len(app.get("vega_lite_chart")) == 1 + 3 and not app.get("plotly_chart")  # the token table is the open view
 
 
 def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     run_lines = lines_of(grpo_root / "grpo_run")
-    assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
     assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s): 0 bad line(s) skipped." in [c.value for c in app.caption]
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
     assert series.value == ["reward", "ref_reward"]
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
-    assert len(app.get("plotly_chart")) == 1  # the token heat map
+    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Token table", "Heat map", "Response tokens"]
     series.set_value(["valid_reward", "rewards/format_reward"]).run()
     for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
         app.session_state["curve_tabs"] = name
         app.run()
-        assert [len(tab.get("vega_lite_chart")) for tab in app.tabs] == [int(tab.label == name) for tab in app.tabs], name
+        assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [int(tab.label == name) for tab in curve_tabs(app)], name
     assert widget(app.multiselect, "Reward series").value == ["valid_reward", "rewards/format_reward"]  # kept while hidden
     curves = app.get("vega_lite_chart")[0].proto.spec
     assert '"valid_reward"' in curves and '"rewards/format_reward"' in curves
@@ -115,6 +133,33 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert list(grid.columns) == ["logp", "kl"]
     assert grid["logp"].tolist() == pytest.approx(chosen["logprobs"])
     assert list(grid.index[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
+
+
+def test_only_the_open_token_view_is_drawn_and_it_stays_open(tmp_path, monkeypatch):
+    tokens = {"response_tokens": ["a", "b", "c"], "logprobs": [-0.5, -1.0, -2.0], "ref_logprobs": [-0.4, -1.5, -2.0]}
+    lines = [sample(1, **tokens), sample(1), sample(1, **tokens), sample(2, **tokens)]  # the second has no logprobs
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+
+    def drawn() -> tuple:
+        token_tables = [frame for frame in app.dataframe if frame.value.index.name == "token"]
+        texts = [html for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
+        return len(token_tables), len(app.get("plotly_chart")), len(texts)
+
+    views = ["Token table", "Heat map", "Response tokens"]
+    assert [tab.label for tab in app.tabs if tab.label in views] == views and drawn() == (1, 0, 0)
+    assert open_token_view(app, "Heat map") and drawn() == (0, 1, 0)
+    widget(app.number_input, "Sample index in current step batch").set_value(1).run()  # no logprobs: no tabs
+    assert not [tab for tab in app.tabs if tab.label in views] and drawn() == (0, 0, 0)
+    widget(app.number_input, "Sample index in current step batch").set_value(2).run()
+    assert drawn() == (0, 1, 0)  # the heat map again, as chosen before
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    assert drawn() == (0, 1, 0)
+    assert open_token_view(app, "Response tokens") and drawn() == (0, 0, 1)
+    open_token_view(app, "Heat map")
+    widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view is gone: the table opens
+    assert [tab.label for tab in app.tabs if tab.label in views] == ["Token table", "Response tokens"] and drawn() == (1, 0, 0)
+    assert not app.exception
 
 
 def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, monkeypatch):
@@ -152,10 +197,10 @@ def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root
     widget(app.multiselect, "Reward series").set_value(["rewards/format_reward"]).run()
     app.session_state["curve_tabs"] = "Step-Entropy"
     app.run()
-    assert [len(tab.get("vega_lite_chart")) for tab in app.tabs] == [0, 0, 0, 0, 1]
+    assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [0, 0, 0, 0, 1]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
     app = load_and_view(app)
-    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in app.tabs] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
+    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in curve_tabs(app)] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
     assert widget(app.multiselect, "Reward series").value == ["reward", "ref_reward"]
 
 
@@ -234,7 +279,7 @@ def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
     widget(app.checkbox, "Show Heat Map").uncheck().run()
     assert len(app.get("vega_lite_chart")) == 1 and not app.get("plotly_chart")
     widget(app.checkbox, "Reward 曲线图").uncheck().run()
-    assert len(app.tabs) == 0
+    assert not curve_tabs(app)
     widget(app.checkbox, "Response 对比").uncheck().run()
     assert not [s for s in app.slider if s.label.startswith("Step Index")]
     assert not app.exception
@@ -261,7 +306,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     meta = json.loads(next(run_dir.glob("rollout_meta_*.json")).read_text())
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
-    assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
     assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
 
     # Which groups had no learning signal at the step in view: the caption's count is a recomputation from the file.
@@ -283,7 +328,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     assert grid["entropy"].tolist() == pytest.approx(chosen["entropies"])
     ratio = np.array(chosen["logprobs"]) - np.array(chosen["ref_logprobs"])
     assert grid["kl"].tolist() == pytest.approx((np.expm1(ratio) - ratio).tolist())
-    assert widget(app.selectbox, "Colour tokens by").value == "kl"
+    assert widget(open_token_view(app, "Response tokens").selectbox, "Colour tokens by").value == "kl"
     assert not app.exception
 
 
@@ -303,8 +348,7 @@ def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response=" 你好\n", response_tokens=tokens, logprobs=[-1.0] * 4)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.dataframe[-1].value.index.tolist() == ["0 -  ", "1 - ", "2 - 你", "3 - 好\\n"]
-    [running_text] = [html.proto.body for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
-    assert ">你</span>" in running_text
+    assert ">你</span>" in running_text(open_token_view(app, "Response tokens"))
 
 
 def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch):
@@ -361,15 +405,10 @@ def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, m
     write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response="".join(tokens), response_tokens=tokens, logprobs=logprobs)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert len(app.dataframe[-1].value) == count  # the table has every token
-    window = widget(app.select_slider, "Tokens shown")
+    window = widget(open_token_view(app, "Response tokens").select_slider, "Tokens shown")
     assert window.options == [f"0–{board.RUNNING_TEXT_TOKENS - 1}", f"{board.RUNNING_TEXT_TOKENS}–{2 * board.RUNNING_TEXT_TOKENS - 1}", f"{2 * board.RUNNING_TEXT_TOKENS}–{count - 1}"]
-
-    def running_text():
-        [body] = [html.proto.body for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
-        return body
-
-    assert running_text().count("<span") == board.RUNNING_TEXT_TOKENS and ">t0 </span>" in running_text()
+    assert running_text(app).count("<span") == board.RUNNING_TEXT_TOKENS and ">t0 </span>" in running_text(app)
     window.set_value(range(2 * board.RUNNING_TEXT_TOKENS, count)).run()
-    assert running_text().count("<span") == 10 and f"#{count - 1} " in running_text() and ">t0 </span>" not in running_text()
+    assert running_text(app).count("<span") == 10 and f"#{count - 1} " in running_text(app) and ">t0 </span>" not in running_text(app)
     # texts keep their spaces and newlines, wrapped by the page style rather than Streamlit's slower pre-wrap
     assert any("break-spaces" in html.proto.body and "stText" in html.proto.body for html in app.get("html"))

@@ -30,8 +30,8 @@ PAYLOADS = [
 HOSTILE_NAME = "![x](http://203.0.113.9/x.png) :red[red] `tick` <b>b</b>"
 
 
-# The open step-curve tab and the three batch charts (Vega-Lite), and the token heat map (plotly) are drawn.
-CHARTS_DRAWN = "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 1"
+# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn.
+CHARTS_DRAWN = "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
 
 
 def free_port() -> int:
@@ -112,7 +112,7 @@ def set_number(page, label: str, value: int):
 
 
 def test_charts_draw_and_every_request_stays_local(page, board_url):
-    assert page.locator(".vega-embed canvas.marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 1
+    assert page.locator(".vega-embed canvas.marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 0  # heat map tab closed
     assert page.get_by_role("tab", name="Step-Reward").is_visible()
     assert page.get_by_text("Step Index(5 total steps)").is_visible()
     outside = [url for url in page.requests if not url.startswith(board_url) and not url.startswith("data:") and not url.startswith("blob:")]
@@ -126,6 +126,17 @@ def test_a_curve_tab_draws_its_chart_when_opened(page):
         page.get_by_role("tab", name=name).click()
         page.get_by_role("tabpanel", name=name).locator(".vega-embed canvas.marks").wait_for(timeout=20_000)
         assert charts.count() == 1
+
+
+# One token view at a time: opening a tab draws its view and removes the one that was open.
+def test_a_token_view_draws_when_opened_and_alone(page):
+    views = page.locator(".st-key-token_view")
+    for name, drawn in (("Heat map", ".js-plotly-plot .main-svg"), ("Response tokens", ".rl-running-text"), ("Token table", '[data-testid="stDataFrame"] canvas')):
+        views.get_by_role("tab", name=name).click()
+        views.locator(drawn).first.wait_for(timeout=20_000)
+        page.wait_for_timeout(500)
+        counts = [views.locator(selector).count() for selector in (".js-plotly-plot", ".rl-running-text", '[data-testid="stDataFrame"]')]
+        assert sum(counts) == 1, (name, counts)
 
 
 def test_the_load_report_draws_its_tables_when_opened(page):
@@ -163,6 +174,8 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
     for payload in PAYLOADS:
         assert payload in text
     assert "line one\nline two" in page.locator('[data-testid="stText"]').filter(has_text="line one").first.inner_text()
+    page.locator(".st-key-token_view").get_by_role("tab", name="Response tokens").click()
+    page.locator(".rl-running-text").first.wait_for(timeout=20_000)
     tokens = page.locator('[data-testid="stHtml"]').filter(has_text="plain").first
     assert "<b>bold?</b>" in tokens.inner_text() and tokens.locator("b").count() == 0
     assert re.search(r"logp=-?\d", tokens.locator("span[title]").first.get_attribute("title"))  # every value on hover
@@ -207,6 +220,12 @@ def elements_sent(page) -> dict[tuple, str | None]:
 
 
 def test_each_part_of_the_page_reruns_alone(page):
+    page.frames_received.clear()
+    page.locator(".st-key-token_view").get_by_role("tab", name="Heat map").click()
+    page.locator(".st-key-token_view .js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    page.wait_for_timeout(1000)
+    tab_change = list(elements_sent(page).values())  # a token view redraws only the sample view
+    assert "plotly_chart" in tab_change and not {"slider", "vega_lite_chart", "number_input", "metric"} & set(tab_change)
     page.frames_received.clear()
     move_step_slider(page, "ArrowRight")
     page.wait_for_timeout(2500)
