@@ -511,6 +511,7 @@ def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
     assert run.samples["response_tokens_len"].iloc[0] == 2.0 and run.samples["response_tokens_len"].iloc[2] == 1.0
     batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.table["prompt"].tolist() == ["p1", "\ufffd"] and batch.table["response"].iloc[1] == "x\ufffd"
+    assert run.samples["response_len"].tolist()[:2] == [2.0, 2.0] and run.samples["ref_response_len"].iloc[1] == 1.0  # as shown
     assert sample_tokens(run, 1, 0)["response_tokens"] == ["a", "\ufffd"]
 
 
