@@ -231,7 +231,7 @@ class Board:
         return self.timed(
             lambda: self.page.get_by_role("button", name="Load & View").click(),
             # Cheap enough to check every frame: no innerText, which would lay out the page each time.
-            "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelectorAll('.js-plotly-plot .main-svg').length >= 1"
+            "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
             f" && [...document.querySelectorAll('[data-testid=\"stWidgetLabel\"]')].some(label => label.textContent.includes('{label}'))",
         )
 
