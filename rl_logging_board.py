@@ -31,12 +31,14 @@ import msgspec
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import pyarrow as pa
+import pyarrow.feather
 import simdjson
 import streamlit as st
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DEFAULT_ROOT = PROJECT_DIR / "rollout_samples"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 # Per-step series of the reward tab, in the original's order.
 REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
@@ -1494,7 +1496,7 @@ class FileIndex:
         self.indexed_to = 0
         self.physical_lines = 0
         self.incomplete_tail = 0
-        self.lines = pd.DataFrame({name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()} | empty_summaries(0))
+        self.lines = {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()} | empty_summaries(0)
         self.problems: list[tuple[int, str, str]] = []
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
@@ -1518,22 +1520,25 @@ class FileIndex:
     # Append indexed chunks (in file order) and settle what follows the last newline.
     def add_chunks(self, chunks: list[dict], size: int):
         first_rows = []
-        frames = [self.lines]
-        rows = len(self.lines)
+        parts = []
+        rows = len(self.lines["offset"])
         for chunk in chunks:
-            frames.append(pd.DataFrame({
+            parts.append({
                 "line": chunk["line_index"] + self.physical_lines + 1,
                 "offset": chunk["offset"],
                 "length": chunk["length"],
                 "step": chunk["step_hint"],
                 "status": np.full(len(chunk["offset"]), UNPARSED, dtype=np.int8),
-            } | empty_summaries(len(chunk["offset"]))))
+            } | empty_summaries(len(chunk["offset"])))
             first_rows.append(rows)
             rows += len(chunk["offset"])
             self.physical_lines += chunk["physical_lines"]
             self.indexed_to = chunk["complete_end"]
         if chunks:
-            self.lines = pd.concat(frames, ignore_index=True)
+            self.lines = {
+                name: np.concatenate([column] + [part.get(name, np.full(len(part["offset"]), np.nan)) for part in parts])
+                for name, column in self.lines.items()
+            }
         for first_row, chunk in zip(first_rows, chunks):
             self.add_summaries(first_row + chunk["parsed_rows"], chunk["summary"])
         self.take_tail(size)
@@ -1557,26 +1562,21 @@ class FileIndex:
         chunk["summary"] = summarize_buffer(data, self.indexed_to, chunk["offset"], chunk["length"])
         self.add_chunks([chunk], size)
 
-    # Store parse results for rows of self.lines, as a new frame built at once (setting its columns one by one cost
-    # a few ms per file, most of a first load of 300 small files).
+    # Store parse results for rows of self.lines, in place.
     def add_summaries(self, rows: np.ndarray, result: dict):
-        good = result["good"]
-        columns = {name: column.to_numpy(copy=True) for name, column in self.lines.items()} | {
-            "group_id": self.lines["group_id"].to_numpy(dtype=object, copy=True)
-        }
-        columns["status"][rows] = np.where(good, GOOD, BAD)
-        columns["step"][rows[good]] = result["step"][good]
+        lines, good = self.lines, result["good"]
+        lines["status"][rows] = np.where(good, GOOD, BAD)
+        lines["step"][rows[good]] = result["step"][good]
         named = dict(result["numbers"], **{f"rewards/{name}": scores for name, scores in result["functions"].items()})
         for name, values in named.items():
-            columns.setdefault(name, np.full(len(self.lines), np.nan))[rows] = values
-        columns["group_id"][rows] = result["group_id"]
-        self.lines = pd.DataFrame(columns)
-        lines = columns["line"]
-        self.problems += [(int(lines[rows[i]]), kind, text) for i, kind, text in result["problems"]]
+            lines.setdefault(name, np.full(len(lines["offset"]), np.nan))[rows] = values
+        lines["group_id"][rows] = result["group_id"]
+        self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result["problems"]]
 
     # Where scanning resumes: past the newline that ends a last line taken without one.
     def scan_start(self) -> int:
-        if self.indexed_to and self.lines["offset"].size and self.lines["offset"].iat[-1] + self.lines["length"].iat[-1] == self.indexed_to:
+        offsets, lengths = self.lines["offset"], self.lines["length"]
+        if self.indexed_to and offsets.size and offsets[-1] + lengths[-1] == self.indexed_to:
             with open(self.path, "rb") as file:
                 file.seek(self.indexed_to)
                 if file.read(1) == b"\n":
@@ -1608,8 +1608,9 @@ class IndexCache:
             meta = json.loads(meta_path.read_text())
             if meta["format"] != CACHE_FORMAT or meta["path"] != os.path.realpath(path):
                 return None
-            lines = pd.read_feather(table_path)
-        except (OSError, ValueError, KeyError):
+            table = pyarrow.feather.read_table(table_path)
+            lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
+        except (OSError, ValueError, KeyError, pa.ArrowException):
             return None
         index = FileIndex(path)
         index.identity = FileIdentity(**meta["identity"])
@@ -1635,7 +1636,8 @@ class IndexCache:
         )
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            index.lines.reset_index(drop=True).to_feather(f"{table_path}.tmp")
+            columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in index.lines.items()}
+            pyarrow.feather.write_feather(pa.table(columns), f"{table_path}.tmp", compression="uncompressed")
             os.replace(f"{table_path}.tmp", table_path)
             Path(f"{meta_path}.tmp").write_text(json.dumps(meta))
             os.replace(f"{meta_path}.tmp", meta_path)
@@ -1723,11 +1725,11 @@ class RunStore:
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
     # (a line that turns out bad makes room for the next one of its step); returns the selection.
     def parse_selected(self, max_samples: int, parallel: bool, progress) -> dict[str, np.ndarray]:
-        unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & index.lines["step"].isna()) for path, index in self.files.items()}
+        unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
         self.parse_rows(unknown, parallel, progress)
         while True:
             wanted = select_lines(self.files, max_samples)
-            todo = {path: rows[self.files[path].lines["status"].to_numpy()[rows] == UNPARSED] for path, rows in wanted.items()}
+            todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.items()}
             if not any(len(rows) for rows in todo.values()):
                 return wanted
             self.parse_rows(todo, parallel, progress)
@@ -1736,7 +1738,7 @@ class RunStore:
         tasks, owners = [], []
         for path, rows in todo.items():
             lines = self.files[path].lines
-            offsets, lengths = lines["offset"].to_numpy(), lines["length"].to_numpy()
+            offsets, lengths = lines["offset"], lines["length"]
             for part in batches_of_rows(rows, lengths):
                 tasks.append((summarize_lines, (path, offsets[part], lengths[part])))
                 owners.append((path, part))
@@ -1826,10 +1828,10 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.
     launches = sorted({index.launch for index in files.values()}, key=lambda launch: (natural_order(launch), launch))
     for position, index in enumerate(files.values()):
         lines = index.lines
-        usable = np.flatnonzero(((lines["status"] != BAD) & lines["step"].notna()).to_numpy())
+        usable = np.flatnonzero((lines["status"] != BAD) & ~np.isnan(lines["step"]))
         file_of.append(np.full(len(usable), position))
         row.append(usable)
-        step.append(lines["step"].to_numpy()[usable])
+        step.append(lines["step"][usable])
         launch_of_row.append(np.full(len(usable), launches.index(index.launch)))
     if not row:
         return {}
@@ -1884,11 +1886,11 @@ REPORT_COLUMNS = ["file", "lines", "loaded", "bad lines", "not loaded (Max Sampl
 
 
 def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.ndarray], max_samples: int, cache_error: str | None = None) -> Run:
-    frames, report, problems = [], [], []
+    chosen, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.get(path, np.array([], dtype=np.int64))
-        frames.append(index.lines.iloc[rows])
-        status = index.lines["status"].to_numpy()
+        chosen.append(rows)
+        status = index.lines["status"]
         name = valid_text(Path(path).name)
         bad = int((status == BAD).sum())
         report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad, index.incomplete_tail])
@@ -1900,8 +1902,12 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.
     for path in Path(run_dir).glob("*.jsonl"):
         if valid_text(path.name) != path.name:
             problems.append([valid_text(path.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
-    samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(LINE_COLUMNS))
-    counts = [len(frame) for frame in frames]
+    names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
+    samples = pd.DataFrame({
+        name: np.concatenate([index.lines[name][rows] if name in index.lines else np.full(len(rows), np.nan) for index, rows in zip(files.values(), chosen)])
+        for name in names
+    }) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
+    counts = [len(rows) for rows in chosen]
     samples["path"] = np.repeat(np.array(list(files), dtype=object), counts)  # one column each, not one per file
     samples["generation"] = np.repeat(np.array([index.generation for index in files.values()], dtype=object), counts)
     for column in SUMMARY_NUMBERS + ["group_id"]:
@@ -1911,7 +1917,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.
     samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
-    per_step = pd.concat([index.lines.loc[index.lines["status"] != BAD, "step"] for index in files.values()]) if files else pd.Series(dtype=float)
+    per_step = pd.Series(np.concatenate([index.lines["step"][index.lines["status"] != BAD] for index in files.values()]) if files else [], dtype=float)
     return Run(
         run_dir=run_dir,
         samples=samples,

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import rl_logging_board as board
@@ -326,7 +325,7 @@ def test_the_selection_of_lines_follows_the_plain_rule():
             count = int(rng.integers(0, 30))
             steps = rng.integers(0, 6, count).astype(float)
             steps[rng.random(count) < 0.1] = np.nan
-            index.lines = pd.DataFrame({"step": steps, "status": rng.choice([board.GOOD, board.BAD, board.UNPARSED], count).astype(np.int8)})
+            index.lines = {"step": steps, "status": rng.choice([board.GOOD, board.BAD, board.UNPARSED], count).astype(np.int8)}
             files[index.path] = index
         max_samples = int(rng.integers(1, 20))
         selected = {path: rows.tolist() for path, rows in board.select_lines(files, max_samples).items() if len(rows)}
