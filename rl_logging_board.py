@@ -601,34 +601,47 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
 
 
 # The token views as tabs, only the open one drawn: the three at once cost the browser about twice what one does
-# on every step or sample change. The open view is kept while a sample without logprobs hides the tabs.
+# on every step or sample change.
 def draw_token_view_tabs(show_heat_map: bool) -> tuple:
     names = [name for name in TOKEN_VIEWS if show_heat_map or name != "Heat map"]
-    if st.session_state.get("token_view") not in names:
-        remembered = st.session_state.get("token_view:chosen")
-        st.session_state["token_view"] = remembered if remembered in names else names[0]
+    view = remembered_choice("token_view", names, names[0])
     tabs = st.tabs(names, key="token_view", on_change="rerun")
-    st.session_state["token_view:chosen"] = st.session_state["token_view"]
-    return next((name, tab) for name, tab in zip(names, tabs) if tab.open)
+    return view, tabs[names.index(view)]
 
 
 TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
 
 
+# The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
+# heat map switched off), which Streamlit would forget: the widget's value is the user's when it differs from what
+# was drawn last, and the choice returns whenever it is among the options again.
+def remembered_choice(key: str, options: list, fallback):
+    value = st.session_state.get(key)
+    if value is not None and value != st.session_state.get(f"{key}:drawn"):
+        st.session_state[f"{key}:chosen"] = value
+    chosen = st.session_state.get(f"{key}:chosen")
+    value = chosen if chosen in options else fallback
+    st.session_state[key] = st.session_state[f"{key}:drawn"] = value
+    return value
+
+
 # The response as running text, each token coloured by one value, every value on hover.
 def draw_running_text(rows: dict, chosen: list[str]):
+    remembered_choice("colour_tokens_by", chosen, "kl" if "kl" in chosen else chosen[0])
     metric = st.selectbox(
         "Colour tokens by",
         chosen,
-        index=chosen.index("kl") if "kl" in chosen else 0,
+        key="colour_tokens_by",
         help="Each token's background shows this value; hover a token for all its values.",
     )
     shown = range(len(rows["tokens"]))
     if len(shown) > RUNNING_TEXT_TOKENS:  # each token is an element the browser must check and lay out
         windows = [shown[start : start + RUNNING_TEXT_TOKENS] for start in range(0, len(shown), RUNNING_TEXT_TOKENS)]
+        remembered_choice("tokens_shown", windows, windows[0])
         shown = st.select_slider(
             "Tokens shown",
             windows,
+            key="tokens_shown",
             format_func=lambda window: f"{window[0]}–{window[-1]}",
             help=f"The running text shows {RUNNING_TEXT_TOKENS} tokens at a time; the table and the heat map show them all.",
         )

@@ -156,9 +156,14 @@ def test_only_the_open_token_view_is_drawn_and_it_stays_open(tmp_path, monkeypat
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
     assert drawn() == (0, 1, 0)
     assert open_token_view(app, "Response tokens") and drawn() == (0, 0, 1)
+    widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view stays open as the tabs change
+    assert [tab.label for tab in app.tabs if tab.label in views] == ["Token table", "Response tokens"] and drawn() == (0, 0, 1)
+    widget(app.checkbox, "Show Heat Map").check().run()
     open_token_view(app, "Heat map")
     widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view is gone: the table opens
-    assert [tab.label for tab in app.tabs if tab.label in views] == ["Token table", "Response tokens"] and drawn() == (1, 0, 0)
+    assert drawn() == (1, 0, 0)
+    widget(app.checkbox, "Show Heat Map").check().run()  # and the heat map comes back, as chosen
+    assert drawn() == (0, 1, 0)
     assert not app.exception
 
 
@@ -275,9 +280,11 @@ def test_a_line_that_cannot_be_read_back_is_tried_again(tmp_path, monkeypatch):
 
 def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
+    open_token_view(app, "Heat map")
     widget(app.checkbox, "Show Charts").uncheck().run()
+    assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1
     widget(app.checkbox, "Show Heat Map").uncheck().run()
-    assert len(app.get("vega_lite_chart")) == 1 and not app.get("plotly_chart")
+    assert not app.get("plotly_chart")
     widget(app.checkbox, "Reward 曲线图").uncheck().run()
     assert not curve_tabs(app)
     widget(app.checkbox, "Response 对比").uncheck().run()
@@ -410,5 +417,9 @@ def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, m
     assert running_text(app).count("<span") == board.RUNNING_TEXT_TOKENS and ">t0 </span>" in running_text(app)
     window.set_value(range(2 * board.RUNNING_TEXT_TOKENS, count)).run()
     assert running_text(app).count("<span") == 10 and f"#{count - 1} " in running_text(app) and ">t0 </span>" not in running_text(app)
+    widget(app.selectbox, "Colour tokens by").set_value("prob").run()
+    open_token_view(open_token_view(app, "Token table"), "Response tokens")  # both choices outlive the closed tab
+    assert widget(app.select_slider, "Tokens shown").value == range(2 * board.RUNNING_TEXT_TOKENS, count)
+    assert widget(app.selectbox, "Colour tokens by").value == "prob" and running_text(app).count("<span") == 10
     # texts keep their spaces and newlines, wrapped by the page style rather than Streamlit's slower pre-wrap
     assert any("break-spaces" in html.proto.body and "stText" in html.proto.body for html in app.get("html"))

@@ -224,7 +224,7 @@ def test_each_part_of_the_page_reruns_alone(page):
     page.locator(".st-key-token_view").get_by_role("tab", name="Heat map").click()
     page.locator(".st-key-token_view .js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
     page.wait_for_timeout(1000)
-    tab_change = list(elements_sent(page).values())  # a token view redraws only the sample view
+    tab_change = list(elements_sent(page).values())  # a token view redraws only the token area
     assert "plotly_chart" in tab_change and not {"slider", "vega_lite_chart", "number_input", "metric"} & set(tab_change)
     page.frames_received.clear()
     move_step_slider(page, "ArrowRight")
