@@ -8,6 +8,7 @@ one sampled response. The README describes the format and each page area.
 
 import argparse
 import codecs
+import contextlib
 import gc
 import hashlib
 import html
@@ -1603,42 +1604,43 @@ def empty_summaries(count: int) -> dict:
     return {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS} | {"group_id": np.full(count, None, dtype=object)}
 
 
-# Index files survive server restarts in a cache folder outside the run (which may be read-only).
+INDEX_COLUMNS = list(LINE_COLUMNS) + SUMMARY_NUMBERS + ["group_id"]
+
+
+# Index files survive server restarts in a cache folder outside the run (which may be read-only). One file per
+# rank file, its facts in the table's own metadata: one atomic replace writes both, so a crash between two
+# writes, or two servers sharing the folder, can never pair a table with another write's facts.
 class IndexCache:
     def __init__(self):
         default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_logging_board"
         self.folder = Path(os.environ.get("RL_LOGGING_BOARD_CACHE") or default)
         self.error: str | None = None
 
-    def paths(self, path: str) -> tuple[Path, Path]:
-        key = hashlib.sha1(os.fsencode(os.path.realpath(path))).hexdigest()[:20]
-        return self.folder / f"{key}.json", self.folder / f"{key}.arrow"
+    def path_of(self, path: str) -> Path:
+        return self.folder / f"{hashlib.sha1(os.fsencode(os.path.realpath(path))).hexdigest()[:20]}.arrow"
 
-    # The cached index of path, or None when absent, unreadable or from another version of the board.
+    # The cached index of path, or None when absent, damaged or from another version of the board.
     def load(self, path: str) -> FileIndex | None:
-        meta_path, table_path = self.paths(path)
         try:
-            meta = json.loads(meta_path.read_text())
-            if meta["format"] != CACHE_FORMAT or meta["path"] != os.path.realpath(path):
+            table = pyarrow.feather.read_table(self.path_of(path))
+            meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+            if meta["format"] != CACHE_FORMAT or meta["path"] != os.path.realpath(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
                 return None
-            table = pyarrow.feather.read_table(table_path)
-            lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
-        except (OSError, ValueError, KeyError, pa.ArrowException):
+            index = FileIndex(path)
+            index.identity = FileIdentity(**meta["identity"])
+            index.indexed_to = int(meta["identity"]["indexed_to"])
+            index.physical_lines = int(meta["physical_lines"])
+            index.incomplete_tail = int(meta["incomplete_tail"])
+            index.problems = [tuple(problem) for problem in meta["problems"]]
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return None
-        index = FileIndex(path)
-        index.identity = FileIdentity(**meta["identity"])
-        index.indexed_to = meta["identity"]["indexed_to"]
-        index.physical_lines = meta["physical_lines"]
-        index.incomplete_tail = meta["incomplete_tail"]
-        index.problems = [tuple(problem) for problem in meta["problems"]]
-        index.lines = lines
+        index.lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
         return index
 
     # Write atomically; a cache that cannot be written costs speed, never data.
     def save(self, index: FileIndex):
         if index.identity is None:
             return
-        meta_path, table_path = self.paths(index.path)
         meta = dict(
             format=CACHE_FORMAT,
             path=os.path.realpath(index.path),
@@ -1647,15 +1649,18 @@ class IndexCache:
             incomplete_tail=index.incomplete_tail,
             problems=index.problems,
         )
+        columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in index.lines.items()}
+        table = pa.table(columns).replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
+        target = self.path_of(index.path)
+        temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")  # each writer its own
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in index.lines.items()}
-            pyarrow.feather.write_feather(pa.table(columns), f"{table_path}.tmp", compression="uncompressed")
-            os.replace(f"{table_path}.tmp", table_path)
-            Path(f"{meta_path}.tmp").write_text(json.dumps(meta))
-            os.replace(f"{meta_path}.tmp", meta_path)
+            pyarrow.feather.write_feather(table, temporary, compression="uncompressed")
+            os.replace(temporary, target)
         except OSError as error:
             self.error = f"index cache not written to {self.folder}: {error}"
+            with contextlib.suppress(OSError):
+                temporary.unlink()
 
 
 # A run folder, indexed incrementally: each load reads only what changed on disk since the last.

@@ -377,6 +377,49 @@ def test_the_index_cache_is_never_used_stale(tmp_path, change):
     assert run.samples["reward"].tolist() == expected
 
 
+def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_path):
+    lines = [sample(1, group_id=7, rewards_per_func={"f": 1.0}), sample(1, group_id="g"), sample(2)]
+    path = write_lines(tmp_path / "run" / "r.jsonl", lines)
+    first = load(tmp_path / "run", parallel=False)
+    kept = first.samples.copy()
+    restarted = board.RunStore(str(tmp_path / "run"))
+    restarted.load(10240, parallel=False)
+    index = restarted.files[str(path)]
+    assert {name: column.dtype for name, column in index.lines.items() if name in ("status", "step", "group_id")} == {
+        "status": np.int8, "step": np.float64, "group_id": object}
+    assert all(column.flags.writeable for column in index.lines.values())  # appends write into them
+    with open(path, "a") as file:
+        file.write(json.dumps(sample(3, group_id="h", rewards_per_func={"f": 0.5, "late": 2.0})) + "\n")
+    grown = restarted.load(10240, parallel=False)
+    assert first.samples.equals(kept)  # a later load never writes into an earlier snapshot
+    assert grown.samples["group_id"].tolist()[:2] == ["7", "g"] and grown.samples["rewards/late"].tolist()[-1] == 2.0
+    assert np.allclose(grown.samples["rewards/f"], [1.0, np.nan, np.nan, 0.5], equal_nan=True)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "no metadata", "meta null", "meta without identity", "a column missing", "another format"])
+def test_a_damaged_index_cache_is_read_again_from_the_file(tmp_path, damage):
+    import pyarrow.feather
+
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
+    load(tmp_path / "run")
+    cached = board.IndexCache().path_of(str(path))
+    table = pyarrow.feather.read_table(cached)
+    meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+    if damage in ("garbage", "empty"):
+        cached.write_bytes(b"not arrow" if damage == "garbage" else b"")
+    else:
+        if damage == "no metadata":
+            table = table.replace_schema_metadata(None)
+        elif damage == "a column missing":
+            table = table.drop(["status"])
+        else:
+            meta = {"meta null": None, "meta without identity": dict(meta, identity={"size": 1}), "another format": dict(meta, format=1)}[damage]
+            table = table.replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
+        pyarrow.feather.write_feather(table, cached)
+    run = load(tmp_path / "run")
+    assert run.samples["reward"].tolist() == [3.0, 4.0] and not problems_of(run)
+
+
 def test_an_unwritable_cache_folder_costs_speed_not_data(tmp_path, monkeypatch):
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")
