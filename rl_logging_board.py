@@ -1548,7 +1548,7 @@ class FileIndex:
             rows += len(chunk["offset"])
             self.physical_lines += chunk["physical_lines"]
             self.indexed_to = chunk["complete_end"]
-        if chunks:
+        if chunks:  # a rewards/<name> column exists once a parsed line had that function: NaN for the new rows
             self.lines = {
                 name: np.concatenate([column] + [part.get(name, np.full(len(part["offset"]), np.nan)) for part in parts])
                 for name, column in self.lines.items()
@@ -1632,9 +1632,9 @@ class IndexCache:
             index.physical_lines = int(meta["physical_lines"])
             index.incomplete_tail = int(meta["incomplete_tail"])
             index.problems = [tuple(problem) for problem in meta["problems"]]
+            index.lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return None
-        index.lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
         return index
 
     # Write atomically; a cache that cannot be written costs speed, never data.
