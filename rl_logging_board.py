@@ -585,20 +585,21 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     if not chosen or not len(rows["tokens"]):
         return
     view, tab = draw_token_view_tabs(settings["show_heat_map"])
-    labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows["tokens"])]
-    grid = pd.DataFrame({name: rows["values"][name] for name in chosen}, index=pd.Index(labels, name="token"))
     with tab:
+        if view == "Response tokens":
+            draw_running_text(rows, chosen)
+            return
+        labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows["tokens"])]
+        grid = pd.DataFrame({name: rows["values"][name] for name in chosen}, index=pd.Index(labels, name="token"))
         if view == "Token table":
             st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
             st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
-        elif view == "Heat map":
+        else:
             st.caption(
                 "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
                 f"its sign); values on hover, and in the cells up to {LABELLED_TOKENS} tokens."
             )
             st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
-        else:
-            draw_running_text(rows, chosen)
 
 
 # The token views as tabs, only the open one drawn: the three at once cost the browser about twice what one does
@@ -1452,10 +1453,10 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
     if token_arrays["ref_logprobs"]:
         owners, lengths, ref_logp = flat("ref_logprobs")
         log_ratio = np.concatenate([logp for _, _, logp in token_arrays["ref_logprobs"]]) - ref_logp
-        for name in ["log_ratio", *KL_ESTIMATORS]:  # one estimator at a time: stacking them copied 5 floats per token
+        columns = [("log_ratio", "k1")] + [(f"kl_{name}", name) for name in KL_ESTIMATORS]
+        for column, estimator in columns:  # one estimator at a time: stacking them copied 5 floats per token
             with np.errstate(over="ignore", invalid="ignore"):
-                per_token = log_ratio if name == "log_ratio" else kl_per_token(log_ratio, name)
-            column = name if name == "log_ratio" else f"kl_{name}"
+                per_token = kl_per_token(log_ratio, estimator)
             sums, means = segment_sums_and_means(per_token[None], lengths)
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.feather
 import pytest
 
 import rl_logging_board as board
@@ -398,8 +399,6 @@ def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_
 
 @pytest.mark.parametrize("damage", ["garbage", "empty", "no metadata", "meta null", "meta without identity", "a column missing", "another format"])
 def test_a_damaged_index_cache_is_read_again_from_the_file(tmp_path, damage):
-    import pyarrow.feather
-
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
     load(tmp_path / "run")
     cached = board.IndexCache().path_of(str(path))
