@@ -26,7 +26,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -259,10 +259,9 @@ def load_selected_run(settings: dict):
         finally:
             for bar in bars:
                 bar.clear()
-    if settings["load_clicked"]:
-        report = store.snapshot.report
-        lines, bad = int(report["lines"].sum()), int(report["bad lines"].sum())
-        st.toast(f"Loaded {lines} sample(s), success: {lines - bad}, error: {bad}")
+    if settings["load_clicked"]:  # the original's toast; it counts the samples shown, as the load report's caption does
+        shown, bad = len(store.snapshot.samples), int(store.snapshot.report["bad lines"].sum())
+        st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
     if settings["live"]:
         watch_run(run_dir, max_samples, settings["live_every"])
     return store.snapshot
@@ -357,6 +356,9 @@ def draw_load_report(run: "Run"):
     )
     if incomplete:
         message += f", {incomplete} file(s) end in an incomplete line (still being written?)"
+    replaced = int(report["replaced by a newer launch"].sum())
+    if replaced:
+        message += f"; {replaced} line(s) of steps a resumed launch logged again left out (older launch)"
     if run.downsampled:
         message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
     if len(problems):
@@ -1743,12 +1745,12 @@ class RunStore:
 
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
     # (a line that turns out bad makes room for the next one of its step); returns the selection.
-    def parse_selected(self, max_samples: int, parallel: bool, progress) -> dict[str, np.ndarray]:
+    def parse_selected(self, max_samples: int, parallel: bool, progress) -> "Selection":
         unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
         self.parse_rows(unknown, parallel, progress)
         while True:
             wanted = select_lines(self.files, max_samples)
-            todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.items()}
+            todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.rows.items()}
             if not any(len(rows) for rows in todo.values()):
                 return wanted
             self.parse_rows(todo, parallel, progress)
@@ -1840,9 +1842,16 @@ def launch_of(path: str) -> str:
     return match.group(2) if match else ""
 
 
-# Which rows each file contributes: for every step only the newest launch that logged it (a resumed
-# run re-logs steps), then up to max_samples taken round-robin over the rank files.
-def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.ndarray]:
+# The lines a load shows, per file, and how many usable lines each file has that a newer launch replaced.
+class Selection(NamedTuple):
+    rows: dict[str, np.ndarray]
+    replaced: dict[str, int]
+
+
+# Which rows each file contributes. A resumed run starts a new launch at its checkpoint's step: every step an older
+# launch logged from the newer launch's first step on was abandoned by training (re-logged, or a trajectory the resume
+# dropped), so it is left out and counted. Then up to max_samples per step, taken round-robin over the rank files.
+def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
     file_of, row, step, launch_of_row = [], [], [], []
     launches = sorted({index.launch for index in files.values()}, key=lambda launch: (natural_order(launch), launch))
     for position, index in enumerate(files.values()):
@@ -1852,18 +1861,23 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> dict[str, np.
         row.append(usable)
         step.append(lines["step"][usable])
         launch_of_row.append(np.full(len(usable), launches.index(index.launch)))
+    paths = list(files)
     if not row:
-        return {}
+        return Selection({}, {})
     file_of, row, step, launch_of_row = (np.concatenate(parts) for parts in (file_of, row, step, launch_of_row))
-    steps, step_of_row = np.unique(step, return_inverse=True)
-    newest = np.full(len(steps), -1)
-    np.maximum.at(newest, step_of_row, launch_of_row)
-    keep = launch_of_row == newest[step_of_row]
-    file_of, row, step_of_row = file_of[keep], row[keep], step_of_row[keep]
+    first_step = np.full(len(launches), np.inf)
+    np.minimum.at(first_step, launch_of_row, step)
+    # A launch's lines end where any newer launch begins.
+    ends = np.minimum.accumulate(first_step[::-1])[::-1]
+    ends = np.append(ends[1:], np.inf)
+    current = step < ends[launch_of_row]
+    replaced = {paths[position]: int(count) for position, count in enumerate(np.bincount(file_of[~current], minlength=len(paths))) if count}
+    file_of, row, step = file_of[current], row[current], step[current]
+    _, step_of_row = np.unique(step, return_inverse=True)
     turn = position_in_group(np.lexsort((row, file_of, step_of_row)), step_of_row * len(files) + file_of)
     chosen = position_in_group(np.lexsort((file_of, turn, step_of_row)), step_of_row) < max_samples
-    paths = list(files)
-    return {paths[position]: np.sort(row[chosen][file_of[chosen] == position]) for position in np.unique(file_of[chosen])}
+    rows = {paths[position]: np.sort(row[chosen][file_of[chosen] == position]) for position in np.unique(file_of[chosen])}
+    return Selection(rows, replaced)
 
 
 # For each element, its position among the elements of the same group when taken in the given order
@@ -1901,18 +1915,20 @@ class Run:
         return self.samples.groupby("step")[column].mean().to_dict()
 
 
-REPORT_COLUMNS = ["file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step, older launch)", "incomplete last line"]
+REPORT_COLUMNS = [
+    "file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step)", "replaced by a newer launch", "incomplete last line",
+]
 
 
-def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.ndarray], max_samples: int, cache_error: str | None = None) -> Run:
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None) -> Run:
     chosen, report, problems = [], [], []
     for path, index in files.items():
-        rows = selected.get(path, np.array([], dtype=np.int64))
+        rows = selected.rows.get(path, np.array([], dtype=np.int64))
         chosen.append(rows)
         status = index.lines["status"]
         name = valid_text(Path(path).name)
-        bad = int((status == BAD).sum())
-        report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad, index.incomplete_tail])
+        bad, replaced = int((status == BAD).sum()), selected.replaced.get(path, 0)
+        report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad - replaced, replaced, index.incomplete_tail])
         problems += [[name, line, kind, valid_text(text)] for line, kind, text in index.problems]
         if index.incomplete_tail:
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
@@ -1936,15 +1952,15 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: dict[str, np.
     samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
-    per_step = pd.Series(np.concatenate([index.lines["step"][index.lines["status"] != BAD] for index in files.values()]) if files else [], dtype=float)
+    report = pd.DataFrame(report, columns=REPORT_COLUMNS)
     return Run(
         run_dir=run_dir,
         samples=samples,
-        report=pd.DataFrame(report, columns=REPORT_COLUMNS),
+        report=report,
         problems=pd.DataFrame(problems, columns=["file", "line", "kind", "reason"]),
         meta=read_meta(run_dir),
         max_samples=max_samples,
-        downsampled=bool(len(per_step)) and int(per_step.value_counts().max()) > max_samples,
+        downsampled=bool(report["not loaded (Max Samples Each Step)"].sum()),
         version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),

@@ -169,7 +169,7 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
     step0 = run.samples[run.samples["step"] == 0]
     assert sorted(step0["reward"]) == [0, 1, 100, 101, 200, 300]  # two from ranks 0-1, one from ranks 2-3
     assert not problems_of(run, "skipped")  # the broken line was never parsed
-    assert int(run.report["not loaded (Max Samples Each Step, older launch)"].sum()) == 4 * 16 - 12 - 0
+    assert int(run.report["not loaded (Max Samples Each Step)"].sum()) == 4 * 16 - 12 - 0
     again = board.RunStore(str(tmp_path / "run")).load(6)
     assert again.samples[["path", "line"]].equals(run.samples[["path", "line"]])
     everything = store.load(10240)
@@ -301,15 +301,30 @@ def test_a_resumed_launch_replaces_the_steps_it_logged_again(tmp_path):
     }
 
 
-# The selection rule, written plainly: per step only the newest launch's lines, then rank files in turn
-# (each file's lines in file order) until max_samples.
+# Resumed inside a generation cycle (num_iterations=2, resumed from step 9): the new launch logs 10, 12, 14, and the
+# older launch's step 11 is a trajectory training abandoned: left out, counted in the report, and in no count shown.
+def test_steps_an_older_launch_logged_after_the_resume_are_left_out_and_counted(tmp_path):
+    run_dir = tmp_path / "run"
+    write_lines(run_dir / "rollout_data_rank_0_20260101T000000Z.jsonl", [sample(s, reward=1) for s in (2, 4, 6, 8, 10, 11) for _ in range(2)])
+    write_lines(run_dir / "rollout_data_rank_0_20260102T000000Z.jsonl", [sample(s, reward=2) for s in (10, 12, 14) for _ in range(2)])
+    run = load(run_dir)
+    assert run.steps == [2, 4, 6, 8, 10, 12, 14]
+    assert run.samples.groupby("step")["reward"].mean().to_dict() == {2: 1, 4: 1, 6: 1, 8: 1, 10: 2, 12: 2, 14: 2}
+    report = run.report.set_index("file")
+    assert report.loc["rollout_data_rank_0_20260101T000000Z.jsonl", "replaced by a newer launch"] == 4  # steps 10 and 11
+    assert report["not loaded (Max Samples Each Step)"].sum() == 0 and not run.downsampled
+
+
+# The selection rule, written plainly: a line of a launch is left out when a newer launch's first step is at or before
+# its step; then per step the rank files in turn (each file's lines in file order) until max_samples.
 def plain_selection(files: dict, max_samples: int) -> dict:
     usable = [(path, row, step, index.launch) for path, index in files.items()
               for row, (step, status) in enumerate(zip(index.lines["step"], index.lines["status"])) if status != board.BAD and not math.isnan(step)]
+    first_step = {launch: min(s for _, _, s, l in usable if l == launch) for launch in {launch for *_, launch in usable}}
+    usable = [line for line in usable if not any(launch > line[3] and first <= line[2] for launch, first in first_step.items())]
     chosen = {}
     for step in sorted({step for _, _, step, _ in usable}):
-        newest = max(launch for _, _, s, launch in usable if s == step)
-        queues = [[row for p, row, s, launch in usable if p == path and s == step and launch == newest] for path in files]
+        queues = [[row for p, row, s, launch in usable if p == path and s == step] for path in files]
         picked = [(path, queue[turn]) for turn in range(max(map(len, queues))) for path, queue in zip(files, queues) if turn < len(queue)]
         for path, row in picked[:max_samples]:
             chosen.setdefault(path, []).append(row)
@@ -329,7 +344,7 @@ def test_the_selection_of_lines_follows_the_plain_rule():
             index.lines = {"step": steps, "status": rng.choice([board.GOOD, board.BAD, board.UNPARSED], count).astype(np.int8)}
             files[index.path] = index
         max_samples = int(rng.integers(1, 20))
-        selected = {path: rows.tolist() for path, rows in board.select_lines(files, max_samples).items() if len(rows)}
+        selected = {path: rows.tolist() for path, rows in board.select_lines(files, max_samples).rows.items() if len(rows)}
         assert selected == plain_selection(files, max_samples)
 
 
@@ -589,9 +604,9 @@ def test_an_empty_per_token_list_beside_others_counts_as_absent(tmp_path):
 
 def test_launch_ids_that_are_counters_sort_by_number(tmp_path):
     write_lines(tmp_path / "run" / "d_rank_0_9.jsonl", [sample(1, reward=9.0), sample(2, reward=9.0)])
-    write_lines(tmp_path / "run" / "d_rank_0_10.jsonl", [sample(1, reward=10.0)])
+    write_lines(tmp_path / "run" / "d_rank_0_10.jsonl", [sample(2, reward=10.0), sample(3, reward=10.0)])
     run = load(tmp_path / "run")
-    assert run.samples.set_index("step")["reward"].to_dict() == {1: 10.0, 2: 9.0}
+    assert run.samples.set_index("step")["reward"].to_dict() == {1: 9.0, 2: 10.0, 3: 10.0}
 
 
 def test_a_line_that_holds_another_step_when_read_back_is_reported(tmp_path):
