@@ -2070,8 +2070,11 @@ def token_detail(record) -> dict | None:
 # a space as ▁ and a byte as <0xE4>. The scheme is decided once per response, from its ordinary tokens (special ones
 # such as <|im_end|> or <PAD> stay as written): SentencePiece when one has ▁ or is a byte, else byte-level when every
 # character is in the byte table. Each token's bytes are then decoded in turn, a character shown on the token that
-# completes it (a CJK character is often 2-3 tokens; the others show as empty). A response that does not decode
-# cleanly that way (plain text such as "być", whose ć is also in the byte table; a cut character) is shown as written.
+# completes it (a CJK character is often 2-3 tokens; the others show as empty), and bytes that are no character (one
+# cut at truncation, or sampled early in training) or a control character as ⟨0xB6⟩ on the token where that shows.
+# Text whose letters only happen to be in the byte table ("być": ć is byte 0x07) is shown as written: as bytes it
+# holds control characters or invalid bytes, and nothing proves the byte table (a space or newline written as Ġ or Ċ,
+# or a character of 2-4 bytes).
 def readable_tokens(tokens: list[str]) -> list[str]:
     ordinary = [token for token in tokens if not is_special_token(token)]
     if any("▁" in token or SENTENCEPIECE_BYTE.fullmatch(token) for token in ordinary):
@@ -2080,14 +2083,40 @@ def readable_tokens(tokens: list[str]) -> list[str]:
         to_bytes = byte_level_bytes
     else:
         return tokens  # text already (a raw space, CJK...), or no ordinary token
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        texts = [token if is_special_token(token) else decoder.decode(to_bytes(token)) for token in tokens]
-    except UnicodeDecodeError:
-        return tokens
-    if decoder.getstate()[0] or CONTROL_CHARACTER.search("".join(texts)):  # cut inside a character, or not bytes at all
-        return tokens
+    texts = decode_token_bytes([None if is_special_token(token) else to_bytes(token) for token in tokens], tokens)
+    decoded = "".join(texts)
+    if to_bytes is byte_level_bytes and (CONTROL_CHARACTER.search(decoded) or UNDECODABLE.search(decoded)):
+        proof = any(BYTE_LEVEL_WHITESPACE.search(token) for token in ordinary) or not UNDECODABLE.sub("", decoded).isascii()
+        if not proof:
+            return tokens
+    return [CONTROL_CHARACTER.sub(lambda match: f"⟨0x{ord(match.group()):02X}⟩", text) for text in texts]
+
+
+# Each token's bytes decoded in order (None: a special token, kept as written); a character shows on the token that
+# completes it, and bytes that cannot be one as ⟨0x..⟩ on the token where that is known.
+def decode_token_bytes(byte_tokens: list[bytes | None], tokens: list[str]) -> list[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=UNDECODABLE_BYTES)
+    texts = []
+    for data, token in zip(byte_tokens, tokens):
+        if data is None:  # a special token ends any character cut before it
+            if texts:
+                texts[-1] += decoder.decode(b"", final=True)
+            decoder.reset()
+            texts.append(token)
+        else:
+            texts.append(decoder.decode(data))
+    if texts:
+        texts[-1] += decoder.decode(b"", final=True)
     return texts
+
+
+def undecodable_bytes(error: UnicodeDecodeError) -> tuple[str, int]:
+    return "".join(f"⟨0x{byte:02X}⟩" for byte in error.object[error.start : error.end]), error.end
+
+
+UNDECODABLE = re.compile("⟨0x[0-9A-F]{2}⟩")
+UNDECODABLE_BYTES = "rl_logging_board.undecodable"
+codecs.register_error(UNDECODABLE_BYTES, undecodable_bytes)
 
 
 def is_special_token(token: str) -> bool:
@@ -2114,7 +2143,8 @@ def byte_of_character() -> dict[str, int]:
 
 BYTE_OF_CHARACTER = byte_of_character()
 SENTENCEPIECE_BYTE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
-CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # what a text's own bytes rarely hold
+BYTE_LEVEL_WHITESPACE = re.compile("[\u0120\u010a\u0109]")  # Ġ Ċ ĉ: space, newline and tab in the byte table
+CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text's own: shown as ⟨0x..⟩
 
 
 if __name__ == "__main__":

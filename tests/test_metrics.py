@@ -242,8 +242,14 @@ def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
         (["威", "仪", "<EOD>"], ["威", "仪", "<EOD>"]),
         (["café", " au", " lait"], ["café", " au", " lait"]),
         (["Nie", "mog", "ę", "być"], ["Nie", "mog", "ę", "być"]),  # ę and ć are in the byte table too
-        (["Ġ3", "×"], ["Ġ3", "×"]),  # as bytes it would end inside a character
-        (["Ġcaf", "Ã"], ["Ġcaf", "Ã"]),
+        # bytes that are no character (cut at truncation, sampled early in training): only those marked
+        (["Ġ3", "×"], [" 3", "⟨0xD7⟩"]),
+        (["Ġcaf", "Ã"], [" caf", "⟨0xC3⟩"]),
+        (["ä", "¸", "Ń", "æ", "<|im_end|>", "Ġok"], ["", "", "中", "⟨0xE6⟩", "<|im_end|>", " ok"]),
+        (["Hi", "¶", "Ġthere", "ä½", "Ġ!"], ["Hi", "⟨0xB6⟩", " there", "", "⟨0xE4⟩⟨0xBD⟩ !"]),
+        (["▁a", "<0xE4>", "<0xB8>", "▁b"], [" a", "", "", "⟨0xE4⟩⟨0xB8⟩ b"]),
+        (["Ġ0", "ě", "Ġ1"], [" 0", "⟨0x1B⟩", " 1"]),  # a control byte, shown as a byte
+        (["caf", "é"], ["caf", "é"]),  # plain text: as bytes é is a lone lead byte, and nothing proves the byte table
         ([], []),
     ],
 )
