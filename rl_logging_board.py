@@ -43,26 +43,28 @@ CACHE_FORMAT = 2
 
 # Per-step series of the reward tab, in the original's order.
 REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
-# Rows of the token area: (name, what it is), in the original's order, then GRPO's.
+# Rows of the token area: (name, what it is). Where the policy left the reference and was unsure come first, so the
+# token table shows them without scrolling; advantage, the same on every token, is not shown until chosen.
 TOKEN_ROWS = {
-    "token_reward": "token_rewards: the per-token reward the policy was trained on",
-    "log_ratio": "logp - ref_logp",
     "kl": "per-token KL under the chosen estimator",
-    "token_value": "values: the critic's value of each token",
+    "log_ratio": "logp - ref_logp",
     "logp": "logprobs: log-prob of the token under the policy that sampled it",
     "ref_logp": "ref_logprobs: log-prob under the reference model",
+    "entropy": "entropies: the policy's entropy at each position",
+    "token_reward": "token_rewards: the per-token reward the policy was trained on",
+    "token_value": "values: the critic's value of each token",
     "prob": "exp(logp)",
     "ref_prob": "exp(ref_logp)",
-    "entropy": "entropies: the policy's entropy at each position",
     "advantage": "the sample's advantage, the same on every token",
 }
-# KL estimators over log_ratio r = logp - ref_logp; the first is the original's.
+# KL estimators over log_ratio r = logp - ref_logp; the first is the original's, k3 the one TRL logs as kl.
 KL_ESTIMATORS = {
     "kl": "exp(r) - 1 - r (the original board's kl)",
     "k1": "r (log ratio)",
     "k2": "r^2 / 2",
     "k3": "exp(-r) + r - 1 = exp(ref-logp) - (ref-logp) - 1 (TRL GRPO loss)",
 }
+KL_ESTIMATOR_LABELS = {"kl": "kl (original board)", "k1": "k1 (log ratio)", "k2": "k2 (r²/2)", "k3": "k3 (TRL's kl)"}
 
 
 # Parse `-- --root DIR` so start.sh and users can point the board at any folder.
@@ -103,12 +105,13 @@ def main():
 
 # Texts keep every space and newline as written, but wrap as white-space: break-spaces instead of Streamlit's pre-wrap:
 # Chromium lays out a long paragraph of mixed CJK and Latin text in pre-wrap 10-15 times slower (108 KB: 1.1 s against
-# 0.08 s per layout, and a page lays out many times while a rerun arrives). Each token of the running text is isolated:
-# a right-to-left override in one token must not reorder the tokens after it. Set once for the page: a style sent
-# with each running text would restyle the whole page on every sample change.
+# 0.08 s per layout, and a page lays out many times while a rerun arrives). Each token of the running text is isolated
+# (a right-to-left override in one token must not reorder the tokens after it) and ends in a thin line, so token
+# boundaries show without taking space. Set once for the page: a style sent with each running text would restyle the
+# whole page on every sample change.
 PAGE_STYLE = (
     "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
-    " .rl-running-text span {unicode-bidi: isolate}</style>"
+    " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}</style>"
 )
 
 
@@ -116,7 +119,7 @@ PAGE_STYLE = (
 # of the page, not the sidebar, the load and the step curves above.
 @st.fragment
 def draw_step_response(run: "Run", settings: dict):
-    step = draw_step_selector(run)
+    step = draw_step_selector(run, settings["live"] and settings["follow_latest"])
     rows = run.step_rows(step)
     key = lines_key(rows)
     batch = load_step_batch(key, rows)
@@ -126,18 +129,18 @@ def draw_step_response(run: "Run", settings: dict):
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
     if settings["show_charts"]:
         draw_batch_charts(batch)
-    if settings["show_batch_samples"]:
-        draw_batch_table(batch, settings)
-    draw_groups(batch)
+    draw_step_tables(batch, settings)
     draw_sample_view(run, batch, step, settings)
 
 
-# The sample in view, a fragment inside the step's: picking another sample or token metric redraws
-# only this part, not the step's charts and tables above it.
+# The sample in view, right under the table it is picked in, with its tokens and then its group's other completions.
+# A fragment inside the step's: picking another sample or token metric redraws only this part, not the step's charts
+# and tables above it.
 @st.fragment
 def draw_sample_view(run: "Run", batch: "StepBatch", step: int, settings: dict):
     sample = draw_samples_pair(run, batch, step, settings) if settings["show_samples_pair"] else chosen_sample(batch)
     draw_token_area(batch, sample, settings)
+    draw_sample_group(batch, sample, settings)
 
 
 # ---------------------------------------------------------------- page areas
@@ -167,6 +170,12 @@ def draw_sidebar(default_root: str) -> dict:
         help="Re-check the run every few seconds and pull in new steps while training writes.",
     )
     live_every = sidebar.slider("Live refresh (s)", 2, 60, 5, disabled=not live)
+    follow_latest = sidebar.toggle(
+        "Follow the latest step",
+        value=False,
+        disabled=not live,
+        help="In live mode, show each new step as it arrives; off, the chosen step stays and new steps are announced.",
+    )
 
     with sidebar.expander("🧩 module setting", expanded=True):
         reward_curves = st.checkbox("Reward 曲线图", value=True, help="Show the per-step curves.")
@@ -193,8 +202,10 @@ def draw_sidebar(default_root: str) -> dict:
         kl_estimator = st.selectbox(
             "KL estimator",
             list(KL_ESTIMATORS),
-            format_func=lambda name: f"{name}: {KL_ESTIMATORS[name]}",
-            help="Used for kl in Step-KL, the batch table and the token rows. With r = logp - ref_logp: "
+            index=list(KL_ESTIMATORS).index(default_kl_estimator(root, run_name)),
+            format_func=KL_ESTIMATOR_LABELS.get,
+            help="Used for kl in Step-KL (with Use LogP as KL off), the batch table and the token rows; k3 by default "
+            "for runs the logger wrote from TRL, whose logged kl it is. With r = logp - ref_logp: "
             + "; ".join(f"{name} = {formula}" for name, formula in KL_ESTIMATORS.items()),
         )
         drop_padding = st.checkbox("Drop Padding Token", value=True)
@@ -213,6 +224,7 @@ def draw_sidebar(default_root: str) -> dict:
         load_clicked=load_clicked,
         live=live,
         live_every=live_every,
+        follow_latest=follow_latest,
         reward_curves=reward_curves,
         variance_scale=variance_scale,
         zero_shift=zero_shift,
@@ -226,6 +238,14 @@ def draw_sidebar(default_root: str) -> dict:
         show_samples_pair=show_samples_pair,
         show_heat_map=show_heat_map,
     )
+
+
+# TRL logs k3 as kl: a run whose metadata names a trl version starts on k3, so the board's numbers match TRL's.
+def default_kl_estimator(root: str, run_name: str | None) -> str:
+    if run_name is None or not (Path(root).expanduser() / run_name).is_dir():
+        return "kl"
+    meta = read_meta(str(Path(root).expanduser() / run_name))
+    return "k3" if meta and meta.get("trl_version") else "kl"
 
 
 # Data loads on Load & View only; afterwards widget changes reuse it, and live mode refreshes it.
@@ -328,9 +348,13 @@ def draw_run_metadata(run: "Run"):
         ("loss", meta.get("loss_type")),
         ("trl", meta.get("trl_version")),
     ]
-    columns = st.columns(len(known))
+    # The model's last path part (all of it on hover); the strip leaves the top right to the load toast.
+    columns = st.columns([3, 1, 1, 1, 1, 1, 3])
     for column, (label, value) in zip(columns, known):
-        column.metric(label, "—" if value is None else markdown_literal(value))
+        shown = "—" if value is None else valid_text(str(value))
+        if label == "model":
+            shown = shown.rstrip("/").rsplit("/", 1)[-1] or shown
+        column.metric(label, markdown_literal(shown), help=None if value is None else markdown_literal(value))
     names, weights = meta.get("reward_funcs"), meta.get("reward_weights")
     if isinstance(names, list) and names:
         terms = [markdown_literal(name) for name in names]
@@ -390,30 +414,67 @@ def draw_step_curves(run: "Run", settings: dict):
         if open_tab == "Step-Reward":
             options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
             key = "reward_series:" + "|".join(options)  # a run with other series starts from the default
-            default = st.session_state.get(f"{key}:chosen", [n for n in options if n in REWARD_SERIES][:2] or options[:1])
-            chosen = st.multiselect("Reward series", options, default=default, key=key, on_change=remember_choice, args=(key,))
-            draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", **curve))
+            # GRPO: each reward function beside the total, to see one traded for another.
+            default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in run.reward_function_columns]
+            chosen = st.multiselect("Reward series", options, default=st.session_state.get(f"{key}:chosen", default or options[:1]), key=key, on_change=remember_choice, args=(key,))
+            draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve))
         elif open_tab == "Step-Groups":
             draw_chart(st, cached_fraction_chart(run.version, samples))
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
             )
+        elif open_tab == "Step-KL":
+            draw_kl_curve(settings, curve)
         else:
-            column, title, missing = {
-                "Step-KL": (kl_column, "👾 KL Logging (Step level)", "No KL: the run has no `logprobs` with `ref_logprobs`."),
+            column, title, unit, missing = {
                 "Step-RespLen": (
                     "response_tokens_len",
                     "👾 Response Length Logging (tokens, Step level)",
+                    "tokens",
                     "No token counts: the run has neither `response_tokens` nor `logprobs`.",
                 ),
-                "Step-Entropy": ("avg_entropy", "👾 Token Entropy (Step level)", None),
+                "Step-Entropy": ("avg_entropy", "👾 Token Entropy (Step level)", "nats per token", None),
             }[open_tab]
             if samples[column].notna().any():
-                kl_name = "log_ratio" if settings["use_logp_as_kl"] else f"kl ({settings['kl_estimator']})"
-                draw_chart(st, cached_step_curve([column], title, names={kl_column: kl_name}, **curve))
+                draw_chart(st, cached_step_curve([column], title, unit, **curve))
             else:
                 st.info(missing)
+
+
+# Step-KL names what it plots: with Use LogP as KL (the original's default) the mean log ratio, which is no KL and
+# ignores the estimator; otherwise the chosen estimator's mean. One token whose probability the policy raised a lot
+# makes a step's mean spike (exp(r) - 1 - r grows exponentially), so a median and a log scale are offered.
+def draw_kl_curve(settings: dict, curve: dict):
+    if settings["use_logp_as_kl"]:
+        column, name = "avg_log_ratio", "log_ratio (logp - ref_logp)"
+        title = "👾 KL Logging (Step level): mean log ratio, logp - ref_logp (Use LogP as KL)"
+        note = (
+            "Use LogP as KL is on (the original's default): this is the mean of logp - ref_logp, which is no KL "
+            "estimator and can be negative. Turn it off under ⚙️ show details setting to plot the KL estimator chosen there."
+        )
+    else:
+        estimator = settings["kl_estimator"]
+        column, name = f"avg_kl_{estimator}", f"kl ({estimator})"
+        title = f"👾 KL Logging (Step level): mean KL per token, estimator {estimator}"
+        note = f"{name} = {KL_ESTIMATORS[estimator]}, with r = logp - ref_logp per token, averaged over each response."
+    if not curve["_samples"][column].notna().any():
+        st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
+        return
+    statistic_column, scale_column = st.columns([3, 1])
+    remembered_choice("kl_statistic", KL_STATISTICS, KL_STATISTICS[0])
+    statistic = statistic_column.radio(
+        "Per step", KL_STATISTICS, key="kl_statistic", horizontal=True,
+        help="The median and its 25-75 % band are not moved by a few samples with a huge KL; the mean is what TRL logs.",
+    )
+    remembered_choice("kl_log_scale", [False, True], False)
+    log_scale = scale_column.toggle("Log scale", key="kl_log_scale", help="A symmetric log scale: spikes and small values on one chart.")
+    median = statistic == KL_STATISTICS[1]
+    draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, **curve))
+    st.caption(note)
+
+
+KL_STATISTICS = ["mean ± std", "median (25-75 %)"]
 
 
 # Streamlit forgets a widget that was not drawn in a run: keep its choice (the reward series) while another tab is open.
@@ -421,13 +482,18 @@ def remember_choice(key: str):
     st.session_state[f"{key}:chosen"] = st.session_state[key]
 
 
-# The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes.
-def draw_step_selector(run: "Run") -> int:
+# The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
+# each new last step when following a live run. New steps the user has not looked at are announced with a way there.
+def draw_step_selector(run: "Run", follow_latest: bool) -> int:
     st.subheader("⚡️ Each Step Response")
     steps = run.steps
     previous = st.session_state.get("selected_step", steps[0])
     if previous not in steps:
         previous = min(steps, key=lambda s: abs(s - previous))
+    if follow_latest and steps[-1] != st.session_state.get("last_step_seen"):
+        show_step(steps[-1])
+        previous = steps[-1]
+    st.session_state["last_step_seen"] = steps[-1]
     label = f"Step Index({len(steps)} total steps)"
     if len(steps) == 1:
         step = steps[0]
@@ -437,8 +503,23 @@ def draw_step_selector(run: "Run") -> int:
             step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]), key="step_slider")
         else:
             step = st.selectbox(label, steps, index=steps.index(previous), key="step_selectbox")
-    st.session_state["selected_step"] = int(step)
-    return int(step)
+    step = int(step)
+    if step != st.session_state.get("selected_step") or "last_step_when_chosen" not in st.session_state:
+        st.session_state["last_step_when_chosen"] = steps[-1]
+    st.session_state["selected_step"] = step
+    newer = [s for s in steps if s > st.session_state["last_step_when_chosen"]]
+    if newer and step != steps[-1]:
+        message, button = st.columns([4, 1], vertical_alignment="center")
+        message.info(f"{len(newer)} new step(s) since you chose step {step}; the latest is {steps[-1]}.")
+        button.button("Show the latest step", on_click=show_step, args=(steps[-1],))
+    return step
+
+
+# Move the step selector: its widgets are dropped so that they are drawn anew at this step.
+def show_step(step: int):
+    st.session_state["selected_step"] = step
+    for key in ("step_slider", "step_selectbox"):
+        st.session_state.pop(key, None)
 
 
 # Three charts of the step's batch: reward vs ref per sample, their gap, and the distribution.
@@ -453,56 +534,92 @@ def draw_batch_charts(batch: "StepBatch"):
     draw_chart(right, distribution)
 
 
-# The batch table, sortable by every column; clicking a row picks the sample below.
+# The step's tables as tabs, only the open one drawn, right above the sample they pick: the batch (a row per sample)
+# and, for GRPO, its groups (a row per prompt).
+def draw_step_tables(batch: "StepBatch", settings: dict):
+    names = (["Batch samples"] if settings["show_batch_samples"] else []) + (["Groups"] if batch.table["group"].notna().any() else [])
+    if not names:
+        return
+    view = remembered_choice("step_table", names, names[0])
+    tabs = st.tabs(names, key="step_table", on_change="rerun")
+    with tabs[names.index(view)]:
+        if view == "Batch samples":
+            draw_batch_table(batch, settings)
+        else:
+            draw_groups(batch, settings)
+
+
+# The batch table, sortable by every column; clicking a row shows that sample right below.
 def draw_batch_table(batch: "StepBatch", settings: dict):
     table = cached_table_view(batch.key, batch.table, settings["kl_estimator"], settings["pad_token"], settings["system_prompt_end"])
     st.dataframe(
         table,
         width="stretch",
         height=360,
+        hide_index=True,
         on_select=lambda: pick_sample_from_table("batch_table"),
         selection_mode="single-row",
         key="batch_table",
         column_config={
+            "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True),
+            "group": st.column_config.NumberColumn(help="The sample's prompt group in this step (see Groups); group_id, at the right, is the id as logged"),
             "prompt": st.column_config.TextColumn(width="medium"),
             "response": st.column_config.TextColumn(width="large"),
         },
     )
 
 
-# GRPO groups of the step: which prompts gave every completion the same reward.
-def draw_groups(batch: "StepBatch"):
-    groups = group_table(batch.table)
-    if groups is None:
-        return
-    st.session_state["group_rows"] = list(groups["group"])
+# GRPO groups of the step: which prompts gave every completion the same reward. Clicking a group shows its first
+# completion below, with the group's other completions under its tokens.
+def draw_groups(batch: "StepBatch", settings: dict):
+    groups = cached_group_table(batch.key, batch.table, settings["pad_token"], settings["system_prompt_end"])
     zero = int(groups["zero signal"].sum())
-    st.markdown(f"**Groups in this step**: {len(groups)} prompt(s), {zero} with no learning signal (all rewards equal).")
+    st.caption(
+        f"{len(groups)} prompt group(s), {zero} with no learning signal (every completion got the same reward, so every "
+        "advantage is 0). Sort by reward spread; click a group to show its first completion below."
+    )
     st.dataframe(
         groups,
         width="stretch",
-        height=260,
-        on_select=lambda: pick_group_from_table("group_table"),
+        height=min(360, 38 + 35 * len(groups)),
+        hide_index=True,
+        on_select=lambda: pick_group_from_table("group_table", groups["samples"].tolist()),
         selection_mode="single-row",
         key="group_table",
-        hide_index=True,
+        column_config={
+            "group": st.column_config.NumberColumn(help="The group's number in this step (the batch table's group column)", pinned=True),
+            "prompt": st.column_config.TextColumn(width="medium"),
+            "samples": st.column_config.ListColumn(help="Sample indices of the group's completions, in batch order"),
+            "rewards": st.column_config.ListColumn(help="The completions' rewards, in the order of samples"),
+            "group_id": st.column_config.TextColumn(help="The group id as logged"),
+        },
     )
-    chosen = st.session_state.get("selected_group")
-    if chosen not in set(groups["group"]):
-        chosen = groups["group"].iloc[0]
-    members = batch.table[batch.table["group_id"] == chosen]
-    st.caption(f"Group {markdown_literal(chosen)}: {len(members)} completion(s) of one prompt, side by side.")
+
+
+# The other completions of the sample's prompt, side by side, each a click away from the samples pair above.
+def draw_sample_group(batch: "StepBatch", sample: int, settings: dict):
+    table = batch.table
+    group = table["group"].iloc[sample]
+    if pd.isna(group):
+        return
+    members = table[table["group"] == group]
+    st.markdown(f"**Group {int(group)} of this step**: {len(members)} completion(s) of the prompt of sample #{sample}.")
     columns = st.columns(min(len(members), 4))
     function_columns = [c for c in members.columns if c.startswith("rewards/")]
-    for position, (sample_index, member) in enumerate(members.iterrows()):
+    for position, (index, member) in enumerate(members.iterrows()):
         with columns[position % len(columns)]:
-            facts = [f"#{sample_index}", f"reward {member['reward']:.4g}"]
+            facts = [f"reward {member['reward']:.4g}"]
             facts += [f"{markdown_literal(c[8:])} {member[c]:.4g}" for c in function_columns if pd.notna(member[c])]
             if pd.notna(member["advantage"]):
                 facts.append(f"adv {member['advantage']:+.3f}")
-            facts.append(f"{member['response_tokens_len']:.0f} tok" if pd.notna(member["response_tokens_len"]) else "")
-            st.caption(" · ".join(f for f in facts if f))
-            st.text(member["response"])
+            if pd.notna(member["response_tokens_len"]):
+                facts.append(f"{member['response_tokens_len']:.0f} tok")
+            if index == sample:
+                st.markdown(f"**#{index}** (shown above)")
+            else:
+                st.button(f"#{index}", key=f"open_sample_{index}", on_click=open_sample, args=(int(index),), help="Show this completion in the samples pair")
+            st.caption(" · ".join(facts))
+            st.text(clean_text(member["response"], settings["pad_token"]))
 
 
 # The original's samples pair: length metrics, the sample index, then prompt | response | ref | gap.
@@ -581,7 +698,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     chosen = st.multiselect(
         "Select show value(s)",
         available,
-        default=available,
+        default=[name for name in available if name != "advantage"] or available,
         help="; ".join(f"{name}: {TOKEN_ROWS[name]}" for name in available),
     )
     if not chosen or not len(rows["tokens"]):
@@ -599,7 +716,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
         else:
             st.caption(
                 "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
-                f"its sign); values on hover, and in the cells up to {LABELLED_TOKENS} tokens."
+                f"its sign); values on hover, and in the cells up to {VALUE_LABELLED_TOKENS} tokens."
             )
             st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
 
@@ -665,14 +782,18 @@ def visible_whitespace(token: str) -> str:
 def pick_sample_from_table(key: str):
     rows = st.session_state[key].selection.rows
     if rows:
-        st.session_state["sample_index"] = int(rows[0])
+        open_sample(int(rows[0]))
 
 
-# Clicking a group row shows that group's completions.
-def pick_group_from_table(key: str):
+# Clicking a group row shows the group's first completion (and the group under it).
+def pick_group_from_table(key: str, samples_of_rows: list):
     rows = st.session_state[key].selection.rows
     if rows:
-        st.session_state["selected_group"] = st.session_state["group_rows"][rows[0]]
+        open_sample(int(samples_of_rows[rows[0]][0]))
+
+
+def open_sample(sample: int):
+    st.session_state["sample_index"] = sample
 
 
 # ---------------------------------------------------------------- figures
@@ -690,8 +811,8 @@ def draw_chart(where, spec: dict):
 
 # Step charts change only with the run and the curve settings, so a step or sample change reuses them.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def cached_step_curve(columns, title, version, variance_scale, zero_shift, _samples, names=None) -> dict:
-    return step_curve_chart(_samples, columns, title, variance_scale, zero_shift, names)
+def cached_step_curve(columns, title, unit, version, variance_scale, zero_shift, _samples, names=None, median=False, log_scale=False) -> dict:
+    return step_curve_chart(_samples, columns, title, unit, variance_scale, zero_shift, names, median, log_scale)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -709,46 +830,57 @@ def cached_batch_charts(lines, _table) -> tuple:
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
 # Scroll to zoom, drag to pan, double-click to reset, on every step chart.
 ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
-STEP_AXIS = {"field": "step", "type": "quantitative", "axis": {"format": "d", "tickMinStep": 1}}
-SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
+SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "title": "sample index", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
 
 
-# One line per series with a mean ± std × scale band, steps in numeric order.
-def step_curve_chart(samples, columns, title, variance_scale=0.2, zero_shift=False, names=None) -> dict:
+# One line per series with a mean ± std × scale band (or the median with its 25-75 % band), steps in numeric order.
+def step_curve_chart(samples, columns, title, unit, variance_scale=0.2, zero_shift=False, names=None, median=False, log_scale=False) -> dict:
     points, shown = [], []
     for column in columns:
         stats = step_stats(samples, column)
         if stats.empty:
             continue
-        mean, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
+        if median:
+            centre, low, high = (stats[name].to_numpy() for name in ("median", "q25", "q75"))
+        else:
+            centre, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
+            low, high = centre - spread, centre + spread
         if zero_shift:
-            mean = mean - mean[0]
+            centre, low, high = centre - centre[0], low - centre[0], high - centre[0]
         name = (names or {}).get(column, column)
         shown.append(name)
         points += [
-            {"series": name, "step": int(step), "mean": json_number(m), "low": json_number(m - d), "high": json_number(m + d), "std": json_number(sd), "n": int(n)}
-            for step, m, d, sd, n in zip(stats.index, mean, spread, stats["std"], stats["count"])
+            {"series": name, "step": int(step), "centre": json_number(c), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
+            for step, c, a, b, m, md, sd, n in zip(stats.index, centre, low, high, stats["mean"], stats["median"], stats["std"], stats["count"])
         ]
-    x = STEP_AXIS
+    x = step_axis(samples["step"])
+    band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
+    y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
     colour = {"field": "series", "type": "nominal", "scale": {"domain": shown, "range": STEP_PALETTE[: len(shown)] or STEP_PALETTE[:1]}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1}}
     return {
         "title": title,
         "height": 330,
         "data": {"values": points},
         "layer": [
-            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": None, "scale": {"zero": False}}, "y2": {"field": "high"}, "color": colour}},
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": f"{unit} ({band})", "scale": y_scale}, "y2": {"field": "high"}, "color": colour}},
             {
                 "mark": {"type": "line", "point": len(points) == len(shown)},
                 "params": ZOOM,
                 "encoding": {
                     "x": x,
-                    "y": {"field": "mean", "type": "quantitative"},
+                    "y": {"field": "centre", "type": "quantitative"},
                     "color": colour,
-                    "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
+                    "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "median", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
                 },
             },
         ],
     }
+
+
+# The step axis spans the run's steps exactly: a "nice" domain ran past the last step.
+def step_axis(steps: pd.Series) -> dict:
+    first, last = int(steps.min()), int(steps.max())
+    return {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"domain": [first, last]} if last > first else {"zero": False}}
 
 
 # Fractions per step (in %) of zero-signal groups and of truncated completions.
@@ -762,8 +894,8 @@ def step_fraction_chart(fractions: pd.DataFrame) -> dict:
         "mark": {"type": "line", "tooltip": True},
         "params": ZOOM,
         "encoding": {
-            "x": STEP_AXIS,
-            "y": {"field": "percent", "type": "quantitative", "title": "%"},
+            "x": step_axis(fractions.index.to_series()),
+            "y": {"field": "percent", "type": "quantitative", "title": "% of groups / of completions"},
             "color": {"field": "series", "type": "nominal", "scale": {"range": STEP_PALETTE}, "legend": {"orient": "bottom", "title": None}},
         },
     }
@@ -785,7 +917,7 @@ def batch_reward_chart(table: pd.DataFrame) -> dict:
         "encoding": {
             "x": SAMPLE_AXIS,
             "xOffset": {"field": "series", "sort": [name for _, name in series]},
-            "y": {"field": "reward", "type": "quantitative"},
+            "y": {"field": "reward", "type": "quantitative", "title": "reward"},
             "color": {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}},
         },
     }
@@ -801,7 +933,7 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
             "x": SAMPLE_AXIS,
-            "y": {"field": "reward_gap", "type": "quantitative"},
+            "y": {"field": "reward_gap", "type": "quantitative", "title": "reward - ref_reward"},
             "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None}},
         },
     }
@@ -827,7 +959,7 @@ def reward_distribution_chart(table: pd.DataFrame) -> dict:
         "field": "series",
         "type": "nominal",
         "scale": {"domain": names, "range": colours},
-        "legend": {"orient": "top", "title": None},
+        "legend": {"orient": "top", "title": None, "columns": 2, "labelLimit": 0},  # in one row, a third of the page cut it
     }
     return {
         "title": "Reward Distribution in current batch",
@@ -837,7 +969,7 @@ def reward_distribution_chart(table: pd.DataFrame) -> dict:
             {
                 "data": {"name": "bars"},
                 "mark": {"type": "bar", "opacity": 0.6, "tooltip": True},
-                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward"}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative"}, "y2": {"datum": 0}, "color": colour},
+                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward"}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative", "title": "density (share per unit of reward)"}, "y2": {"datum": 0}, "color": colour},
             },
             {
                 "data": {"name": "curves"},
@@ -857,18 +989,19 @@ def json_number(value) -> float | None:
 # The token grid as a heat map, tokens along x as the original had them. Each metric's row is coloured within
 # its own range, as the running text is (red above 0, blue below, stronger = larger |value| against the row's
 # largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
-# Up to LABELLED_TOKENS tokens every column is labelled and holds its value; beyond that the axis shows token
-# indices (the browser would otherwise draw thousands of labels and numbers nobody can read), the same "#index"
-# as the table and the running text. Fixed margins and no colour bar: plotly then lays the chart out once per
-# redraw instead of measuring and placing its labels again (half its time on a step change).
-LABELLED_TOKENS = 200
+# Up to LABELLED_TOKENS tokens every column is labelled with its token, and up to VALUE_LABELLED_TOKENS each cell with
+# its value; past those a label is too narrow to read (the axis shows token indices instead, the same "#index" as the
+# table and the running text), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
+# then lays the chart out once per redraw instead of measuring and placing its labels again (half its time on a step
+# change).
+LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 
 
 def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
     labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
     values = grid.to_numpy(dtype=float)
     bounds = largest_magnitude(values)
-    labelled = len(labels) <= LABELLED_TOKENS
+    labelled, valued = len(labels) <= LABELLED_TOKENS, len(labels) <= VALUE_LABELLED_TOKENS
     figure = go.Figure(
         go.Heatmap(
             z=np.where(np.isfinite(values), values / np.where(bounds > 0, bounds, 1.0)[:, None], np.nan),
@@ -879,8 +1012,8 @@ def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
             x=labels if labelled else np.arange(len(labels)),
             y=list(grid.index),
             colorscale="balance",
-            text=[[f"{value:.3g}" for value in row] for row in values.tolist()] if labelled else None,
-            texttemplate="%{text}" if labelled else None,
+            text=[[f"{value:.3g}" for value in row] for row in values.tolist()] if valued else None,
+            texttemplate="%{text}" if valued else None,
             hovertemplate="%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>",
         )
     )
@@ -929,11 +1062,12 @@ def segment_sums_and_means(values: np.ndarray, lengths: np.ndarray) -> tuple[np.
     return sums, means
 
 
-# Mean, std (population) and count of a column per step, over finite values only.
+# Mean, std (population), median, quartiles and count of a column per step, over finite values only.
 def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
-    values = samples[["step", column]].replace([np.inf, -np.inf], np.nan).dropna()
-    stats = values.groupby("step")[column].agg(["mean", "std", "count"])
-    stats["std"] = values.groupby("step")[column].std(ddof=0)
+    values = samples[["step", column]].replace([np.inf, -np.inf], np.nan).dropna().groupby("step")[column]
+    stats = values.agg(["mean", "median", "count"])
+    stats["std"] = values.std(ddof=0)
+    stats["q25"], stats["q75"] = values.quantile(0.25), values.quantile(0.75)
     return stats.sort_index()
 
 
@@ -950,28 +1084,38 @@ def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
     return result
 
 
-# One row per prompt group of the step: spread of rewards and each completion's reward.
-def group_table(table: pd.DataFrame) -> pd.DataFrame | None:
-    if table["group_id"].isna().all():
-        return None
+# Groups numbered 0, 1, ... in batch order (NaN: no group): the ids as logged are long and alike.
+def group_numbers(group_ids: pd.Series) -> np.ndarray:
+    codes = pd.factorize(group_ids)[0]
+    return np.where(codes >= 0, codes, np.nan)
+
+
+# One row per prompt group of the step: the spread of its rewards (0: no learning signal) and its completions.
+def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt_end: str | None = None) -> pd.DataFrame:
     rows = []
-    for group, members in table.groupby("group_id", sort=False):
+    for group, members in table.groupby("group", sort=True):
         rewards = members["reward"]
         spread = rewards.max() - rewards.min()  # over the rewards there are, as the Step-Groups curve counts
-        row = {
-            "group": group,
-            "prompt": members["prompt"].iloc[0][:200],
+        rows.append({
+            "group": int(group),
+            "prompt": shorten(clean_text(members["prompt"].iloc[0], pad_token, system_prompt_end), 200),
             "completions": len(members),
             "reward spread": spread,
             "reward std": rewards.std(ddof=0),
             "mean reward": rewards.mean(),
             "zero signal": bool(spread == 0),
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
-        }
-        for position, reward in enumerate(rewards):
-            row[f"c{position}"] = reward
-        rows.append(row)
+            "samples": members.index.tolist(),
+            "rewards": [json_number(reward) for reward in rewards],
+            "group_id": members["group_id"].iloc[0],
+        })
     return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# The groups table as shown, built once per set of lines and display setting.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFrame:
+    return group_table(_table, pad_token, system_prompt_end)
 
 
 # The batch table as shown, built once per set of lines and display setting.
@@ -980,22 +1124,22 @@ def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end)
     return batch_table_view(_table, dict(kl_estimator=kl_estimator, pad_token=pad_token, system_prompt_end=system_prompt_end))
 
 
-# The batch table's columns: the original's set (absent ones hidden), then GRPO's.
+# The batch table's columns, the original's and GRPO's (absent ones hidden): first the short numbers that say which
+# samples matter (reward, advantage, group, KL, entropy, length), then the texts, then the rest; the wide texts first
+# would push them off-screen.
 def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
     estimator = settings["kl_estimator"]
     view = table.assign(
+        sample=np.arange(len(table)),
         prompt=[shorten(clean_text(text, settings["pad_token"], settings["system_prompt_end"])) for text in table["prompt"]],
         response=[shorten(clean_text(text, settings["pad_token"])) for text in table["response"]],
         ref_response=[None if text is None else shorten(clean_text(text, settings["pad_token"])) for text in table["ref_response"]],
         avg_kl=table[f"avg_kl_{estimator}"],
         sum_kl=table[f"sum_kl_{estimator}"],
     )
-    columns = [
-        "prompt", "response", "reward", "ground_truth", "valid_reward", "avg_log_ratio", "sum_log_ratio",
-        "avg_kl", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap",
-    ]
-    columns += [c for c in table.columns if c.startswith("rewards/")]
-    columns += ["advantage", "group_id", "truncated", "response_tokens_len", "avg_entropy"]
+    columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "truncated", "prompt", "response", "ground_truth"]
+    columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]
 
 
@@ -2026,7 +2170,7 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
             texts[name].append(text or "" if name in ("prompt", "response") else text)
     if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
         key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
-    return StepBatch(key=key, table=_rows.assign(**texts), problems=problems)
+    return StepBatch(key=key, table=_rows.assign(**texts, group=group_numbers(_rows["group_id"])), problems=problems)
 
 
 # The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.

@@ -97,9 +97,9 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s): 0 bad line(s) skipped." in [c.value for c in app.caption]
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
-    assert series.value == ["reward", "ref_reward"]
+    assert series.value == ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # GRPO: functions beside the total
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
-    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Token table", "Heat map", "Response tokens"]
+    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples", "Groups", "Token table", "Heat map", "Response tokens"]
     series.set_value(["valid_reward", "rewards/format_reward"]).run()
     for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
         app.session_state["curve_tabs"] = name
@@ -127,7 +127,8 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert lengths["Response Average Length"] == f"{np.mean([len(r) for r in step_responses]):.0f} chars"
 
     token_rows = widget(app.multiselect, "Select show value(s)")
-    assert token_rows.options == ["token_reward", "log_ratio", "kl", "token_value", "logp", "ref_logp", "prob", "ref_prob", "entropy", "advantage"]
+    assert token_rows.options == ["kl", "log_ratio", "logp", "ref_logp", "entropy", "token_reward", "token_value", "prob", "ref_prob", "advantage"]
+    assert token_rows.value == token_rows.options[:-1]  # advantage, the same on every token, only when chosen
     token_rows.set_value(["logp", "kl"]).run()
     grid = app.dataframe[-1].value
     assert list(grid.columns) == ["logp", "kl"]
@@ -182,7 +183,8 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    assert [tab.label for tab in app.tabs] == ["Step-Reward", "Step-KL", "Step-RespLen"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen"]
+    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples"]  # no groups
     assert any(i.value.startswith("No token area: this sample has no `logprobs`.") for i in app.info)
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
     for name, note in (("Step-KL", "No KL: the run has no `logprobs` with `ref_logprobs`."), ("Step-RespLen", "No token counts: the run has neither `response_tokens` nor `logprobs`.")):
@@ -191,7 +193,7 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
         assert note in [i.value for i in app.info]
     assert not app.get("plotly_chart")  # no token area, no heat map
     assert "ref 1 0" in [t.value for t in app.text]
-    assert batch_table(app).columns.tolist() == ["prompt", "response", "reward", "ref_response", "ref_reward", "reward_gap"]
+    assert batch_table(app).columns.tolist() == ["sample", "reward", "prompt", "response", "ref_response", "ref_reward", "reward_gap"]
 
 
 def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root, monkeypatch):
@@ -252,7 +254,7 @@ def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.warning[0].value == "Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped; 2 issue(s) listed in the load report."
     report = widget(app.expander, "Load report")
-    assert [toast.value for toast in app.toast] == ["Loaded 4 sample(s), success: 2, error: 2"]
+    assert [toast.value for toast in app.toast] == ["Loaded 2 sample(s), success: 2, error: 2"]  # one count: the samples shown
     assert not report.dataframe  # drawn only when opened
     app.session_state["load_report_details"] = True
     app.run()
@@ -323,8 +325,10 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
         if line["step"] == step:
             groups.setdefault(line["group_id"], set()).add(line["reward"])
     zero = sum(len(rewards) == 1 for rewards in groups.values())
-    assert f"**Groups in this step**: {len(groups)} prompt(s), {zero} with no learning signal (all rewards equal)." in [m.value for m in app.markdown]
-    assert {"rewards/sorted_digits", "rewards/same_digits", "advantage", "group_id"} <= set(batch_table(app).columns)
+    assert {"rewards/sorted_digits", "rewards/same_digits", "advantage", "group", "group_id"} <= set(batch_table(app).columns)
+    app.session_state["step_table"] = "Groups"
+    app.run()
+    assert [c.value for c in app.caption if "prompt group(s)" in c.value][0].startswith(f"{len(groups)} prompt group(s), {zero} with no learning signal")
 
     # Which tokens had the highest KL and entropy: the token rows hold them, per token, from the file.
     chosen = [line for line in run_lines if line["step"] == step][0]
@@ -334,7 +338,8 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     grid = app.dataframe[-1].value
     assert grid["entropy"].tolist() == pytest.approx(chosen["entropies"])
     ratio = np.array(chosen["logprobs"]) - np.array(chosen["ref_logprobs"])
-    assert grid["kl"].tolist() == pytest.approx((np.expm1(ratio) - ratio).tolist())
+    assert widget(app.sidebar.selectbox, "KL estimator").value == "k3"  # the logger's run: TRL's kl by default
+    assert grid["kl"].tolist() == pytest.approx((np.expm1(-ratio) + ratio).tolist())
     assert widget(open_token_view(app, "Response tokens").selectbox, "Colour tokens by").value == "kl"
     assert not app.exception
 

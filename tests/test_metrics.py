@@ -82,12 +82,20 @@ def test_group_table_sorts_by_reward_spread():
         "group_id": ["a", "a", "b", "b"], "prompt": ["pa", "pa", "pb", "pb"],
         "reward": [1.0, 1.0, 0.0, 2.0], "truncated": [0.0, 0.0, 1.0, 0.0],
     })
+    table["group"] = board.group_numbers(table["group_id"])
     groups = board.group_table(table)
-    assert groups["group"].tolist() == ["b", "a"]
+    assert groups["group"].tolist() == [1, 0] and groups["group_id"].tolist() == ["b", "a"]
     assert groups["reward spread"].tolist() == [2.0, 0.0]
     assert groups["zero signal"].tolist() == [False, True]
-    assert groups[["c0", "c1"]].to_numpy().tolist() == [[0.0, 2.0], [1.0, 1.0]]
-    assert board.group_table(table.assign(group_id=None)) is None
+    assert groups["samples"].tolist() == [[2, 3], [0, 1]] and groups["rewards"].tolist() == [[0.0, 2.0], [1.0, 1.0]]
+    assert np.isnan(board.group_numbers(pd.Series([None, "x", None, "x"]))).tolist() == [True, False, True, False]
+
+
+def test_group_prompts_are_shown_as_the_display_settings_say():
+    table = pd.DataFrame({"group_id": ["a"], "prompt": ["system<endofsystem>question<PAD><PAD>"], "reward": [1.0], "truncated": [np.nan]})
+    table["group"] = board.group_numbers(table["group_id"])
+    assert board.group_table(table, "<PAD>", "<endofsystem>")["prompt"].tolist() == ["question"]
+    assert board.group_table(table)["prompt"].tolist() == ["system<endofsystem>question<PAD><PAD>"]
 
 
 def test_normal_curve_is_the_fitted_density():
@@ -149,8 +157,20 @@ def test_token_table_shades_each_metric_within_its_range():
 
 def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
     samples = pd.DataFrame({"step": [2, 2, 1, 1, 10], "reward": [1.0, 3.0, 0.0, 2.0, np.nan]})
-    points = board.step_curve_chart(samples, ["reward"], "t", variance_scale=0.5, zero_shift=True)["data"]["values"]
-    assert [(p["step"], p["mean"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
+    chart = board.step_curve_chart(samples, ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
+    points = chart["data"]["values"]
+    assert [(p["step"], p["centre"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
+    assert [p["mean"] for p in points] == [1.0, 2.0]  # the hover keeps the unshifted mean
+    assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 10]}  # the axis ends at the last step
+    assert chart["layer"][0]["encoding"]["y"]["title"] == "reward (mean, band ± std × 0.5)"
+
+
+def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
+    samples = pd.DataFrame({"step": [1] * 5, "kl": [0.1, 0.2, 0.3, 0.4, 1000.0]})
+    chart = board.step_curve_chart(samples, ["kl"], "t", "nats per token", median=True, log_scale=True)
+    [point] = chart["data"]["values"]
+    assert (point["centre"], point["low"], point["high"]) == (0.3, 0.2, 0.4) and point["mean"] == pytest.approx(200.2)
+    assert chart["layer"][0]["encoding"]["y"]["scale"] == {"zero": False, "type": "symlog"}
 
 
 def test_step_fractions_are_percent_per_step():
@@ -200,9 +220,16 @@ def test_heat_map_labels_are_escaped_for_plotly():
 
 
 def test_long_heat_maps_index_tokens_instead_of_labelling_each():
-    short = pd.DataFrame(np.ones((2, board.LABELLED_TOKENS)), index=["logp", "kl"], columns=[f"{i} - t" for i in range(board.LABELLED_TOKENS)])
+    def grid(tokens: int) -> pd.DataFrame:
+        return pd.DataFrame(np.ones((2, tokens)), index=["logp", "kl"], columns=[f"{i} - t" for i in range(tokens)])
+
+    short = grid(board.VALUE_LABELLED_TOKENS)
     figure = board.token_heatmap_figure(short)
     assert list(figure.data[0].x) == list(short.columns) and figure.data[0].texttemplate == "%{text}"
+    medium = grid(board.VALUE_LABELLED_TOKENS + 1)  # too narrow for values in the cells, wide enough for tokens
+    figure = board.token_heatmap_figure(medium)
+    assert list(figure.data[0].x) == list(medium.columns) and figure.data[0].text is None and figure.data[0].texttemplate is None
+    assert list(board.token_heatmap_figure(grid(board.LABELLED_TOKENS + 1)).data[0].x) == list(range(board.LABELLED_TOKENS + 1))
     long = pd.DataFrame(np.arange(2.0 * 4000).reshape(2, 4000), index=["logp", "kl"], columns=[f"{i} - t" for i in range(4000)])
     figure = board.token_heatmap_figure(long)
     assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
@@ -271,7 +298,8 @@ def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
         "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
         "reward": [1.0, np.nan, np.nan, np.nan, 0.0, 1.0], "truncated": [np.nan] * 6,
     })
-    groups = board.group_table(table).set_index("group")
+    table["group"] = board.group_numbers(table["group_id"])
+    groups = board.group_table(table).set_index("group_id")
     assert groups["zero signal"].to_dict() == {"a": True, "b": False, "c": False}
     assert board.group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
 
@@ -283,5 +311,5 @@ def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
     page = board.running_text_html(["\u202eabc", "", "end"], {"kl": np.array([0.1, 0.2, 0.3])}, "kl", np.zeros(3, dtype=bool))
-    assert ".rl-running-text span {unicode-bidi: isolate}" in board.PAGE_STYLE and "class='rl-running-text'" in page
+    assert ".rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px" in board.PAGE_STYLE and "class='rl-running-text'" in page
     assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
