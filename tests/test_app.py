@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pyarrow.ipc
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -315,6 +316,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     meta = json.loads(next(run_dir.glob("rollout_meta_*.json")).read_text())
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
+    assert metrics["model"] == board.markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
     assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
     assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
 
@@ -428,3 +430,87 @@ def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, m
     assert widget(app.selectbox, "Colour tokens by").value == "prob" and running_text(app).count("<span") == 10
     # texts keep their spaces and newlines, wrapped by the page style rather than Streamlit's slower pre-wrap
     assert any("break-spaces" in html.proto.body and "stText" in html.proto.body for html in app.get("html"))
+
+
+# The researcher's path: a sample picked in the table is shown right under it, followed by its group's other
+# completions, each a click away from the samples pair.
+def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    step_lines = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 0]  # batch order: file, line
+    group_of = list(dict.fromkeys(line["group_id"] for line in step_lines))
+    widget(app.number_input, "Sample index in current step batch").set_value(5).run()
+    group = group_of.index(step_lines[5]["group_id"])
+    members = [i for i, line in enumerate(step_lines) if line["group_id"] == step_lines[5]["group_id"]]
+    assert batch_table(app)["group"].tolist() == [group_of.index(line["group_id"]) for line in step_lines]
+    assert f"**Group {group} of this step**: {len(members)} completion(s) of the prompt of sample #5." in [m.value for m in app.markdown]
+    other = next(i for i in members if i != 5)
+    assert sorted([int(b.label[1:]) for b in app.button if b.label.startswith("#")]) == [i for i in members if i != 5]
+    next(b for b in app.button if b.label == f"#{other}").click().run()
+    assert widget(app.number_input, "Sample index in current step batch").value == other
+    assert step_lines[other]["response"] in [t.value for t in app.text]
+    app.session_state["step_table"] = "Groups"
+    app.run()
+    groups = next(frame.value for frame in app.dataframe if "reward spread" in frame.value.columns)
+    assert sorted(groups["group"]) == list(range(len(group_of)))
+    row = groups.set_index("group").loc[group]
+    assert list(row["samples"]) == members and list(row["rewards"]) == [step_lines[i]["reward"] for i in members]
+    assert row["group_id"] == step_lines[5]["group_id"] and row["prompt"] == board.clean_text(step_lines[members[0]]["prompt"], "<PAD>", "<endofsystem>")[:200]
+    assert not app.exception
+
+
+def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    app.session_state["curve_tabs"] = "Step-KL"
+    app.run()
+
+    def chart() -> dict:  # Streamlit sends a chart's data apart from its spec, as Arrow
+        proto = app.get("vega_lite_chart")[0].proto
+        values = pyarrow.ipc.open_stream(proto.data.data).read_all().to_pylist()
+        return json.loads(proto.spec) | {"data": {"values": values}}
+
+    assert "mean log ratio, logp - ref_logp (Use LogP as KL)" in chart()["title"]
+    assert {p["series"] for p in chart()["data"]["values"]} == {"log_ratio (logp - ref_logp)"}
+    widget(app.checkbox, "Use LogP as KL").uncheck().run()
+    widget(app.selectbox, "KL estimator").set_value("k3").run()
+    assert chart()["title"].endswith("mean KL per token, estimator k3")
+    lines = lines_of(grpo_root / "grpo_run")
+
+    def k3_means(line) -> float:
+        ratio = np.array(line["logprobs"]) - np.array(line["ref_logprobs"])
+        return float(np.mean(np.expm1(-ratio) + ratio))
+
+    per_step = {step: [k3_means(line) for line in lines if line["step"] == step] for step in range(5)}
+    points = chart()["data"]["values"]
+    assert [p["centre"] for p in points] == pytest.approx([np.mean(per_step[step]) for step in range(5)])
+    widget(app.radio, "Per step").set_value("median (25-75 %)").run()
+    points = chart()["data"]["values"]
+    assert [p["centre"] for p in points] == pytest.approx([np.median(per_step[step]) for step in range(5)])
+    assert [p["high"] for p in points] == pytest.approx([np.percentile(per_step[step], 75) for step in range(5)])
+    widget(app.toggle, "Log scale").set_value(True).run()
+    assert chart()["layer"][0]["encoding"]["y"]["scale"]["type"] == "symlog"
+    app.session_state["curve_tabs"] = "Step-Reward"  # kept while the tab is closed
+    app.run()
+    app.session_state["curve_tabs"] = "Step-KL"
+    app.run()
+    assert widget(app.radio, "Per step").value == "median (25-75 %)" and widget(app.toggle, "Log scale").value
+
+
+def test_live_mode_announces_new_steps_or_follows_them(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.slider, "Step Index(5 total steps)").set_value(2).run()
+    widget(app.toggle, "Live mode").set_value(True).run()
+    run_file = grpo_root / "grpo_run" / "rollout_data_rank_1.jsonl"
+    with open(run_file, "a") as file:
+        file.write(json.dumps(sample(5, reward=9.0)) + "\n")
+    app.run()
+    assert "1 new step(s) since you chose step 2; the latest is 5." in [i.value for i in app.info]
+    next(b for b in app.button if b.label == "Show the latest step").click().run()
+    assert widget(app.slider, "Step Index(6 total steps)").value == 5
+    assert not [i for i in app.info if "new step(s)" in i.value]
+    widget(app.slider, "Step Index(6 total steps)").set_value(1).run()
+    widget(app.toggle, "Follow the latest step").set_value(True).run()
+    with open(run_file, "a") as file:
+        file.write(json.dumps(sample(6, reward=9.0)) + "\n")
+    app.run()
+    assert widget(app.slider, "Step Index(7 total steps)").value == 6
+    assert not app.exception
