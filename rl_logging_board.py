@@ -11,6 +11,7 @@ import codecs
 import contextlib
 import gc
 import hashlib
+import hmac
 import html
 import importlib
 import json
@@ -75,15 +76,52 @@ def launch_options() -> argparse.Namespace:
         default=os.environ.get("RL_LOGGING_BOARD_ROOT", str(DEFAULT_ROOT)),
         help="folder whose sub-folders are runs (default: the bundled rollout_samples/)",
     )
+    parser.add_argument(
+        "--allow-any-root",
+        action="store_true",
+        default=os.environ.get("RL_LOGGING_BOARD_ALLOW_ANY_ROOT", "") not in ("", "0"),
+        help="served beyond this machine, let Log(s) Root Path open folders outside --root too",
+    )
     options, _ = parser.parse_known_args(sys.argv[1:])
     return options
+
+
+# Served beyond this machine, anyone who reaches the port could read every JSONL file the server can: the page then
+# asks for the access token (RL_LOGGING_BOARD_TOKEN, in the URL as ?token=... or typed once per session) and opens
+# only folders under the launch root, unless --allow-any-root says otherwise. Returns the folder runs must be under
+# (None: any), or stops the page.
+def guard_network_access(options: argparse.Namespace) -> str | None:
+    if st.get_option("server.address") in LOOPBACK_ADDRESSES:
+        return None
+    token = os.environ.get(TOKEN_VARIABLE, "")
+    if not token:
+        st.error(f"This board is served beyond this machine without an access token: set {TOKEN_VARIABLE} (bash start.sh makes one) or serve it on 127.0.0.1.")
+        st.stop()
+    if not st.session_state.get(StateKey.TOKEN_ACCEPTED):
+        given = st.query_params.get("token") or st.text_input("Access token", type="password", help=f"The server's {TOKEN_VARIABLE}; start.sh prints a link with it.")
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            if given:
+                st.error("Wrong access token.")
+            st.stop()
+        st.session_state[StateKey.TOKEN_ACCEPTED] = True
+    return None if options.allow_any_root else options.root
+
+
+LOOPBACK_ADDRESSES = {"127.0.0.1", "localhost", "::1"}
+TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
+
+
+# Whether path lies inside folder once symbolic links and ".." are resolved.
+def is_within(path, folder) -> bool:
+    return Path(os.path.realpath(Path(path).expanduser())).is_relative_to(os.path.realpath(Path(folder).expanduser()))
 
 
 # The page outline: sidebar choices, then each area of the loaded run.
 def main():
     st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
     st.html(PAGE_STYLE)
-    settings = draw_sidebar(launch_options().root)
+    options = launch_options()
+    settings = draw_sidebar(options.root, guard_network_access(options))
     if WORKERS > 1:
         worker_pool()  # spawning the workers takes about a second: do it while the user picks a run
     run = load_selected_run(settings)
@@ -97,9 +135,9 @@ def main():
     if run.samples.empty:
         st.warning("No loadable sample in this run: open the load report above to see why.")
         return
-    if settings["reward_curves"]:
+    if settings.reward_curves:
         draw_step_curves(run, settings)
-    if settings["response_compare"]:
+    if settings.response_compare:
         draw_step_response(run, settings)
 
 
@@ -118,8 +156,8 @@ PAGE_STYLE = (
 # The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
 # of the page, not the sidebar, the load and the step curves above.
 @st.fragment
-def draw_step_response(run: "Run", settings: dict):
-    step = draw_step_selector(run, settings["live"] and settings["follow_latest"])
+def draw_step_response(run: "RunSnapshot", settings: "Settings"):
+    step = draw_step_selector(run, settings.live and settings.follow_latest)
     rows = run.step_rows(step)
     key = lines_key(rows)
     batch = load_step_batch(key, rows)
@@ -127,7 +165,7 @@ def draw_step_response(run: "Run", settings: dict):
         more = len(batch.problems) - 1
         st.warning(batch.problems[0] + (f" {more} more line(s) of this step could not be read back either." if more else ""))
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
-    if settings["show_charts"]:
+    if settings.show_charts:
         draw_batch_charts(batch)
     draw_step_tables(batch, settings)
     draw_sample_view(run, batch, step, settings)
@@ -137,8 +175,8 @@ def draw_step_response(run: "Run", settings: dict):
 # A fragment inside the step's: picking another sample or token metric redraws only this part, not the step's charts
 # and tables above it.
 @st.fragment
-def draw_sample_view(run: "Run", batch: "StepBatch", step: int, settings: dict):
-    sample = draw_samples_pair(run, batch, step, settings) if settings["show_samples_pair"] else chosen_sample(batch)
+def draw_sample_view(run: "RunSnapshot", batch: "StepBatch", step: int, settings: "Settings"):
+    sample = draw_samples_pair(run, batch, step, settings) if settings.show_samples_pair else chosen_sample(batch)
     draw_token_area(batch, sample, settings)
     draw_sample_group(batch, sample, settings)
 
@@ -146,11 +184,64 @@ def draw_sample_view(run: "Run", batch: "StepBatch", step: int, settings: dict):
 # ---------------------------------------------------------------- page areas
 
 
+# Every session-state key of the page, widgets' included, named once. remembered_choice adds ":chosen" and ":drawn"
+# to a widget's key for the choice it keeps while the widget is not drawn.
+class StateKey:
+    LOADED_RUN = "loaded_run"  # the run folder Load & View opened
+    TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
+    SELECTED_STEP = "selected_step"  # the step in view
+    LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
+    LAST_STEP_WHEN_CHOSEN = "last_step_when_chosen"  # the run's last step when the user chose the step in view
+    STEP_SLIDER = "step_slider"
+    STEP_SELECTBOX = "step_selectbox"
+    SAMPLE_INDEX = "sample_index"  # the sample in view, an index into the step's batch
+    STEP_TABLE = "step_table"
+    BATCH_TABLE = "batch_table"
+    GROUP_TABLE = "group_table"
+    CURVE_TABS = "curve_tabs"
+    REWARD_SERIES = "reward_series"  # prefix: one choice per set of options
+    KL_STATISTIC = "kl_statistic"
+    KL_LOG_SCALE = "kl_log_scale"
+    TOKEN_VIEW = "token_view"
+    COLOUR_TOKENS_BY = "colour_tokens_by"
+    TOKENS_SHOWN = "tokens_shown"
+    METADATA_DETAILS = "metadata_details"
+    LOAD_REPORT_DETAILS = "load_report_details"
+
+
+# The sidebar's choices, read by every area of the page.
+@dataclass(frozen=True)
+class Settings:
+    root: str
+    allowed_root: str | None  # served to the network: runs must be under it
+    run_name: str | None
+    max_samples: int
+    load_clicked: bool
+    live: bool
+    live_every: int
+    follow_latest: bool
+    reward_curves: bool
+    variance_scale: float
+    zero_shift: bool
+    response_compare: bool
+    use_logp_as_kl: bool
+    kl_estimator: str
+    pad_token: str | None  # None: Drop Padding Token is off
+    system_prompt_end: str | None  # None: Drop System Prompt is off
+    show_charts: bool
+    show_batch_samples: bool
+    show_samples_pair: bool
+    show_heat_map: bool
+
+
 # The original's sidebar, label for label, plus the live mode and KL estimator choices.
-def draw_sidebar(default_root: str) -> dict:
+def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     sidebar = st.sidebar
     sidebar.title("📖 RL Logging Board")
     root = sidebar.text_input("Log(s) Root Path", value=default_root)
+    if allowed_root is not None and not is_within(root, allowed_root):
+        sidebar.warning(f"Served to the network, this board opens only folders under {markdown_literal(allowed_root)}.")
+        root = allowed_root
     runs = list_runs(root) if Path(root).expanduser().is_dir() else []
     run_name = sidebar.selectbox(
         "Choose Log Name", runs, index=len(runs) - 1 if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
@@ -217,8 +308,9 @@ def draw_sidebar(default_root: str) -> dict:
         show_samples_pair = st.checkbox("Show Samples Pair", value=True)
         show_heat_map = st.checkbox("Show Heat Map", value=True)
 
-    return dict(
+    return Settings(
         root=root,
+        allowed_root=allowed_root,
         run_name=run_name,
         max_samples=int(max_samples),
         load_clicked=load_clicked,
@@ -249,18 +341,18 @@ def default_kl_estimator(root: str, run_name: str | None) -> str:
 
 
 # Data loads on Load & View only; afterwards widget changes reuse it, and live mode refreshes it.
-def load_selected_run(settings: dict):
-    root = Path(settings["root"]).expanduser()
+def load_selected_run(settings: "Settings"):
+    root = Path(settings.root).expanduser()
     if not root.is_dir():
         st.warning(f"Log(s) Root Path {markdown_literal(root)} does not exist.")
         return None
-    if settings["run_name"] is None:
+    if settings.run_name is None:
         st.warning(f"No run in {markdown_literal(root)}. Put each run in its own folder, one JSONL file per rank:")
         st.code(f"{root}/\n└── my_run/\n    ├── rollout_data_rank_0.jsonl\n    └── rollout_data_rank_1.jsonl", language=None)
         return None
-    if settings["load_clicked"]:
-        st.session_state["loaded_run"] = str(root / settings["run_name"])
-    run_dir = st.session_state.get("loaded_run")
+    if settings.load_clicked:
+        st.session_state[StateKey.LOADED_RUN] = str(root / settings.run_name)
+    run_dir = st.session_state.get(StateKey.LOADED_RUN)
     if run_dir is None:
         st.info("Please Press 「Load & View」Button to load log.")
         warm_up_browser()
@@ -268,10 +360,13 @@ def load_selected_run(settings: dict):
     if valid_text(run_dir) != run_dir:
         st.warning(f"The name of {markdown_literal(run_dir)} is not valid UTF-8: rename the folder to open it.")
         return None
-    if Path(run_dir) != root / settings["run_name"]:
-        st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings['run_name'])}.")
-    store, max_samples = run_store(run_dir), settings["max_samples"]
-    refresh = settings["load_clicked"] or settings["live"] or store.snapshot is None or store.snapshot.max_samples != max_samples
+    if settings.allowed_root is not None and not is_within(run_dir, settings.allowed_root):  # e.g. a link out of the root
+        st.warning(f"{markdown_literal(run_dir)} leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens only folders under it.")
+        return None
+    if Path(run_dir) != root / settings.run_name:
+        st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
+    store, max_samples = run_store(run_dir), settings.max_samples
+    refresh = settings.load_clicked or settings.live or store.snapshot is None or store.snapshot.max_samples != max_samples
     if refresh and store.needs_work(max_samples):
         bars = [ProgressBar(), ProgressBar()]
         try:
@@ -279,11 +374,11 @@ def load_selected_run(settings: dict):
         finally:
             for bar in bars:
                 bar.clear()
-    if settings["load_clicked"]:  # the original's toast; it counts the samples shown, as the load report's caption does
+    if settings.load_clicked:  # the original's toast; it counts the samples shown, as the load report's caption does
         shown, bad = len(store.snapshot.samples), int(store.snapshot.report["bad lines"].sum())
         st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
-    if settings["live"]:
-        watch_run(run_dir, max_samples, settings["live_every"])
+    if settings.live:
+        watch_run(run_dir, max_samples, settings.live_every)
     return store.snapshot
 
 
@@ -336,7 +431,7 @@ def watch_run(run_dir: str, max_samples: int, every_seconds: int):
 # The run's metadata file (written by rollout_logger) tells what produced the data. A fragment: opening
 # the expander draws the whole file, and nothing else.
 @st.fragment
-def draw_run_metadata(run: "Run"):
+def draw_run_metadata(run: "RunSnapshot"):
     meta = run.meta
     if not meta:
         return
@@ -349,7 +444,7 @@ def draw_run_metadata(run: "Run"):
         ("trl", meta.get("trl_version")),
     ]
     # The model's last path part (all of it on hover); the strip leaves the top right to the load toast.
-    columns = st.columns([3, 1, 1, 1, 1, 1, 3])
+    columns = st.columns([3, 2, 2, 2, 2, 2, 3])
     for column, (label, value) in zip(columns, known):
         shown = "—" if value is None else valid_text(str(value))
         if label == "model":
@@ -362,7 +457,7 @@ def draw_run_metadata(run: "Run"):
         if isinstance(weights, list) and len(weights) == len(names) and all(type(w) in (int, float) and abs(w) < 1e300 for w in weights):
             terms = [f"{w:g} × {term}" for w, term in zip(weights, terms)]
         st.caption("Reward = " + " + ".join(terms))
-    details = st.expander("Run metadata", on_change="rerun", key="metadata_details")
+    details = st.expander("Run metadata", on_change="rerun", key=StateKey.METADATA_DETAILS)
     if details.open:
         details.json(meta)
 
@@ -370,7 +465,7 @@ def draw_run_metadata(run: "Run"):
 # How much of the run loaded, and every line that did not, with its reason. A fragment: opening the report
 # draws its tables, and only them.
 @st.fragment
-def draw_load_report(run: "Run"):
+def draw_load_report(run: "RunSnapshot"):
     report, problems = run.report, run.problems
     skipped = int(report["bad lines"].sum())
     incomplete = int(report["incomplete last line"].sum())
@@ -389,7 +484,7 @@ def draw_load_report(run: "Run"):
         message += f"; {len(problems)} issue(s) listed in the load report"
     (st.warning if skipped else st.caption)(message + ".")
     # A fixed label: Streamlit would close an expander whose label changed (a live run's counts do).
-    details = st.expander("Load report", on_change="rerun", key="load_report_details")
+    details = st.expander("Load report", on_change="rerun", key=StateKey.LOAD_REPORT_DETAILS)
     if details.open:
         details.dataframe(report, hide_index=True, width="stretch")
         if len(problems):
@@ -399,24 +494,24 @@ def draw_load_report(run: "Run"):
 # Tabs of per-step curves: mean over the step's samples with a std band. A fragment: choosing the
 # reward series or a tab redraws only the curves, and only the open tab's chart is drawn.
 @st.fragment
-def draw_step_curves(run: "Run", settings: dict):
+def draw_step_curves(run: "RunSnapshot", settings: "Settings"):
     samples = run.samples
-    kl_column = "avg_log_ratio" if settings["use_logp_as_kl"] else f"avg_kl_{settings['kl_estimator']}"
     tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
     if samples["group_id"].notna().any() or samples["truncated"].notna().any():
         tab_names.append("Step-Groups")
     if samples["avg_entropy"].notna().any():
         tab_names.append("Step-Entropy")
-    tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key="curve_tabs")))
+    tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
     open_tab = next(name for name, container in tab.items() if container.open)
-    curve = dict(version=run.version, variance_scale=settings["variance_scale"], zero_shift=settings["zero_shift"], _samples=samples)
+    curve = dict(version=run.version, variance_scale=settings.variance_scale, zero_shift=settings.zero_shift, _samples=samples)
     with tab[open_tab]:
         if open_tab == "Step-Reward":
             options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
-            key = "reward_series:" + "|".join(options)  # a run with other series starts from the default
+            key = StateKey.REWARD_SERIES + ":" + "|".join(options)  # a run with other series starts from the default
             # GRPO: each reward function beside the total, to see one traded for another.
             default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in run.reward_function_columns]
-            chosen = st.multiselect("Reward series", options, default=st.session_state.get(f"{key}:chosen", default or options[:1]), key=key, on_change=remember_choice, args=(key,))
+            remembered_choice(key, options, default or options[:1])
+            chosen = st.multiselect("Reward series", options, key=key)
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve))
         elif open_tab == "Step-Groups":
             draw_chart(st, cached_fraction_chart(run.version, samples))
@@ -445,8 +540,8 @@ def draw_step_curves(run: "Run", settings: dict):
 # Step-KL names what it plots: with Use LogP as KL (the original's default) the mean log ratio, which is no KL and
 # ignores the estimator; otherwise the chosen estimator's mean. One token whose probability the policy raised a lot
 # makes a step's mean spike (exp(r) - 1 - r grows exponentially), so a median and a log scale are offered.
-def draw_kl_curve(settings: dict, curve: dict):
-    if settings["use_logp_as_kl"]:
+def draw_kl_curve(settings: "Settings", curve: dict):
+    if settings.use_logp_as_kl:
         column, name = "avg_log_ratio", "log_ratio (logp - ref_logp)"
         title = "👾 KL Logging (Step level): mean log ratio, logp - ref_logp (Use LogP as KL)"
         note = (
@@ -454,7 +549,7 @@ def draw_kl_curve(settings: dict, curve: dict):
             "estimator and can be negative. Turn it off under ⚙️ show details setting to plot the KL estimator chosen there."
         )
     else:
-        estimator = settings["kl_estimator"]
+        estimator = settings.kl_estimator
         column, name = f"avg_kl_{estimator}", f"kl ({estimator})"
         title = f"👾 KL Logging (Step level): mean KL per token, estimator {estimator}"
         note = f"{name} = {KL_ESTIMATORS[estimator]}, with r = logp - ref_logp per token, averaged over each response."
@@ -462,13 +557,13 @@ def draw_kl_curve(settings: dict, curve: dict):
         st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
         return
     statistic_column, scale_column = st.columns([3, 1])
-    remembered_choice("kl_statistic", KL_STATISTICS, KL_STATISTICS[0])
+    remembered_choice(StateKey.KL_STATISTIC, KL_STATISTICS, KL_STATISTICS[0])
     statistic = statistic_column.radio(
-        "Per step", KL_STATISTICS, key="kl_statistic", horizontal=True,
+        "Per step", KL_STATISTICS, key=StateKey.KL_STATISTIC, horizontal=True,
         help="The median and its 25-75 % band are not moved by a few samples with a huge KL; the mean is what TRL logs.",
     )
-    remembered_choice("kl_log_scale", [False, True], False)
-    log_scale = scale_column.toggle("Log scale", key="kl_log_scale", help="A symmetric log scale: spikes and small values on one chart.")
+    remembered_choice(StateKey.KL_LOG_SCALE, [False, True], False)
+    log_scale = scale_column.toggle("Log scale", key=StateKey.KL_LOG_SCALE, help="A symmetric log scale: spikes and small values on one chart.")
     median = statistic == KL_STATISTICS[1]
     draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, **curve))
     st.caption(note)
@@ -477,37 +572,32 @@ def draw_kl_curve(settings: dict, curve: dict):
 KL_STATISTICS = ["mean ± std", "median (25-75 %)"]
 
 
-# Streamlit forgets a widget that was not drawn in a run: keep its choice (the reward series) while another tab is open.
-def remember_choice(key: str):
-    st.session_state[f"{key}:chosen"] = st.session_state[key]
-
-
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
 # each new last step when following a live run. New steps the user has not looked at are announced with a way there.
-def draw_step_selector(run: "Run", follow_latest: bool) -> int:
+def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     st.subheader("⚡️ Each Step Response")
     steps = run.steps
-    previous = st.session_state.get("selected_step", steps[0])
+    previous = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
     if previous not in steps:
         previous = min(steps, key=lambda s: abs(s - previous))
-    if follow_latest and steps[-1] != st.session_state.get("last_step_seen"):
+    if follow_latest and steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN):
         show_step(steps[-1])
         previous = steps[-1]
-    st.session_state["last_step_seen"] = steps[-1]
+    st.session_state[StateKey.LAST_STEP_SEEN] = steps[-1]
     label = f"Step Index({len(steps)} total steps)"
     if len(steps) == 1:
         step = steps[0]
     else:
         gaps = np.diff(steps)
         if (gaps == gaps[0]).all() and max(abs(steps[0]), abs(steps[-1])) < 2**53:  # the slider holds JS numbers
-            step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]), key="step_slider")
+            step = st.slider(label, steps[0], steps[-1], previous, step=int(gaps[0]), key=StateKey.STEP_SLIDER)
         else:
-            step = st.selectbox(label, steps, index=steps.index(previous), key="step_selectbox")
+            step = st.selectbox(label, steps, index=steps.index(previous), key=StateKey.STEP_SELECTBOX)
     step = int(step)
-    if step != st.session_state.get("selected_step") or "last_step_when_chosen" not in st.session_state:
-        st.session_state["last_step_when_chosen"] = steps[-1]
-    st.session_state["selected_step"] = step
-    newer = [s for s in steps if s > st.session_state["last_step_when_chosen"]]
+    if step != st.session_state.get(StateKey.SELECTED_STEP) or StateKey.LAST_STEP_WHEN_CHOSEN not in st.session_state:
+        st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = steps[-1]
+    st.session_state[StateKey.SELECTED_STEP] = step
+    newer = [s for s in steps if s > st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN]]
     if newer and step != steps[-1]:
         message, button = st.columns([4, 1], vertical_alignment="center")
         message.info(f"{len(newer)} new step(s) since you chose step {step}; the latest is {steps[-1]}.")
@@ -517,8 +607,8 @@ def draw_step_selector(run: "Run", follow_latest: bool) -> int:
 
 # Move the step selector: its widgets are dropped so that they are drawn anew at this step.
 def show_step(step: int):
-    st.session_state["selected_step"] = step
-    for key in ("step_slider", "step_selectbox"):
+    st.session_state[StateKey.SELECTED_STEP] = step
+    for key in (StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX):
         st.session_state.pop(key, None)
 
 
@@ -536,12 +626,12 @@ def draw_batch_charts(batch: "StepBatch"):
 
 # The step's tables as tabs, only the open one drawn, right above the sample they pick: the batch (a row per sample)
 # and, for GRPO, its groups (a row per prompt).
-def draw_step_tables(batch: "StepBatch", settings: dict):
-    names = (["Batch samples"] if settings["show_batch_samples"] else []) + (["Groups"] if batch.table["group"].notna().any() else [])
+def draw_step_tables(batch: "StepBatch", settings: "Settings"):
+    names = (["Batch samples"] if settings.show_batch_samples else []) + (["Groups"] if batch.table["group"].notna().any() else [])
     if not names:
         return
-    view = remembered_choice("step_table", names, names[0])
-    tabs = st.tabs(names, key="step_table", on_change="rerun")
+    view = remembered_choice(StateKey.STEP_TABLE, names, names[0])
+    tabs = st.tabs(names, key=StateKey.STEP_TABLE, on_change="rerun")
     with tabs[names.index(view)]:
         if view == "Batch samples":
             draw_batch_table(batch, settings)
@@ -550,16 +640,16 @@ def draw_step_tables(batch: "StepBatch", settings: dict):
 
 
 # The batch table, sortable by every column; clicking a row shows that sample right below.
-def draw_batch_table(batch: "StepBatch", settings: dict):
-    table = cached_table_view(batch.key, batch.table, settings["kl_estimator"], settings["pad_token"], settings["system_prompt_end"])
+def draw_batch_table(batch: "StepBatch", settings: "Settings"):
+    table = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.pad_token, settings.system_prompt_end)
     st.dataframe(
         table,
         width="stretch",
         height=360,
         hide_index=True,
-        on_select=lambda: pick_sample_from_table("batch_table"),
+        on_select=lambda: pick_sample_from_table(StateKey.BATCH_TABLE),
         selection_mode="single-row",
-        key="batch_table",
+        key=StateKey.BATCH_TABLE,
         column_config={
             "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True),
             "group": st.column_config.NumberColumn(help="The sample's prompt group in this step (see Groups); group_id, at the right, is the id as logged"),
@@ -571,8 +661,8 @@ def draw_batch_table(batch: "StepBatch", settings: dict):
 
 # GRPO groups of the step: which prompts gave every completion the same reward. Clicking a group shows its first
 # completion below, with the group's other completions under its tokens.
-def draw_groups(batch: "StepBatch", settings: dict):
-    groups = cached_group_table(batch.key, batch.table, settings["pad_token"], settings["system_prompt_end"])
+def draw_groups(batch: "StepBatch", settings: "Settings"):
+    groups = cached_group_table(batch.key, batch.table, settings.pad_token, settings.system_prompt_end)
     zero = int(groups["zero signal"].sum())
     st.caption(
         f"{len(groups)} prompt group(s), {zero} with no learning signal (every completion got the same reward, so every "
@@ -583,9 +673,9 @@ def draw_groups(batch: "StepBatch", settings: dict):
         width="stretch",
         height=min(360, 38 + 35 * len(groups)),
         hide_index=True,
-        on_select=lambda: pick_group_from_table("group_table", groups["samples"].tolist()),
+        on_select=lambda: pick_group_from_table(StateKey.GROUP_TABLE, groups["samples"].tolist()),
         selection_mode="single-row",
-        key="group_table",
+        key=StateKey.GROUP_TABLE,
         column_config={
             "group": st.column_config.NumberColumn(help="The group's number in this step (the batch table's group column)", pinned=True),
             "prompt": st.column_config.TextColumn(width="medium"),
@@ -597,7 +687,7 @@ def draw_groups(batch: "StepBatch", settings: dict):
 
 
 # The other completions of the sample's prompt, side by side, each a click away from the samples pair above.
-def draw_sample_group(batch: "StepBatch", sample: int, settings: dict):
+def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
     table = batch.table
     group = table["group"].iloc[sample]
     if pd.isna(group):
@@ -619,11 +709,11 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: dict):
             else:
                 st.button(f"#{index}", key=f"open_sample_{index}", on_click=open_sample, args=(int(index),), help="Show this completion in the samples pair")
             st.caption(" · ".join(facts))
-            st.text(clean_text(member["response"], settings["pad_token"]))
+            st.text(clean_text(member["response"], settings.pad_token))
 
 
 # The original's samples pair: length metrics, the sample index, then prompt | response | ref | gap.
-def draw_samples_pair(run: "Run", batch: "StepBatch", step: int, settings: dict) -> int:
+def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, settings: "Settings") -> int:
     table = batch.table
     previous_step = run.previous_step(step)
     lengths, ref_lengths = run.step_mean("response_len"), run.step_mean("ref_response_len")
@@ -640,22 +730,22 @@ def draw_samples_pair(run: "Run", batch: "StepBatch", step: int, settings: dict)
         column.metric(label, f"{value:.0f} chars", f"{delta:+.0f} chars", help="Mean length in characters.")
     chosen_sample(batch)
     with metric_columns[2]:
-        sample = st.number_input("Sample index in current step batch", min_value=0, max_value=len(table) - 1, key="sample_index")
+        sample = st.number_input("Sample index in current step batch", min_value=0, max_value=len(table) - 1, key=StateKey.SAMPLE_INDEX)
     row = table.iloc[int(sample)]
     prompt_column, response_column, ref_column, gap_column = st.columns([2, 3, 3, 1])
     with prompt_column:
         st.markdown("**Prompt**")
-        st.text(clean_text(row["prompt"], settings["pad_token"], settings["system_prompt_end"]))
+        st.text(clean_text(row["prompt"], settings.pad_token, settings.system_prompt_end))
         if isinstance(row["ground_truth"], str):
             st.caption("ground_truth")
             st.text(row["ground_truth"])
     with response_column:
         st.markdown(f":green[**Response**] · reward {row['reward']:.4g}")
-        st.text(clean_text(row["response"], settings["pad_token"]))
+        st.text(clean_text(row["response"], settings.pad_token))
     with ref_column:
         st.markdown(":blue[**Ref Response**]")
         if isinstance(row["ref_response"], str):
-            st.text(clean_text(row["ref_response"], settings["pad_token"]))
+            st.text(clean_text(row["ref_response"], settings.pad_token))
         else:
             st.info("No `ref_response` in this sample.")
     with gap_column:
@@ -667,18 +757,18 @@ def draw_samples_pair(run: "Run", batch: "StepBatch", step: int, settings: dict)
 
 # The sample in view, kept inside this step's batch (a table click or the index input set it).
 def chosen_sample(batch: "StepBatch") -> int:
-    sample = min(max(int(st.session_state.get("sample_index", 0)), 0), len(batch.table) - 1)
-    st.session_state["sample_index"] = sample
+    sample = min(max(int(st.session_state.get(StateKey.SAMPLE_INDEX, 0)), 0), len(batch.table) - 1)
+    st.session_state[StateKey.SAMPLE_INDEX] = sample
     return sample
 
 
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text. A fragment
 # inside the sample view's: choosing values or a view redraws only the token area.
 @st.fragment
-def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
+def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings"):
     row = batch.table.iloc[sample]
     try:
-        tokens = load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+        tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
     except OSError as error:
         st.warning(read_back_problem(row["path"], row["line"], error))
         return
@@ -691,7 +781,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
             "(and `ref_logprobs` for KL) to see per-token values."
         )
         return
-    rows = token_rows(tokens, settings["kl_estimator"], settings["pad_token"])
+    rows = token_rows(tokens, settings.kl_estimator, settings.pad_token)
     for note in tokens["notes"]:
         st.warning(note)
     available = [name for name in TOKEN_ROWS if name in rows["values"]]
@@ -703,7 +793,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
     )
     if not chosen or not len(rows["tokens"]):
         return
-    view, tab = draw_token_view_tabs(settings["show_heat_map"])
+    view, tab = draw_token_view_tabs(settings.show_heat_map)
     with tab:
         if view == "Response tokens":
             draw_running_text(rows, chosen)
@@ -725,8 +815,8 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: dict):
 # on every step or sample change.
 def draw_token_view_tabs(show_heat_map: bool) -> tuple:
     names = [name for name in TOKEN_VIEWS if show_heat_map or name != "Heat map"]
-    view = remembered_choice("token_view", names, names[0])
-    tabs = st.tabs(names, key="token_view", on_change="rerun")
+    view = remembered_choice(StateKey.TOKEN_VIEW, names, names[0])
+    tabs = st.tabs(names, key=StateKey.TOKEN_VIEW, on_change="rerun")
     return view, tabs[names.index(view)]
 
 
@@ -735,34 +825,35 @@ TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
 
 # The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
 # heat map switched off), which Streamlit would forget: the widget's value is the user's when it differs from what
-# was drawn last, and the choice returns whenever it is among the options again.
+# was drawn last, and the choice returns whenever it fits the options again (a list: every member among them).
 def remembered_choice(key: str, options: list, fallback):
     value = st.session_state.get(key)
     if value is not None and value != st.session_state.get(f"{key}:drawn"):
         st.session_state[f"{key}:chosen"] = value
     chosen = st.session_state.get(f"{key}:chosen")
-    value = chosen if chosen in options else fallback
+    fits = all(item in options for item in chosen) if isinstance(chosen, list) else chosen in options
+    value = chosen if chosen is not None and fits else fallback
     st.session_state[key] = st.session_state[f"{key}:drawn"] = value
     return value
 
 
 # The response as running text, each token coloured by one value, every value on hover.
 def draw_running_text(rows: dict, chosen: list[str]):
-    remembered_choice("colour_tokens_by", chosen, "kl" if "kl" in chosen else chosen[0])
+    remembered_choice(StateKey.COLOUR_TOKENS_BY, chosen, "kl" if "kl" in chosen else chosen[0])
     metric = st.selectbox(
         "Colour tokens by",
         chosen,
-        key="colour_tokens_by",
+        key=StateKey.COLOUR_TOKENS_BY,
         help="Each token's background shows this value; hover a token for all its values.",
     )
     shown = range(len(rows["tokens"]))
     if len(shown) > RUNNING_TEXT_TOKENS:  # each token is an element the browser must check and lay out
         windows = [shown[start : start + RUNNING_TEXT_TOKENS] for start in range(0, len(shown), RUNNING_TEXT_TOKENS)]
-        remembered_choice("tokens_shown", windows, windows[0])
+        remembered_choice(StateKey.TOKENS_SHOWN, windows, windows[0])
         shown = st.select_slider(
             "Tokens shown",
             windows,
-            key="tokens_shown",
+            key=StateKey.TOKENS_SHOWN,
             format_func=lambda window: f"{window[0]}–{window[-1]}",
             help=f"The running text shows {RUNNING_TEXT_TOKENS} tokens at a time; the table and the heat map show them all.",
         )
@@ -793,7 +884,7 @@ def pick_group_from_table(key: str, samples_of_rows: list):
 
 
 def open_sample(sample: int):
-    st.session_state["sample_index"] = sample
+    st.session_state[StateKey.SAMPLE_INDEX] = sample
 
 
 # ---------------------------------------------------------------- figures
@@ -1121,21 +1212,20 @@ def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFr
 # The batch table as shown, built once per set of lines and display setting.
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
-    return batch_table_view(_table, dict(kl_estimator=kl_estimator, pad_token=pad_token, system_prompt_end=system_prompt_end))
+    return batch_table_view(_table, kl_estimator, pad_token, system_prompt_end)
 
 
 # The batch table's columns, the original's and GRPO's (absent ones hidden): first the short numbers that say which
 # samples matter (reward, advantage, group, KL, entropy, length), then the texts, then the rest; the wide texts first
 # would push them off-screen.
-def batch_table_view(table: pd.DataFrame, settings: dict) -> pd.DataFrame:
-    estimator = settings["kl_estimator"]
+def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | None, system_prompt_end: str | None) -> pd.DataFrame:
     view = table.assign(
         sample=np.arange(len(table)),
-        prompt=[shorten(clean_text(text, settings["pad_token"], settings["system_prompt_end"])) for text in table["prompt"]],
-        response=[shorten(clean_text(text, settings["pad_token"])) for text in table["response"]],
-        ref_response=[None if text is None else shorten(clean_text(text, settings["pad_token"])) for text in table["ref_response"]],
-        avg_kl=table[f"avg_kl_{estimator}"],
-        sum_kl=table[f"sum_kl_{estimator}"],
+        prompt=[shorten(clean_text(text, pad_token, system_prompt_end)) for text in table["prompt"]],
+        response=[shorten(clean_text(text, pad_token)) for text in table["response"]],
+        ref_response=[None if text is None else shorten(clean_text(text, pad_token)) for text in table["ref_response"]],
+        avg_kl=table[f"avg_kl_{kl_estimator}"],
+        sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
     columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
     columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "truncated", "prompt", "response", "ground_truth"]
@@ -1346,7 +1436,7 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
             record = msgspec.convert(with_raw_fields(value, decoder.type), decoder.type, strict=False)
         except (msgspec.ValidationError, TypeError, OverflowError) as error:
             raise BadLine(str(error)) from None
-    return checked_step(record), note
+    return integer_step(record), note
 
 
 # msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
@@ -1369,7 +1459,7 @@ def decode_summary(raw, parser: simdjson.Parser):
         return decode_line(raw, SUMMARY_DECODER)
     for key, array in arrays.items():
         setattr(record, key, array)
-    return checked_step(record), None
+    return integer_step(record), None
 
 
 # A raw JSON list of numbers as a float array (None when the key is absent); raises on anything else.
@@ -1384,7 +1474,7 @@ def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | N
 
 
 # A step is an integer (2.0 is 2) within int64.
-def checked_step(record):
+def integer_step(record):
     if isinstance(record.step, float):
         if not record.step.is_integer():
             raise BadLine(f"step {record.step} is not an integer")
@@ -1652,7 +1742,7 @@ class FileIndex:
         self.reset()
 
     def reset(self):
-        self.generation = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
+        self.index_id = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
         self.identity: FileIdentity | None = None
         self.indexed_to = 0
         self.physical_lines = 0
@@ -1817,7 +1907,7 @@ class RunStore:
         self.files: dict[str, FileIndex] = {}
         self.cache = IndexCache()
         self.lock = threading.Lock()
-        self.snapshot: Run | None = None
+        self.snapshot: "RunSnapshot | None" = None
 
     # The rank files; one whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
     def current_paths(self) -> list[str]:
@@ -1832,7 +1922,7 @@ class RunStore:
         return any(index.change() != "same" for index in self.files.values())
 
     # Bring every file up to date, parse what the selection needs, and return an immutable snapshot.
-    def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "Run":
+    def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "RunSnapshot":
         with self.lock:
             if not self.needs_work(max_samples):
                 return self.snapshot
@@ -2036,7 +2126,7 @@ def position_in_group(order: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 # What the page draws: the selected, parsed samples of every step, and the load report.
 @dataclass(frozen=True)
-class Run:
+class RunSnapshot:
     run_dir: str
     samples: pd.DataFrame
     report: pd.DataFrame
@@ -2064,7 +2154,7 @@ REPORT_COLUMNS = [
 ]
 
 
-def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None) -> Run:
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None) -> RunSnapshot:
     chosen, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.rows.get(path, np.array([], dtype=np.int64))
@@ -2088,7 +2178,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     }) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
     counts = [len(rows) for rows in chosen]
     samples["path"] = np.repeat(np.array(list(files), dtype=object), counts)  # one column each, not one per file
-    samples["generation"] = np.repeat(np.array([index.generation for index in files.values()], dtype=object), counts)
+    samples["index_id"] = np.repeat(np.array([index.index_id for index in files.values()], dtype=object), counts)
     for column in SUMMARY_NUMBERS + ["group_id"]:
         if column not in samples:
             samples[column] = np.nan
@@ -2097,7 +2187,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
     report = pd.DataFrame(report, columns=REPORT_COLUMNS)
-    return Run(
+    return RunSnapshot(
         run_dir=run_dir,
         samples=samples,
         report=report,
@@ -2141,7 +2231,7 @@ def list_runs(root: str) -> list[str]:
 # Which lines a step shows, as a short key: the same key means the same bytes (as far as FileIndex.change
 # can tell), so a live refresh that only appended to the files reuses the step's texts, charts and tables.
 def lines_key(rows: pd.DataFrame) -> str:
-    lines = zip(rows["path"], rows["generation"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
+    lines = zip(rows["path"], rows["index_id"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
     return hashlib.sha1(repr(list(lines)).encode()).hexdigest()
 
 
@@ -2161,7 +2251,7 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
     for path, offset, length, line, step in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"], _rows["step"]):
         try:
             record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
-            check_step(record, step)
+            ensure_same_step(record, step)
         except (OSError, BadLine) as error:
             problems.append(read_back_problem(path, line, error))
             record = None
@@ -2175,15 +2265,15 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
 
 # The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def load_sample_tokens(generation: str, path: str, offset: int, length: int, step: int) -> dict | None:
+def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> dict | None:
     record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
-    check_step(record, step)
+    ensure_same_step(record, step)
     return token_detail(record)
 
 
 # A line read back must still hold the step it was indexed with (as a float, as the index holds steps): a file
 # rewritten in place with the same layout would otherwise mix new lines into old numbers.
-def check_step(record, step: int):
+def ensure_same_step(record, step: int):
     if float(record.step) != float(step):
         raise BadLine(f"it now holds step {record.step}, not {step}")
 

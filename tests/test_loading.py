@@ -3,10 +3,12 @@
 Numbers are checked against `plain_parse`, an independent slow reading of the files with json and math.
 """
 
+import hashlib
 import json
 import math
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,7 @@ def load(run_dir, max_samples=10240, **kwargs):
 
 def sample_tokens(run, step, index):
     row = run.step_rows(step).iloc[index]
-    return board.load_sample_tokens(row["generation"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+    return board.load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
 
 
 def problems_of(run, kind=None):
@@ -153,7 +155,7 @@ def test_parallel_workers_give_the_same_numbers(tmp_path):
     parallel = load(tmp_path / "run", parallel=True).samples
     shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
     sequential = load(tmp_path / "run", parallel=False).samples
-    assert parallel.drop(columns=["group_id", "generation"]).equals(sequential.drop(columns=["group_id", "generation"]))
+    assert parallel.drop(columns=["group_id", "index_id"]).equals(sequential.drop(columns=["group_id", "index_id"]))
     assert list(parallel["group_id"]) == list(sequential["group_id"])
 
 
@@ -365,7 +367,7 @@ def test_the_index_cache_survives_a_restart_and_reads_only_appended_bytes(tmp_pa
     first = load(tmp_path / "run", parallel=False)
     calls = count_index_calls(monkeypatch)
     restarted = load(tmp_path / "run", parallel=False)
-    assert calls == [] and restarted.samples.drop(columns=["path", "generation"]).equals(first.samples.drop(columns=["path", "generation"]))
+    assert calls == [] and restarted.samples.drop(columns=["path", "index_id"]).equals(first.samples.drop(columns=["path", "index_id"]))
     size = path.stat().st_size
     with open(path, "ab") as file:
         file.write(json.dumps(sample(3)).encode() + b"\n")
@@ -444,13 +446,46 @@ def test_an_unwritable_cache_folder_costs_speed_not_data(tmp_path, monkeypatch):
     assert any("index cache not written" in reason for reason in run.problems["reason"])
 
 
-def test_a_read_only_run_folder_loads(tmp_path):
-    write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
-    os.chmod(tmp_path / "run", 0o555)
+# Everything in a folder that a write could change: each entry's name, kind, mode, size, mtime and bytes. The folder's
+# own mtime is in it too, so a file made and removed again (a temporary file, a lock) shows as well.
+def folder_state(folder: Path) -> dict:
+    state = {}
+    for path in [folder, *sorted(folder.rglob("*"))]:
+        info = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(info.st_mode) else None
+        state[str(path.relative_to(folder))] = (info.st_mode, info.st_size, info.st_mtime_ns, digest)
+    return state
+
+
+# The board never writes into a run folder, read-only or not: its index cache lives in RL_LOGGING_BOARD_CACHE. (The
+# tests run as root, for whom the chmod changes nothing, so the folder is compared byte for byte instead.)
+def test_a_read_only_run_folder_loads(tmp_path, private_index_cache):
+    run_dir = tmp_path / "run"
+    write_run(run_dir, steps=2, samples=4, tokens=8, ranks=2, grpo=True, workers=1)
+    (run_dir / "rollout_meta_1.json").write_text(json.dumps({"model_name": "m"}))
+    (run_dir / ".hidden").mkdir()
+    (run_dir / ".hidden" / "notes.txt").write_text("a trainer's own file")
+    os.chmod(run_dir, 0o555)
     try:
-        assert load(tmp_path / "run").steps == [1]
+        before = folder_state(run_dir)
+        assert board.list_runs(str(tmp_path)) == ["run"] and board.read_meta(str(run_dir)) == {"model_name": "m"}
+        store = board.RunStore(str(run_dir))
+        run = store.load(128, parallel=False)
+        rows = run.step_rows(1)
+        assert run.steps == [0, 1] and len(board.load_step_batch(board.lines_key(rows), rows).table) == len(rows)
+        assert sample_tokens(run, 1, 0) is not None
+        assert folder_state(run_dir) == before
+        assert list(private_index_cache.iterdir())  # the cache was written, only elsewhere
+        # The trainer appends a step; the board reads it incrementally, and after a restart from its cache.
+        with open(run_dir / "rollout_data_rank_1.jsonl", "ab") as file:
+            file.write(json.dumps(sample(2, response_tokens=["a"], logprobs=[-0.5])).encode() + b"\n")
+        before = folder_state(run_dir)
+        assert store.needs_work(128) and store.load(128, parallel=False).steps == [0, 1, 2]
+        assert sample_tokens(store.snapshot, 2, 0) is not None
+        assert board.RunStore(str(run_dir)).load(128, parallel=False).steps == [0, 1, 2]
+        assert folder_state(run_dir) == before
     finally:
-        os.chmod(tmp_path / "run", 0o755)
+        os.chmod(run_dir, 0o755)
 
 
 def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
