@@ -9,6 +9,7 @@ one sampled response. The README describes the format and each page area.
 import argparse
 import codecs
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import hmac
@@ -782,24 +783,24 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings"):
         )
         return
     rows = token_rows(tokens, settings.kl_estimator, settings.pad_token)
-    for note in tokens["notes"]:
+    for note in tokens.notes:
         st.warning(note)
-    available = [name for name in TOKEN_ROWS if name in rows["values"]]
+    available = [name for name in TOKEN_ROWS if name in rows.values]
     chosen = st.multiselect(
         "Select show value(s)",
         available,
         default=[name for name in available if name != "advantage"] or available,
         help="; ".join(f"{name}: {TOKEN_ROWS[name]}" for name in available),
     )
-    if not chosen or not len(rows["tokens"]):
+    if not chosen or not len(rows.tokens):
         return
     view, tab = draw_token_view_tabs(settings.show_heat_map)
     with tab:
         if view == "Response tokens":
             draw_running_text(rows, chosen)
             return
-        labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows["tokens"])]
-        grid = pd.DataFrame({name: rows["values"][name] for name in chosen}, index=pd.Index(labels, name="token"))
+        labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows.tokens)]
+        grid = pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
         if view == "Token table":
             st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
             st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
@@ -838,7 +839,7 @@ def remembered_choice(key: str, options: list, fallback):
 
 
 # The response as running text, each token coloured by one value, every value on hover.
-def draw_running_text(rows: dict, chosen: list[str]):
+def draw_running_text(rows: "TokenRows", chosen: list[str]):
     remembered_choice(StateKey.COLOUR_TOKENS_BY, chosen, "kl" if "kl" in chosen else chosen[0])
     metric = st.selectbox(
         "Colour tokens by",
@@ -846,7 +847,7 @@ def draw_running_text(rows: dict, chosen: list[str]):
         key=StateKey.COLOUR_TOKENS_BY,
         help="Each token's background shows this value; hover a token for all its values.",
     )
-    shown = range(len(rows["tokens"]))
+    shown = range(len(rows.tokens))
     if len(shown) > RUNNING_TEXT_TOKENS:  # each token is an element the browser must check and lay out
         windows = [shown[start : start + RUNNING_TEXT_TOKENS] for start in range(0, len(shown), RUNNING_TEXT_TOKENS)]
         remembered_choice(StateKey.TOKENS_SHOWN, windows, windows[0])
@@ -857,7 +858,7 @@ def draw_running_text(rows: dict, chosen: list[str]):
             format_func=lambda window: f"{window[0]}–{window[-1]}",
             help=f"The running text shows {RUNNING_TEXT_TOKENS} tokens at a time; the table and the heat map show them all.",
         )
-    st.html(running_text_html(rows["tokens"], rows["values"], metric, rows["is_pad"], shown))
+    st.html(running_text_html(rows.tokens, rows.values, metric, rows.is_pad, shown))
 
 
 # A response of 16,000 tokens as running text was 3 MB of HTML, which took the browser seconds to check and draw.
@@ -1255,30 +1256,34 @@ def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str |
     return text
 
 
+# The token area's rows: the sample's tokens as shown, which are pads, and each metric (TOKEN_ROWS) per token.
+@dataclass
+class TokenRows:
+    tokens: list[str]
+    is_pad: np.ndarray
+    values: dict[str, np.ndarray]
+
+
 # Token rows for the area: metrics by name, tokens clipped to the log-prob length, trailing pads dropped.
-def token_rows(tokens: dict, estimator: str, pad_token: str | None) -> dict:
-    logp = tokens["logprobs"]
+def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) -> TokenRows:
+    logp = tokens.logprobs
     values = {"logp": logp, "prob": np.exp(logp)}
-    if tokens["ref_logprobs"] is not None:
-        ref = tokens["ref_logprobs"]
+    if tokens.ref_logprobs is not None:
+        ref = tokens.ref_logprobs
         log_ratio = logp - ref
         values.update(log_ratio=log_ratio, kl=kl_per_token(log_ratio, estimator), ref_logp=ref, ref_prob=np.exp(ref))
-    for name, key in (("token_reward", "token_rewards"), ("token_value", "values"), ("entropy", "entropies")):
-        if tokens[key] is not None:
-            values[name] = tokens[key]
-    if tokens["advantage"] is not None:
-        values["advantage"] = np.full(len(logp), tokens["advantage"])
-    names = tokens["response_tokens"]
+    for name, per_token in (("token_reward", tokens.token_rewards), ("token_value", tokens.values), ("entropy", tokens.entropies)):
+        if per_token is not None:
+            values[name] = per_token
+    if tokens.advantage is not None:
+        values["advantage"] = np.full(len(logp), tokens.advantage)
+    names = tokens.response_tokens
     is_pad = np.array([pad_token is not None and name == pad_token for name in names], dtype=bool)
     keep = len(names)
     if pad_token is not None:
         while keep and is_pad[keep - 1]:
             keep -= 1
-    return dict(
-        tokens=names[:keep],
-        is_pad=is_pad[:keep],
-        values={name: array[:keep] for name, array in values.items()},
-    )
+    return TokenRows(tokens=names[:keep], is_pad=is_pad[:keep], values={name: array[:keep] for name, array in values.items()})
 
 
 # Shade each metric column by where a value sits in that column's range (bars drawn by the grid: no Styler, no matplotlib).
@@ -1539,10 +1544,40 @@ def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
     return buffer, got
 
 
+# The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
+@dataclass
+class ScannedLines:
+    line_index: np.ndarray  # of each non-blank line among the range's lines, from 0
+    offset: np.ndarray  # in the file
+    length: np.ndarray  # without its newline
+    step_hint: np.ndarray  # NaN where the regex finds no integer step
+    physical_lines: int  # newlines in the range, blank lines included
+    complete_end: int  # the file offset past the range's last newline
+
+
+# The numbers the charts need of some lines, in the order asked; problems are (position, kind, reason).
+@dataclass
+class LineSummaries:
+    good: np.ndarray  # bool: the line decoded into a sample
+    step: np.ndarray
+    numbers: dict[str, np.ndarray]  # SUMMARY_NUMBERS
+    group_id: list
+    functions: dict[str, np.ndarray]  # a reward function's scores
+    problems: list[tuple[int, str, str]]
+
+
+# A byte range indexed in one read: its lines, and the summaries of the rows parsed on the way.
+@dataclass
+class IndexedChunk:
+    lines: ScannedLines
+    parsed_rows: np.ndarray
+    summary: LineSummaries
+
+
 # Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the
 # lines that will likely be shown (the first parse_per_step of each step: a file's share of
 # Max Samples Each Step), all in one read.
-def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> dict:
+def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> "IndexedChunk":
     gc.disable()  # decoding makes millions of short-lived objects and no cycles: collections only cost time
     try:
         return index_chunk_bytes(*read_range(path, start, end), start, parse_per_step)
@@ -1550,23 +1585,21 @@ def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> dict:
         gc.enable()
 
 
-def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> dict:
+def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> "IndexedChunk":
     lines = scan_lines(buffer, size, start)
     seen: dict[float, int] = {}
     parse = []
-    for row, step in enumerate(lines["step_hint"].tolist()):
+    for row, step in enumerate(lines.step_hint.tolist()):
         seen[step] = seen.get(step, 0) + 1
         if math.isnan(step) or seen[step] <= parse_per_step:
             parse.append(row)
     parse = np.array(parse, dtype=np.int64)
-    lines["parsed_rows"] = parse
-    lines["summary"] = summarize_buffer(buffer, start, lines["offset"][parse], lines["length"][parse])
-    return lines
+    return IndexedChunk(lines, parse, summarize_buffer(buffer, start, lines.offset[parse], lines.length[parse]))
 
 
 # Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped), read one
 # by one: the lines may lie far apart in a big file.
-def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> dict:
+def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
     with open(path, "rb") as file:
         data = b"".join(os.pread(file.fileno(), length, offset) for offset, length in zip(offsets.tolist(), lengths.tolist()))
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -1574,7 +1607,7 @@ def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> dict
 
 
 # Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
-def scan_lines(data, size: int, base: int) -> dict:
+def scan_lines(data, size: int, base: int) -> "ScannedLines":
     newlines = []
     position = data.find(b"\n", 0, size)
     while position >= 0:
@@ -1592,7 +1625,7 @@ def scan_lines(data, size: int, base: int) -> dict:
     blank = np.zeros(len(newlines), dtype=bool)
     for i in np.flatnonzero(lengths < 256):
         blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
-    return dict(
+    return ScannedLines(
         line_index=np.flatnonzero(~blank),
         offset=starts[~blank] + base,
         length=lengths[~blank],
@@ -1605,7 +1638,7 @@ def scan_lines(data, size: int, base: int) -> dict:
 # Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
 # A record is reduced as soon as it is decoded: its floats are freed at once and their memory reused
 # (a 144 MB rank file on one core: 0.52 s when decoding every line first, 0.38 s this way).
-def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> dict:
+def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
     view, count = memoryview(data), len(offsets)
     numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
     steps, good, group_ids = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), [None] * count
@@ -1639,7 +1672,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
                 if arrays[key] is not None:
                     collected.append((row, arrays[key], arrays["logprobs"]))
     add_token_statistics(numbers, token_arrays)
-    return dict(good=good, step=steps, numbers=numbers, group_id=group_ids, functions=function_scores, problems=problems)
+    return LineSummaries(good=good, step=steps, numbers=numbers, group_id=group_ids, functions=function_scores, problems=problems)
 
 
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
@@ -1769,29 +1802,30 @@ class FileIndex:
         return "grew"
 
     # Append indexed chunks (in file order) and settle what follows the last newline.
-    def add_chunks(self, chunks: list[dict], size: int):
+    def add_chunks(self, chunks: list["IndexedChunk"], size: int):
         first_rows = []
         parts = []
         rows = len(self.lines["offset"])
         for chunk in chunks:
+            lines = chunk.lines
             parts.append({
-                "line": chunk["line_index"] + self.physical_lines + 1,
-                "offset": chunk["offset"],
-                "length": chunk["length"],
-                "step": chunk["step_hint"],
-                "status": np.full(len(chunk["offset"]), UNPARSED, dtype=np.int8),
-            } | empty_summaries(len(chunk["offset"])))
+                "line": lines.line_index + self.physical_lines + 1,
+                "offset": lines.offset,
+                "length": lines.length,
+                "step": lines.step_hint,
+                "status": np.full(len(lines.offset), UNPARSED, dtype=np.int8),
+            } | empty_summaries(len(lines.offset)))
             first_rows.append(rows)
-            rows += len(chunk["offset"])
-            self.physical_lines += chunk["physical_lines"]
-            self.indexed_to = chunk["complete_end"]
+            rows += len(lines.offset)
+            self.physical_lines += lines.physical_lines
+            self.indexed_to = lines.complete_end
         if chunks:  # a rewards/<name> column exists once a parsed line had that function: NaN for the new rows
             self.lines = {
                 name: np.concatenate([column] + [part.get(name, np.full(len(part["offset"]), np.nan)) for part in parts])
                 for name, column in self.lines.items()
             }
         for first_row, chunk in zip(first_rows, chunks):
-            self.add_summaries(first_row + chunk["parsed_rows"], chunk["summary"])
+            self.add_summaries(first_row + chunk.parsed_rows, chunk.summary)
         self.take_tail(size)
 
     # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
@@ -1808,21 +1842,20 @@ class FileIndex:
             self.incomplete_tail = 1
             return
         data = tail + b"\n"
-        chunk = scan_lines(data, len(data), self.indexed_to)
-        chunk.update(complete_end=size, parsed_rows=np.arange(len(chunk["offset"])))
-        chunk["summary"] = summarize_buffer(data, self.indexed_to, chunk["offset"], chunk["length"])
-        self.add_chunks([chunk], size)
+        lines = dataclasses.replace(scan_lines(data, len(data), self.indexed_to), complete_end=size)
+        summary = summarize_buffer(data, self.indexed_to, lines.offset, lines.length)
+        self.add_chunks([IndexedChunk(lines, np.arange(len(lines.offset)), summary)], size)
 
     # Store parse results for rows of self.lines, in place.
-    def add_summaries(self, rows: np.ndarray, result: dict):
-        lines, good = self.lines, result["good"]
+    def add_summaries(self, rows: np.ndarray, result: "LineSummaries"):
+        lines, good = self.lines, result.good
         lines["status"][rows] = np.where(good, GOOD, BAD)
-        lines["step"][rows[good]] = result["step"][good]
-        named = dict(result["numbers"], **{f"rewards/{name}": scores for name, scores in result["functions"].items()})
+        lines["step"][rows[good]] = result.step[good]
+        named = dict(result.numbers, **{f"rewards/{name}": scores for name, scores in result.functions.items()})
         for name, values in named.items():
             lines.setdefault(name, np.full(len(lines["offset"]), np.nan))[rows] = values
-        lines["group_id"][rows] = result["group_id"]
-        self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result["problems"]]
+        lines["group_id"][rows] = result.group_id
+        self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
 
     # Where scanning resumes: past the newline that ends a last line taken without one.
     def scan_start(self) -> int:
@@ -1967,7 +2000,7 @@ class RunStore:
             for start, end in chunks:
                 indexed.append(next(results))
                 bytes_done += end - start
-                lines_done += len(indexed[-1]["offset"])
+                lines_done += len(indexed[-1].lines.offset)
                 if samples_progress:
                     samples_progress(bytes_done / total_bytes, f"Processing {lines_done} samples...")
             index.add_chunks(indexed, size)
@@ -2265,7 +2298,7 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
 
 # The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> dict | None:
+def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
     record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
     ensure_same_step(record, step)
     return token_detail(record)
@@ -2288,15 +2321,29 @@ def read_back_problem(path: str, line: int, error: Exception) -> str:
     return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."
 
 
+# The per-token arrays of the sample in view, cut to one length (notes say where they did not match), and its tokens
+# as text.
+@dataclass
+class SampleTokens:
+    logprobs: np.ndarray
+    ref_logprobs: np.ndarray | None
+    entropies: np.ndarray | None
+    values: np.ndarray | None
+    token_rewards: np.ndarray | None
+    response_tokens: list[str]
+    advantage: float | None
+    notes: list[str]
+
+
 # The aligned per-token arrays of one sample, or None without logprobs.
-def token_detail(record) -> dict | None:
+def token_detail(record) -> "SampleTokens | None":
     arrays, length, notes = aligned_token_arrays(record)
     if arrays["logprobs"] is None:
         return None
     length = int(length)
     names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
     names += ["?"] * (length - len(names))
-    return dict(arrays, response_tokens=names, advantage=record.advantage, notes=notes)
+    return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes)
 
 
 # Tokens as the text they stand for. What tokenizer.convert_ids_to_tokens returns is often not text: byte-level BPE

@@ -226,7 +226,7 @@ def test_nan_infinity_and_null_are_accepted(tmp_path):
     assert run.samples["avg_log_ratio"].iloc[4] == -np.inf and run.samples["avg_entropy"].iloc[4] == 0.5
     assert run.samples["response_tokens_len"].tolist()[4:] == [2.0, 3.0]
     tokens = sample_tokens(run, 1, 4)
-    assert tokens["response_tokens"] == ["a", "b"] and tokens["logprobs"].tolist() == [-np.inf, -1.0]
+    assert tokens.response_tokens == ["a", "b"] and tokens.logprobs.tolist() == [-np.inf, -1.0]
 
 
 def test_a_file_that_starts_with_a_byte_order_mark_loses_no_line(tmp_path):
@@ -247,8 +247,8 @@ def test_length_mismatches_keep_the_sample_and_say_so(tmp_path):
     assert "ref_logprobs has 2 values, logprobs 3" in notes[("r.jsonl", 1)]
     assert run.samples["avg_log_ratio"].iloc[0] == pytest.approx(0.5)
     tokens = sample_tokens(run, 1, 1)
-    assert tokens["response_tokens"] == ["a", "b"]
-    assert "clipped to 2" in tokens["notes"][0]
+    assert tokens.response_tokens == ["a", "b"]
+    assert "clipped to 2" in tokens.notes[0]
 
 
 def test_empty_files_blank_lines_and_non_utf8_bytes(tmp_path):
@@ -526,11 +526,11 @@ def test_a_second_pass_reads_just_its_lines_and_reports_one_cut_short(tmp_path):
     offsets = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
     lengths = np.array([len(line) for line in lines])
     far_apart = board.summarize_lines(str(path), offsets[[0, 3]], lengths[[0, 3]])
-    assert far_apart["good"].tolist() == [True, True] and far_apart["numbers"]["reward"].tolist() == [0.0, 3.0]
+    assert far_apart.good.tolist() == [True, True] and far_apart.numbers["reward"].tolist() == [0.0, 3.0]
     os.truncate(path, offsets[2] + 5)  # the file shrank after it was indexed
     cut = board.summarize_lines(str(path), offsets, lengths)
-    assert cut["good"].tolist() == [True, True, False, False] and cut["numbers"]["reward"][:2].tolist() == [0.0, 1.0]
-    assert [(row, kind) for row, kind, _ in cut["problems"]] == [(2, "skipped"), (3, "skipped")]
+    assert cut.good.tolist() == [True, True, False, False] and cut.numbers["reward"][:2].tolist() == [0.0, 1.0]
+    assert [(row, kind) for row, kind, _ in cut.problems] == [(2, "skipped"), (3, "skipped")]
 
 
 def test_a_rewritten_file_never_reuses_what_was_built_from_its_old_lines(tmp_path):
@@ -603,7 +603,7 @@ def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
     batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.table["prompt"].tolist() == ["p1", "\ufffd"] and batch.table["response"].iloc[1] == "x\ufffd"
     assert run.samples["response_len"].tolist()[:2] == [2.0, 2.0] and run.samples["ref_response_len"].iloc[1] == 1.0  # as shown
-    assert sample_tokens(run, 1, 0)["response_tokens"] == ["a", "\ufffd"]
+    assert sample_tokens(run, 1, 0).response_tokens == ["a", "\ufffd"]
 
 
 def test_nesting_too_deep_for_a_parser_is_a_skipped_line(tmp_path):
@@ -634,7 +634,7 @@ def test_an_empty_per_token_list_beside_others_counts_as_absent(tmp_path):
     assert numbers["response_tokens_len"] == 3 and numbers["avg_logp"] == -2.0
     assert np.isnan(numbers["avg_entropy"]) and np.isnan(numbers["avg_kl_kl"])
     tokens = sample_tokens(run, 1, 0)
-    assert tokens["ref_logprobs"] is None and tokens["entropies"] is None and tokens["logprobs"].tolist() == [-1.0, -2.0, -3.0]
+    assert tokens.ref_logprobs is None and tokens.entropies is None and tokens.logprobs.tolist() == [-1.0, -2.0, -3.0]
 
 
 def test_launch_ids_that_are_counters_sort_by_number(tmp_path):

@@ -108,16 +108,16 @@ def test_normal_curve_is_the_fitted_density():
 
 
 def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
-    tokens = dict(
+    tokens = board.SampleTokens(
         response_tokens=["a", "<PAD>", "b", "<PAD>", "<PAD>"],
         logprobs=np.log([0.5, 0.9, 0.25, 1.0, 1.0]),
         ref_logprobs=np.log([0.25, 0.9, 0.5, 1.0, 1.0]),
         token_rewards=None, values=np.arange(5.0), entropies=None, advantage=0.5, notes=[],
     )
     rows = board.token_rows(tokens, "k3", "<PAD>")
-    assert rows["tokens"] == ["a", "<PAD>", "b"]
-    assert rows["is_pad"].tolist() == [False, True, False]
-    values = rows["values"]
+    assert rows.tokens == ["a", "<PAD>", "b"]
+    assert rows.is_pad.tolist() == [False, True, False]
+    values = rows.values
     assert values["prob"].tolist() == pytest.approx([0.5, 0.9, 0.25])
     assert values["ref_prob"].tolist() == pytest.approx([0.25, 0.9, 0.5])
     assert values["log_ratio"].tolist() == pytest.approx([math.log(2), 0.0, math.log(0.5)])
@@ -125,7 +125,7 @@ def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
     assert values["token_value"].tolist() == [0.0, 1.0, 2.0]
     assert values["advantage"].tolist() == [0.5, 0.5, 0.5]
     assert set(values) == {"logp", "prob", "log_ratio", "kl", "ref_logp", "ref_prob", "token_value", "advantage"}
-    assert board.token_rows(tokens, "kl", None)["tokens"] == tokens["response_tokens"]
+    assert board.token_rows(tokens, "kl", None).tokens == tokens.response_tokens
 
 
 def test_running_text_escapes_tokens_and_shows_values_on_hover():

@@ -87,4 +87,4 @@ def test_the_board_loads_the_bundled_example_with_no_bad_lines():
     assert not board.load_step_batch(board.lines_key(run.step_rows(step)), run.step_rows(step)).problems
     for index in range(len(run.step_rows(step))):
         tokens = sample_tokens(run, step, index)
-        assert not tokens["notes"] and len(tokens["response_tokens"]) == len(tokens["logprobs"]) == len(tokens["entropies"])
+        assert not tokens.notes and len(tokens.response_tokens) == len(tokens.logprobs) == len(tokens.entropies)
