@@ -1,15 +1,36 @@
 """RL Logging Board: per-sample and per-token views of RL (GRPO/PPO) rollouts.
 
-Run with `bash start.sh [PORT] [ROOT]`, or
-`streamlit run rl_logging_board.py -- --root <folder of runs>`.
-A run is a folder of JSONL files (one per data-parallel rank); every line is
-one sampled response. The README describes the format and each page area.
-"""
+Run with `bash start.sh [PORT] [ROOT]`, or `streamlit run rl_logging_board.py -- --root <folder of runs>`. A run is a
+folder of JSONL files (one per data-parallel rank); every line is one sampled response. The README describes the format
+and each page area.
 
+The data path:
+
+    rank files (*.jsonl) ──> per-file index: each line's offset, length, step and summary numbers
+        │                     (FileIndex, built by worker processes, cached on disk by IndexCache; a grown file is read
+        │                      on from where it was left)
+        └──> run snapshot: the selected lines of every step with their numbers, the load report (RunSnapshot, made
+              by RunStore.load, one store per run folder shared by every session)
+               ├──> step curves and metrics from the snapshot's numbers
+               └──> step read-back: the texts of the step in view (StepBatch), the per-token lists of the sample in
+                     view (SampleTokens), each read from its line's offset ──> tables, samples pair, token area
+
+Sections, in order (each one's constants and types at its top):
+
+    Page outline       main(): sidebar, load, metadata, load report, step curves, step area; launch options, network guard
+    Page areas         one draw_* function per region; Settings (the sidebar's choices), StateKey (session-state keys)
+    Cached loaders     run_store -> load_step_batch / load_sample_tokens -> cached tables and charts
+    Figures            Vega-Lite specs and the token heat map (no Streamlit)
+    Metrics            KL estimators, per-step statistics, groups, table and token values (no Streamlit)
+    Text and tokens    display text, escaping, tokens shown as text (no Streamlit)
+    Reading 1-4        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
+                       and read-back (no Streamlit: the workers import this file)
+"""
 import argparse
 import codecs
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import hmac
@@ -39,34 +60,59 @@ import pyarrow.feather
 import simdjson
 import streamlit as st
 
-PROJECT_DIR = Path(__file__).resolve().parent
-DEFAULT_ROOT = PROJECT_DIR / "rollout_samples"
-CACHE_FORMAT = 2
 
-# Per-step series of the reward tab, in the original's order.
-REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
-# Rows of the token area: (name, what it is). Where the policy left the reference and was unsure come first, so the
-# token table shows them without scrolling; advantage, the same on every token, is not shown until chosen.
-TOKEN_ROWS = {
-    "kl": "per-token KL under the chosen estimator",
-    "log_ratio": "logp - ref_logp",
-    "logp": "logprobs: log-prob of the token under the policy that sampled it",
-    "ref_logp": "ref_logprobs: log-prob under the reference model",
-    "entropy": "entropies: the policy's entropy at each position",
-    "token_reward": "token_rewards: the per-token reward the policy was trained on",
-    "token_value": "values: the critic's value of each token",
-    "prob": "exp(logp)",
-    "ref_prob": "exp(ref_logp)",
-    "advantage": "the sample's advantage, the same on every token",
-}
-# KL estimators over log_ratio r = logp - ref_logp; the first is the original's, k3 the one TRL logs as kl.
-KL_ESTIMATORS = {
-    "kl": "exp(r) - 1 - r (the original board's kl)",
-    "k1": "r (log ratio)",
-    "k2": "r^2 / 2",
-    "k3": "exp(-r) + r - 1 = exp(ref-logp) - (ref-logp) - 1 (TRL GRPO loss)",
-}
-KL_ESTIMATOR_LABELS = {"kl": "kl (original board)", "k1": "k1 (log ratio)", "k2": "k2 (r²/2)", "k3": "k3 (TRL's kl)"}
+# ====================================================================================================================
+# Page outline: what the page shows, in order, and the fragments that let one part redraw alone.
+# ====================================================================================================================
+
+
+PROJECT_DIR = Path(__file__).resolve().parent
+
+
+DEFAULT_ROOT = PROJECT_DIR / "rollout_samples"
+
+
+LOOPBACK_ADDRESSES = {"127.0.0.1", "localhost", "::1"}
+
+
+TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
+
+
+# Texts keep every space and newline as written, but wrap as white-space: break-spaces instead of Streamlit's pre-wrap,
+# in which Chromium lays out a long paragraph of mixed CJK and Latin text many times slower (bench/README.md), and a
+# page lays out many times while a rerun arrives. Each token of the running text is isolated
+# (a right-to-left override in one token must not reorder the tokens after it) and ends in a thin line, so token
+# boundaries show without taking space. Set once for the page: a style sent with each running text would restyle the
+# whole page on every sample change.
+PAGE_STYLE = (
+    "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
+    " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}</style>"
+)
+
+
+# The page outline: sidebar choices, then each area of the loaded run.
+def main():
+    st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
+    st.html(PAGE_STYLE)
+    options = launch_options()
+    settings = draw_sidebar(options.root, guard_network_access(options))
+    if WORKERS > 1:
+        worker_pool()  # spawning the workers takes about a second: do it while the user picks a run
+    run = load_selected_run(settings)
+    if run is None:
+        return
+    draw_run_metadata(run)
+    if run.report.empty and run.problems.empty:
+        st.warning(f"No `.jsonl` file in {markdown_literal(run.run_dir)}: a run is a folder of JSONL files, one per rank.")
+        return
+    draw_load_report(run)
+    if run.samples.empty:
+        st.warning("No loadable sample in this run: open the load report above to see why.")
+        return
+    if settings.reward_curves:
+        draw_step_curves(run, settings)
+    if settings.response_compare:
+        draw_step_response(run, settings)
 
 
 # Parse `-- --root DIR` so start.sh and users can point the board at any folder.
@@ -108,50 +154,9 @@ def guard_network_access(options: argparse.Namespace) -> str | None:
     return None if options.allow_any_root else options.root
 
 
-LOOPBACK_ADDRESSES = {"127.0.0.1", "localhost", "::1"}
-TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
-
-
 # Whether path lies inside folder once symbolic links and ".." are resolved.
 def is_within(path, folder) -> bool:
     return Path(os.path.realpath(Path(path).expanduser())).is_relative_to(os.path.realpath(Path(folder).expanduser()))
-
-
-# The page outline: sidebar choices, then each area of the loaded run.
-def main():
-    st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
-    st.html(PAGE_STYLE)
-    options = launch_options()
-    settings = draw_sidebar(options.root, guard_network_access(options))
-    if WORKERS > 1:
-        worker_pool()  # spawning the workers takes about a second: do it while the user picks a run
-    run = load_selected_run(settings)
-    if run is None:
-        return
-    draw_run_metadata(run)
-    if run.report.empty and run.problems.empty:
-        st.warning(f"No `.jsonl` file in {markdown_literal(run.run_dir)}: a run is a folder of JSONL files, one per rank.")
-        return
-    draw_load_report(run)
-    if run.samples.empty:
-        st.warning("No loadable sample in this run: open the load report above to see why.")
-        return
-    if settings.reward_curves:
-        draw_step_curves(run, settings)
-    if settings.response_compare:
-        draw_step_response(run, settings)
-
-
-# Texts keep every space and newline as written, but wrap as white-space: break-spaces instead of Streamlit's pre-wrap:
-# Chromium lays out a long paragraph of mixed CJK and Latin text in pre-wrap 10-15 times slower (108 KB: 1.1 s against
-# 0.08 s per layout, and a page lays out many times while a rerun arrives). Each token of the running text is isolated
-# (a right-to-left override in one token must not reorder the tokens after it) and ends in a thin line, so token
-# boundaries show without taking space. Set once for the page: a style sent with each running text would restyle the
-# whole page on every sample change.
-PAGE_STYLE = (
-    "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
-    " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}</style>"
-)
 
 
 # The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
@@ -182,7 +187,9 @@ def draw_sample_view(run: "RunSnapshot", batch: "StepBatch", step: int, settings
     draw_sample_group(batch, sample, settings)
 
 
-# ---------------------------------------------------------------- page areas
+# ====================================================================================================================
+# Page areas: one function per region, which draws it and returns the user's choices.
+# ====================================================================================================================
 
 
 # Every session-state key of the page, widgets' included, named once. remembered_choice adds ":chosen" and ":drawn"
@@ -233,6 +240,26 @@ class Settings:
     show_batch_samples: bool
     show_samples_pair: bool
     show_heat_map: bool
+
+
+# Per-step series of the reward tab, in the original's order.
+REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
+
+
+KL_ESTIMATOR_LABELS = {"kl": "kl (original board)", "k1": "k1 (log ratio)", "k2": "k2 (r²/2)", "k3": "k3 (TRL's kl)"}
+
+
+KL_STATISTICS = ["mean ± std", "median (25-75 %)"]
+
+
+TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
+
+
+# The running text shows this many tokens at a time: each token is an element the browser must check and lay out.
+RUNNING_TEXT_TOKENS = 2000
+
+
+PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 
 
 # The original's sidebar, label for label, plus the live mode and KL estimator choices.
@@ -385,8 +412,7 @@ def load_selected_run(settings: "Settings"):
 
 # A progress bar for long loads: drawn once a load has taken PROGRESS_AFTER_S (a short one, such as a live
 # refresh, would only shift the page down and up again), then redrawn at most every PROGRESS_EVERY_S: each
-# redraw costs the browser CPU that the load, on the same cores, needs (redrawn on every chunk, the two bars
-# took a third of a core from the workers).
+# redraw costs the browser CPU that the load, on the same cores, needs.
 class ProgressBar:
     def __init__(self):
         self.element = st.empty()
@@ -400,9 +426,6 @@ class ProgressBar:
 
     def clear(self):
         self.element.empty()
-
-
-PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 
 
 # Off-screen samples of every kind of element the loaded page draws (but the toast): the browser fetches and
@@ -568,9 +591,6 @@ def draw_kl_curve(settings: "Settings", curve: dict):
     median = statistic == KL_STATISTICS[1]
     draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, **curve))
     st.caption(note)
-
-
-KL_STATISTICS = ["mean ± std", "median (25-75 %)"]
 
 
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
@@ -821,23 +841,6 @@ def draw_token_view_tabs(show_heat_map: bool) -> tuple:
     return view, tabs[names.index(view)]
 
 
-TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
-
-
-# The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
-# heat map switched off), which Streamlit would forget: the widget's value is the user's when it differs from what
-# was drawn last, and the choice returns whenever it fits the options again (a list: every member among them).
-def remembered_choice(key: str, options: list, fallback):
-    value = st.session_state.get(key)
-    if value is not None and value != st.session_state.get(f"{key}:drawn"):
-        st.session_state[f"{key}:chosen"] = value
-    chosen = st.session_state.get(f"{key}:chosen")
-    fits = all(item in options for item in chosen) if isinstance(chosen, list) else chosen in options
-    value = chosen if chosen is not None and fits else fallback
-    st.session_state[key] = st.session_state[f"{key}:drawn"] = value
-    return value
-
-
 # The response as running text, each token coloured by one value, every value on hover.
 def draw_running_text(rows: "TokenRows", chosen: list[str]):
     remembered_choice(StateKey.COLOUR_TOKENS_BY, chosen, "kl" if "kl" in chosen else chosen[0])
@@ -861,13 +864,34 @@ def draw_running_text(rows: "TokenRows", chosen: list[str]):
     st.html(running_text_html(rows.tokens, rows.values, metric, rows.is_pad, shown))
 
 
-# A response of 16,000 tokens as running text was 3 MB of HTML, which took the browser seconds to check and draw.
-RUNNING_TEXT_TOKENS = 2000
+# Shade each metric column by where a value sits in that column's range (bars drawn by the grid: no Styler, no matplotlib).
+def shaded_columns(grid: pd.DataFrame) -> dict:
+    config = {}
+    for name in grid.columns:
+        values = grid[name].to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
+        config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format="%.6f", min_value=float(low), max_value=float(high if high > low else low + 1))
+    return config
 
 
-# A newline or tab token would be an empty-looking label in the table and the heat map.
-def visible_whitespace(token: str) -> str:
-    return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+# Every chart on canvas: the browser paints its marks as pixels instead of building an SVG node per bar and point.
+def draw_chart(where, spec: dict):
+    where.vega_lite_chart(spec={**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}, width="stretch")
+
+
+# The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
+# heat map switched off), which Streamlit would forget: the widget's value is the user's when it differs from what
+# was drawn last, and the choice returns whenever it fits the options again (a list: every member among them).
+def remembered_choice(key: str, options: list, fallback):
+    value = st.session_state.get(key)
+    if value is not None and value != st.session_state.get(f"{key}:drawn"):
+        st.session_state[f"{key}:chosen"] = value
+    chosen = st.session_state.get(f"{key}:chosen")
+    fits = all(item in options for item in chosen) if isinstance(chosen, list) else chosen in options
+    value = chosen if chosen is not None and fits else fallback
+    st.session_state[key] = st.session_state[f"{key}:drawn"] = value
+    return value
 
 
 # Clicking a batch-table row sets the sample index input below it.
@@ -888,17 +912,28 @@ def open_sample(sample: int):
     st.session_state[StateKey.SAMPLE_INDEX] = sample
 
 
-# ---------------------------------------------------------------- figures
+# ====================================================================================================================
+# Cached loaders: shared by reruns and sessions, each feeding the next (run store -> step batch -> tables and charts).
+# ====================================================================================================================
 
 
-# Charts are Vega-Lite specs drawn by Streamlit's built-in Vega, which the browser draws about three times
-# faster than the same plotly figures (and not at all in a tab that is not open). The token heat map stays
-# plotly: plotly draws a heat map as one image, where Vega draws a mark per token and metric (4,000 tokens:
-# 0.23 s against 0.75 s per redraw, even on canvas).
+# One store per run folder, shared by reruns and sessions: a run is indexed and held once, however many watch it.
+@st.cache_resource(show_spinner=False)
+def run_store(run_dir: str) -> "RunStore":
+    return RunStore(run_dir)
 
-# Every chart on canvas: the browser paints its marks as pixels instead of building an SVG node per bar and point.
-def draw_chart(where, spec: dict):
-    where.vega_lite_chart(spec={**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}, width="stretch")
+
+# The step in view with its texts, read back once per set of lines (the key) and shared read-only: pickling it on
+# every rerun would cost more than the page.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def load_step_batch(key: str, _rows: pd.DataFrame) -> "StepBatch":
+    return read_step_batch(key, _rows)
+
+
+# The sample in view's tokens; index_id tells a line read anew from one at the same place in an older file.
+@st.cache_resource(show_spinner=False, max_entries=64)
+def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
+    return read_sample_tokens(path, offset, length, step)
 
 
 # Step charts change only with the run and the curve settings, so a step or sample change reuses them.
@@ -919,10 +954,45 @@ def cached_batch_charts(lines, _table) -> tuple:
     return batch_reward_chart(_table), gap, reward_distribution_chart(_table)
 
 
+# The batch table as shown, built once per set of lines and display setting.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
+    return batch_table_view(_table, kl_estimator, pad_token, system_prompt_end)
+
+
+# The groups table as shown, built once per set of lines and display setting.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFrame:
+    return group_table(_table, pad_token, system_prompt_end)
+
+
+# ====================================================================================================================
+# Figures: Vega-Lite specs and the plotly heat map, built from numbers; no Streamlit here.
+# ====================================================================================================================
+
+# Charts are Vega-Lite specs drawn by Streamlit's built-in Vega, which the browser draws several times faster than
+# plotly figures (and not at all in a tab that is not open); the token heat map stays plotly, which draws it as one image
+# where Vega would draw a mark per token and metric.
+
+
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
+
+
 # Scroll to zoom, drag to pan, double-click to reset, on every step chart.
 ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
+
+
 SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "title": "sample index", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
+
+
+# The token grid as a heat map, tokens along x as the original had them. Each metric's row is coloured within
+# its own range, as the running text is (red above 0, blue below, stronger = larger |value| against the row's
+# largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
+# Up to LABELLED_TOKENS tokens every column is labelled with its token, and up to VALUE_LABELLED_TOKENS each cell with
+# its value; past those a label is too narrow to read (the axis shows token indices instead, the same "#index" as the
+# table and the running text), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
+# then lays the chart out once per redraw instead of measuring and placing its labels again.
+LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 
 
 # One line per series with a mean ± std × scale band (or the median with its 25-75 % band), steps in numeric order.
@@ -1072,23 +1142,6 @@ def reward_distribution_chart(table: pd.DataFrame) -> dict:
     }
 
 
-# JSON has no NaN: a missing number is null, which Vega leaves out.
-def json_number(value) -> float | None:
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-# The token grid as a heat map, tokens along x as the original had them. Each metric's row is coloured within
-# its own range, as the running text is (red above 0, blue below, stronger = larger |value| against the row's
-# largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
-# Up to LABELLED_TOKENS tokens every column is labelled with its token, and up to VALUE_LABELLED_TOKENS each cell with
-# its value; past those a label is too narrow to read (the axis shows token indices instead, the same "#index" as the
-# table and the running text), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
-# then lays the chart out once per redraw instead of measuring and placing its labels again (half its time on a step
-# change).
-LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
-
-
 def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
     labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
     values = grid.to_numpy(dtype=float)
@@ -1118,7 +1171,40 @@ def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
     return figure
 
 
-# ---------------------------------------------------------------- metrics
+# JSON has no NaN: a missing number is null, which Vega leaves out.
+def json_number(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# ====================================================================================================================
+# Metrics: numbers only (KL estimators, per-step statistics, groups, the batch and token tables' values).
+# ====================================================================================================================
+
+
+# KL estimators over log_ratio r = logp - ref_logp; the first is the original's, k3 the one TRL logs as kl.
+KL_ESTIMATORS = {
+    "kl": "exp(r) - 1 - r (the original board's kl)",
+    "k1": "r (log ratio)",
+    "k2": "r^2 / 2",
+    "k3": "exp(-r) + r - 1 = exp(ref-logp) - (ref-logp) - 1 (TRL GRPO loss)",
+}
+
+
+# Rows of the token area: (name, what it is). Where the policy left the reference and was unsure come first, so the
+# token table shows them without scrolling; advantage, the same on every token, is not shown until chosen.
+TOKEN_ROWS = {
+    "kl": "per-token KL under the chosen estimator",
+    "log_ratio": "logp - ref_logp",
+    "logp": "logprobs: log-prob of the token under the policy that sampled it",
+    "ref_logp": "ref_logprobs: log-prob under the reference model",
+    "entropy": "entropies: the policy's entropy at each position",
+    "token_reward": "token_rewards: the per-token reward the policy was trained on",
+    "token_value": "values: the critic's value of each token",
+    "prob": "exp(logp)",
+    "ref_prob": "exp(ref_logp)",
+    "advantage": "the sample's advantage, the same on every token",
+}
 
 
 # Per-token KL under each estimator, from r = logp - ref_logp.
@@ -1204,18 +1290,6 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
     return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
 
 
-# The groups table as shown, built once per set of lines and display setting.
-@st.cache_resource(show_spinner=False, max_entries=16)
-def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFrame:
-    return group_table(_table, pad_token, system_prompt_end)
-
-
-# The batch table as shown, built once per set of lines and display setting.
-@st.cache_resource(show_spinner=False, max_entries=16)
-def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
-    return batch_table_view(_table, kl_estimator, pad_token, system_prompt_end)
-
-
 # The batch table's columns, the original's and GRPO's (absent ones hidden): first the short numbers that say which
 # samples matter (reward, advantage, group, KL, entropy, length), then the texts, then the rest; the wide texts first
 # would push them off-screen.
@@ -1232,28 +1306,6 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
     columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "truncated", "prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]
-
-
-# Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
-# the Markdown characters of links, images, code, emphasis, maths, HTML entities and Streamlit's :colour[...] escaped,
-# so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
-def markdown_literal(text) -> str:
-    return re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", valid_text(str(text)))
-
-
-# Table cells show the start of a text (the samples pair below shows all of it); sending whole
-# responses for every row would cost more than the rest of the page.
-def shorten(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# Display text: optionally cut the system prompt and remove pad tokens.
-def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str | None = None) -> str:
-    if system_prompt_end and system_prompt_end in text:
-        text = text.split(system_prompt_end, 1)[1]
-    if pad_token:
-        text = text.replace(pad_token, "")
-    return text
 
 
 # The token area's rows: the sample's tokens as shown, which are pads, and each metric (TOKEN_ROWS) per token.
@@ -1286,15 +1338,89 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
     return TokenRows(tokens=names[:keep], is_pad=is_pad[:keep], values={name: array[:keep] for name, array in values.items()})
 
 
-# Shade each metric column by where a value sits in that column's range (bars drawn by the grid: no Styler, no matplotlib).
-def shaded_columns(grid: pd.DataFrame) -> dict:
-    config = {}
-    for name in grid.columns:
-        values = grid[name].to_numpy(dtype=float)
-        values = values[np.isfinite(values)]
-        low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
-        config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format="%.6f", min_value=float(low), max_value=float(high if high > low else low + 1))
-    return config
+# The normal density fitted (mean, population std) to values, on a grid spanning them.
+def normal_curve(values: np.ndarray, points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    mean, std = values.mean(), values.std()
+    if std == 0:
+        return np.array([mean]), np.array([0.0])
+    x = np.linspace(min(values.min(), mean - 3 * std), max(values.max(), mean + 3 * std), points)
+    return x, np.exp(-0.5 * ((x - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi))
+
+
+def finite(series: pd.Series) -> np.ndarray:
+    values = series.to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
+# The largest finite |value| along the last axis (0 where there is none): full colour in the running text and
+# in each heat map row.
+def largest_magnitude(values: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(values), np.abs(values), 0.0).max(axis=-1, initial=0.0)
+
+
+# ====================================================================================================================
+# Text and token display: texts and tokens as the page shows them, escaped; never HTML from the data.
+# ====================================================================================================================
+
+
+# GPT-2's byte-to-character table, inverted: printable bytes stand for themselves, the others (space, newline...)
+# for the characters from U+0100 on, in byte order.
+def byte_of_character() -> dict[str, int]:
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return {chr(byte): byte for byte in printable} | {chr(256 + position): byte for position, byte in enumerate(others)}
+
+
+def undecodable_bytes(error: UnicodeDecodeError) -> tuple[str, int]:
+    return "".join(f"⟨0x{byte:02X}⟩" for byte in error.object[error.start : error.end]), error.end
+
+
+BYTE_OF_CHARACTER = byte_of_character()
+
+
+SENTENCEPIECE_BYTE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+BYTE_LEVEL_WHITESPACE = re.compile("[\u0120\u010a\u0109]")  # Ġ Ċ ĉ: space, newline and tab in the byte table
+
+
+CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text's own: shown as ⟨0x..⟩
+
+
+UNDECODABLE = re.compile("⟨0x[0-9A-F]{2}⟩")
+
+
+UNDECODABLE_BYTES = "rl_logging_board.undecodable"
+
+
+codecs.register_error(UNDECODABLE_BYTES, undecodable_bytes)
+
+
+# Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
+# the Markdown characters of links, images, code, emphasis, maths, HTML entities and Streamlit's :colour[...] escaped,
+# so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
+def markdown_literal(text) -> str:
+    return re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", valid_text(str(text)))
+
+
+# Table cells show the start of a text (the samples pair below shows all of it); sending whole
+# responses for every row would cost more than the rest of the page.
+def shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# Display text: optionally cut the system prompt and remove pad tokens.
+def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str | None = None) -> str:
+    if system_prompt_end and system_prompt_end in text:
+        text = text.split(system_prompt_end, 1)[1]
+    if pad_token:
+        text = text.replace(pad_token, "")
+    return text
+
+
+# A newline or tab token would be an empty-looking label in the table and the heat map.
+def visible_whitespace(token: str) -> str:
+    return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 # The response as running text, each token's background by a metric, value on hover; text escaped.
@@ -1331,27 +1457,88 @@ def diverging_colours(values: np.ndarray) -> list[str]:
     return colours
 
 
-# The largest finite |value| along the last axis (0 where there is none): full colour in the running text and
-# in each heat map row.
-def largest_magnitude(values: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(values), np.abs(values), 0.0).max(axis=-1, initial=0.0)
+# Tokens as the text they stand for. What tokenizer.convert_ids_to_tokens returns is often not text: byte-level BPE
+# (GPT-2, Llama 3, Qwen) writes each byte as a printable character (a space as Ġ, é as Ã©, 你 as ä½ł), SentencePiece
+# a space as ▁ and a byte as <0xE4>. The scheme is decided once per response, from its ordinary tokens (special ones
+# such as <|im_end|> or <PAD> stay as written): SentencePiece when one has ▁ or is a byte, else byte-level when every
+# character is in the byte table. Each token's bytes are then decoded in turn, a character shown on the token that
+# completes it (a CJK character is often 2-3 tokens; the others show as empty), and bytes that are no character (one
+# cut at truncation, or sampled early in training) or a control character as ⟨0xB6⟩ on the token where that shows.
+# Text whose letters only happen to be in the byte table ("być": ć is byte 0x07) is shown as written: as bytes it
+# holds control characters or invalid bytes, and nothing proves the byte table (a space or newline written as Ġ or Ċ,
+# or a character of 2-4 bytes).
+def readable_tokens(tokens: list[str]) -> list[str]:
+    ordinary = [token for token in tokens if not is_special_token(token)]
+    if any("▁" in token or SENTENCEPIECE_BYTE.fullmatch(token) for token in ordinary):
+        to_bytes = sentencepiece_bytes
+    elif ordinary and all(character in BYTE_OF_CHARACTER for token in ordinary for character in token):
+        to_bytes = byte_level_bytes
+    else:
+        return tokens  # text already (a raw space, CJK...), or no ordinary token
+    texts = decode_token_bytes([None if is_special_token(token) else to_bytes(token) for token in tokens], tokens)
+    decoded = "".join(texts)
+    if to_bytes is byte_level_bytes and (CONTROL_CHARACTER.search(decoded) or UNDECODABLE.search(decoded)):
+        proof = any(BYTE_LEVEL_WHITESPACE.search(token) for token in ordinary) or not UNDECODABLE.sub("", decoded).isascii()
+        if not proof:
+            return tokens
+    return [CONTROL_CHARACTER.sub(lambda match: f"⟨0x{ord(match.group()):02X}⟩", text) for text in texts]
 
 
-# The normal density fitted (mean, population std) to values, on a grid spanning them.
-def normal_curve(values: np.ndarray, points: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    mean, std = values.mean(), values.std()
-    if std == 0:
-        return np.array([mean]), np.array([0.0])
-    x = np.linspace(min(values.min(), mean - 3 * std), max(values.max(), mean + 3 * std), points)
-    return x, np.exp(-0.5 * ((x - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi))
+# Each token's bytes decoded in order (None: a special token, kept as written); a character shows on the token that
+# completes it, and bytes that cannot be one as ⟨0x..⟩ on the token where that is known.
+def decode_token_bytes(byte_tokens: list[bytes | None], tokens: list[str]) -> list[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=UNDECODABLE_BYTES)
+    texts = []
+    for data, token in zip(byte_tokens, tokens):
+        if data is None:  # a special token ends any character cut before it
+            if texts:
+                texts[-1] += decoder.decode(b"", final=True)
+            decoder.reset()
+            texts.append(token)
+        else:
+            texts.append(decoder.decode(data))
+    if texts:
+        texts[-1] += decoder.decode(b"", final=True)
+    return texts
 
 
-def finite(series: pd.Series) -> np.ndarray:
-    values = series.to_numpy(dtype=float)
-    return values[np.isfinite(values)]
+def is_special_token(token: str) -> bool:
+    return len(token) > 2 and token[0] == "<" and token[-1] == ">" and not SENTENCEPIECE_BYTE.fullmatch(token)
 
 
-# ---------------------------------------------------------------- loading
+def sentencepiece_bytes(token: str) -> bytes:
+    if SENTENCEPIECE_BYTE.fullmatch(token):
+        return bytes([int(token[3:5], 16)])
+    return token.replace("▁", " ").encode("utf-8")
+
+
+def byte_level_bytes(token: str) -> bytes:
+    return bytes(BYTE_OF_CHARACTER[character] for character in token)
+
+
+# ====================================================================================================================
+# Reading, 1: decoding lines into the numbers the charts need (runs in the workers).
+# ====================================================================================================================
+
+
+SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
+
+
+TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards")
+
+
+SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduces
+
+
+SUMMARY_NUMBERS = [
+    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated",
+    "response_len", "ref_response_len", "response_tokens_len", "avg_logp", "avg_entropy",
+    "avg_log_ratio", "sum_log_ratio",
+] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+# `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
+STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
 
 
 # The keys the first pass reads from every loaded line (everything the charts need for all steps).
@@ -1376,7 +1563,7 @@ class RolloutSummary(msgspec.Struct, gc=False):
 
 
 # The first pass's usual case: per-token lists kept raw, then parsed by simdjson straight into float arrays,
-# without a Python float per token (a 144 MB rank file: 0.65 -> 0.56 s of CPU, median of 9).
+# without a Python float per token.
 class RolloutSummaryRawArrays(RolloutSummary, gc=False):
     logprobs: msgspec.Raw = msgspec.Raw()
     ref_logprobs: msgspec.Raw = msgspec.Raw()
@@ -1401,21 +1588,109 @@ class Rollout(RolloutSummary):
 
 
 SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
+
+
 FAST_SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummaryRawArrays, strict=False)
+
+
 TEXTS_DECODER = msgspec.json.Decoder(RolloutTexts, strict=False)
+
+
 ROLLOUT_DECODER = msgspec.json.Decoder(Rollout, strict=False)
-# `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
-STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
-LAUNCH_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
-SUMMARY_NUMBERS = [
-    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated",
-    "response_len", "ref_response_len", "response_tokens_len", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio",
-] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+# The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
+@dataclass
+class ScannedLines:
+    line_index: np.ndarray  # of each non-blank line among the range's lines, from 0
+    offset: np.ndarray  # in the file
+    length: np.ndarray  # without its newline
+    step_hint: np.ndarray  # NaN where the regex finds no integer step
+    physical_lines: int  # newlines in the range, blank lines included
+    complete_end: int  # the file offset past the range's last newline
+
+
+# The numbers the charts need of some lines, in the order asked; problems are (position, kind, reason).
+@dataclass
+class LineSummaries:
+    good: np.ndarray  # bool: the line decoded into a sample
+    step: np.ndarray
+    numbers: dict[str, np.ndarray]  # SUMMARY_NUMBERS
+    group_id: list
+    functions: dict[str, np.ndarray]  # a reward function's scores
+    problems: list[tuple[int, str, str]]
 
 
 class BadLine(ValueError):
     """A line that cannot be loaded; the message says why."""
+
+
+# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
+def scan_lines(data, size: int, base: int) -> "ScannedLines":
+    newlines = []
+    position = data.find(b"\n", 0, size)
+    while position >= 0:
+        newlines.append(position)
+        position = data.find(b"\n", position + 1, size)
+    newlines = np.array(newlines, dtype=np.int64)
+    starts = np.concatenate([[0], newlines[:-1] + 1]).astype(np.int64) if len(newlines) else newlines
+    lengths = newlines - starts
+    step_hints = np.full(len(newlines), np.nan)
+    for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
+        key = data.rfind(b'"step"', start, end)
+        match = STEP_PATTERN.match(data, key, end) if key >= 0 else None
+        if match and match.group(1):
+            step_hints[i] = float(match.group(1).strip().rstrip(b",}"))  # a step too big for int64 becomes inf
+    blank = np.zeros(len(newlines), dtype=bool)
+    for i in np.flatnonzero(lengths < 256):
+        blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
+    return ScannedLines(
+        line_index=np.flatnonzero(~blank),
+        offset=starts[~blank] + base,
+        length=lengths[~blank],
+        step_hint=step_hints[~blank],
+        physical_lines=len(newlines),
+        complete_end=base + (int(newlines[-1]) + 1 if len(newlines) else 0),
+    )
+
+
+# Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
+# A record is reduced as soon as it is decoded: its floats are freed at once and their memory reused.
+def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
+    view, count = memoryview(data), len(offsets)
+    numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
+    steps, good, group_ids = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), [None] * count
+    function_scores: dict[str, np.ndarray] = {}
+    token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
+    problems, parser = [], simdjson.Parser()
+    for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
+        try:
+            record, note = decode_summary(view[offset : offset + length], parser)
+        except BadLine as error:
+            problems.append((row, "skipped", str(error)))
+            continue
+        if note:
+            problems.append((row, "note", note))
+        good[row], steps[row] = True, record.step
+        for name in SCALAR_KEYS:
+            value = getattr(record, name)
+            if value is not None:
+                numbers[name][row] = value
+        numbers["response_len"][row] = text_length(record.response)
+        if record.ref_response is not None:
+            numbers["ref_response_len"][row] = text_length(record.ref_response)
+        if record.group_id is not None:
+            group_ids[row] = valid_text(str(record.group_id))
+        for name, score in (record.rewards_per_func or {}).items():
+            function_scores.setdefault(valid_text(name), np.full(count, np.nan))[row] = np.nan if score is None else score
+        arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
+        problems.extend((row, "note", text) for text in notes)
+        if arrays["logprobs"] is not None:
+            for key, collected in token_arrays.items():
+                if arrays[key] is not None:
+                    collected.append((row, arrays[key], arrays["logprobs"]))
+    add_token_statistics(numbers, token_arrays)
+    return LineSummaries(good=good, step=steps, numbers=numbers, group_id=group_ids, functions=function_scores, problems=problems)
 
 
 # Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers, bad UTF-8 and a byte order mark
@@ -1489,197 +1764,6 @@ def integer_step(record):
     return record
 
 
-# Text of a free-form field: strings as they are, anything else as JSON.
-def as_text(value) -> str | None:
-    if value is None:
-        return None
-    return valid_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-
-
-# Characters in a free-form field as shown. A string's count needs no check: valid_text puts one � for each lone
-# surrogate (checking every response took 8% of the first pass).
-def text_length(value) -> int:
-    return len(value) if isinstance(value, str) else len(as_text(value) or "")
-
-
-# Text UTF-8 can carry: a lone surrogate (valid JSON: "\ud83d", e.g. an emoji cut in half) or a file name's undecodable
-# byte becomes �. Tables, the page and the cache all need UTF-8, and would fail on the whole run for one such line.
-def valid_text(text: str) -> str:
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-# A raw JSON value the first pass kept (it is valid JSON): msgspec refuses a lone surrogate escape, Python's json takes it.
-def raw_value(raw: msgspec.Raw):
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return json.loads(bytes(raw))
-
-
-def float_array(values) -> np.ndarray | None:
-    return None if values is None else np.asarray(values, dtype=float)
-
-
-_read_buffers = threading.local()
-
-
-# Bytes [start, end) of a file in a buffer reused per thread: allocating 100 MB anew costs more than reading it.
-def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
-    wanted = end - start
-    buffer = getattr(_read_buffers, "buffer", None)
-    if buffer is None or len(buffer) < wanted:
-        buffer = _read_buffers.buffer = bytearray(wanted + wanted // 8)  # headroom: the next chunk is a few lines longer
-    view, got = memoryview(buffer), 0
-    with open(path, "rb", buffering=0) as file:
-        file.seek(start)
-        while got < wanted:
-            count = file.readinto(view[got:wanted])
-            if not count:
-                break
-            got += count
-    return buffer, got
-
-
-# The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
-@dataclass
-class ScannedLines:
-    line_index: np.ndarray  # of each non-blank line among the range's lines, from 0
-    offset: np.ndarray  # in the file
-    length: np.ndarray  # without its newline
-    step_hint: np.ndarray  # NaN where the regex finds no integer step
-    physical_lines: int  # newlines in the range, blank lines included
-    complete_end: int  # the file offset past the range's last newline
-
-
-# The numbers the charts need of some lines, in the order asked; problems are (position, kind, reason).
-@dataclass
-class LineSummaries:
-    good: np.ndarray  # bool: the line decoded into a sample
-    step: np.ndarray
-    numbers: dict[str, np.ndarray]  # SUMMARY_NUMBERS
-    group_id: list
-    functions: dict[str, np.ndarray]  # a reward function's scores
-    problems: list[tuple[int, str, str]]
-
-
-# A byte range indexed in one read: its lines, and the summaries of the rows parsed on the way.
-@dataclass
-class IndexedChunk:
-    lines: ScannedLines
-    parsed_rows: np.ndarray
-    summary: LineSummaries
-
-
-# Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the
-# lines that will likely be shown (the first parse_per_step of each step: a file's share of
-# Max Samples Each Step), all in one read.
-def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> "IndexedChunk":
-    gc.disable()  # decoding makes millions of short-lived objects and no cycles: collections only cost time
-    try:
-        return index_chunk_bytes(*read_range(path, start, end), start, parse_per_step)
-    finally:
-        gc.enable()
-
-
-def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> "IndexedChunk":
-    lines = scan_lines(buffer, size, start)
-    seen: dict[float, int] = {}
-    parse = []
-    for row, step in enumerate(lines.step_hint.tolist()):
-        seen[step] = seen.get(step, 0) + 1
-        if math.isnan(step) or seen[step] <= parse_per_step:
-            parse.append(row)
-    parse = np.array(parse, dtype=np.int64)
-    return IndexedChunk(lines, parse, summarize_buffer(buffer, start, lines.offset[parse], lines.length[parse]))
-
-
-# Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped), read one
-# by one: the lines may lie far apart in a big file.
-def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
-    with open(path, "rb") as file:
-        data = b"".join(os.pread(file.fileno(), length, offset) for offset, length in zip(offsets.tolist(), lengths.tolist()))
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return summarize_buffer(data, 0, starts, lengths)
-
-
-# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
-def scan_lines(data, size: int, base: int) -> "ScannedLines":
-    newlines = []
-    position = data.find(b"\n", 0, size)
-    while position >= 0:
-        newlines.append(position)
-        position = data.find(b"\n", position + 1, size)
-    newlines = np.array(newlines, dtype=np.int64)
-    starts = np.concatenate([[0], newlines[:-1] + 1]).astype(np.int64) if len(newlines) else newlines
-    lengths = newlines - starts
-    step_hints = np.full(len(newlines), np.nan)
-    for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
-        key = data.rfind(b'"step"', start, end)
-        match = STEP_PATTERN.match(data, key, end) if key >= 0 else None
-        if match and match.group(1):
-            step_hints[i] = float(match.group(1).strip().rstrip(b",}"))  # a step too big for int64 becomes inf
-    blank = np.zeros(len(newlines), dtype=bool)
-    for i in np.flatnonzero(lengths < 256):
-        blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
-    return ScannedLines(
-        line_index=np.flatnonzero(~blank),
-        offset=starts[~blank] + base,
-        length=lengths[~blank],
-        step_hint=step_hints[~blank],
-        physical_lines=len(newlines),
-        complete_end=base + (int(newlines[-1]) + 1 if len(newlines) else 0),
-    )
-
-
-# Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
-# A record is reduced as soon as it is decoded: its floats are freed at once and their memory reused
-# (a 144 MB rank file on one core: 0.52 s when decoding every line first, 0.38 s this way).
-def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
-    view, count = memoryview(data), len(offsets)
-    numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
-    steps, good, group_ids = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), [None] * count
-    function_scores: dict[str, np.ndarray] = {}
-    token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
-    problems, parser = [], simdjson.Parser()
-    for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
-        try:
-            record, note = decode_summary(view[offset : offset + length], parser)
-        except BadLine as error:
-            problems.append((row, "skipped", str(error)))
-            continue
-        if note:
-            problems.append((row, "note", note))
-        good[row], steps[row] = True, record.step
-        for name in SCALAR_KEYS:
-            value = getattr(record, name)
-            if value is not None:
-                numbers[name][row] = value
-        numbers["response_len"][row] = text_length(record.response)
-        if record.ref_response is not None:
-            numbers["ref_response_len"][row] = text_length(record.ref_response)
-        if record.group_id is not None:
-            group_ids[row] = valid_text(str(record.group_id))
-        for name, score in (record.rewards_per_func or {}).items():
-            function_scores.setdefault(valid_text(name), np.full(count, np.nan))[row] = np.nan if score is None else score
-        arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
-        problems.extend((row, "note", text) for text in notes)
-        if arrays["logprobs"] is not None:
-            for key, collected in token_arrays.items():
-                if arrays[key] is not None:
-                    collected.append((row, arrays[key], arrays["logprobs"]))
-    add_token_statistics(numbers, token_arrays)
-    return LineSummaries(good=good, step=steps, numbers=numbers, group_id=group_ids, functions=function_scores, problems=problems)
-
-
-SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
-TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards")
-SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduces
-
-
 # Per-token arrays of a record cut to one common length, with a note for every mismatch.
 def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
     arrays = {key: float_array(getattr(record, key)) for key in keys}
@@ -1730,6 +1814,61 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
 
 
+# Text of a free-form field: strings as they are, anything else as JSON.
+def as_text(value) -> str | None:
+    if value is None:
+        return None
+    return valid_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+# Characters in a free-form field as shown. A string's count needs no check: valid_text puts one � for each lone
+# surrogate, and checking every response would be a noticeable share of the first pass.
+def text_length(value) -> int:
+    return len(value) if isinstance(value, str) else len(as_text(value) or "")
+
+
+# Text UTF-8 can carry: a lone surrogate (valid JSON: "\ud83d", e.g. an emoji cut in half) or a file name's undecodable
+# byte becomes �. Tables, the page and the cache all need UTF-8, and would fail on the whole run for one such line.
+def valid_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+# A raw JSON value the first pass kept (it is valid JSON): msgspec refuses a lone surrogate escape, Python's json takes it.
+def raw_value(raw: msgspec.Raw):
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(bytes(raw))
+
+
+def float_array(values) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=float)
+
+
+# ====================================================================================================================
+# Reading, 2: the per-file index (where each line is, its step and numbers) and its cache on disk.
+# ====================================================================================================================
+
+
+CACHE_FORMAT = 2
+
+
+LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
+
+
+UNPARSED, GOOD, BAD = 0, 1, 2
+
+
+INDEX_COLUMNS = list(LINE_COLUMNS) + SUMMARY_NUMBERS + ["group_id"]
+
+
+LAUNCH_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
+
+
 # A file's identity when indexed: a replaced, truncated or rewritten file never matches it.
 @dataclass
 class FileIdentity:
@@ -1761,10 +1900,6 @@ def read_identity(path: str, indexed_to: int, status: os.stat_result | None = No
         head_hash=hashlib.sha1(head).hexdigest(),
         tail_hash=hashlib.sha1(tail).hexdigest(),
     )
-
-
-LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
-UNPARSED, GOOD, BAD = 0, 1, 2
 
 
 # One rank file: a row per line with where it is, its step and, once parsed, its numbers.
@@ -1869,12 +2004,9 @@ class FileIndex:
 
 
 # The summary columns of lines not parsed yet. Present from the start, so that storing a parse replaces columns
-# instead of inserting them (with 300 small files, inserting them took most of a first load).
+# instead of inserting them, which dominated loading runs of many small files.
 def empty_summaries(count: int) -> dict:
     return {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS} | {"group_id": np.full(count, None, dtype=object)}
-
-
-INDEX_COLUMNS = list(LINE_COLUMNS) + SUMMARY_NUMBERS + ["group_id"]
 
 
 # Index files survive server restarts in a cache folder outside the run (which may be read-only). One file per
@@ -1931,6 +2063,61 @@ class IndexCache:
             self.error = f"index cache not written to {self.folder}: {error}"
             with contextlib.suppress(OSError):
                 temporary.unlink()
+
+
+_read_buffers = threading.local()
+
+
+# Bytes [start, end) of a file in a buffer reused per thread: allocating 100 MB anew costs more than reading it.
+def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
+    wanted = end - start
+    buffer = getattr(_read_buffers, "buffer", None)
+    if buffer is None or len(buffer) < wanted:
+        buffer = _read_buffers.buffer = bytearray(wanted + wanted // 8)  # headroom: the next chunk is a few lines longer
+    view, got = memoryview(buffer), 0
+    with open(path, "rb", buffering=0) as file:
+        file.seek(start)
+        while got < wanted:
+            count = file.readinto(view[got:wanted])
+            if not count:
+                break
+            got += count
+    return buffer, got
+
+
+def launch_of(path: str) -> str:
+    match = LAUNCH_PATTERN.search(Path(path).name)
+    return match.group(2) if match else ""
+
+
+# "run_9" before "run_10": launch ids that are counters sort by number (the logger's timestamps sort either way).
+def natural_order(text: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+# ====================================================================================================================
+# Reading, 3: the store of a run folder and its worker processes.
+# ====================================================================================================================
+
+
+PARALLEL_MIN_BYTES = 48 << 20
+
+
+CHUNK_BYTES = 32 << 20
+
+
+WORKERS = os.cpu_count() or 1
+
+
+MODULE_NAME = Path(__file__).stem
+
+
+# A byte range indexed in one read: its lines, and the summaries of the rows parsed on the way.
+@dataclass
+class IndexedChunk:
+    lines: ScannedLines
+    parsed_rows: np.ndarray
+    summary: LineSummaries
 
 
 # A run folder, indexed incrementally: each load reads only what changed on disk since the last.
@@ -2038,10 +2225,36 @@ class RunStore:
                 progress(done / total, f"Processing {done} / {total} more samples...")
 
 
-PARALLEL_MIN_BYTES = 48 << 20
-CHUNK_BYTES = 32 << 20
-WORKERS = os.cpu_count() or 1
-MODULE_NAME = Path(__file__).stem
+# Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the
+# lines that will likely be shown (the first parse_per_step of each step: a file's share of
+# Max Samples Each Step), all in one read.
+def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> "IndexedChunk":
+    gc.disable()  # decoding makes millions of short-lived objects and no cycles: collections only cost time
+    try:
+        return index_chunk_bytes(*read_range(path, start, end), start, parse_per_step)
+    finally:
+        gc.enable()
+
+
+def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> "IndexedChunk":
+    lines = scan_lines(buffer, size, start)
+    seen: dict[float, int] = {}
+    parse = []
+    for row, step in enumerate(lines.step_hint.tolist()):
+        seen[step] = seen.get(step, 0) + 1
+        if math.isnan(step) or seen[step] <= parse_per_step:
+            parse.append(row)
+    parse = np.array(parse, dtype=np.int64)
+    return IndexedChunk(lines, parse, summarize_buffer(buffer, start, lines.offset[parse], lines.length[parse]))
+
+
+# Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped), read one
+# by one: the lines may lie far apart in a big file.
+def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
+    with open(path, "rb") as file:
+        data = b"".join(os.pread(file.fileno(), length, offset) for offset, length in zip(offsets.tolist(), lengths.tolist()))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return summarize_buffer(data, 0, starts, lengths)
 
 
 # Split bytes [start, end) into ~CHUNK_BYTES pieces that begin at line starts, for workers to scan alone.
@@ -2089,8 +2302,8 @@ def run_tasks(tasks: list, parallel: bool):
 
 # Tasks name functions of this file imported as a module, so they pickle by name; each worker imports it
 # once, as it starts, and main() starts them before the user presses Load & View. Spawned, never forked:
-# forked from the server they share its sockets and threads, and the page's charts then sometimes never drew.
-@st.cache_resource(show_spinner=False)
+# forked from the server they would share its sockets and threads (the page's charts then sometimes never drew).
+@functools.cache
 def worker_pool() -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=importlib.import_module, initargs=(MODULE_NAME,))
     for _ in range(WORKERS):
@@ -2099,14 +2312,14 @@ def worker_pool() -> ProcessPoolExecutor:
     return pool
 
 
-# "run_9" before "run_10": launch ids that are counters sort by number (the logger's timestamps sort either way).
-def natural_order(text: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+# ====================================================================================================================
+# Reading, 4: the run snapshot the page draws, and the step's and sample's lines read back.
+# ====================================================================================================================
 
 
-def launch_of(path: str) -> str:
-    match = LAUNCH_PATTERN.search(Path(path).name)
-    return match.group(2) if match else ""
+REPORT_COLUMNS = [
+    "file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step)", "replaced by a newer launch", "incomplete last line",
+]
 
 
 # The lines a load shows, per file, and how many usable lines each file has that a newer launch replaced.
@@ -2182,11 +2395,6 @@ class RunSnapshot:
         return self.samples.groupby("step")[column].mean().to_dict()
 
 
-REPORT_COLUMNS = [
-    "file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step)", "replaced by a newer launch", "incomplete last line",
-]
-
-
 def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None) -> RunSnapshot:
     chosen, report, problems = [], [], []
     for path, index in files.items():
@@ -2248,12 +2456,6 @@ def read_meta(run_dir: str) -> dict | None:
     return None
 
 
-# One store per run folder, shared by reruns and sessions; it holds the incremental index.
-@st.cache_resource(show_spinner=False)
-def run_store(run_dir: str) -> RunStore:
-    return RunStore(run_dir)
-
-
 # Runs are the root's sub-folders; the root itself is one too when it holds rank files (a user pointed it at a run).
 def list_runs(root: str) -> list[str]:
     folder = Path(root).expanduser()
@@ -2268,20 +2470,19 @@ def lines_key(rows: pd.DataFrame) -> str:
     return hashlib.sha1(repr(list(lines)).encode()).hexdigest()
 
 
-# The step in view with its texts read back, for the tables and the samples pair.
-# Kept as a shared read-only object: pickling it on every rerun would cost more than the page.
+# A step's lines with their texts read back, for the tables and the samples pair; problems say which lines could not be.
 @dataclass
 class StepBatch:
     key: str
     table: pd.DataFrame
-    problems: list
+    problems: list[str]
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
+# Read back the texts of a step's lines (the index keeps only numbers), each line checked to hold its step still.
+def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
     problems = []
-    for path, offset, length, line, step in zip(_rows["path"], _rows["offset"], _rows["length"], _rows["line"], _rows["step"]):
+    for path, offset, length, line, step in zip(rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"]):
         try:
             record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
             ensure_same_step(record, step)
@@ -2293,15 +2494,39 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> StepBatch:
             texts[name].append(text or "" if name in ("prompt", "response") else text)
     if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
         key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
-    return StepBatch(key=key, table=_rows.assign(**texts, group=group_numbers(_rows["group_id"])), problems=problems)
+    return StepBatch(key=key, table=rows.assign(**texts, group=group_numbers(rows["group_id"])), problems=problems)
 
 
-# The per-token arrays of the sample in view, parsed only when it is shown; None without logprobs.
-@st.cache_resource(show_spinner=False, max_entries=64)
-def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
+# The per-token arrays of the sample in view, cut to one length (notes say where they did not match), and its tokens
+# as text.
+@dataclass
+class SampleTokens:
+    logprobs: np.ndarray
+    ref_logprobs: np.ndarray | None
+    entropies: np.ndarray | None
+    values: np.ndarray | None
+    token_rewards: np.ndarray | None
+    response_tokens: list[str]
+    advantage: float | None
+    notes: list[str]
+
+
+# The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
+def read_sample_tokens(path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
     record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
     ensure_same_step(record, step)
     return token_detail(record)
+
+
+# The aligned per-token arrays of one sample, or None without logprobs.
+def token_detail(record) -> "SampleTokens | None":
+    arrays, length, notes = aligned_token_arrays(record)
+    if arrays["logprobs"] is None:
+        return None
+    length = int(length)
+    names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
+    names += ["?"] * (length - len(names))
+    return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes)
 
 
 # A line read back must still hold the step it was indexed with (as a float, as the index holds steps): a file
@@ -2319,113 +2544,6 @@ def read_line(path: str, offset: int, length: int) -> bytes:
 
 def read_back_problem(path: str, line: int, error: Exception) -> str:
     return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."
-
-
-# The per-token arrays of the sample in view, cut to one length (notes say where they did not match), and its tokens
-# as text.
-@dataclass
-class SampleTokens:
-    logprobs: np.ndarray
-    ref_logprobs: np.ndarray | None
-    entropies: np.ndarray | None
-    values: np.ndarray | None
-    token_rewards: np.ndarray | None
-    response_tokens: list[str]
-    advantage: float | None
-    notes: list[str]
-
-
-# The aligned per-token arrays of one sample, or None without logprobs.
-def token_detail(record) -> "SampleTokens | None":
-    arrays, length, notes = aligned_token_arrays(record)
-    if arrays["logprobs"] is None:
-        return None
-    length = int(length)
-    names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
-    names += ["?"] * (length - len(names))
-    return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes)
-
-
-# Tokens as the text they stand for. What tokenizer.convert_ids_to_tokens returns is often not text: byte-level BPE
-# (GPT-2, Llama 3, Qwen) writes each byte as a printable character (a space as Ġ, é as Ã©, 你 as ä½ł), SentencePiece
-# a space as ▁ and a byte as <0xE4>. The scheme is decided once per response, from its ordinary tokens (special ones
-# such as <|im_end|> or <PAD> stay as written): SentencePiece when one has ▁ or is a byte, else byte-level when every
-# character is in the byte table. Each token's bytes are then decoded in turn, a character shown on the token that
-# completes it (a CJK character is often 2-3 tokens; the others show as empty), and bytes that are no character (one
-# cut at truncation, or sampled early in training) or a control character as ⟨0xB6⟩ on the token where that shows.
-# Text whose letters only happen to be in the byte table ("być": ć is byte 0x07) is shown as written: as bytes it
-# holds control characters or invalid bytes, and nothing proves the byte table (a space or newline written as Ġ or Ċ,
-# or a character of 2-4 bytes).
-def readable_tokens(tokens: list[str]) -> list[str]:
-    ordinary = [token for token in tokens if not is_special_token(token)]
-    if any("▁" in token or SENTENCEPIECE_BYTE.fullmatch(token) for token in ordinary):
-        to_bytes = sentencepiece_bytes
-    elif ordinary and all(character in BYTE_OF_CHARACTER for token in ordinary for character in token):
-        to_bytes = byte_level_bytes
-    else:
-        return tokens  # text already (a raw space, CJK...), or no ordinary token
-    texts = decode_token_bytes([None if is_special_token(token) else to_bytes(token) for token in tokens], tokens)
-    decoded = "".join(texts)
-    if to_bytes is byte_level_bytes and (CONTROL_CHARACTER.search(decoded) or UNDECODABLE.search(decoded)):
-        proof = any(BYTE_LEVEL_WHITESPACE.search(token) for token in ordinary) or not UNDECODABLE.sub("", decoded).isascii()
-        if not proof:
-            return tokens
-    return [CONTROL_CHARACTER.sub(lambda match: f"⟨0x{ord(match.group()):02X}⟩", text) for text in texts]
-
-
-# Each token's bytes decoded in order (None: a special token, kept as written); a character shows on the token that
-# completes it, and bytes that cannot be one as ⟨0x..⟩ on the token where that is known.
-def decode_token_bytes(byte_tokens: list[bytes | None], tokens: list[str]) -> list[str]:
-    decoder = codecs.getincrementaldecoder("utf-8")(errors=UNDECODABLE_BYTES)
-    texts = []
-    for data, token in zip(byte_tokens, tokens):
-        if data is None:  # a special token ends any character cut before it
-            if texts:
-                texts[-1] += decoder.decode(b"", final=True)
-            decoder.reset()
-            texts.append(token)
-        else:
-            texts.append(decoder.decode(data))
-    if texts:
-        texts[-1] += decoder.decode(b"", final=True)
-    return texts
-
-
-def undecodable_bytes(error: UnicodeDecodeError) -> tuple[str, int]:
-    return "".join(f"⟨0x{byte:02X}⟩" for byte in error.object[error.start : error.end]), error.end
-
-
-UNDECODABLE = re.compile("⟨0x[0-9A-F]{2}⟩")
-UNDECODABLE_BYTES = "rl_logging_board.undecodable"
-codecs.register_error(UNDECODABLE_BYTES, undecodable_bytes)
-
-
-def is_special_token(token: str) -> bool:
-    return len(token) > 2 and token[0] == "<" and token[-1] == ">" and not SENTENCEPIECE_BYTE.fullmatch(token)
-
-
-def sentencepiece_bytes(token: str) -> bytes:
-    if SENTENCEPIECE_BYTE.fullmatch(token):
-        return bytes([int(token[3:5], 16)])
-    return token.replace("▁", " ").encode("utf-8")
-
-
-def byte_level_bytes(token: str) -> bytes:
-    return bytes(BYTE_OF_CHARACTER[character] for character in token)
-
-
-# GPT-2's byte-to-character table, inverted: printable bytes stand for themselves, the others (space, newline...)
-# for the characters from U+0100 on, in byte order.
-def byte_of_character() -> dict[str, int]:
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    others = [byte for byte in range(256) if byte not in printable]
-    return {chr(byte): byte for byte in printable} | {chr(256 + position): byte for position, byte in enumerate(others)}
-
-
-BYTE_OF_CHARACTER = byte_of_character()
-SENTENCEPIECE_BYTE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
-BYTE_LEVEL_WHITESPACE = re.compile("[\u0120\u010a\u0109]")  # Ġ Ċ ĉ: space, newline and tab in the byte table
-CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # no text's own: shown as ⟨0x..⟩
 
 
 if __name__ == "__main__":
