@@ -151,6 +151,7 @@ def guard_network_access(options: argparse.Namespace) -> str | None:
                 st.error("Wrong access token.")
             st.stop()
         st.session_state[StateKey.TOKEN_ACCEPTED] = True
+        st.rerun()  # drawn anew without the token box
     return None if options.allow_any_root else options.root
 
 

@@ -514,3 +514,49 @@ def test_live_mode_announces_new_steps_or_follows_them(grpo_root, monkeypatch):
     app.run()
     assert widget(app.slider, "Step Index(7 total steps)").value == 6
     assert not app.exception
+
+
+@pytest.fixture
+def served_to_the_network(monkeypatch):
+    """The board as `RL_LOGGING_BOARD_ADDRESS=0.0.0.0 bash start.sh` serves it (AppTest runs in this process)."""
+    from streamlit import config
+
+    before = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    yield
+    config.set_option("server.address", before)
+
+
+def test_served_to_the_network_the_page_needs_the_token_and_stays_under_the_root(grpo_root, tmp_path, monkeypatch, served_to_the_network):
+    outside = tmp_path / "elsewhere"
+    write_run(outside / "secret_run", steps=1, samples=2, tokens=4, ranks=1, workers=1)
+    (grpo_root / "link_out").symlink_to(outside / "secret_run")  # a run folder that leads out of the root
+    monkeypatch.delenv("RL_LOGGING_BOARD_TOKEN", raising=False)
+    app = start(grpo_root, monkeypatch)
+    assert "without an access token" in app.error[0].value and not app.sidebar.button  # nothing served
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "s3cret-token")
+    app = start(grpo_root, monkeypatch)
+    assert not app.sidebar.button
+    widget(app.text_input, "Access token").input("wrong").run()
+    assert app.error[0].value == "Wrong access token." and not app.sidebar.button
+    widget(app.text_input, "Access token").input("s3cret-token").run()
+    assert not app.error and not [t for t in app.text_input if t.label == "Access token"]
+    widget(app.sidebar.text_input, "Log(s) Root Path").input(str(outside)).run()  # the box cannot leave the root
+    assert "opens only folders under" in app.sidebar.warning[0].value
+    assert widget(app.sidebar.selectbox, "Choose Log Name").options == ["grpo_run", "link_out"]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("link_out").run()
+    load_and_view(app)
+    assert "leads outside" in app.warning[0].value and not app.dataframe
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
+    load_and_view(app)
+    assert batch_table(app)["reward"].notna().all()
+
+
+def test_served_to_the_network_any_root_opens_when_asked(grpo_root, tmp_path, monkeypatch, served_to_the_network):
+    write_run(tmp_path / "elsewhere" / "other_run", steps=1, samples=2, tokens=4, ranks=1, workers=1)
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "t")
+    monkeypatch.setenv("RL_LOGGING_BOARD_ALLOW_ANY_ROOT", "1")
+    app = start(grpo_root, monkeypatch)
+    widget(app.text_input, "Access token").input("t").run()
+    widget(app.sidebar.text_input, "Log(s) Root Path").input(str(tmp_path / "elsewhere")).run()
+    assert not app.sidebar.warning and widget(app.sidebar.selectbox, "Choose Log Name").value == "other_run"
