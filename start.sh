@@ -2,13 +2,59 @@
 # Serve the board: bash start.sh [PORT] [ROOT]
 #   PORT  default 8901 (or $RL_LOGGING_BOARD_PORT)
 #   ROOT  folder whose sub-folders are runs; default the bundled rollout_samples/ (or $RL_LOGGING_BOARD_ROOT)
-# It listens on 127.0.0.1 only; set RL_LOGGING_BOARD_ADDRESS=0.0.0.0 to serve other machines.
+# It listens on 127.0.0.1 only; set RL_LOGGING_BOARD_ADDRESS=0.0.0.0 to serve other machines. Served so, the page asks
+# for RL_LOGGING_BOARD_TOKEN (made here and printed with the link when unset) and opens only folders under ROOT
+# (RL_LOGGING_BOARD_ALLOW_ANY_ROOT=1 lifts that).
+# Python: the active virtual environment ($VIRTUAL_ENV) if there is one, else the project's .venv, created on
+# the first run. requirements.txt is installed into it on the first run and again only when the file changes
+# (a stamp file in the environment), so later starts install nothing. RL_LOGGING_BOARD_PYTHON=/path/to/python
+# runs the board with that interpreter as it is, installing nothing.
 set -euo pipefail
 project="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 port="${1:-${RL_LOGGING_BOARD_PORT:-8901}}"
 root="$(realpath -m "${2:-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}")"
 address="${RL_LOGGING_BOARD_ADDRESS:-127.0.0.1}"
 cd "$project"  # so Streamlit reads .streamlit/config.toml
-exec python -m streamlit run rl_logging_board.py \
+
+if [ -n "${RL_LOGGING_BOARD_PYTHON:-}" ]; then
+  python="$RL_LOGGING_BOARD_PYTHON"
+else
+  env="${VIRTUAL_ENV:-$project/.venv}"
+  python="$env/bin/python"
+  stamp="$env/.rl-logging-board-requirements"
+  want="$(sha256sum requirements.txt)"
+  if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+    if ! "$python" -m pip --version >/dev/null 2>&1; then
+      if [ -n "${VIRTUAL_ENV:-}" ]; then
+        echo "start.sh: the active virtual environment $VIRTUAL_ENV has no working pip; deactivate it and run again" >&2
+        exit 1
+      fi
+      echo "start.sh: creating the virtual environment $env (first run only)" >&2
+      rm -rf "$env"  # a half-made one (an interrupted first run, or python3-venv missing then)
+      if ! command -v python3 >/dev/null || ! python3 -m venv "$env"; then
+        rm -rf "$env"
+        echo "start.sh: could not create $env with python3 -m venv. On Debian/Ubuntu install the venv module" \
+          "(sudo apt install python3-venv), then run again." >&2
+        exit 1
+      fi
+    fi
+    echo "start.sh: installing requirements.txt into $env (first run, or requirements.txt changed)" >&2
+    "$python" -m pip install --disable-pip-version-check -r requirements.txt >&2
+    printf '%s\n' "$want" >"$stamp"
+  fi
+fi
+
+case "$address" in
+  127.0.0.1 | localhost | ::1) ;;
+  *)
+    if [ -z "${RL_LOGGING_BOARD_TOKEN:-}" ]; then
+      RL_LOGGING_BOARD_TOKEN="$("$python" -c 'import secrets; print(secrets.token_urlsafe(18))')"
+      export RL_LOGGING_BOARD_TOKEN
+    fi
+    echo "start.sh: served beyond this machine; open http://$(hostname):$port/?token=$RL_LOGGING_BOARD_TOKEN" >&2
+    ;;
+esac
+
+exec "$python" -m streamlit run rl_logging_board.py \
   --server.port "$port" --server.address "$address" --server.headless true \
   --browser.gatherUsageStats false -- --root "$root"
