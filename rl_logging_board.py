@@ -2108,9 +2108,25 @@ CHUNK_BYTES = 32 << 20
 
 
 WORKERS = os.cpu_count() or 1
-
-
 MODULE_NAME = Path(__file__).stem
+# What a worker runs as it starts: it imports this file for the functions its tasks name, but only reads lines, so
+# Streamlit and plotly are replaced by a stand-in whose decorators return the function as it is (importing them cost
+# each worker about 40 MB and as much CPU as the rest of its start, while the page opens: bench/README.md).
+WORKER_START = f"""
+import importlib, sys, types
+
+class PageLibraryStandIn(types.ModuleType):
+    def __getattr__(self, name):
+        return PageLibraryStandIn(name)
+
+    def __call__(self, *args, **kwargs):  # a decorator, bare or with options
+        bare = len(args) == 1 and callable(args[0]) and not kwargs
+        return args[0] if bare else (lambda function: function)
+
+for name in ("streamlit", "plotly", "plotly.graph_objects"):
+    sys.modules[name] = PageLibraryStandIn(name)
+importlib.import_module({MODULE_NAME!r})
+"""
 
 
 # A byte range indexed in one read: its lines, and the summaries of the rows parsed on the way.
@@ -2302,11 +2318,11 @@ def run_tasks(tasks: list, parallel: bool):
 
 
 # Tasks name functions of this file imported as a module, so they pickle by name; each worker imports it
-# once, as it starts, and main() starts them before the user presses Load & View. Spawned, never forked:
-# forked from the server they would share its sockets and threads (the page's charts then sometimes never drew).
+# once, as it starts (WORKER_START), and main() starts them before the user presses Load & View. Spawned, never
+# forked: forked from the server they would share its sockets and threads (the page's charts then sometimes never drew).
 @functools.cache
 def worker_pool() -> ProcessPoolExecutor:
-    pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=importlib.import_module, initargs=(MODULE_NAME,))
+    pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=exec, initargs=(WORKER_START, {}))
     for _ in range(WORKERS):
         pool.submit(int)
     importlib.import_module(MODULE_NAME)  # here too (the page runs as __main__), before Load & View rather than in it

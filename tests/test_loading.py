@@ -150,6 +150,13 @@ def test_ordinary_lines_never_take_the_general_way(monkeypatch):
     assert record.logprobs.tolist() == [-0.5, -1.25e-3, -7.0] and record.entropies.tolist() == [1.5, 0.0, 2.0] and note is None
 
 
+# The workers only read lines: they start without Streamlit and plotly (their memory and start-up CPU are the page's).
+def test_worker_processes_start_without_the_page_libraries():
+    probe = "[type(__import__('sys').modules.get(name)).__name__ for name in ('streamlit', 'plotly.graph_objects')]"
+    assert board.worker_pool().submit(eval, probe).result(timeout=120) == ["PageLibraryStandIn", "PageLibraryStandIn"]
+    assert board.worker_pool().submit(board.summarize_lines, __file__, np.array([0]), np.array([3])).result(timeout=60).problems
+
+
 def test_parallel_workers_give_the_same_numbers(tmp_path):
     write_run(tmp_path / "run", steps=3, samples=8, tokens=30, ranks=4, grpo=True, workers=1)
     parallel = load(tmp_path / "run", parallel=True).samples
