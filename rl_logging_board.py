@@ -469,7 +469,7 @@ def draw_run_metadata(run: "RunSnapshot"):
         ("trl", meta.get("trl_version")),
     ]
     # The model's last path part (all of it on hover); the strip leaves the top right to the load toast.
-    columns = st.columns([3, 2, 2, 2, 2, 2, 3])
+    columns = st.columns([4, 2, 2, 2, 2, 2, 5])
     for column, (label, value) in zip(columns, known):
         shown = "—" if value is None else valid_text(str(value))
         if label == "model":
@@ -1023,6 +1023,7 @@ def step_curve_chart(samples, columns, title, unit, variance_scale=0.2, zero_shi
     return {
         "title": title,
         "height": 330,
+        "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"values": points},
         "layer": [
             {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": f"{unit} ({band})", "scale": y_scale}, "y2": {"field": "high"}, "color": colour}},
