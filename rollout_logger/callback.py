@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
+import inspect
 import itertools
 import json
 import logging
@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from transformers import TrainerCallback
+import trl
+from packaging.version import Version
+from transformers import ProcessorMixin, TrainerCallback
 
 from .writer import JsonlWriter
 
@@ -28,6 +30,27 @@ SAVE_DIR_VARIABLE = "ROLLOUT_SAVE_DIR"
 # holds. TRL ignores keys it does not know.
 SAMPLE_KEY = "rollout_logger_sample"
 
+# The TRL versions this logger is tested with (pyproject.toml's requirement), and what it reads from their trainer.
+SUPPORTED_TRL = ">=0.29,<2"
+TRL_VERSION = Version(trl.__version__)
+HOOKED_METHODS = (
+    "_generate_and_score_completions",
+    "_calculate_rewards",
+    "_get_per_token_logps_and_entropies",
+    "compute_loss",
+)
+TRAINER_FIELDS = (
+    "num_generations",
+    "reward_func_names",
+    "reward_weights",
+    "beta",
+    "temperature",
+    "loss_type",
+    "scale_rewards",
+)
+# Since TRL 1.15 a completion also ends at the generation config's EOS tokens; before, only at the tokenizer's.
+EOS_TOKEN_IDS_SINCE = Version("1.15")
+
 
 def rollout_logging_enabled() -> bool:
     """Whether `SAVE_ROLLOUT_DATA` is set to true, 1 or yes (any case)."""
@@ -37,15 +60,14 @@ def rollout_logging_enabled() -> bool:
 class RolloutLoggerCallback(TrainerCallback):
     r"""
     A [`~transformers.TrainerCallback`] that saves every completion a [`~trl.GRPOTrainer`] samples, with its per-token
-    log-probs, in the JSONL format the RL Logging Board reads. It does nothing unless `SAVE_ROLLOUT_DATA` is true.
+    log-probs, in the JSONL format the RL Logging Board reads. It does nothing unless enabled (`SAVE_ROLLOUT_DATA`).
 
-    Each rank appends to its own `<root>/<EXP_NAME>/rollout_data_rank_<rank>_<launch id>.jsonl`, where `<root>` is
-    `ROLLOUT_SAVE_DIR` (default `<output_dir>/rollout_samples`), `EXP_NAME` defaults to the run name or the output
-    folder's name, and the launch id is the UTC start time `YYYYmmddTHHMMSSZ` chosen by rank 0, so a resumed run
-    writes new files. Rank 0 also writes `rollout_meta_<launch id>.json` with the run's settings. Each line is one
-    sampled completion, tagged with `step`: the optimizer step it was generated for (`state.global_step + 1`, the
-    `step` of TRL's logged metrics). Lines are written once per optimizer step by a background thread; an I/O error
-    costs one warning, never the training. Evaluation batches are not logged.
+    Each rank appends to its own `<save_dir>/<exp_name>/rollout_data_rank_<rank>_<launch id>.jsonl`, where the launch id
+    is the UTC start time `YYYYmmddTHHMMSSZ` chosen by rank 0, so a resumed run writes new files. Rank 0 also writes
+    `rollout_meta_<launch id>.json` with the run's settings. Each line is one sampled completion, tagged with `step`:
+    the optimizer step it was generated for (`state.global_step + 1`, the `step` of TRL's logged metrics). Lines are
+    written once per optimizer step by a background thread; an I/O error costs one warning, never the training.
+    Evaluation batches are not logged.
 
     A callback never sees the batch, so this one wraps methods of the trainer instance it is given (TRL has no public
     API for per-token data); the trainer's class and TRL itself are left untouched. The log-probs are the ones TRL's
@@ -53,6 +75,9 @@ class RolloutLoggerCallback(TrainerCallback):
     those of the loss pass's first pass over each sample. The entropies come from that first pass; the pass's values
     are kept only when it runs at the weights that sampled the sample (no optimizer step in between). A truncated
     completion that TRL masks (`mask_truncated_completions`) is logged with its tokens but no per-token values.
+
+    Supports TRL >=0.29,<2. With logging enabled, a trainer that lacks a method or field the logger reads, or whose
+    methods no longer take the arguments it reads, raises a `RuntimeError` here, before any training.
 
     Usage:
     ```python
@@ -64,18 +89,40 @@ class RolloutLoggerCallback(TrainerCallback):
     Args:
         trainer ([`~trl.GRPOTrainer`]):
             The trainer (or an instance of a subclass) whose rollouts to save.
+        enabled (`bool`, *optional*):
+            Whether to save rollouts. Defaults to the environment variable `SAVE_ROLLOUT_DATA` being `true`, `1` or
+            `yes` (any case). When disabled, no method of the trainer is wrapped and nothing is written.
+        save_dir (`str` or `os.PathLike`, *optional*):
+            The root folder, which holds one folder per experiment. Defaults to the environment variable
+            `ROLLOUT_SAVE_DIR`, else `<output_dir>/rollout_samples`.
+        exp_name (`str`, *optional*):
+            The experiment's folder name under `save_dir`. Defaults to the environment variable `EXP_NAME`, else the
+            training arguments' `run_name`, else the name of `output_dir`.
     """
 
-    def __init__(self, trainer):
+    def __init__(
+        self,
+        trainer,
+        enabled: bool | None = None,
+        save_dir: str | os.PathLike | None = None,
+        exp_name: str | None = None,
+    ):
         self.trainer = trainer
-        self.enabled = rollout_logging_enabled()
+        self.enabled = rollout_logging_enabled() if enabled is None else enabled
+        self.save_dir = _setting(save_dir, SAVE_DIR_VARIABLE)  # None: `<output_dir>/rollout_samples`
+        self.exp_name = _setting(exp_name, EXP_NAME_VARIABLE)  # None: the run name, else the output folder's name
         self.run_dir: Path | None = None
         self.launch_id: str | None = None
         self._writer: JsonlWriter | None = None
         self._warned: set[str] = set()
-        self._hooks_loss_pass = False
         self._reset_batches()
         if self.enabled:
+            _check_trainer(trainer)
+            self._tokenizer = _tokenizer(trainer.processing_class)
+            self._stop_ids = _stop_token_ids(trainer, self._tokenizer)
+            # TRL's private methods' arguments, read by name: a renamed parameter fails here, not mid-run.
+            self._completion_ids_of = _argument_reader(trainer, "_calculate_rewards", "completion_ids_list")
+            self._loss_inputs_of = _argument_reader(trainer, "compute_loss", "inputs")
             self._install_hooks()
 
     def _reset_batches(self) -> None:
@@ -89,37 +136,10 @@ class RolloutLoggerCallback(TrainerCallback):
     # ------------------------------------------------------------------ hooks
 
     def _install_hooks(self) -> None:
-        trainer = self.trainer
-        if not hasattr(trainer, "_generate_and_score_completions"):
-            self._warn_once(
-                "unsupported", f"{type(trainer).__name__} has no `_generate_and_score_completions`; nothing is logged"
-            )
-            self.enabled = False
-            return
         self._wrap("_generate_and_score_completions", self._around_generation)
-        if hasattr(trainer, "_calculate_rewards"):
-            self._wrap("_calculate_rewards", self._around_rewards)
-        else:
-            self._warn_once("rewards", "this TRL version has no `_calculate_rewards`; rewards are not logged")
-        # The loss pass's per-token log-prob function (named `_get_per_token_logps` before TRL 0.20).
-        logps_method = next(
-            (
-                name
-                for name in ("_get_per_token_logps_and_entropies", "_get_per_token_logps")
-                if hasattr(trainer, name)
-            ),
-            None,
-        )
-        if logps_method is not None:
-            self._wrap(logps_method, self._around_per_token_logps)
-            self._wrap("compute_loss", self._around_loss)
-            self._hooks_loss_pass = True
-        else:
-            self._warn_once(
-                "logps",
-                "this TRL version has no per-token log-prob function; only the log-probs TRL "
-                "computes at generation are logged",
-            )
+        self._wrap("_calculate_rewards", self._around_rewards)
+        self._wrap("_get_per_token_logps_and_entropies", self._around_per_token_logps)
+        self._wrap("compute_loss", self._around_loss)
 
     def _wrap(self, name: str, around: Callable) -> None:
         """Replaces `trainer.<name>` on this instance only by `around(original, *args, **kwargs)`."""
@@ -142,18 +162,15 @@ class RolloutLoggerCallback(TrainerCallback):
         return output
 
     def _around_rewards(self, calculate_rewards, *args, **kwargs):
-        # Called as `_calculate_rewards(inputs, prompts, completions, completion_ids_list)`.
         rewards_per_func = calculate_rewards(*args, **kwargs)
-        completion_ids = args[3] if len(args) > 3 else kwargs.get("completion_ids_list")
-        if self._writer is not None and completion_ids is not None and isinstance(rewards_per_func, torch.Tensor):
-            self._scored = (completion_ids, rewards_per_func)
+        if self._writer is not None:
+            self._scored = (self._completion_ids_of(args, kwargs), rewards_per_func)
         return rewards_per_func
 
     def _around_loss(self, compute_loss, *args, **kwargs):
-        # Called as `compute_loss(model, inputs, ...)`.
-        inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
-        samples = inputs.get(SAMPLE_KEY) if isinstance(inputs, dict) else None
-        if samples is not None and self._waiting and inputs.get("completion_mask") is not None:
+        inputs = self._loss_inputs_of(args, kwargs)
+        samples = inputs.get(SAMPLE_KEY)
+        if samples is not None and self._waiting:
             samples = samples.tolist()
             if any(sample in self._waiting for sample in samples):
                 self._loss_batch = (samples, inputs["completion_mask"])
@@ -176,82 +193,83 @@ class RolloutLoggerCallback(TrainerCallback):
 
     def _start_records(self, output: dict, step: int) -> None:
         """Builds one record per sample of a generated batch; they wait for the loss pass's log-probs and entropies."""
-        trainer = self.trainer
-        tokenizer = self._tokenizer()
-        rank = trainer.accelerator.process_index
         completion_mask = output["completion_mask"].bool()
         lengths = completion_mask.sum(dim=1).tolist()
         count = len(lengths)
-        sampled_ids = _split(output["completion_ids"][completion_mask].tolist(), lengths)
-        prompt_mask = output["prompt_mask"].bool()
-        prompt_ids = _split(output["prompt_ids"][prompt_mask].tolist(), prompt_mask.sum(dim=1).tolist())
-        unique_prompts = list(dict.fromkeys(map(tuple, prompt_ids)))  # each prompt repeats num_generations times
-        texts = tokenizer.batch_decode(unique_prompts, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        prompt_text = dict(zip(unique_prompts, texts))
-        prompts = [prompt_text[tuple(ids)] for ids in prompt_ids]
-
-        rewards = rewards_per_func = None
-        if self._scored is not None:
-            scored_ids, gathered = self._scored
-            sampled_ids = [list(ids) for ids in scored_ids]  # every sampled token, even where a mask hides it
-            if gathered.size(0) == count * trainer.accelerator.num_processes:
-                # TRL gathers the rewards of all ranks; each rank's samples are consecutive rows.
-                per_func = gathered[rank * count : (rank + 1) * count].float().cpu()
-                weighted = (per_func * trainer.reward_weights.float().cpu()).nansum(dim=1)
-                weighted[per_func.isnan().all(dim=1)] = float("nan")  # TRL's unscorable samples
-                rewards, rewards_per_func = weighted.tolist(), per_func.tolist()
-            else:
-                self._warn_once("rewards", "the rewards TRL computed do not match the batch; rewards are not logged")
-        sampled_lengths = [len(ids) for ids in sampled_ids]
-        tokens = _split(tokenizer.convert_ids_to_tokens([id_ for ids in sampled_ids for id_ in ids]), sampled_lengths)
+        sampled_ids, rewards, rewards_per_func = self._scored_samples(count)
         # Per-token values only where the mask holds every sampled token: TRL's `mask_truncated_completions` masks a
         # truncated completion out of attention, so its log-probs and entropies were computed without it.
-        per_token = [length == sampled for length, sampled in zip(lengths, sampled_lengths)]
-        responses = tokenizer.batch_decode(sampled_ids, skip_special_tokens=True)  # as TRL decodes completions
-        stop_ids = set(getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id]) | {tokenizer.pad_token_id}
+        per_token = [length == len(ids) for length, ids in zip(lengths, sampled_ids)]
+        logprobs, ref_logprobs = _generation_logps(output, completion_mask, lengths, per_token)
+        rank = self.trainer.accelerator.process_index
+        columns = {  # in the order of a line's keys; None values are left out of the line
+            "prompt": self._decode_prompts(output["prompt_ids"], output["prompt_mask"].bool()),
+            "response": self._tokenizer.batch_decode(sampled_ids, skip_special_tokens=True),  # as TRL decodes them
+            "response_tokens": self._completion_tokens(sampled_ids),
+            "logprobs": logprobs,
+            "ref_logprobs": ref_logprobs,
+            "entropies": [None] * count,
+            "reward": rewards,
+            "rewards_per_func": rewards_per_func,
+            "advantage": _sample_advantages(output["advantages"], completion_mask),
+            "group_id": self._group_ids(rank * count, count),
+            "truncated": [bool(ids) and ids[-1] not in self._stop_ids for ids in sampled_ids],
+            "rank": [rank] * count,
+            "step": [step] * count,
+        }
+        records = [dict(zip(columns, values)) for values in zip(*columns.values())]
+        self._await_loss_pass(output, records, per_token)
 
-        advantages = output["advantages"]
-        if advantages.dim() > 1:  # a subclass's per-token advantages: their mean over the completion
-            advantages = (advantages * completion_mask).sum(dim=1) / completion_mask.sum(dim=1).clamp(min=1)
-        advantages = advantages.tolist()
-        old_logps, ref_logps = output.get("old_per_token_logps"), output.get("ref_per_token_logps")
-        old_logps = [None] * count if old_logps is None else _masked_rows(old_logps, completion_mask, lengths)
-        ref_logps = None if ref_logps is None else _masked_rows(ref_logps, completion_mask, lengths)
+    def _scored_samples(self, count: int) -> tuple[list[list[int]], list[float], list[dict[str, float | None]]]:
+        """This rank's rows of what `_calculate_rewards` saw and returned: every sampled token of each completion (even
+        those a mask hides), its weighted reward (NaN when no function scored it) and each function's score."""
+        if self._scored is None:
+            raise RuntimeError("TRL's generation did not call `_calculate_rewards`")
+        completion_ids, gathered = self._scored
+        trainer = self.trainer
+        if gathered.size(0) != count * trainer.accelerator.num_processes:
+            raise RuntimeError(f"TRL's rewards have {gathered.size(0)} rows for {count} samples per rank")
+        # TRL gathers the rewards of all ranks; each rank's samples are consecutive rows.
+        rank = trainer.accelerator.process_index
+        per_func = gathered[rank * count : (rank + 1) * count].float().cpu()
+        weighted = (per_func * trainer.reward_weights.float().cpu()).nansum(dim=1)
+        weighted[per_func.isnan().all(dim=1)] = float("nan")  # TRL's unscorable samples
         names = list(trainer.reward_func_names)
-        num_generations = trainer.num_generations
+        rewards_per_func = [
+            {name: None if math.isnan(score) else score for name, score in zip(names, scores)}
+            for scores in per_func.tolist()
+        ]
+        return [list(ids) for ids in completion_ids], weighted.tolist(), rewards_per_func
 
-        records = []
-        for row in range(count):
-            record = {
-                "prompt": prompts[row],
-                "response": responses[row],
-                "response_tokens": tokens[row],
-                "logprobs": old_logps[row] if per_token[row] else None,
-            }
-            if ref_logps is not None and per_token[row]:
-                record["ref_logprobs"] = ref_logps[row]
-            record["entropies"] = None
-            record["reward"] = None if rewards is None else rewards[row]
-            if rewards_per_func is not None:
-                record["rewards_per_func"] = {
-                    name: None if math.isnan(score) else score for name, score in zip(names, rewards_per_func[row])
-                }
-            record["advantage"] = advantages[row]
-            # TRL repeats each prompt num_generations times in the global batch, then splits it across ranks.
-            record["group_id"] = f"{self.launch_id}-{self._generations}-{(rank * count + row) // num_generations}"
-            record["truncated"] = bool(sampled_ids[row]) and sampled_ids[row][-1] not in stop_ids
-            record["rank"] = rank
-            record["step"] = step
-            records.append(record)
+    def _decode_prompts(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[str]:
+        """Each row's prompt text, special tokens included; each distinct prompt decoded once (TRL repeats each
+        num_generations times)."""
+        rows = _split(prompt_ids[prompt_mask].tolist(), prompt_mask.sum(dim=1).tolist())
+        unique = list(dict.fromkeys(map(tuple, rows)))
+        texts = self._tokenizer.batch_decode(unique, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text_of = dict(zip(unique, texts))
+        return [text_of[tuple(ids)] for ids in rows]
 
+    def _completion_tokens(self, sampled_ids: list[list[int]]) -> list[list[str]]:
+        tokens = self._tokenizer.convert_ids_to_tokens([id_ for ids in sampled_ids for id_ in ids])
+        return _split(tokens, [len(ids) for ids in sampled_ids])
+
+    def _group_ids(self, first_row: int, count: int) -> list[str]:
+        """The group of each of `count` rows from the global batch's `first_row` on: TRL repeats each prompt
+        num_generations times in the global batch, then splits it across ranks."""
+        rows = range(first_row, first_row + count)
+        return [f"{self.launch_id}-{self._generations}-{row // self.trainer.num_generations}" for row in rows]
+
+    def _await_loss_pass(self, output: dict, records: list[dict], per_token: list[bool]) -> None:
+        """Holds the records that the loss pass completes, tagging the batch so that it finds them; the others (no
+        per-token values to come) go straight to the next write."""
         for sample, record, completed_later in zip(itertools.count(self._next_sample), records, per_token):
-            if completed_later and self._hooks_loss_pass:
+            if completed_later:
                 self._waiting[sample] = record
-            else:  # nothing would complete it: written as it is
+            else:
                 self._finished.append(_without_missing(record))
-        if self._hooks_loss_pass:
-            output[SAMPLE_KEY] = torch.arange(self._next_sample, self._next_sample + count)
-        self._next_sample += count
+        output[SAMPLE_KEY] = torch.arange(self._next_sample, self._next_sample + len(records))
+        self._next_sample += len(records)
         self._generations += 1
 
     def _finish_records(self, loss_batch: tuple, result: Any) -> None:
@@ -265,7 +283,7 @@ class RolloutLoggerCallback(TrainerCallback):
         sampling_policy = [record is not None and record["step"] == step for record in records]
         logps = entropies = None
         if result is not None and any(sampling_policy):
-            logps, entropies = (result[0], result[1]) if isinstance(result, tuple) else (result, None)
+            logps, entropies = result[:2]  # since TRL 1.7 an auxiliary loss follows
             mask = completion_mask.bool()
             lengths = mask.sum(dim=1).tolist()
             logps = _masked_rows(logps.detach(), mask, lengths)
@@ -280,19 +298,15 @@ class RolloutLoggerCallback(TrainerCallback):
                     record["entropies"] = entropies[position]
             self._finished.append(_without_missing(record))
 
-    def _tokenizer(self):
-        trainer = self.trainer
-        tokenizer = getattr(trainer, "_tokenizer", None) or trainer.processing_class
-        return getattr(tokenizer, "tokenizer", tokenizer)  # a VLM processor holds its tokenizer
-
     # ------------------------------------------------------------------ training events
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.enabled:
             return
         self._reset_batches()
-        root = os.environ.get(SAVE_DIR_VARIABLE) or Path(args.output_dir) / "rollout_samples"
-        self.run_dir = Path(root) / _experiment_name(args)
+        root = self.save_dir or Path(args.output_dir) / "rollout_samples"
+        name = self.exp_name or args.run_name or Path(args.output_dir).resolve().name
+        self.run_dir = Path(root) / _folder_name(name)
         accelerator = self.trainer.accelerator
         self.launch_id = _shared_launch_id(self.run_dir, accelerator.is_main_process)
         path = self.run_dir / f"rollout_data_rank_{accelerator.process_index}_{self.launch_id}.jsonl"
@@ -329,20 +343,20 @@ class RolloutLoggerCallback(TrainerCallback):
         meta = {
             "launch_id": self.launch_id,
             "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "trl_version": importlib.metadata.version("trl"),
+            "trl_version": trl.__version__,
             "model_name": getattr(model_config, "_name_or_path", None),
             "world_size": trainer.accelerator.num_processes,
-            "beta": getattr(trainer, "beta", None),
-            "num_generations": getattr(trainer, "num_generations", None),
-            "temperature": getattr(trainer, "temperature", None),
-            "loss_type": getattr(trainer, "loss_type", None),
-            "scale_rewards": getattr(trainer, "scale_rewards", None),
-            "reward_funcs": list(getattr(trainer, "reward_func_names", [])),
-            "reward_weights": trainer.reward_weights.tolist() if hasattr(trainer, "reward_weights") else None,
+            "beta": trainer.beta,
+            "num_generations": trainer.num_generations,
+            "temperature": trainer.temperature,
+            "loss_type": trainer.loss_type,
+            "scale_rewards": trainer.scale_rewards,
+            "reward_funcs": list(trainer.reward_func_names),
+            "reward_weights": trainer.reward_weights.tolist(),
             "learning_rate": args.learning_rate,
-            "max_completion_length": getattr(args, "max_completion_length", None),
-            "num_iterations": getattr(args, "num_iterations", None),
-            "steps_per_generation": getattr(args, "steps_per_generation", None),
+            "max_completion_length": args.max_completion_length,
+            "num_iterations": args.num_iterations,
+            "steps_per_generation": args.steps_per_generation,
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "seed": args.seed,
@@ -384,17 +398,78 @@ class RolloutLoggerCallback(TrainerCallback):
             logger.warning(f"RLLoggingBoard: {message}")
 
 
-def _experiment_name(args) -> str:
-    """`EXP_NAME`, else the run name, else the output folder's name: one folder name (the board lists folders)."""
-    run_name = args.run_name if args.run_name != args.output_dir else None  # older transformers default to output_dir
-    name = os.environ.get(EXP_NAME_VARIABLE) or run_name or Path(args.output_dir).resolve().name
+def _setting(value, variable: str):
+    """An argument given to the callback, else its environment variable (unless empty), else None."""
+    return value if value is not None else (os.environ.get(variable) or None)
+
+
+def _check_trainer(trainer) -> None:
+    """Raises if the trainer lacks a method or field the logger reads: TRL changed in a way this logger does not know,
+    and it would log wrong or nothing."""
+    needed = HOOKED_METHODS + TRAINER_FIELDS + (("eos_token_ids",) if TRL_VERSION >= EOS_TOKEN_IDS_SINCE else ())
+    missing = [name for name in needed if not hasattr(trainer, name)]
+    if missing:
+        raise _trl_drift(trainer, f"has no {', '.join(f'`{name}`' for name in missing)}")
+
+
+def _argument_reader(trainer, method: str, parameter: str) -> Callable[[tuple, dict], Any]:
+    """A function of a call's `(args, kwargs)` to `trainer.<method>` that returns the argument it takes as `parameter`,
+    matched by name, so that TRL reordering its parameters cannot make the logger read another one."""
+    signature = inspect.signature(getattr(trainer, method))
+    if parameter not in signature.parameters:
+        raise _trl_drift(trainer, f"has a `{method}{signature}` without the parameter `{parameter}`")
+    return lambda args, kwargs: signature.bind(*args, **kwargs).arguments[parameter]
+
+
+def _trl_drift(trainer, problem: str) -> RuntimeError:
+    return RuntimeError(
+        f"RolloutLoggerCallback cannot log this run: {type(trainer).__name__} (TRL {trl.__version__}) {problem}. "
+        f"The logger supports TRL {SUPPORTED_TRL}; pass enabled=False or set SAVE_ROLLOUT_DATA=false to train "
+        "without it."
+    )
+
+
+def _tokenizer(processing_class):
+    """The tokenizer, also of a vision-language model's processor, as TRL takes it."""
+    return processing_class.tokenizer if isinstance(processing_class, ProcessorMixin) else processing_class
+
+
+def _stop_token_ids(trainer, tokenizer) -> set[int]:
+    """The tokens that end a completion that was not cut at `max_completion_length`: TRL's EOS tokens, and padding."""
+    eos_token_ids = trainer.eos_token_ids if TRL_VERSION >= EOS_TOKEN_IDS_SINCE else [tokenizer.eos_token_id]
+    return set(eos_token_ids) | {tokenizer.pad_token_id}
+
+
+def _folder_name(name: str) -> str:
+    """One folder name (the board lists folders): slashes become underscores."""
     return name.strip("/").replace("/", "_") or "run"
 
 
+def _generation_logps(
+    output: dict, completion_mask: torch.Tensor, lengths: list[int], per_token: list[bool]
+) -> tuple[list, list]:
+    """Per sample, the policy's and the reference model's log-probs that TRL computed at generation; None where TRL
+    computed none, or where `per_token` says they do not cover every sampled token."""
+    columns = []
+    for key in ("old_per_token_logps", "ref_per_token_logps"):
+        values = output.get(key)
+        rows = [None] * len(lengths) if values is None else _masked_rows(values, completion_mask, lengths)
+        columns.append([row if keep else None for row, keep in zip(rows, per_token)])
+    return tuple(columns)
+
+
+def _sample_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor) -> list[float]:
+    """One advantage per sample: TRL's, or the completion mean of the per-token advantages a subclass may give (TRL's
+    loss takes both shapes)."""
+    if advantages.dim() > 1:
+        advantages = (advantages * completion_mask).sum(dim=1) / completion_mask.sum(dim=1).clamp(min=1)
+    return advantages.tolist()
+
+
 def _without_missing(record: dict) -> dict:
-    """Drops the per-token keys nothing filled in (no entropies from this TRL, a sample never trained on or trained
-    after an update, a truncated completion TRL masked)."""
-    for key in ("logprobs", "entropies"):
+    """Drops the per-token keys nothing filled in (no reference model, a sample never trained on or trained after an
+    update, a truncated completion TRL masked)."""
+    for key in ("logprobs", "ref_logprobs", "entropies"):
         if record[key] is None:
             del record[key]
     return record

@@ -66,3 +66,6 @@ fi
 
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 python -m pytest "$@"
+# The logger's tests again on the oldest TRL pyproject.toml claims (the run above has tests/requirements.txt's newest);
+# skipped when arguments pick tests.
+[ $# -gt 0 ] || bash tests/run_logger_tests_on_oldest_trl.sh

@@ -17,8 +17,12 @@ from collections import Counter, defaultdict
 
 import pytest
 import torch
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from trl import GRPOTrainer
 
+import rollout_logger.callback
 import rollout_logger.writer
 from examples.train_grpo_tiny import same_digits, sorted_digits
 from rollout_logger import RolloutLoggerCallback, rollout_logging_enabled
@@ -53,8 +57,10 @@ GRPO_KEYS = {
 HOOKED = {
     "_generate_and_score_completions",
     "_calculate_rewards",
+    "_get_per_token_logps_and_entropies",
     "compute_loss",
-}  # and the per-token log-prob function
+}
+PROJECT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def logger_warnings(caplog) -> list[str]:
@@ -93,8 +99,6 @@ def assert_well_formed(trainer, generations, records, steps, batches_per_step=1,
     """All keys (entropies possibly not, unless `entropies_everywhere`), per-token lists as long as the completion
     mask, each generated sample exactly once."""
     keys = GRPO_KEYS | ({"ref_logprobs"} if trainer.beta != 0 else set())
-    if not hasattr(trainer, "_get_per_token_logps_and_entropies"):  # TRL < 0.20 computes no entropies
-        keys = keys - {"entropies"}
     generation_batch = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
     assert Counter(record["step"] for record in records) == {
         step: generation_batch * batches_per_step for step in steps
@@ -320,6 +324,94 @@ def test_each_launch_writes_new_files(tmp_path, monkeypatch):
     assert len(files) == 2 and set(first) < set(files) and files[min(files)] == first[min(first)]
     launches = sorted(FILE_NAME.fullmatch(name).group(1) for name in files)
     assert launches[0] < launches[1] and len(list(callback.run_dir.glob("rollout_meta_*.json"))) == 2
+
+
+# ---------------------------------------------------------------- options
+
+
+def test_arguments_override_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "false")
+    monkeypatch.setenv("ROLLOUT_SAVE_DIR", str(tmp_path / "env_root"))
+    monkeypatch.setenv("EXP_NAME", "env_name")
+    trainer = make_trainer(tmp_path / "output", max_steps=1, beta=0.0)
+    callback = RolloutLoggerCallback(trainer, enabled=True, save_dir=tmp_path / "root", exp_name="my/experiment")
+    trainer.add_callback(callback)
+    trainer.train()
+    assert callback.run_dir == tmp_path / "root" / "my_experiment"
+    [records] = read_records(callback.run_dir).values()
+    assert len(records) == 8 and not (tmp_path / "env_root").exists()
+
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "true")
+    attributes = dict(vars(trainer))
+    assert not RolloutLoggerCallback(trainer, enabled=False).enabled and vars(trainer) == attributes
+
+
+def run_dir_of(trainer, **options) -> pathlib.Path:
+    """The folder a logging callback with these options writes to (set up, then closed, without training)."""
+    callback = RolloutLoggerCallback(trainer, enabled=True, **options)
+    callback.on_train_begin(trainer.args, trainer.state, trainer.control)
+    callback.on_train_end(trainer.args, trainer.state, trainer.control)
+    return callback.run_dir
+
+
+def test_folder_from_arguments_else_environment_else_defaults(tmp_path, monkeypatch):
+    monkeypatch.delenv("ROLLOUT_SAVE_DIR", raising=False)
+    monkeypatch.delenv("EXP_NAME", raising=False)
+    trainer = make_trainer(tmp_path / "output")
+    assert trainer.args.run_name is None  # transformers >= 4.56 (TRL 0.29's oldest) no longer sets it to output_dir
+    assert run_dir_of(trainer) == tmp_path / "output" / "rollout_samples" / "output"
+    trainer.args.run_name = "my/run"
+    assert run_dir_of(trainer) == tmp_path / "output" / "rollout_samples" / "my_run"
+    monkeypatch.setenv("ROLLOUT_SAVE_DIR", str(tmp_path / "env_root"))
+    monkeypatch.setenv("EXP_NAME", "env_name")
+    assert run_dir_of(trainer) == tmp_path / "env_root" / "env_name"
+    assert run_dir_of(trainer, save_dir=str(tmp_path / "root"), exp_name="name") == tmp_path / "root" / "name"
+
+
+# ---------------------------------------------------------------- TRL drift
+
+
+def test_supported_trl_versions_are_the_projects_and_include_this_one():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    dependencies = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"trl{rollout_logger.callback.SUPPORTED_TRL}" in dependencies
+    assert Version(trl.__version__) in SpecifierSet(rollout_logger.callback.SUPPORTED_TRL)
+
+
+READ_FROM_THE_TRAINER = ["_calculate_rewards", "_get_per_token_logps_and_entropies", "reward_weights"]
+if rollout_logger.callback.TRL_VERSION >= rollout_logger.callback.EOS_TOKEN_IDS_SINCE:
+    READ_FROM_THE_TRAINER.append("eos_token_ids")
+
+
+@pytest.mark.parametrize("missing", READ_FROM_THE_TRAINER)
+def test_a_trainer_without_what_the_logger_reads_fails_at_construction(missing, tmp_path, monkeypatch):
+    trainer = make_trainer(tmp_path)
+    monkeypatch.delattr(trainer if missing in vars(trainer) else GRPOTrainer, missing)
+    attributes = dict(vars(trainer))
+    message = rf"GRPOTrainer \(TRL {re.escape(trl.__version__)}\) has no `{missing}`"
+    with pytest.raises(RuntimeError, match=message):
+        RolloutLoggerCallback(trainer, enabled=True)
+    assert vars(trainer) == attributes  # nothing wrapped
+    RolloutLoggerCallback(trainer, enabled=False)  # logging off checks nothing
+
+
+def test_a_renamed_parameter_fails_at_construction(tmp_path):
+    trainer = make_trainer(tmp_path)
+    trainer.compute_loss = lambda model, batch, return_outputs=False, num_items_in_batch=None: None
+    with pytest.raises(RuntimeError, match=r"`compute_loss\(model, batch, .*\)` without the parameter `inputs`"):
+        RolloutLoggerCallback(trainer, enabled=True)
+
+
+def test_arguments_are_read_by_name():
+    class Reordered:
+        def _calculate_rewards(self, completion_ids_list, inputs, prompts, completions):
+            pass
+
+    read = rollout_logger.callback._argument_reader(Reordered(), "_calculate_rewards", "completion_ids_list")
+    assert read(([[1, 2]], "inputs", "prompts", "completions"), {}) == [[1, 2]]
+    assert read(("ids", "inputs"), {"completions": "completions", "prompts": "prompts"}) == "ids"
+    with pytest.raises(TypeError):
+        read(("ids",), {})
 
 
 # ---------------------------------------------------------------- faults
