@@ -197,6 +197,7 @@ def draw_sample_view(run: "RunSnapshot", batch: "StepBatch", step: int, settings
 # to a widget's key for the choice it keeps while the widget is not drawn.
 class StateKey:
     LOADED_RUN = "loaded_run"  # the run folder Load & View opened
+    WARM_UP = "warm_up_stage"  # due, drawing (the first rerun after the page opened draws the warm-up), done
     TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
     SELECTED_STEP = "selected_step"  # the step in view
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
@@ -261,6 +262,7 @@ RUNNING_TEXT_TOKENS = 2000
 
 
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
+WARM_UP_AFTER_S = 1.0
 
 
 # The original's sidebar, label for label, plus the live mode and KL estimator choices.
@@ -407,7 +409,7 @@ def load_selected_run(settings: "Settings"):
         shown, bad = len(store.snapshot.samples), int(store.snapshot.report["bad lines"].sum())
         st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
     if settings.live:
-        watch_run(run_dir, max_samples, settings.live_every)
+        watch_run(run_dir, max_samples, settings.live_every, store.snapshot)
     return store.snapshot
 
 
@@ -430,8 +432,15 @@ class ProgressBar:
 
 
 # Off-screen samples of every kind of element the loaded page draws (but the toast): the browser fetches and
-# compiles their code while the user picks a run instead of after Load & View.
+# compiles their code while the user picks a run instead of after Load & View. Drawn once, by the fragment's own timer
+# a moment after the page opened, not in its first run: the browser paints nothing of a run before it has handled all
+# of it, and these elements held back the first paint of Load & View by seconds (bench/README.md).
+@st.fragment(run_every=WARM_UP_AFTER_S)
 def warm_up_browser():
+    stage = st.session_state.get(StateKey.WARM_UP, "due")
+    st.session_state[StateKey.WARM_UP] = {"due": "drawing", "drawing": "done"}.get(stage, "done")
+    if stage != "drawing":
+        return
     with st.container(key="warm_up"):
         st.html("<style>.st-key-warm_up {position: absolute; left: -10000px; width: 600px}</style>")
         draw_chart(st, {"data": {"values": [{"x": 0}]}, "mark": "bar", "encoding": {"x": {"field": "x", "type": "quantitative"}}})
@@ -442,11 +451,13 @@ def warm_up_browser():
         st.progress(0.0)
 
 
-# Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed.
-def watch_run(run_dir: str, max_samples: int, every_seconds: int):
+# Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed, or when another
+# session watching the same run already loaded the change (the store is shared: it then has no work left).
+def watch_run(run_dir: str, max_samples: int, every_seconds: int, shown: "RunSnapshot"):
     @st.fragment(run_every=every_seconds)
     def check_for_new_lines():
-        if run_store(run_dir).needs_work(max_samples):
+        store = run_store(run_dir)
+        if store.snapshot is not shown or store.needs_work(max_samples):
             st.rerun(scope="app")
         st.caption(f"Live: checked {time.strftime('%H:%M:%S')}, every {every_seconds} s.")
 
@@ -2312,21 +2323,26 @@ def run_tasks(tasks: list, parallel: bool):
         for function, args in tasks:
             yield function(*args)
         return
-    pool, module = worker_pool(), importlib.import_module(MODULE_NAME)
-    futures = [pool.submit(getattr(module, function.__name__), *args) for function, args in tasks]
+    module = importlib.import_module(MODULE_NAME)
+    futures = [worker_pool().submit(getattr(module, function.__name__), *args) for function, args in tasks]
     for future in futures:
         yield future.result()
 
 
-# Tasks name functions of this file imported as a module, so they pickle by name; each worker imports it
-# once, as it starts (WORKER_START), and main() starts them before the user presses Load & View. Spawned, never
-# forked: forked from the server they would share its sockets and threads (the page's charts then sometimes never drew).
-@functools.cache
+# One pool of worker processes per server, kept by this file imported as a module (MODULE_NAME): the page runs it as
+# __main__ too, anew on every rerun, and a pool cached there would be a new one each time. Tasks name functions of that
+# module, so they pickle by name; each worker imports it once, as it starts (WORKER_START), and main() starts them
+# before the user presses Load & View. Spawned, never forked: forked from the server they would share its sockets and
+# threads (the page's charts then sometimes never drew).
 def worker_pool() -> ProcessPoolExecutor:
+    return importlib.import_module(MODULE_NAME).started_worker_pool()
+
+
+@functools.cache
+def started_worker_pool() -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=exec, initargs=(WORKER_START, {}))
     for _ in range(WORKERS):
         pool.submit(int)
-    importlib.import_module(MODULE_NAME)  # here too (the page runs as __main__), before Load & View rather than in it
     return pool
 
 

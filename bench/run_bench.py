@@ -123,8 +123,13 @@ QUIET_MS = 200
 
 
 def peak_rss_gib(pid: int) -> float:
+    return status_gib(pid, "VmHWM")
+
+
+# A memory field of /proc/PID/status (VmHWM: peak resident, VmRSS: resident now) in GiB.
+def status_gib(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 2**20
     return float("nan")
 
@@ -163,29 +168,65 @@ def child_pids(pid: int) -> list[int]:
     return [int(p) for p in out] + [grandchild for p in out for grandchild in child_pids(int(p))]
 
 
+# Keyword arguments of chromium.launch (sync or async API): the system Chromium, headless, offline.
+CHROMIUM = {"executable_path": "/usr/bin/chromium", "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]}
+VIEWPORT = {"width": 1600, "height": 2400}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# A board server started with start.sh on 127.0.0.1:port, its index cache in `cache`, once it answers its health check.
+def start_server(port: int, root: Path, cache: Path, output=subprocess.DEVNULL) -> subprocess.Popen:
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache))
+    server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, stdout=output, stderr=output)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    return server
+
+
+# A page-side check (a JS function) that the action armed at `armed` (the page's performance.now()) has been answered
+# and drawn: the page received the server's answer, the script is done, `condition` holds, and the main thread has
+# been quiet for QUIET_MS.
+def done_condition(armed: float, condition: str = "true") -> str:
+    return f"""() => {{
+            const bench = window.__bench, sent = bench.firstSentAfter({armed});
+            return bench.received > sent && document.querySelector('[data-testid="stApp"]').dataset.testScriptState === 'notRunning'
+                && ({condition}) && performance.now() - Math.max(bench.busy, bench.received) > {QUIET_MS};
+        }}"""
+
+
+# The page has drawn a loaded run of `steps_expected` steps: the step charts, the token table and the step label.
+# Cheap enough to check every frame: no innerText, which would lay out the page each time.
+def loaded_condition(steps_expected: int) -> str:
+    label = f"Step Index({steps_expected} total steps)"
+    return (
+        "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+        f" && [...document.querySelectorAll('[data-testid=\"stWidgetLabel\"]')].some(label => label.textContent.includes('{label}'))"
+    )
+
+
 class Board:
     """A board server started with start.sh, and a Chromium page on it."""
 
     def __init__(self, root: Path, cache: Path, playwright):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = free_port()
         self.root, self.cache, self.url = root, cache, f"http://127.0.0.1:{self.port}"
         self.start_server()
-        self.browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        self.page = self.browser.new_page(viewport={"width": 1600, "height": 2400})
+        self.browser = playwright.chromium.launch(**CHROMIUM)
+        self.page = self.browser.new_page(viewport=VIEWPORT)
         self.page.add_init_script(WATCH_PAGE)
         self.open_page()
 
     def start_server(self):
-        env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(self.cache))
-        self.server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(self.port), str(self.root)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=1)
-                return
-            except OSError:
-                time.sleep(0.2)
+        self.server = start_server(self.port, self.root, self.cache)
 
     def open_page(self):
         self.page.goto(self.url)
@@ -210,13 +251,8 @@ class Board:
         browser_before = cpu_seconds(browser_pids())
         armed = self.page.evaluate("() => performance.now()")
         action()
-        done = f"""() => {{
-            const bench = window.__bench, sent = bench.firstSentAfter({armed});
-            return bench.received > sent && document.querySelector('[data-testid="stApp"]').dataset.testScriptState === 'notRunning'
-                && ({condition}) && performance.now() - Math.max(bench.busy, bench.received) > {QUIET_MS};
-        }}"""
         try:
-            self.page.wait_for_function(done, timeout=300_000, polling="raf")
+            self.page.wait_for_function(done_condition(armed, condition), timeout=300_000, polling="raf")
         except Exception:
             self.page.screenshot(path=str(PROJECT / "bench" / "runs" / "timed_out.png"), full_page=True)
             raise
@@ -227,13 +263,7 @@ class Board:
         return (max(busy, received) - sent) / 1000
 
     def load(self, steps_expected: int) -> float:
-        label = f"Step Index({steps_expected} total steps)"
-        return self.timed(
-            lambda: self.page.get_by_role("button", name="Load & View").click(),
-            # Cheap enough to check every frame: no innerText, which would lay out the page each time.
-            "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
-            f" && [...document.querySelectorAll('[data-testid=\"stWidgetLabel\"]')].some(label => label.textContent.includes('{label}'))",
-        )
+        return self.timed(lambda: self.page.get_by_role("button", name="Load & View").click(), loaded_condition(steps_expected))
 
     def change_step(self) -> float:
         self.page.get_by_label(re.compile(r"Step Index\(")).get_by_role("slider").focus()
@@ -258,13 +288,20 @@ class Board:
         self.stop_server()
 
 
-def measure(size: str, repeats: int, max_samples: int | None) -> dict:
+# bench/runs/SIZE/run, generated the first time it is needed; returns its root, bench/runs/SIZE.
+def generated_run(size: str) -> Path:
     steps, samples, tokens, ranks = SIZES[size]
     root = PROJECT / "bench" / "runs" / size
-    run_dir = root / "run"
-    if not run_dir.exists():
+    if not (root / "run").exists():
         print(f"generating the {size} run...", file=sys.stderr)
-        write_run(run_dir, steps, samples, tokens, ranks)
+        write_run(root / "run", steps, samples, tokens, ranks)
+    return root
+
+
+def measure(size: str, repeats: int, max_samples: int | None) -> dict:
+    steps, samples, tokens, ranks = SIZES[size]
+    root = generated_run(size)
+    run_dir = root / "run"
     size_gb = sum(p.stat().st_size for p in run_dir.glob("*.jsonl")) / 1e9
     rows: dict[str, list[float]] = {name: [] for name in TARGETS}
     rows.update({name: [] for name in EXTRA_ROWS})

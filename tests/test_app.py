@@ -1,6 +1,7 @@
 """The board driven through Streamlit's AppTest: sidebar, tabs, step selector, batch table, samples pair, token area."""
 
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -85,8 +86,13 @@ def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, mon
     assert widget(app.sidebar.number_input, "Max Samples Each Step").value == 128
     assert [e.label for e in app.sidebar.expander] == ["🧩 module setting", "⚙️ show details setting"]
     assert app.info[0].value == "Please Press 「Load & View」Button to load log."
-    # Off-screen samples of the chart kinds, so the browser has their code before Load & View; gone after it.
+    # Off-screen samples of the chart kinds, so the browser has their code before Load & View: not in the page's
+    # first run, which they would keep from painting, but in the next (the warm-up's timer), and gone after it.
+    assert not app.get("vega_lite_chart") and not app.get("plotly_chart") and not app.dataframe
+    app.run()
     assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1 and len(app.dataframe) == 1
+    app.run()
+    assert not app.get("vega_lite_chart")
     load_and_view(app)
     assert len(app.get("vega_lite_chart")) == 1 + 3 and not app.get("plotly_chart")  # the token table is the open view
 
@@ -560,3 +566,13 @@ def test_served_to_the_network_any_root_opens_when_asked(grpo_root, tmp_path, mo
     widget(app.text_input, "Access token").input("t").run()
     widget(app.sidebar.text_input, "Log(s) Root Path").input(str(tmp_path / "elsewhere")).run()
     assert not app.sidebar.warning and widget(app.sidebar.selectbox, "Choose Log Name").value == "other_run"
+
+
+# The page runs anew as __main__ on every rerun: the worker processes must still be started once per server.
+def test_reruns_and_loads_share_one_pool_of_worker_processes(grpo_root, monkeypatch):
+    app = start(grpo_root, monkeypatch)
+    workers = set(multiprocessing.active_children())
+    for _ in range(3):
+        load_and_view(app)
+        app.run()
+    assert set(multiprocessing.active_children()) == workers and len(workers) >= board.WORKERS > 1
