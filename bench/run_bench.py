@@ -181,7 +181,7 @@ def free_port() -> int:
 
 # A board server started with start.sh on 127.0.0.1:port, its index cache in `cache`, once it answers its health check.
 def start_server(port: int, root: Path, cache: Path, output=subprocess.DEVNULL) -> subprocess.Popen:
-    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache))
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache), RL_LOGGING_BOARD_PYTHON=sys.executable)  # this Python, as it is
     server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, stdout=output, stderr=output)
     for _ in range(300):
         try:

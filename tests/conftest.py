@@ -1,6 +1,10 @@
-"""Shared set-up: the project root on sys.path, offline Hugging Face, and a private index cache per test."""
+"""Shared set-up: the project root on sys.path, offline Hugging Face, a private index cache per test, and the
+markers by file (browser, training; see pytest.ini)."""
 
+import fnmatch
+import itertools
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -19,3 +23,51 @@ def private_index_cache(tmp_path, monkeypatch):
     cache = tmp_path / "index_cache"
     monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(cache))
     return cache
+
+
+# Whole files that share one kind of cost are marked here, by file name; a single slow test elsewhere carries @pytest.mark.slow.
+MARKERS_BY_FILE = {"test_browser*.py": "browser", "test_rollout_logger*.py": "training"}
+
+
+def file_marker(path) -> str | None:
+    return next((marker for pattern, marker in MARKERS_BY_FILE.items() if fnmatch.fnmatch(path.name, pattern)), None)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marker = file_marker(item.path)
+        if marker:
+            item.add_marker(marker)
+
+
+IDENTIFIER = r"(?:\w|[:+\-.\[\]\\/])+"  # a marker name as pytest's -m grammar spells it
+
+
+def deselects_every_test_marked(markexpr: str, marker: str) -> bool:
+    """Whether `-m markexpr` leaves out every test marked `marker`, whatever other markers it has."""
+    names = set(re.findall(IDENTIFIER, markexpr)) - {"and", "or", "not"}
+    if not markexpr or names & set(re.findall(f"({IDENTIFIER})\\s*\\(", markexpr)):
+        return False  # no -m, or a marker with arguments: never assume
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(markexpr)
+    except Exception:  # a private API of pytest, or an expression pytest itself will report
+        return False
+    others = sorted(names - {marker})
+    if len(others) > 8:
+        return False
+    for values in itertools.product((False, True), repeat=len(others)):
+        present = {marker, *(name for name, value in zip(others, values) if value)}
+        if expression.evaluate(lambda name, /, **kwargs: name in present):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Files whose tests `-m` deselects are not even imported: torch and trl alone take over 10 s to import, so
+    `-m "not browser and not training and not slow"` stays a matter of seconds."""
+    marker = collection_path.is_file() and file_marker(collection_path)
+    if marker and deselects_every_test_marked(config.getoption("markexpr", ""), marker):
+        return True
+    return None

@@ -5,6 +5,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -30,8 +31,13 @@ PAYLOADS = [
 HOSTILE_NAME = "![x](http://203.0.113.9/x.png) :red[red] `tick` <b>b</b>"
 
 
-# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn.
-CHARTS_DRAWN = "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn,
+# and the run that drew them has finished: the landing page's off-screen warm-up charts, which Streamlit keeps until the
+# end of the run, are gone (without that, the warm-up's chart counted as one of the four, and its heat map was still there).
+CHARTS_DRAWN = (
+    "!document.querySelector('.st-key-warm_up') && document.querySelectorAll('.vega-embed .marks').length >= 4"
+    " && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+)
 
 
 def free_port() -> int:
@@ -61,8 +67,14 @@ def board_url(tmp_path_factory):
     (root / "grpo_run" / "rollout_meta_hostile.json").write_text(json.dumps({"model_name": HOSTILE_NAME, "reward_funcs": [HOSTILE_NAME]}))
     # Big enough for the server to index it in its worker processes (board.PARALLEL_MIN_BYTES).
     write_run(root / "a_big_run", steps=12, samples=128, tokens=500, ranks=4)
+    yield from served_board(root)
+
+
+# The board served by start.sh on a free port, from any working directory, with this Python: its URL until the test
+# module is done.
+def served_board(root: Path):
     port = free_port()
-    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(root / ".cache"))
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(root / ".cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
     server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
@@ -76,27 +88,37 @@ def board_url(tmp_path_factory):
         pytest.fail("start.sh did not serve the board: " + server.stdout.read().decode(errors="replace")[-2000:])
     yield url
     server.terminate()
-    server.wait(timeout=20)
+    server.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
-def page(board_url):
+def browser():
     assert Path(CHROMIUM).exists(), "install Chromium: apt-get install -y chromium (tests/run.sh does)"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
-        page = browser.new_page(viewport={"width": 1600, "height": 4200})
-        requests, frames = [], []
-        page.on("request", lambda request: requests.append(request.url))
-        page.on("websocket", lambda socket: socket.on("framereceived", lambda payload: frames.append(payload)))
-        page.goto(board_url)
-        page.get_by_role("button", name="Load & View").click(timeout=60_000)
-        page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
-        page.requests, page.frames_received = requests, frames
-        yield page
+        yield browser
         browser.close()
+
+
+# Each test gets its own browser context (no cache, storage or session shared with another test) and a new page with
+# the GRPO run loaded and drawn, so no test depends on what an earlier one clicked: they pass in any order. The server
+# is the module's, so its index of the run is built once.
+@pytest.fixture
+def page(browser, board_url):
+    context = browser.new_context(viewport={"width": 1600, "height": 4200})
+    page = context.new_page()
+    requests, frames = [], []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("websocket", lambda socket: socket.on("framereceived", lambda payload: frames.append(payload)))
+    page.goto(board_url)
+    page.get_by_role("button", name="Load & View").click(timeout=60_000)
+    page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
+    page.requests, page.frames_received = requests, frames
+    yield page
+    context.close()
 
 
 def move_step_slider(page, key: str):
@@ -144,11 +166,10 @@ def test_the_load_report_draws_its_tables_when_opened(page):
     assert report.locator('[data-testid="stDataFrame"]').count() == 0
     report.get_by_text("Load report").click()
     report.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=20_000)
-    report.get_by_text("Load report").click()  # closed again for the tests that follow
 
 
-def test_the_chart_code_is_fetched_while_the_user_picks_a_run(page, board_url):
-    context = page.context.browser.new_context(viewport={"width": 1600, "height": 1200})
+def test_the_chart_code_is_fetched_while_the_user_picks_a_run(browser, board_url):
+    context = browser.new_context(viewport={"width": 1600, "height": 1200})
     fresh = context.new_page()
     scripts = []
     fresh.on("request", lambda request: scripts.append(request.url.rsplit("/", 1)[-1]))
@@ -184,7 +205,7 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
     assert page.evaluate("getComputedStyle(document.body).display") != "none"  # the <style> payload did not apply
     assert page.locator('[data-testid="stApp"]').is_visible()
     # Names from the data stay literal in captions and metrics, and load nothing from outside.
-    assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"Group {HOSTILE_NAME}: 1 completion(s)").count() == 1
+    assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"{HOSTILE_NAME} 0.5").count() == 1  # its group's facts
     assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"Reward = 1 × {HOSTILE_NAME}").count() == 1
     assert page.locator('[data-testid="stMetricValue"]').filter(has_text=HOSTILE_NAME).count() == 1
     assert page.locator('img[src*="203.0.113.9"]').count() == 0
@@ -247,10 +268,10 @@ def test_each_part_of_the_page_reruns_alone(page):
     assert not {"slider", "number_input", "plotly_chart"} & set(curves_change)
 
 
-def test_a_run_big_enough_for_the_worker_processes_loads(page, board_url):
+def test_a_run_big_enough_for_the_worker_processes_loads(browser, board_url):
     # A new browser context: nothing cached, so the charts' code is fetched after the workers ran (with
     # workers forked from the server, the charts sometimes never drew on the benchmark's 577 MB run).
-    context = page.context.browser.new_context(viewport={"width": 1600, "height": 2400})
+    context = browser.new_context(viewport={"width": 1600, "height": 2400})
     fresh = context.new_page()
     fresh.goto(board_url)
     fresh.get_by_label("Choose Log Name").click(timeout=60_000)

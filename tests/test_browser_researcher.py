@@ -4,18 +4,13 @@ One click in the batch table must show that sample right under the table, its to
 BPE tokens decoded, a character cut at truncation shown as its bytes), and the group of its prompt below its tokens.
 """
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 from playwright.sync_api import sync_playwright
 
-from tests.test_browser import CHROMIUM, free_port
+from tests.test_browser import CHROMIUM, served_board
 from tests.test_loading import sample, write_lines
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -52,22 +47,7 @@ def lines_of_step(step: int) -> list[dict]:
 def board_url(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     write_lines(root / "grpo_run" / "rollout_data_rank_0.jsonl", [line for step in range(LAST_STEP + 1) for line in lines_of_step(step)])
-    port = free_port()
-    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(root / ".cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
-    server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        server.kill()
-        pytest.fail("start.sh did not serve the board: " + server.stdout.read().decode(errors="replace")[-2000:])
-    yield url
-    server.terminate()
-    server.wait(timeout=20)
+    yield from served_board(root)
 
 
 def test_from_the_batch_table_to_the_tokens_of_the_highest_kl_sample_in_one_click(board_url):
