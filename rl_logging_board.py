@@ -2330,12 +2330,18 @@ def run_tasks(tasks: list, parallel: bool):
 
 
 # One pool of worker processes per server, kept by this file imported as a module (MODULE_NAME): the page runs it as
-# __main__ too, anew on every rerun, and a pool cached there would be a new one each time. Tasks name functions of that
-# module, so they pickle by name; each worker imports it once, as it starts (WORKER_START), and main() starts them
-# before the user presses Load & View. Spawned, never forked: forked from the server they would share its sockets and
-# threads (the page's charts then sometimes never drew).
+# __main__ too, anew on every rerun, and a pool cached there would be a new one each time; the lock keeps sessions
+# opening at once from starting one each. Tasks name functions of that module, so they pickle by name; each worker
+# imports it once, as it starts (WORKER_START), and main() starts them before the user presses Load & View. Spawned,
+# never forked: forked from the server they would share its sockets and threads (the page's charts then sometimes
+# never drew).
 def worker_pool() -> ProcessPoolExecutor:
-    return importlib.import_module(MODULE_NAME).started_worker_pool()
+    module = importlib.import_module(MODULE_NAME)
+    with module.WORKER_POOL_LOCK:
+        return module.started_worker_pool()
+
+
+WORKER_POOL_LOCK = threading.Lock()
 
 
 @functools.cache

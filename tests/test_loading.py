@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,19 @@ def test_worker_processes_start_without_the_page_libraries():
     probe = "[type(__import__('sys').modules.get(name)).__name__ for name in ('streamlit', 'plotly.graph_objects')]"
     assert board.worker_pool().submit(eval, probe).result(timeout=120) == ["PageLibraryStandIn", "PageLibraryStandIn"]
     assert board.worker_pool().submit(board.summarize_lines, __file__, np.array([0]), np.array([3])).result(timeout=60).problems
+
+
+# Sessions opening the page at once (each in a thread of its own) start one pool of workers between them.
+def test_sessions_opening_at_once_start_one_pool_of_workers():
+    board.worker_pool().shutdown()
+    board.started_worker_pool.cache_clear()
+    pools = []
+    threads = [threading.Thread(target=lambda: pools.append(board.worker_pool())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(pools) == 8 and len({id(pool) for pool in pools}) == 1
 
 
 def test_parallel_workers_give_the_same_numbers(tmp_path):
