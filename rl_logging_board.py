@@ -197,7 +197,7 @@ def draw_sample_view(run: "RunSnapshot", batch: "StepBatch", step: int, settings
 # to a widget's key for the choice it keeps while the widget is not drawn.
 class StateKey:
     LOADED_RUN = "loaded_run"  # the run folder Load & View opened
-    WARM_UP = "warm_up_stage"  # due, drawing (the first rerun after the page opened draws the warm-up), done
+    PAGE_SHOWN = "page_shown"  # the page's first run is over: the browser warm-up may be drawn
     TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
     SELECTED_STEP = "selected_step"  # the step in view
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
@@ -432,14 +432,13 @@ class ProgressBar:
 
 
 # Off-screen samples of every kind of element the loaded page draws (but the toast): the browser fetches and
-# compiles their code while the user picks a run instead of after Load & View. Drawn once, by the fragment's own timer
+# compiles their code while the user picks a run instead of after Load & View. Drawn by the fragment's own timer from
 # a moment after the page opened, not in its first run: the browser paints nothing of a run before it has handled all
 # of it, and these elements held back the first paint of Load & View by seconds (bench/README.md).
 @st.fragment(run_every=WARM_UP_AFTER_S)
 def warm_up_browser():
-    stage = st.session_state.get(StateKey.WARM_UP, "due")
-    st.session_state[StateKey.WARM_UP] = {"due": "drawing", "drawing": "done"}.get(stage, "done")
-    if stage != "drawing":
+    if not st.session_state.get(StateKey.PAGE_SHOWN):
+        st.session_state[StateKey.PAGE_SHOWN] = True
         return
     with st.container(key="warm_up"):
         st.html("<style>.st-key-warm_up {position: absolute; left: -10000px; width: 600px}</style>")

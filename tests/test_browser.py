@@ -207,7 +207,7 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
     # Names from the data stay literal in captions and metrics, and load nothing from outside.
     assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"{HOSTILE_NAME} 0.5").count() == 1  # its group's facts
     assert page.locator('[data-testid="stCaptionContainer"]').filter(has_text=f"Reward = 1 × {HOSTILE_NAME}").count() == 1
-    assert page.locator('[data-testid="stMetricValue"]').filter(has_text=HOSTILE_NAME).count() == 1
+    assert page.locator('[data-testid="stMetricValue"]').filter(has_text=HOSTILE_NAME.rsplit("/", 1)[-1]).count() == 1  # the model's last part
     assert page.locator('img[src*="203.0.113.9"]').count() == 0
     assert [url for url in page.requests if "203.0.113.9" in url or "example.com" in url] == []
     ARTIFACTS.mkdir(exist_ok=True)
