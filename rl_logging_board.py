@@ -2128,6 +2128,8 @@ import importlib, sys, types
 
 class PageLibraryStandIn(types.ModuleType):
     def __getattr__(self, name):
+        if name.startswith("__"):  # what import machinery and pickling ask of a real module
+            raise AttributeError(name)
         return PageLibraryStandIn(name)
 
     def __call__(self, *args, **kwargs):  # a decorator, bare or with options
@@ -2346,8 +2348,19 @@ WORKER_POOL_LOCK = threading.Lock()
 @functools.cache
 def started_worker_pool() -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=exec, initargs=(WORKER_START, {}))
-    for _ in range(WORKERS):
-        pool.submit(int)
+    # A spawned process first runs its parent's __main__ again, which in the server is the page (Streamlit runs it as
+    # __main__), Streamlit and plotly included: __main__'s file is hidden while the workers start (they all start on
+    # these first tasks, long before one is idle), so they import only what WORKER_START asks for.
+    main = sys.modules["__main__"]
+    spec, file = main.__spec__, main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        for _ in range(WORKERS):
+            pool.submit(int)
+    finally:
+        main.__spec__ = spec
+        if file is not None:
+            main.__file__ = file
     return pool
 
 

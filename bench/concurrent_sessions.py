@@ -286,24 +286,30 @@ async def open_and_change_steps(browser, count: int, rounds: int, size: str) -> 
         result["step key presses spread (s)"] = statistics.median(spreads) if spreads else float("nan")
         result["exception elements"] = sum(count for _, count in await together(sessions, Session.exceptions))
     finally:
-        try:
-            for session in sessions:
-                with_context = getattr(session, "context", None)
-                if with_context:
-                    await with_context.close()
-            result["completed"] = sum(not session.failed for session in sessions)
-            result["failures"] = [f"session {s.number}: {s.failed}" for s in sessions if s.failed]
-            result["page errors"] = sum(len(session.page_errors) for session in sessions)
-            result["page error texts"] = sorted({text for session in sessions for text in session.page_errors})[:5]
-            result.update({f"memory {name}": value for name, value in server.memory().items()})
-            result["peak rss, server (GiB)"] = server.peak_server
-            result["peak rss, server + workers (GiB)"] = server.peak_total
-            result["cache writes"] = len(server.cache_versions)
-            result["children"] = dict(server.children)
-            result["tracebacks in server output"] = server.tracebacks()
-        finally:
-            server.stop()  # even when reading the results fails
+        await close_and_summarize(sessions, server, result)
+        result["peak rss, server (GiB)"] = server.peak_server
+        result["cache writes"] = len(server.cache_versions)
     return result
+
+
+# Close every session's browser context, then note how the sessions and the server fared; the server is stopped even
+# when reading the results fails.
+async def close_and_summarize(sessions: list, server, result: dict):
+    try:
+        for session in sessions:
+            with_context = getattr(session, "context", None)
+            if with_context:
+                await with_context.close()
+        result["completed"] = sum(not session.failed for session in sessions)
+        result["failures"] = [f"session {s.number}: {s.failed}" for s in sessions if s.failed]
+        result["page errors"] = sum(len(session.page_errors) for session in sessions)
+        result["page error texts"] = sorted({text for session in sessions for text in session.page_errors})[:5]
+        result.update({f"memory {name}": value for name, value in server.memory().items()})
+        result["peak rss, server + workers (GiB)"] = server.peak_total
+        result["children"] = dict(server.children)
+        result["tracebacks in server output"] = server.tracebacks()
+    finally:
+        server.stop()
 
 
 # Appends `appends` steps to every rank file of run_dir, one every `every` seconds; returns [(step count after, epoch ms)].
@@ -378,21 +384,7 @@ async def watch_live_run(browser, count: int, appends: int, every: float) -> dic
         result["cache writes per append"] = (len(server.cache_versions) - cache_before) / max(appends, 1)
         result["exception elements"] = sum(n for _, n in await together(sessions, Session.exceptions))
     finally:
-        try:
-            for session in sessions:
-                with_context = getattr(session, "context", None)
-                if with_context:
-                    await with_context.close()
-            result["completed"] = sum(not session.failed for session in sessions)
-            result["failures"] = [f"session {s.number}: {s.failed}" for s in sessions if s.failed]
-            result["page errors"] = sum(len(session.page_errors) for session in sessions)
-            result["page error texts"] = sorted({text for session in sessions for text in session.page_errors})[:5]
-            result.update({f"memory {name}": value for name, value in server.memory().items()})
-            result["peak rss, server + workers (GiB)"] = server.peak_total
-            result["children"] = dict(server.children)
-            result["tracebacks in server output"] = server.tracebacks()
-        finally:
-            server.stop()  # even when reading the results fails
+        await close_and_summarize(sessions, server, result)
     return result
 
 

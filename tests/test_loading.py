@@ -9,7 +9,9 @@ import math
 import os
 import shutil
 import stat
+import sys
 import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +171,20 @@ def test_sessions_opening_at_once_start_one_pool_of_workers():
     for thread in threads:
         thread.join()
     assert len(pools) == 8 and len({id(pool) for pool in pools}) == 1
+
+
+# In the server, __main__ is the page itself (Streamlit runs it so), which a spawned process would run again first.
+def test_worker_processes_do_not_run_the_servers_main_module(tmp_path, monkeypatch):
+    ran = tmp_path / "ran"
+    page = tmp_path / "page.py"
+    page.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    main = types.ModuleType("__main__")
+    main.__file__, main.__spec__ = str(page), None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    board.worker_pool().shutdown()
+    board.started_worker_pool.cache_clear()
+    assert board.worker_pool().submit(eval, "1 + 1").result(timeout=120) == 2
+    assert not ran.exists() and main.__file__ == str(page)
 
 
 def test_parallel_workers_give_the_same_numbers(tmp_path):
