@@ -712,7 +712,7 @@ def draw_groups(batch: "StepBatch", settings: "Settings"):
             "group": st.column_config.NumberColumn(help="The group's number in this step (the batch table's group column)", pinned=True),
             "prompt": st.column_config.TextColumn(width="medium"),
             "samples": st.column_config.ListColumn(help="Sample indices of the group's completions, in batch order"),
-            "rewards": st.column_config.ListColumn(help="The completions' rewards, in the order of samples"),
+            "rewards": st.column_config.ListColumn(help="The completions' rewards (4 significant digits), in the order of samples"),
             "group_id": st.column_config.TextColumn(help="The group id as logged"),
         },
     )
@@ -1029,14 +1029,16 @@ def step_curve_chart(samples, columns, title, unit, variance_scale=0.2, zero_shi
     x = step_axis(samples["step"])
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
     y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
-    colour = {"field": "series", "type": "nominal", "scale": {"domain": shown, "range": STEP_PALETTE[: len(shown)] or STEP_PALETTE[:1]}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1}}
+    colour = {"field": "series", "type": "nominal", "scale": {"domain": shown, "range": STEP_PALETTE[: len(shown)] or STEP_PALETTE[:1]}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}}
+    # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
+    # chart's title off its canvas.
     return {
-        "title": title,
+        "title": {"text": title, "subtitle": band},
         "height": 330,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"values": points},
         "layer": [
-            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": f"{unit} ({band})", "scale": y_scale}, "y2": {"field": "high"}, "color": colour}},
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": unit, "scale": y_scale}, "y2": {"field": "high"}, "color": colour}},
             {
                 "mark": {"type": "line", "point": len(points) == len(shown)},
                 "params": ZOOM,
@@ -1296,7 +1298,7 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
             "zero signal": bool(spread == 0),
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
             "samples": members.index.tolist(),
-            "rewards": [json_number(reward) for reward in rewards],
+            "rewards": [f"{reward:.4g}" for reward in rewards],  # as the other reward columns show them
             "group_id": members["group_id"].iloc[0],
         })
     return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)

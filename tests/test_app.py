@@ -457,7 +457,7 @@ def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions
     groups = next(frame.value for frame in app.dataframe if "reward spread" in frame.value.columns)
     assert sorted(groups["group"]) == list(range(len(group_of)))
     row = groups.set_index("group").loc[group]
-    assert list(row["samples"]) == members and list(row["rewards"]) == [step_lines[i]["reward"] for i in members]
+    assert list(row["samples"]) == members and list(row["rewards"]) == [f"{step_lines[i]['reward']:.4g}" for i in members]
     assert row["group_id"] == step_lines[5]["group_id"] and row["prompt"] == board.clean_text(step_lines[members[0]]["prompt"], "<PAD>", "<endofsystem>")[:200]
     assert not app.exception
 
@@ -472,11 +472,11 @@ def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeyp
         values = pyarrow.ipc.open_stream(proto.data.data).read_all().to_pylist()
         return json.loads(proto.spec) | {"data": {"values": values}}
 
-    assert "mean log ratio, logp - ref_logp (Use LogP as KL)" in chart()["title"]
+    assert "mean log ratio, logp - ref_logp (Use LogP as KL)" in chart()["title"]["text"]
     assert {p["series"] for p in chart()["data"]["values"]} == {"log_ratio (logp - ref_logp)"}
     widget(app.checkbox, "Use LogP as KL").uncheck().run()
     widget(app.selectbox, "KL estimator").set_value("k3").run()
-    assert chart()["title"].endswith("mean KL per token, estimator k3")
+    assert chart()["title"]["text"].endswith("mean KL per token, estimator k3")
     lines = lines_of(grpo_root / "grpo_run")
 
     def k3_means(line) -> float:

@@ -87,7 +87,7 @@ def test_group_table_sorts_by_reward_spread():
     assert groups["group"].tolist() == [1, 0] and groups["group_id"].tolist() == ["b", "a"]
     assert groups["reward spread"].tolist() == [2.0, 0.0]
     assert groups["zero signal"].tolist() == [False, True]
-    assert groups["samples"].tolist() == [[2, 3], [0, 1]] and groups["rewards"].tolist() == [[0.0, 2.0], [1.0, 1.0]]
+    assert groups["samples"].tolist() == [[2, 3], [0, 1]] and groups["rewards"].tolist() == [["0", "2"], ["1", "1"]]
     assert np.isnan(board.group_numbers(pd.Series([None, "x", None, "x"]))).tolist() == [True, False, True, False]
 
 
@@ -162,7 +162,7 @@ def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
     assert [(p["step"], p["centre"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
     assert [p["mean"] for p in points] == [1.0, 2.0]  # the hover keeps the unshifted mean
     assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 10]}  # the axis ends at the last step
-    assert chart["layer"][0]["encoding"]["y"]["title"] == "reward (mean, band ± std × 0.5)"
+    assert chart["layer"][0]["encoding"]["y"]["title"] == "reward" and chart["title"]["subtitle"] == "mean, band ± std × 0.5"
 
 
 def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
