@@ -201,6 +201,7 @@ class StateKey:
     TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
     SELECTED_STEP = "selected_step"  # the step in view
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
+    FOLLOWING = "following"  # Follow the latest step was on when the step selector was last drawn
     LAST_STEP_WHEN_CHOSEN = "last_step_when_chosen"  # the run's last step when the user chose the step in view
     STEP_SLIDER = "step_slider"
     STEP_SELECTBOX = "step_selectbox"
@@ -383,6 +384,8 @@ def load_selected_run(settings: "Settings"):
         return None
     if settings.load_clicked:
         st.session_state[StateKey.LOADED_RUN] = str(root / settings.run_name)
+        for key in (StateKey.LAST_STEP_SEEN, StateKey.LAST_STEP_WHEN_CHOSEN):  # new steps are counted in this run alone
+            st.session_state.pop(key, None)
     run_dir = st.session_state.get(StateKey.LOADED_RUN)
     if run_dir is None:
         st.info("Please Press 「Load & View」Button to load log.")
@@ -612,10 +615,11 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     previous = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
     if previous not in steps:
         previous = min(steps, key=lambda s: abs(s - previous))
-    if follow_latest and steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN):
+    newly_following = follow_latest and not st.session_state.get(StateKey.FOLLOWING)
+    if follow_latest and (newly_following or steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN)):
         show_step(steps[-1])
         previous = steps[-1]
-    st.session_state[StateKey.LAST_STEP_SEEN] = steps[-1]
+    st.session_state[StateKey.LAST_STEP_SEEN], st.session_state[StateKey.FOLLOWING] = steps[-1], follow_latest
     label = f"Step Index({len(steps)} total steps)"
     if len(steps) == 1:
         step = steps[0]
@@ -639,7 +643,7 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
 
 # Move the step selector: its widgets are dropped so that they are drawn anew at this step.
 def show_step(step: int):
-    st.session_state[StateKey.SELECTED_STEP] = step
+    st.session_state[StateKey.SELECTED_STEP] = st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = step
     for key in (StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX):
         st.session_state.pop(key, None)
 
@@ -674,14 +678,14 @@ def draw_step_tables(batch: "StepBatch", settings: "Settings"):
 # The batch table, sortable by every column; clicking a row shows that sample right below.
 def draw_batch_table(batch: "StepBatch", settings: "Settings"):
     table = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.pad_token, settings.system_prompt_end)
-    st.dataframe(
+    st.container(key=StateKey.BATCH_TABLE).dataframe(
         table,
         width="stretch",
         height=360,
         hide_index=True,
-        on_select=lambda: pick_sample_from_table(StateKey.BATCH_TABLE),
+        on_select=lambda: pick_sample_from_table(f"{StateKey.BATCH_TABLE}:{batch.key}"),
         selection_mode="single-row",
-        key=StateKey.BATCH_TABLE,
+        key=f"{StateKey.BATCH_TABLE}:{batch.key}",  # a selection of another step's rows would stay highlighted
         column_config={
             "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True),
             "group": st.column_config.NumberColumn(help="The sample's prompt group in this step (see Groups); group_id, at the right, is the id as logged"),
@@ -705,9 +709,9 @@ def draw_groups(batch: "StepBatch", settings: "Settings"):
         width="stretch",
         height=min(360, 38 + 35 * len(groups)),
         hide_index=True,
-        on_select=lambda: pick_group_from_table(StateKey.GROUP_TABLE, groups["samples"].tolist()),
+        on_select=lambda: pick_group_from_table(f"{StateKey.GROUP_TABLE}:{batch.key}", groups["samples"].tolist()),
         selection_mode="single-row",
-        key=StateKey.GROUP_TABLE,
+        key=f"{StateKey.GROUP_TABLE}:{batch.key}",
         column_config={
             "group": st.column_config.NumberColumn(help="The group's number in this step (the batch table's group column)", pinned=True),
             "prompt": st.column_config.TextColumn(width="medium"),
@@ -2106,7 +2110,7 @@ def launch_of(path: str) -> str:
 
 # "run_9" before "run_10": launch ids that are counters sort by number (the logger's timestamps sort either way).
 def natural_order(text: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+    return [int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", text)]  # "²" is a digit, not a number
 
 
 # ====================================================================================================================

@@ -511,12 +511,17 @@ def test_live_mode_announces_new_steps_or_follows_them(grpo_root, monkeypatch):
     next(b for b in app.button if b.label == "Show the latest step").click().run()
     assert widget(app.slider, "Step Index(6 total steps)").value == 5
     assert not [i for i in app.info if "new step(s)" in i.value]
-    widget(app.slider, "Step Index(6 total steps)").set_value(1).run()
-    widget(app.toggle, "Follow the latest step").set_value(True).run()
     with open(run_file, "a") as file:
         file.write(json.dumps(sample(6, reward=9.0)) + "\n")
-    app.run()
+    app.run()  # counted from the step the button showed
+    assert "1 new step(s) since you chose step 5; the latest is 6." in [i.value for i in app.info]
+    widget(app.slider, "Step Index(7 total steps)").set_value(1).run()
+    widget(app.toggle, "Follow the latest step").set_value(True).run()  # following starts at the latest step
     assert widget(app.slider, "Step Index(7 total steps)").value == 6
+    with open(run_file, "a") as file:
+        file.write(json.dumps(sample(7, reward=9.0)) + "\n")
+    app.run()
+    assert widget(app.slider, "Step Index(8 total steps)").value == 7
     assert not app.exception
 
 

@@ -674,6 +674,13 @@ def test_an_empty_per_token_list_beside_others_counts_as_absent(tmp_path):
     assert tokens.ref_logprobs is None and tokens.entropies is None and tokens.logprobs.tolist() == [-1.0, -2.0, -3.0]
 
 
+def test_launch_ids_with_digits_that_are_no_numbers_still_load(tmp_path):
+    write_lines(tmp_path / "run" / "d_rank_0_².jsonl", [sample(1)])
+    write_lines(tmp_path / "run" / "d_rank_0_1².jsonl", [sample(2)])
+    run = load(tmp_path / "run")  # "²" sorts after "1²" as text, so it is the newer launch, from step 1 on
+    assert run.steps == [1] and run.report["replaced by a newer launch"].sum() == 1
+
+
 def test_launch_ids_that_are_counters_sort_by_number(tmp_path):
     write_lines(tmp_path / "run" / "d_rank_0_9.jsonl", [sample(1, reward=9.0), sample(2, reward=9.0)])
     write_lines(tmp_path / "run" / "d_rank_0_10.jsonl", [sample(2, reward=10.0), sample(3, reward=10.0)])
