@@ -484,7 +484,7 @@ def draw_run_metadata(run: "RunSnapshot"):
     # The model's last path part (all of it on hover); the strip leaves the top right to the load toast.
     columns = st.columns([4, 2, 2, 2, 2, 2, 5])
     for column, (label, value) in zip(columns, known):
-        shown = "—" if value is None else valid_text(str(value))
+        shown = "—" if value is None else str(value)
         if label == "model":
             shown = shown.rstrip("/").rsplit("/", 1)[-1] or shown
         column.metric(label, markdown_literal(shown), help=None if value is None else markdown_literal(value))
@@ -615,8 +615,8 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     previous = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
     if previous not in steps:
         previous = min(steps, key=lambda s: abs(s - previous))
-    newly_following = follow_latest and not st.session_state.get(StateKey.FOLLOWING)
-    if follow_latest and (newly_following or steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN)):
+    # Following: to the latest step when following starts and whenever a new last step arrives.
+    if follow_latest and (not st.session_state.get(StateKey.FOLLOWING) or steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN)):
         show_step(steps[-1])
         previous = steps[-1]
     st.session_state[StateKey.LAST_STEP_SEEN], st.session_state[StateKey.FOLLOWING] = steps[-1], follow_latest

@@ -402,27 +402,32 @@ def processes(children: dict[int, str]) -> list[str]:
     return lines[:6] + ([f"... and {len(lines) - 6} more processes"] if len(lines) > 6 else [])
 
 
+# A table cell from one entry of a scenario's results ("-" when the scenario has none).
+def field(key: str):
+    return lambda result: cell(result.get(key, "-"))
+
+
 def print_tables(opened: list[dict], live: dict | None, size: str):
     print(f"\n## {', then '.join(str(r['sessions']) for r in opened)} session(s) on the {size} run; {os.cpu_count()} cores, one Chromium, a context per session\n")
     print("| measure | " + " | ".join(f"{r['sessions']} session(s)" for r in opened) + " |")
     print("|---|" + "---|" * len(opened))
     rows = [
         ("sessions completed", lambda r: f"{r['completed']} / {r['sessions']}"),
-        ("page open to Load & View (s), p50 / p95 / max", lambda r: cell(r.get("page open (s)", "-"))),
-        ("then server and pages all quiet after (s)", lambda r: cell(r.get("settled after (s)", "-"))),
-        ("Load & View presses spread over (s)", lambda r: cell(r.get("Load & View spread (s)", "-"))),
-        ("first full draw (s), p50 / p95 / max", lambda r: cell(r.get("first draw (s)", "-"))),
-        ("first full draw, server part (s), p50 / p95 / max", lambda r: cell(r.get("first draw, server part (s)", "-"))),
-        ("all sessions drawn, from the first press (s)", lambda r: cell(r.get("open wall (s)", "-"))),
-        ("server CPU for the open, with workers (s)", lambda r: cell(r.get("open server CPU (s)", "-"))),
-        ("browser CPU for the open, all pages (s)", lambda r: cell(r.get("open browser CPU (s)", "-"))),
-        ("index cache files written by the open", lambda r: cell(r.get("cache writes after open", "-"))),
-        ("step changes timed", lambda r: cell(r.get("step changes", "-"))),
-        ("key presses of a round spread over (s), median", lambda r: cell(r.get("step key presses spread (s)", "-"))),
-        ("step change (s), p50 / p95 / max", lambda r: cell(r.get("step change (s)", "-"))),
-        ("step change, server part (s), p50 / p95 / max", lambda r: cell(r.get("step change, server part (s)", "-"))),
+        ("page open to Load & View (s), p50 / p95 / max", field("page open (s)")),
+        ("then server and pages all quiet after (s)", field("settled after (s)")),
+        ("Load & View presses spread over (s)", field("Load & View spread (s)")),
+        ("first full draw (s), p50 / p95 / max", field("first draw (s)")),
+        ("first full draw, server part (s), p50 / p95 / max", field("first draw, server part (s)")),
+        ("all sessions drawn, from the first press (s)", field("open wall (s)")),
+        ("server CPU for the open, with workers (s)", field("open server CPU (s)")),
+        ("browser CPU for the open, all pages (s)", field("open browser CPU (s)")),
+        ("index cache files written by the open", field("cache writes after open")),
+        ("step changes timed", field("step changes")),
+        ("key presses of a round spread over (s), median", field("step key presses spread (s)")),
+        ("step change (s), p50 / p95 / max", field("step change (s)")),
+        ("step change, server part (s), p50 / p95 / max", field("step change, server part (s)")),
         ("CPU per step change: server / browser (s)", lambda r: f"{cell(r.get('step change server CPU per change (s)', '-'))} / {cell(r.get('step change browser CPU per change (s)', '-'))}"),
-        ("server memory after open (GiB, VmRSS)", lambda r: cell(r.get("rss after open (GiB)", "-"))),
+        ("server memory after open (GiB, VmRSS)", field("rss after open (GiB)")),
         ("server memory at the end (GiB, VmRSS)", lambda r: cell(r["memory rss"])),
         ("server peak memory (GiB, VmHWM)", lambda r: cell(r["memory hwm"])),
         ("worker peak memory (GiB, VmHWM, all)", lambda r: f"{r['memory workers_hwm']:.2f} ({r['memory workers']} processes)"),
