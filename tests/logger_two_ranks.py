@@ -6,6 +6,8 @@ Each rank samples 6 completions per step, with 4 per prompt: the middle prompt's
 import sys
 from pathlib import Path
 
+import torch.distributed
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -17,3 +19,6 @@ if __name__ == "__main__":
     trainer = make_trainer(output_dir, model_dir=model_dir, per_device_train_batch_size=6, max_steps=2)
     add_logger(trainer)
     trainer.train()
+    # Left to interpreter exit, gloo's threads were sometimes torn down mid-flight ("terminate called without an active
+    # exception", the rank aborted after training had finished).
+    torch.distributed.destroy_process_group()
