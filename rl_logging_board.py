@@ -17,14 +17,19 @@ The data path:
 
 Sections, in order (each one's constants and types at its top):
 
-    Page outline       main(): sidebar, load, metadata, load report, step curves, step area; launch options, network guard
+    Page outline       main(): sidebar, load, metadata, load report, step curves, training metrics, step area; launch
+                       options, network guard
     Page areas         one draw_* function per region; Settings (the sidebar's choices), StateKey (session-state keys)
     Cached loaders     run_store -> load_step_batch / load_sample_tokens -> cached tables and charts
     Figures            Vega-Lite specs and the token heat map (no Streamlit)
     Metrics            KL estimators, per-step statistics, groups, table and token values (no Streamlit)
     Text and tokens    display text, escaping, tokens shown as text (no Streamlit)
-    Reading 1-4        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
-                       and read-back (no Streamlit: the workers import this file)
+    Reading 1-5        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
+                       and read-back; the training history (no Streamlit: the workers import this file)
+
+Beside the rollouts, the trainer's own numbers (TrainingHistory, read by read_history from the logger's
+rollout_metrics_*.jsonl, seed 004's training_log.json or Hugging Face's trainer_state.json) feed the Training metrics
+area; runs chosen in Compare with are loaded through their own stores and drawn on the same step curves.
 """
 import argparse
 import codecs
@@ -101,18 +106,27 @@ def main():
     run = load_selected_run(settings)
     if run is None:
         return
+    history = load_history(run.run_dir, history_signature(run.run_dir))
+    compared = load_compared_runs(settings)
+    if settings.live:
+        watch_runs([run, *compared], settings.max_samples, settings.live_every)
     draw_run_metadata(run)
-    if run.report.empty and run.problems.empty:
-        st.warning(f"No `.jsonl` file in {markdown_literal(run.run_dir)}: a run is a folder of JSONL files, one per rank.")
+    if run.report.empty and run.problems.empty and history.empty and history.problems.empty:
+        st.warning(
+            f"No `.jsonl` file and no training history in {markdown_literal(run.run_dir)}: a run is a folder of JSONL "
+            f"files, one per rank, or a training output folder with {TRAINING_LOG} or {TRAINER_STATE}."
+        )
         return
-    draw_load_report(run)
-    if run.samples.empty:
+    draw_load_report(run, history)
+    if run.samples.empty and not (run.report.empty and run.problems.empty):
         st.warning("No loadable sample in this run: open the load report above to see why.")
-        return
+    runs = [(run_label(run.run_dir), run)] + [(run_label(other.run_dir), other) for other in compared]
+    if settings.reward_curves and any(not shown.samples.empty for _, shown in runs):
+        draw_step_curves(runs, history, settings)
     if settings.reward_curves:
-        draw_step_curves(run, settings)
-    if settings.response_compare:
-        draw_step_response(run, settings)
+        draw_training_metrics(run, history, compared, settings)
+    if settings.response_compare and not run.samples.empty:
+        draw_step_response(run, compared, settings)
 
 
 # Parse `-- --root DIR` so start.sh and users can point the board at any folder.
@@ -163,7 +177,7 @@ def is_within(path, folder) -> bool:
 # The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
 # of the page, not the sidebar, the load and the step curves above.
 @st.fragment
-def draw_step_response(run: "RunSnapshot", settings: "Settings"):
+def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "Settings"):
     step = draw_step_selector(run, settings.live and settings.follow_latest)
     rows = run.step_rows(step)
     key = lines_key(rows)
@@ -175,17 +189,18 @@ def draw_step_response(run: "RunSnapshot", settings: "Settings"):
     if settings.show_charts:
         draw_batch_charts(batch)
     draw_step_tables(batch, settings)
-    draw_sample_view(run, batch, step, settings)
+    draw_sample_view(run, compared, batch, step, settings)
 
 
 # The sample in view, right under the table it is picked in, with its tokens and then its group's other completions.
 # A fragment inside the step's: picking another sample or token metric redraws only this part, not the step's charts
 # and tables above it.
 @st.fragment
-def draw_sample_view(run: "RunSnapshot", batch: "StepBatch", step: int, settings: "Settings"):
+def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "StepBatch", step: int, settings: "Settings"):
     sample = draw_samples_pair(run, batch, step, settings) if settings.show_samples_pair else chosen_sample(batch)
     draw_token_area(batch, sample, settings)
     draw_sample_group(batch, sample, settings)
+    draw_prompt_history(run, compared, batch.table.iloc[sample], settings)
 
 
 # ====================================================================================================================
@@ -199,6 +214,8 @@ class StateKey:
     LOADED_RUN = "loaded_run"  # the run folder Load & View opened
     PAGE_SHOWN = "page_shown"  # the page's first run is over: the browser warm-up may be drawn
     TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
+    COMPARE_WITH = "compare_with"  # prefix: one choice per root
+    METRIC_SERIES = "metric_series"  # prefix: one choice per set of options
     SELECTED_STEP = "selected_step"  # the step in view
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
     FOLLOWING = "following"  # Follow the latest step was on when the step selector was last drawn
@@ -217,6 +234,7 @@ class StateKey:
     COLOUR_TOKENS_BY = "colour_tokens_by"
     TOKENS_SHOWN = "tokens_shown"
     METADATA_DETAILS = "metadata_details"
+    PROMPT_HISTORY = "prompt_history"
     LOAD_REPORT_DETAILS = "load_report_details"
 
 
@@ -226,6 +244,7 @@ class Settings:
     root: str
     allowed_root: str | None  # served to the network: runs must be under it
     run_name: str | None
+    compare_names: tuple  # other runs of the root drawn beside it on every step curve
     max_samples: int
     load_clicked: bool
     live: bool
@@ -234,6 +253,7 @@ class Settings:
     reward_curves: bool
     variance_scale: float
     zero_shift: bool
+    smoothing: float  # exponential moving average weight of step curves, 0: none
     response_compare: bool
     use_logp_as_kl: bool
     kl_estimator: str
@@ -276,7 +296,15 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         root = allowed_root
     runs = list_runs(root) if Path(root).expanduser().is_dir() else []
     run_name = sidebar.selectbox(
-        "Choose Log Name", runs, index=len(runs) - 1 if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
+        "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
+    )
+    others = [name for name in runs if name != run_name]
+    compare_names = sidebar.multiselect(
+        "Compare with",
+        others,
+        key=f"{StateKey.COMPARE_WITH}:{root}:{run_name}",
+        format_func=lambda name: "(this folder)" if name == "." else valid_text(name),
+        help="Other runs of this root drawn beside the loaded one on every step curve and training metric, one line each.",
     )
     max_samples = sidebar.number_input(
         "Max Samples Each Step",
@@ -314,6 +342,14 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
             value=False,
             help="Shift every curve so its first point is 0, to compare trends.",
         )
+        smoothing = st.slider(
+            "Smoothing",
+            0.0,
+            0.99,
+            0.0,
+            step=0.01,
+            help="Exponential moving average of every step curve, as in TensorBoard (0: none); the raw values stay faint behind.",
+        )
         response_compare = st.checkbox("Response 对比", value=True, help="Show the per-step response area.")
 
     with sidebar.expander("⚙️ show details setting", expanded=True):
@@ -344,6 +380,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         root=root,
         allowed_root=allowed_root,
         run_name=run_name,
+        compare_names=tuple(compare_names),
         max_samples=int(max_samples),
         load_clicked=load_clicked,
         live=live,
@@ -352,6 +389,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         reward_curves=reward_curves,
         variance_scale=variance_scale,
         zero_shift=zero_shift,
+        smoothing=smoothing,
         response_compare=response_compare,
         use_logp_as_kl=use_logp_as_kl,
         kl_estimator=kl_estimator,
@@ -399,8 +437,17 @@ def load_selected_run(settings: "Settings"):
         return None
     if Path(run_dir) != root / settings.run_name:
         st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
-    store, max_samples = run_store(run_dir), settings.max_samples
-    refresh = settings.load_clicked or settings.live or store.snapshot is None or store.snapshot.max_samples != max_samples
+    snapshot = load_run(run_dir, settings.max_samples, settings.load_clicked or settings.live)
+    if settings.load_clicked:  # the original's toast; it counts the samples shown, as the load report's caption does
+        shown, bad = len(snapshot.samples), int(snapshot.report["bad lines"].sum())
+        st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
+    return snapshot
+
+
+# A run's snapshot from its shared store, brought up to date when asked (or first needed), with progress bars.
+def load_run(run_dir: str, max_samples: int, refresh: bool) -> "RunSnapshot":
+    store = run_store(run_dir)
+    refresh = refresh or store.snapshot is None or store.snapshot.max_samples != max_samples
     if refresh and store.needs_work(max_samples):
         bars = [ProgressBar(), ProgressBar()]
         try:
@@ -408,12 +455,21 @@ def load_selected_run(settings: "Settings"):
         finally:
             for bar in bars:
                 bar.clear()
-    if settings.load_clicked:  # the original's toast; it counts the samples shown, as the load report's caption does
-        shown, bad = len(store.snapshot.samples), int(store.snapshot.report["bad lines"].sum())
-        st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
-    if settings.live:
-        watch_run(run_dir, max_samples, settings.live_every, store.snapshot)
     return store.snapshot
+
+
+# The runs chosen to compare, loaded as the shown one is (from their index caches once indexed).
+def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
+    root = Path(settings.root).expanduser()
+    run_dirs = [str(root / name) for name in settings.compare_names if (root / name).is_dir()]
+    if settings.allowed_root is not None:
+        run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root)]
+    return [load_run(run_dir, settings.max_samples, settings.live) for run_dir in run_dirs if run_dir != st.session_state.get(StateKey.LOADED_RUN)]
+
+
+# A run's name on charts and in tables: its folder's name.
+def run_label(run_dir: str) -> str:
+    return valid_text(Path(run_dir).name) or valid_text(run_dir)
 
 
 # A progress bar for long loads: drawn once a load has taken PROGRESS_AFTER_S (a short one, such as a live
@@ -453,14 +509,18 @@ def warm_up_browser():
         st.progress(0.0)
 
 
-# Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed, or when another
-# session watching the same run already loaded the change (the store is shared: it then has no work left).
-def watch_run(run_dir: str, max_samples: int, every_seconds: int, shown: "RunSnapshot"):
+# Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed (rollouts or
+# training history, of the shown run or a compared one), or when another session watching the same run already loaded
+# the change (the store is shared: it then has no work left).
+def watch_runs(shown: list["RunSnapshot"], max_samples: int, every_seconds: int):
+    histories = [history_signature(run.run_dir) for run in shown]
+
     @st.fragment(run_every=every_seconds)
     def check_for_new_lines():
-        store = run_store(run_dir)
-        if store.snapshot is not shown or store.needs_work(max_samples):
-            st.rerun(scope="app")
+        for run, history in zip(shown, histories):
+            store = run_store(run.run_dir)
+            if store.snapshot is not run or store.needs_work(max_samples) or history_signature(run.run_dir) != history:
+                st.rerun(scope="app")
         st.caption(f"Live: checked {time.strftime('%H:%M:%S')}, every {every_seconds} s.")
 
     check_for_new_lines()
@@ -500,65 +560,85 @@ def draw_run_metadata(run: "RunSnapshot"):
         details.json(meta)
 
 
-# How much of the run loaded, and every line that did not, with its reason. A fragment: opening the report
+# How much of the run loaded, and every line or entry that did not, with its reason. A fragment: opening the report
 # draws its tables, and only them.
 @st.fragment
-def draw_load_report(run: "RunSnapshot"):
-    report, problems = run.report, run.problems
-    skipped = int(report["bad lines"].sum())
-    incomplete = int(report["incomplete last line"].sum())
-    message = (
-        f"Loaded {len(run.samples)} sample(s) of {run.samples['step'].nunique()} step(s) from "
-        f"{len(report)} file(s): {skipped} bad line(s) skipped"
-    )
-    if incomplete:
-        message += f", {incomplete} file(s) end in an incomplete line (still being written?)"
-    replaced = int(report["replaced by a newer launch"].sum())
-    if replaced:
-        message += f"; {replaced} line(s) of steps a resumed launch logged again left out (older launch)"
-    if run.downsampled:
-        message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
+def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
+    report = run.report
+    problems = pd.concat([frame for frame in (run.problems, history.problems) if len(frame)] or [run.problems], ignore_index=True)
+    skipped = int(report["bad lines"].sum()) + int((history.problems["kind"] == "skipped").sum())
+    messages = []
+    if not report.empty:
+        incomplete = int(report["incomplete last line"].sum())
+        message = (
+            f"Loaded {len(run.samples)} sample(s) of {run.samples['step'].nunique()} step(s) from "
+            f"{len(report)} file(s): {int(report['bad lines'].sum())} bad line(s) skipped"
+        )
+        if incomplete:
+            message += f", {incomplete} file(s) end in an incomplete line (still being written?)"
+        replaced = int(report["replaced by a newer launch"].sum())
+        if replaced:
+            message += f"; {replaced} line(s) of steps a resumed launch logged again left out (older launch)"
+        if run.downsampled:
+            message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
+        messages.append(message)
+    if history.sources or len(history.problems):
+        history_skipped = int((history.problems["kind"] == "skipped").sum())
+        messages.append(
+            f"training history from {', '.join(markdown_literal(name) for name in history.sources) or 'no readable file'}: "
+            f"{len(history.train)} train and {len(history.eval)} eval step(s), {history_skipped} entr(ies) or file(s) skipped"
+        )
+    message = "; ".join(messages)
     if len(problems):
         message += f"; {len(problems)} issue(s) listed in the load report"
-    (st.warning if skipped else st.caption)(message + ".")
+    (st.warning if skipped else st.caption)(message[:1].upper() + message[1:] + ".")
     # A fixed label: Streamlit would close an expander whose label changed (a live run's counts do).
     details = st.expander("Load report", on_change="rerun", key=StateKey.LOAD_REPORT_DETAILS)
     if details.open:
-        details.dataframe(report, hide_index=True, width="stretch")
+        if not report.empty:
+            details.dataframe(report, hide_index=True, width="stretch")
         if len(problems):
             details.dataframe(problems, hide_index=True, width="stretch")
 
 
-# Tabs of per-step curves: mean over the step's samples with a std band. A fragment: choosing the
-# reward series or a tab redraws only the curves, and only the open tab's chart is drawn.
+# Tabs of per-step curves: mean over the step's samples with a std band, one line per run compared. A fragment:
+# choosing the reward series or a tab redraws only the curves, and only the open tab's chart is drawn.
 @st.fragment
-def draw_step_curves(run: "RunSnapshot", settings: "Settings"):
-    samples = run.samples
+def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings"):
+    frames = [run.samples for _, run in runs]
+    present = lambda column: any(column in frame and frame[column].notna().any() for frame in frames)  # noqa: E731
     tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
-    if samples["group_id"].notna().any() or samples["truncated"].notna().any():
+    if present("group_id") or present("truncated"):
         tab_names.append("Step-Groups")
-    if samples["avg_entropy"].notna().any():
+    if present("avg_entropy"):
         tab_names.append("Step-Entropy")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
     open_tab = next(name for name, container in tab.items() if container.open)
-    curve = dict(version=run.version, variance_scale=settings.variance_scale, zero_shift=settings.zero_shift, _samples=samples)
+    curve = dict(
+        versions=tuple(run.version for _, run in runs),
+        variance_scale=settings.variance_scale,
+        zero_shift=settings.zero_shift,
+        smoothing=settings.smoothing,
+        _runs=[(name, run.samples) for name, run in runs],
+    )
     with tab[open_tab]:
         if open_tab == "Step-Reward":
-            options = [name for name in REWARD_SERIES + run.reward_function_columns if samples[name].notna().any()]
+            function_columns = list(dict.fromkeys(column for _, run in runs for column in run.reward_function_columns))
+            options = [name for name in REWARD_SERIES + function_columns if present(name)]
             key = StateKey.REWARD_SERIES + ":" + "|".join(options)  # a run with other series starts from the default
             # GRPO: each reward function beside the total, to see one traded for another.
-            default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in run.reward_function_columns]
+            default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in function_columns]
             remembered_choice(key, options, default or options[:1])
             chosen = st.multiselect("Reward series", options, key=key)
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve))
         elif open_tab == "Step-Groups":
-            draw_chart(st, cached_fraction_chart(run.version, samples))
+            draw_chart(st, cached_fraction_chart(curve["versions"], settings.smoothing, curve["_runs"]))
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
             )
         elif open_tab == "Step-KL":
-            draw_kl_curve(settings, curve)
+            draw_kl_curve(settings, curve, runs, history)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -569,7 +649,7 @@ def draw_step_curves(run: "RunSnapshot", settings: "Settings"):
                 ),
                 "Step-Entropy": ("avg_entropy", "👾 Token Entropy (Step level)", "nats per token", None),
             }[open_tab]
-            if samples[column].notna().any():
+            if present(column):
                 draw_chart(st, cached_step_curve([column], title, unit, **curve))
             else:
                 st.info(missing)
@@ -578,7 +658,7 @@ def draw_step_curves(run: "RunSnapshot", settings: "Settings"):
 # Step-KL names what it plots: with Use LogP as KL (the original's default) the mean log ratio, which is no KL and
 # ignores the estimator; otherwise the chosen estimator's mean. One token whose probability the policy raised a lot
 # makes a step's mean spike (exp(r) - 1 - r grows exponentially), so a median and a log scale are offered.
-def draw_kl_curve(settings: "Settings", curve: dict):
+def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory"):
     if settings.use_logp_as_kl:
         column, name = "avg_log_ratio", "log_ratio (logp - ref_logp)"
         title = "👾 KL Logging (Step level): mean log ratio, logp - ref_logp (Use LogP as KL)"
@@ -591,7 +671,7 @@ def draw_kl_curve(settings: "Settings", curve: dict):
         column, name = f"avg_kl_{estimator}", f"kl ({estimator})"
         title = f"👾 KL Logging (Step level): mean KL per token, estimator {estimator}"
         note = f"{name} = {KL_ESTIMATORS[estimator]}, with r = logp - ref_logp per token, averaged over each response."
-    if not curve["_samples"][column].notna().any():
+    if not any(samples[column].notna().any() for _, samples in curve["_runs"]):
         st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
         return
     statistic_column, scale_column = st.columns([3, 1])
@@ -603,8 +683,87 @@ def draw_kl_curve(settings: "Settings", curve: dict):
     remembered_choice(StateKey.KL_LOG_SCALE, [False, True], False)
     log_scale = scale_column.toggle("Log scale", key=StateKey.KL_LOG_SCALE, help="A symmetric log scale: spikes and small values on one chart.")
     median = statistic == KL_STATISTICS[1]
-    draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, **curve))
+    lines = trl_kl_lines(runs, history) if not settings.use_logp_as_kl and settings.kl_estimator == "k3" else ()
+    draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, lines=lines, **curve))
+    if lines:
+        note += (
+            " Dashed: TRL's kl as it logs it, recomputed from the lines (each loss pass's token mean over all ranks, "
+            "averaged over the step's passes; steps that reuse a generation have no lines), and as the trainer logged it."
+        )
+    if any(shown.downsampled and shown.samples["micro_batch"].notna().any() for _, shown in runs):
+        note += " TRL's kl is recomputed only for runs loaded whole: raise Max Samples Each Step to see it."
     st.caption(note)
+
+
+# The dashed lines of Step-KL with k3: TRL's kl recomputed from each run's lines (where they say their loss pass and
+# the run is loaded whole), and the trainer's own logged kl of the shown run. Hashable, for the chart's cache.
+def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory") -> tuple:
+    lines = []
+    for position, (name, run) in enumerate(runs):
+        prefix = f"{name} · " if len(runs) > 1 else ""
+        if not run.downsampled and run.samples["micro_batch"].notna().any():
+            recomputed = trl_kl_by_step(run.samples, pooled_ranks=trl_pools_kl((run.meta or {}).get("trl_version")))
+            lines.append((f"{prefix}TRL kl from the lines", tuple(recomputed.index.tolist()), tuple(recomputed.tolist())))
+        if position == 0 and "kl" in history.train and history.train["kl"].notna().any():
+            logged = history.train[["step", "kl"]].dropna()
+            lines.append((f"{prefix}kl (trainer log)", tuple(logged["step"].tolist()), tuple(logged["kl"].tolist())))
+    return tuple(lines)
+
+
+# The trainer's own numbers on the step axis, each chosen metric a chart with train and eval lines per run and the best
+# checkpoint marked; the run's summary; CSV downloads of the histories and of the step curves' numbers (made when
+# clicked). A fragment: choosing metrics redraws only this area.
+@st.fragment
+def draw_training_metrics(run: "RunSnapshot", history: "TrainingHistory", compared: list["RunSnapshot"], settings: "Settings"):
+    named = [(run_label(run.run_dir), history)] + [(run_label(other.run_dir), load_history(other.run_dir, history_signature(other.run_dir))) for other in compared]
+    histories = [(name, shown) for name, shown in named if not shown.empty]
+    st.subheader("📈 Training metrics")
+    if histories:
+        options = list(dict.fromkeys(metric_name(column) for _, shown in histories for frame in (shown.train, shown.eval) for column in frame.columns[1:]))
+        key = StateKey.METRIC_SERIES + ":" + "|".join(options)
+        remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
+        chosen = st.multiselect("Training metrics", options, key=key, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
+        versions = tuple(history_signature(other.run_dir) for other in [run, *compared])
+        columns = st.columns(2)
+        for position, name in enumerate(chosen):
+            draw_chart(columns[position % 2], cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories))
+        with st.expander("Training summary"):
+            for name, shown in histories:
+                draw_history_summary(name, shown)
+    else:
+        st.caption(f"No training history in this folder: the logger's `{METRICS_FILES}`, `{TRAINING_LOG}` or `{TRAINER_STATE}` (in it or a `checkpoint-*` folder) would be shown here.")
+    name = run_label(run.run_dir)
+    downloads = st.columns(3)
+    for column, label, frame, file_name in (
+        (downloads[0], "Train history (CSV)", history.train, f"{name}_train_history.csv"),
+        (downloads[1], "Eval history (CSV)", history.eval, f"{name}_eval_history.csv"),
+    ):
+        column.download_button(label, functools.partial(frame.to_csv, index=False), file_name=file_name, mime="text/csv", on_click="ignore", disabled=frame.empty)
+    runs = [(run_label(shown.run_dir), shown.samples) for shown in [run, *compared] if not shown.samples.empty]
+    downloads[2].download_button(
+        "Per-step statistics (CSV)", lambda: step_statistics_table(runs).to_csv(index=False), file_name=f"{name}_step_statistics.csv",
+        mime="text/csv", on_click="ignore", disabled=not runs, help="The numbers behind the step curves, of every run compared.",
+    )
+
+
+# A run's history as seed 004's summary prints it: configuration, entries, final values, best checkpoint.
+def draw_history_summary(name: str, history: "TrainingHistory"):
+    st.markdown(f"**{markdown_literal(name)}** · from {', '.join(markdown_literal(source) for source in history.sources)}")
+    config, train, evaluation = st.columns(3)
+    config.caption("Configuration")
+    config.dataframe(pd.DataFrame({"key": list(history.config), "value": [json.dumps(value) for value in history.config.values()]}), hide_index=True, height=250)
+    for column, title, frame in ((train, "Training history", history.train), (evaluation, "Validation history", history.eval)):
+        if frame.empty:
+            column.caption(f"{title}: no entries")
+            continue
+        column.caption(f"{title}: {len(frame)} entries, final step {int(frame['step'].iloc[-1])}")
+        final = frame.drop(columns="step").ffill().iloc[-1].dropna()
+        column.dataframe(pd.DataFrame({"final": final.index, "value": final.to_numpy()}), hide_index=True, height=250)
+    best = history.best
+    if best:
+        metrics = ", ".join(f"{markdown_literal(key)} = {value:.6g}" for key, value in best["metrics"].items())
+        step = "—" if best["step"] is None else best["step"]
+        st.caption(f"Best checkpoint: step {step}" + (f", epoch {best['epoch']:g}" if "epoch" in best else "") + (f", {metrics}" if metrics else "") + f", path {markdown_literal(best['path'] or '—')}")
 
 
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
@@ -791,6 +950,32 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     return int(sample)
 
 
+# "This prompt over training": every loaded line of the shown and compared runs whose prompt has the same text as the
+# sample in view's, its rewards per step (a curve) and its responses (a table). Read back only while open.
+def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: pd.Series, settings: "Settings"):
+    details = st.expander("This prompt over training", on_change="rerun", key=StateKey.PROMPT_HISTORY)
+    if not details.open:
+        return
+    if pd.isna(row["prompt_key"]):
+        details.info("This sample has no prompt.")
+        return
+    rows = pd.concat(
+        [shown.samples[shown.samples["prompt_key"] == row["prompt_key"]].assign(run=run_label(shown.run_dir)) for shown in [run, *compared]],
+        ignore_index=True,
+    )
+    batch = load_step_batch(lines_key(rows), rows)
+    table = batch.table[batch.table["prompt"] == row["prompt"]]  # the same text, not only the same key
+    runs = table["run"].nunique()
+    details.caption(
+        f"{len(table)} completion(s) of this prompt at {table['step'].nunique()} step(s)"
+        + (f" in {runs} run(s)" if compared else "") + (" (of the loaded samples: Max Samples Each Step)" if any(shown.downsampled for shown in [run, *compared]) else "")
+    )
+    draw_chart(details, prompt_reward_chart(table))
+    shown = table.assign(response=[clean_text(text, settings.pad_token) for text in table["response"]])
+    columns = (["run"] if compared else []) + ["step", "reward", "advantage", "response"]
+    details.dataframe(shown[[column for column in columns if shown[column].notna().any() or column == "response"]], hide_index=True, width="stretch")
+
+
 # The sample in view, kept inside this step's batch (a table click or the index input set it).
 def chosen_sample(batch: "StepBatch") -> int:
     sample = min(max(int(st.session_state.get(StateKey.SAMPLE_INDEX, 0)), 0), len(batch.table) - 1)
@@ -951,15 +1136,27 @@ def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step:
     return read_sample_tokens(path, offset, length, step)
 
 
-# Step charts change only with the run and the curve settings, so a step or sample change reuses them.
+# The training history of a folder, read again only when one of its files changed (history_signature).
+@st.cache_resource(show_spinner=False, max_entries=32)
+def load_history(run_dir: str, signature: tuple) -> "TrainingHistory":
+    return read_history(run_dir)
+
+
+# A training metric's chart, per set of histories and curve settings.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def cached_step_curve(columns, title, unit, version, variance_scale, zero_shift, _samples, names=None, median=False, log_scale=False) -> dict:
-    return step_curve_chart(_samples, columns, title, unit, variance_scale, zero_shift, names, median, log_scale)
+def cached_metric_chart(name, versions, smoothing, zero_shift, _histories) -> dict:
+    return metric_chart(name, _histories, smoothing, zero_shift)
+
+
+# Step charts change only with the runs and the curve settings, so a step or sample change reuses them.
+@st.cache_resource(show_spinner=False, max_entries=64)
+def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift, smoothing, _runs, names=None, median=False, log_scale=False, lines=()) -> dict:
+    return step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def cached_fraction_chart(version, _samples) -> dict:
-    return step_fraction_chart(group_signal_by_step(_samples))
+def cached_fraction_chart(versions, smoothing, _runs) -> dict:
+    return step_fraction_chart([(name, group_signal_by_step(samples)) for name, samples in _runs], smoothing)
 
 
 # The step's three batch charts, built once per set of lines.
@@ -993,6 +1190,10 @@ def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFr
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
 
 
+# A chart's subtitle in a grey readable on the light and the dark theme (Vega's default is near-black), apart from the title.
+SUBTITLE_STYLE = {"subtitleColor": "#9a9aa6", "subtitlePadding": 4}
+
+
 # Scroll to zoom, drag to pan, double-click to reset, on every step chart.
 ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
 
@@ -1010,75 +1211,205 @@ SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "title": "sample inde
 LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 
 
-# One line per series with a mean ± std × scale band (or the median with its 25-75 % band), steps in numeric order.
-def step_curve_chart(samples, columns, title, unit, variance_scale=0.2, zero_shift=False, names=None, median=False, log_scale=False) -> dict:
-    points, shown = [], []
-    for column in columns:
-        stats = step_stats(samples, column)
-        if stats.empty:
-            continue
-        if median:
-            centre, low, high = (stats[name].to_numpy() for name in ("median", "q25", "q75"))
-        else:
-            centre, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
-            low, high = centre - spread, centre + spread
-        if zero_shift:
-            centre, low, high = centre - centre[0], low - centre[0], high - centre[0]
-        name = (names or {}).get(column, column)
+# One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
+# numeric order; smoothed, the raw centre line stays faint behind.
+def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
+    points, shown, line_points = [], [], []
+    by_run = len(runs) > 1 and len(columns) > 1  # several series of several runs: colour by run, dashes by series
+    for run_name, samples in runs:
+        for column in columns:
+            if column not in samples:
+                continue
+            stats = step_stats(samples, column)
+            if stats.empty:
+                continue
+            if median:
+                centre, low, high = (stats[name].to_numpy() for name in ("median", "q25", "q75"))
+            else:
+                centre, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
+                low, high = centre - spread, centre + spread
+            if zero_shift:
+                centre, low, high = centre - centre[0], low - centre[0], high - centre[0]
+            raw = centre
+            centre, low, high = (smoothed(values, smoothing) for values in (centre, low, high))
+            label = (names or {}).get(column, column)
+            name = series_name(run_name, label, len(runs), len(columns))
+            shown.append(run_name if by_run else name)
+            points += [
+                {"series": name, "colour": shown[-1], "what": label, "step": int(step), "centre": json_number(c), "raw": json_number(r), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
+                for step, c, r, a, b, m, md, sd, n in zip(stats.index, centre, raw, low, high, stats["mean"], stats["median"], stats["std"], stats["count"])
+            ]
+    for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
+        raw = np.array(values, dtype=float)
+        raw = raw - raw[0] if zero_shift and len(raw) else raw
         shown.append(name)
-        points += [
-            {"series": name, "step": int(step), "centre": json_number(c), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
-            for step, c, a, b, m, md, sd, n in zip(stats.index, centre, low, high, stats["mean"], stats["median"], stats["std"], stats["count"])
-        ]
-    x = step_axis(samples["step"])
+        line_points += [{"series": name, "colour": name, "step": int(step), "centre": json_number(c), "raw": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
+    x = step_axis(pd.concat([samples["step"] for _, samples in runs if len(samples)]))
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
     y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
-    colour = {"field": "series", "type": "nominal", "scale": {"domain": shown, "range": STEP_PALETTE[: len(shown)] or STEP_PALETTE[:1]}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}}
+    colour = series_colour(list(dict.fromkeys(shown)), "colour")
+    line = {
+        "mark": {"type": "line", "point": len(points) == len(shown)},
+        "params": ZOOM,
+        "encoding": {
+            "x": x,
+            "y": {"field": "centre", "type": "quantitative"},
+            "color": colour,
+            "detail": {"field": "series"},
+            **({"strokeDash": {"field": "what", "type": "nominal", "scale": {"domain": [(names or {}).get(column, column) for column in columns]}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
+            "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "median", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
+        },
+    }
     # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
     # chart's title off its canvas.
     return {
-        "title": {"text": title, "subtitle": band},
+        "title": {"text": title, "subtitle": band + (f", smoothed {smoothing:g} (raw faint)" if smoothing else ""), **SUBTITLE_STYLE},
         "height": 330,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"values": points},
         "layer": [
-            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": unit, "scale": y_scale}, "y2": {"field": "high"}, "color": colour}},
-            {
-                "mark": {"type": "line", "point": len(points) == len(shown)},
-                "params": ZOOM,
-                "encoding": {
-                    "x": x,
-                    "y": {"field": "centre", "type": "quantitative"},
-                    "color": colour,
-                    "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "median", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
-                },
-            },
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": unit, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
+            *raw_line_layer(x, colour, smoothing),
+            line,
+            *([{
+                "data": {"values": line_points},
+                "mark": {"type": "line", "strokeDash": [6, 3], "point": len(line_points) < 60},
+                "encoding": {"x": x, "y": {"field": "centre", "type": "quantitative"}, "color": colour, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "raw", "title": "value", "format": ".6g"}]},
+            }] if line_points else []),
         ],
     }
 
 
-# The step axis spans the run's steps exactly: a "nice" domain ran past the last step.
+# A curve's name: the series alone for one run, the run alone for one series, else both.
+def series_name(run_name: str, series: str, runs: int, columns: int) -> str:
+    if runs == 1:
+        return series
+    return run_name if columns == 1 else f"{run_name} · {series}"
+
+
+# Each series (or run) its own colour, the same on every layer; the legend names them.
+def series_colour(shown: list[str], field_name: str = "series") -> dict:
+    palette = [STEP_PALETTE[i % len(STEP_PALETTE)] for i in range(len(shown))] or STEP_PALETTE[:1]
+    return {"field": field_name, "type": "nominal", "scale": {"domain": shown, "range": palette}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}}
+
+
+# Smoothed curves keep their raw values visible, faintly, behind the smoothed line.
+def raw_line_layer(x: dict, colour: dict, smoothing: float) -> list[dict]:
+    if not smoothing:
+        return []
+    return [{"mark": {"type": "line", "opacity": 0.25, "strokeWidth": 1}, "encoding": {"x": x, "y": {"field": "raw", "type": "quantitative"}, "color": colour, "detail": {"field": "series"}}}]
+
+
+# The step axis spans the runs' steps exactly: a "nice" domain ran past the last step.
 def step_axis(steps: pd.Series) -> dict:
     first, last = int(steps.min()), int(steps.max())
     return {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"domain": [first, last]} if last > first else {"zero": False}}
 
 
-# Fractions per step (in %) of zero-signal groups and of truncated completions.
-def step_fraction_chart(fractions: pd.DataFrame) -> dict:
-    shown = [column for column in ("zero-signal groups", "truncated") if column in fractions and fractions[column].notna().any()]
-    points = [{"series": f"{column} (%)", "step": int(step), "percent": json_number(value * 100)} for column in shown for step, value in fractions[column].items()]
+# Fractions per step (in %) of zero-signal groups and of truncated completions, one line each per run.
+def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float = 0.0) -> dict:
+    points, shown = [], []
+    for run_name, fractions in runs:
+        for column in ("zero-signal groups", "truncated"):
+            if column not in fractions or not fractions[column].notna().any():
+                continue
+            name = series_name(run_name, f"{column} (%)", len(runs), 2)
+            shown.append(name)
+            raw = fractions[column].to_numpy() * 100
+            points += [
+                {"series": name, "step": int(step), "percent": json_number(value), "raw": json_number(r)}
+                for step, value, r in zip(fractions.index, smoothed(raw, smoothing), raw)
+            ]
+    x = step_axis(pd.concat([fractions.index.to_series() for _, fractions in runs if len(fractions)]))
+    colour = series_colour(shown)
     return {
-        "title": "👾 GRPO learning signal (Step level)",
+        "title": {"text": "👾 GRPO learning signal (Step level)", "subtitle": f"smoothed {smoothing:g} (raw faint)" if smoothing else "", **SUBTITLE_STYLE},
         "height": 330,
+        "padding": {"top": 12},
         "data": {"values": points},
-        "mark": {"type": "line", "tooltip": True},
-        "params": ZOOM,
-        "encoding": {
-            "x": step_axis(fractions.index.to_series()),
-            "y": {"field": "percent", "type": "quantitative", "title": "% of groups / of completions"},
-            "color": {"field": "series", "type": "nominal", "scale": {"range": STEP_PALETTE}, "legend": {"orient": "bottom", "title": None}},
-        },
+        "layer": [
+            *raw_line_layer(x, colour, smoothing),
+            {
+                "mark": {"type": "line", "tooltip": True},
+                "params": ZOOM,
+                "encoding": {"x": x, "y": {"field": "percent", "type": "quantitative", "title": "% of groups / of completions"}, "color": colour},
+            },
+        ],
     }
+
+
+# A prompt's completions over training: each completion's reward a point, their mean per step a line, per run.
+def prompt_reward_chart(table: pd.DataFrame) -> dict:
+    points = [{"run": run, "step": int(step), "reward": json_number(reward)} for run, step, reward in zip(table["run"], table["step"], table["reward"])]
+    means = table.groupby(["run", "step"])["reward"].mean().reset_index()
+    lines = [{"run": run, "step": int(step), "mean reward": json_number(reward)} for run, step, reward in zip(means["run"], means["step"], means["reward"])]
+    x = step_axis(table["step"]) if len(table) else {"field": "step", "type": "quantitative"}
+    colour = series_colour(list(dict.fromkeys(table["run"])))
+    colour["field"] = "run"
+    return {
+        "title": "Rewards of this prompt's completions, per step",
+        "height": 260,
+        "layer": [
+            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"values": lines}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
+        ],
+    }
+
+
+# The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).
+DEFAULT_METRICS = ["reward", "loss", "kl", "learning_rate", "lr"]
+
+
+# One chart of a metric: per run (a colour) its train line, its eval line (eval_<name> or val_<name>, dashed, with
+# points) and its best checkpoint (a dashed rule).
+def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoothing: float = 0.0, zero_shift: bool = False) -> dict:
+    points, shown, rules = [], [], []
+    for run_name, history in histories:
+        for split, frame in (("train", history.train), ("eval", history.eval)):
+            column = next((column for column in frame.columns[1:] if metric_name(column) == name), None)
+            if column is None or not frame[column].notna().any():
+                continue
+            values = frame[["step", column]].dropna()
+            raw = values[column].to_numpy()
+            if zero_shift:
+                raw = raw - raw[0]
+            series = f"{run_name} · {column}" if len(histories) > 1 else column
+            shown.append(run_name)
+            points += [
+                {"series": series, "run": run_name, "split": split, "step": int(step), "value": json_number(value), "raw": json_number(r)}
+                for step, value, r in zip(values["step"], smoothed(raw, smoothing), raw)
+            ]
+        best = history.best
+        if best and best.get("step") is not None:
+            rules.append({"step": int(best["step"]), "best checkpoint": f"{run_name}: {best['path']}" if len(histories) > 1 else str(best["path"])})
+    x = step_axis(pd.Series([point["step"] for point in points + rules] or [0]))
+    colour = series_colour(list(dict.fromkeys(shown)), "run")
+    tooltip = [{"field": "series"}, {"field": "step"}, {"field": "raw", "title": "value", "format": ".6g"}]
+    layer = [
+        *raw_line_layer(x, colour, smoothing),
+        {"transform": [{"filter": "datum.split == 'train'"}], "mark": {"type": "line"}, "params": ZOOM,
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": name, "scale": {"zero": False}}, "color": colour, "tooltip": tooltip}},
+        {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
+    ]
+    if rules:
+        layer.append({"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}})
+    return {
+        "title": {"text": name, "subtitle": f"smoothed {smoothing:g} (raw faint)" if smoothing else "", **SUBTITLE_STYLE},
+        "height": 260,
+        "padding": {"top": 12},
+        "data": {"values": points},
+        "layer": layer,
+    }
+
+
+# A logged metric's name without its eval prefix: eval_loss (HF Trainer) and val_reward (seed 004) are drawn with loss
+# and reward.
+def metric_name(column: str) -> str:
+    for prefix in ("eval_", "val_"):
+        if column.startswith(prefix) and len(column) > len(prefix):
+            return column[len(prefix):]
+    return column
 
 
 # Grouped bars of reward and ref_reward for each sample of the step.
@@ -1265,6 +1596,71 @@ def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
     stats["std"] = values.std(ddof=0)
     stats["q25"], stats["q75"] = values.quantile(0.25), values.quantile(0.75)
     return stats.sort_index()
+
+
+# TensorBoard's smoothing: an exponential moving average debiased at the start (pandas' adjusted ewm is exactly that),
+# over the finite values only; a missing value stays missing.
+def smoothed(values: np.ndarray, weight: float) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    if not weight or not len(values):
+        return values
+    finite_values = np.where(np.isfinite(values), values, np.nan)
+    result = pd.Series(finite_values).ewm(alpha=1 - weight, adjust=True, ignore_na=True).mean().to_numpy()
+    return np.where(np.isnan(finite_values), np.nan, result)
+
+
+# The per-step columns the step curves draw, each as its chart names it.
+STEP_CURVE_COLUMNS = {
+    **{name: name for name in REWARD_SERIES},
+    "avg_log_ratio": "log_ratio",
+    **{f"avg_kl_{name}": f"kl ({name})" for name in KL_ESTIMATORS},
+    "response_tokens_len": "response tokens",
+    "avg_entropy": "entropy",
+}
+
+
+# The numbers behind the step curves, every run compared: one row per run, series and step.
+def step_statistics_table(runs: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    tables = []
+    for run_name, samples in runs:
+        columns = list(STEP_CURVE_COLUMNS) + sorted(column for column in samples.columns if column.startswith("rewards/"))
+        for column in columns:
+            if column in samples and samples[column].notna().any():
+                stats = step_stats(samples, column).reset_index()
+                tables.append(stats.assign(run=run_name, series=STEP_CURVE_COLUMNS.get(column, column)))
+        fractions = group_signal_by_step(samples)
+        for column in fractions.columns:
+            values = fractions[column].dropna()
+            tables.append(pd.DataFrame({"step": values.index, "mean": values.to_numpy(), "run": run_name, "series": f"{column} (fraction)"}))
+    order = ["run", "series", "step", "mean", "std", "median", "q25", "q75", "count"]
+    return pd.concat(tables, ignore_index=True).reindex(columns=order) if tables else pd.DataFrame(columns=order)
+
+
+# TRL logs kl per loss pass (micro-batch) as the token mean of k3 pooled over all ranks (since TRL 1.9; before,
+# the mean of each rank's token mean), and per step the mean over its passes. From lines that say their pass
+# (micro_batch), per step; a rank is a file.
+def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Series:
+    lines = samples.dropna(subset=["micro_batch"])
+    has_kl = lines["sum_kl_k3"].notna()  # a line without log-probs (e.g. masked when truncated) adds no token
+    tokens = pd.DataFrame({
+        "kl": lines["sum_kl_k3"].where(has_kl, 0.0),
+        "count": lines["response_tokens_len"].where(has_kl, 0.0),
+        "step": lines["step"], "micro_batch": lines["micro_batch"], "path": lines["path"],
+    })
+    passes = tokens.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]))[["kl", "count"]].sum()
+    means = passes["kl"] / passes["count"].clip(lower=1)  # TRL: a pass without tokens counts as 0
+    if not pooled_ranks:
+        means = means.groupby(level=["step", "micro_batch"]).mean()
+    return means.groupby(level="step").mean()
+
+
+# TRL (1.9 on) pools each loss pass's kl over all ranks' tokens; before, it averaged each rank's token mean. Unknown: pooled.
+POOLED_KL_SINCE = (1, 9)
+
+
+def trl_pools_kl(trl_version) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", str(trl_version or ""))
+    return match is None or (int(match.group(1)), int(match.group(2))) >= POOLED_KL_SINCE
 
 
 # Per step, the share of groups with identical rewards and the share of truncated completions.
@@ -1549,7 +1945,7 @@ SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduce
 
 
 SUMMARY_NUMBERS = [
-    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated",
+    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "avg_logp", "avg_entropy",
     "avg_log_ratio", "sum_log_ratio",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
@@ -1578,6 +1974,7 @@ class RolloutSummary(msgspec.Struct, gc=False):
     advantage: float | None = None
     group_id: str | int | None = None
     truncated: bool | None = None
+    micro_batch: Any = None  # which of its optimizer step's loss passes trained the line (rollout_logger), for TRL's kl
 
 
 # The first pass's usual case: per-token lists kept raw, then parsed by simdjson straight into float arrays,
@@ -1695,6 +2092,9 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             if value is not None:
                 numbers[name][row] = value
         numbers["response_len"][row] = text_length(record.response)
+        numbers["prompt_key"][row] = prompt_key(record.prompt)
+        if type(record.micro_batch) is int and abs(record.micro_batch) < 2**53:
+            numbers["micro_batch"][row] = record.micro_batch
         if record.ref_response is not None:
             numbers["ref_response_len"][row] = text_length(record.ref_response)
         if record.group_id is not None:
@@ -1832,6 +2232,15 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
 
 
+# The same prompt text gives the same key, held exactly by a float (53 bits): the lines of one prompt across the run
+# are found from the index alone, then their texts compared.
+def prompt_key(prompt) -> float:
+    text = as_text(prompt)
+    if text is None:
+        return np.nan
+    return float(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 11)
+
+
 # Text of a free-form field: strings as they are, anything else as JSON.
 def as_text(value) -> str | None:
     if value is None:
@@ -1872,7 +2281,7 @@ def float_array(values) -> np.ndarray | None:
 # ====================================================================================================================
 
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
@@ -2167,7 +2576,8 @@ class RunStore:
 
     # The rank files; one whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
     def current_paths(self) -> list[str]:
-        return sorted(str(path) for path in Path(self.run_dir).glob("*.jsonl") if path.is_file() and valid_text(path.name) == path.name)
+        paths = Path(self.run_dir).glob("*.jsonl")
+        return sorted(str(path) for path in paths if path.is_file() and valid_text(path.name) == path.name and not path.match(METRICS_FILES))
 
     # Cheap: a stat per file. True when load() would read anything.
     def needs_work(self, max_samples: int) -> bool:
@@ -2514,11 +2924,16 @@ def read_meta(run_dir: str) -> dict | None:
     return None
 
 
-# Runs are the root's sub-folders; the root itself is one too when it holds rank files (a user pointed it at a run).
+# Runs are the root's sub-folders; the root itself is one too when it holds rank files or a training history (a user
+# pointed it at a run or at a training output folder, whose checkpoint-* folders are not runs of their own).
 def list_runs(root: str) -> list[str]:
     folder = Path(root).expanduser()
-    runs = sorted(path.name for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
-    return (["."] if any(path.is_file() for path in folder.glob("*.jsonl")) else []) + runs
+    is_run = any(path.is_file() for path in folder.glob("*.jsonl")) or history_signature(folder) != ()
+    runs = sorted(
+        path.name for path in folder.iterdir()
+        if path.is_dir() and not path.name.startswith(".") and not (is_run and CHECKPOINT_FOLDER.fullmatch(path.name))
+    )
+    return (["."] if is_run else []) + runs
 
 
 # Which lines a step shows, as a short key: the same key means the same bytes (as far as FileIndex.change
@@ -2602,6 +3017,257 @@ def read_line(path: str, offset: int, length: int) -> bytes:
 
 def read_back_problem(path: str, line: int, error: Exception) -> str:
     return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."
+
+
+
+# ====================================================================================================================
+# Reading, 5: the training history (the trainer's own logged numbers) from the logger's metrics files, seed 004's
+# training_log.json or Hugging Face Trainer's trainer_state.json. Nothing is unpickled (training_args.bin is not read).
+# ====================================================================================================================
+
+
+METRICS_FILES = "rollout_metrics_*.jsonl"
+
+
+TRAINING_LOG, TRAINER_STATE = "training_log.json", "trainer_state.json"
+
+
+CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")
+
+
+PROBLEM_COLUMNS = ["file", "line", "kind", "reason"]
+
+
+# The trainer's numbers of a run: one row per logged step of each kind, its configuration and best checkpoint.
+@dataclass(frozen=True)
+class TrainingHistory:
+    sources: list  # the files read, relative to the folder
+    train: pd.DataFrame  # "step", then one float column per logged number
+    eval: pd.DataFrame
+    config: dict
+    best: dict  # {} or {"step", "path", "metrics": {name: value}} (+ "epoch")
+    problems: pd.DataFrame  # file, line, kind, reason
+
+    @property
+    def empty(self) -> bool:
+        return self.train.empty and self.eval.empty
+
+
+# Entries of one kind in file order. A step lower than one already seen starts a resumed run: what the earlier run
+# logged from that step on is dropped, the later entry stands; entries of the same step merge key by key.
+class HistorySeries:
+    def __init__(self):
+        self.rows: dict[int, dict] = {}
+
+    def add(self, step: int, numbers: dict):
+        if self.rows and step < max(self.rows):
+            self.rows = {seen: row for seen, row in self.rows.items() if seen < step}
+        self.rows.setdefault(step, {}).update(numbers)
+
+    def frame(self) -> pd.DataFrame:
+        steps = sorted(self.rows)
+        table = pd.DataFrame.from_records([self.rows[step] for step in steps], index=range(len(steps)))
+        table.insert(0, "step", np.array(steps, dtype=np.int64))
+        return table.astype({column: float for column in table.columns if column != "step"})
+
+
+# The history of a run folder or training output folder, from the first source it holds (see this section's title).
+def read_history(folder) -> TrainingHistory:
+    folder, problems = Path(folder), []
+    metrics_files = sorted(path for path in folder.glob(METRICS_FILES) if path.is_file())
+    if metrics_files:
+        return history_from_metrics_files(folder, metrics_files, problems)
+    if (folder / TRAINING_LOG).is_file():
+        log = read_json_file(folder / TRAINING_LOG, folder, problems)
+        if log is not None:
+            return history_from_training_log(TRAINING_LOG, log, problems)
+    state_path, state = newest_trainer_state(folder, problems)
+    if state is not None:
+        return history_from_trainer_state(state_path, state, problems)
+    empty = pd.DataFrame({"step": np.array([], dtype=np.int64)})
+    return TrainingHistory([], empty, empty, {}, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# The files a history is read from, with their sizes and times: a cheap key that changes when any of them does.
+def history_signature(folder) -> tuple:
+    folder = Path(folder)
+    paths = [*folder.glob(METRICS_FILES), *folder.glob("rollout_meta*.json"), folder / TRAINING_LOG, folder / TRAINER_STATE, *folder.glob(f"checkpoint-*/{TRAINER_STATE}")]
+    signature = []
+    for path in sorted(paths):
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            signature.append((path.name, status.st_size, status.st_mtime_ns))
+    return tuple(signature)
+
+
+# A whole JSON file (NaN and Infinity allowed: the entries say which keys were left out); None with a problem row
+# when it cannot be read, e.g. while a trainer rewrites it.
+def read_json_file(path: Path, folder: Path, problems: list):
+    name = valid_text(str(path.relative_to(folder)))
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as error:
+        problems.append([name, 0, "skipped", f"not readable as JSON ({error}): nothing taken from it"])
+        return None
+    if not isinstance(value, dict):
+        problems.append([name, 0, "skipped", f"holds a JSON {type(value).__name__}, not an object: nothing taken from it"])
+        return None
+    return value
+
+
+# The folder's own trainer_state.json or a checkpoint's, whichever reached the latest global_step (the folder's own
+# wins a tie); checkpoints are tried newest first and an unreadable one is passed over.
+def newest_trainer_state(folder: Path, problems: list) -> tuple[str | None, dict | None]:
+    checkpoints = sorted(
+        (path for path in folder.glob(f"checkpoint-*/{TRAINER_STATE}") if CHECKPOINT_FOLDER.fullmatch(path.parent.name) and path.is_file()),
+        key=lambda path: int(path.parent.name.split("-")[1]),
+        reverse=True,
+    )
+    found = []
+    for path in ([folder / TRAINER_STATE] if (folder / TRAINER_STATE).is_file() else []) + checkpoints:
+        state = read_json_file(path, folder, problems)
+        if state is not None and not isinstance(state.get("log_history"), list):
+            problems.append([valid_text(str(path.relative_to(folder))), 0, "skipped", "no log_history list: not a Trainer state"])
+            state = None
+        if state is not None:
+            found.append((str(path.relative_to(folder)), state))
+            if path.parent != folder:
+                break
+    if not found:
+        return None, None
+    return max(found, key=lambda item: global_step(item[1]))  # max keeps the first of equals: the folder's own
+
+
+def global_step(state: dict) -> int:
+    step = state.get("global_step")
+    return step if type(step) is int else -1
+
+
+# The logger's metrics files in launch order: train and eval lines, and checkpoint lines that name the best one.
+def history_from_metrics_files(folder: Path, paths: list, problems: list) -> TrainingHistory:
+    train, evaluation, best = HistorySeries(), HistorySeries(), {}
+    for path in paths:
+        name = valid_text(path.name)
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            problems.append([name, 0, "skipped", f"could not be read ({error})"])
+            continue
+        lines = data.split(b"\n")
+        if lines[-1].strip():
+            problems.append([name, len(lines), "incomplete", "the last line has no end yet: still being written, or cut off"])
+        for number, line in enumerate(lines[:-1], start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError) as error:
+                problems.append([name, number, "skipped", f"not valid JSON ({error})"])
+                continue
+            where = (name, number)
+            if isinstance(entry, dict) and entry.get("kind") == "checkpoint":
+                if isinstance(entry.get("best_model_checkpoint"), str):
+                    best = {"path": entry["best_model_checkpoint"], "value": entry.get("best_metric")}
+                continue
+            step = history_entry_step(entry, where, problems)
+            if step is not None:
+                kind = entry.get("kind") or ("eval" if any(str(key).startswith("eval_") for key in entry) else "train")
+                (evaluation if kind == "eval" else train).add(step, entry_numbers(entry, where, problems))
+    eval_frame = evaluation.frame()
+    if best:
+        best = best_from_checkpoint(best["path"], None, best["value"], eval_frame)
+    meta = read_meta(str(folder)) or {}
+    config = meta.get("trainer_config") if isinstance(meta.get("trainer_config"), dict) else {}
+    return TrainingHistory([path.name for path in paths], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# Seed 004's training_log.json: config, train_history, val_history, and best_checkpoint (GRPO, DPO) or final_metrics
+# (LoRA).
+def history_from_training_log(name: str, log: dict, problems: list) -> TrainingHistory:
+    frames = {}
+    for key in ("train_history", "val_history"):
+        series, entries = HistorySeries(), log.get(key, [])
+        if not isinstance(entries, list):
+            problems.append([name, 0, "skipped", f"{key} is not a list"])
+            entries = []
+        for position, entry in enumerate(entries):
+            where = (name, 0, f"{key}[{position}]")
+            step = history_entry_step(entry, where, problems)
+            if step is not None:
+                series.add(step, entry_numbers(entry, where, problems))
+        frames[key] = series.frame()
+    best, final = log.get("best_checkpoint"), log.get("final_metrics")
+    if isinstance(best, dict):
+        best = {
+            "step": history_entry_step(best, (name, 0, "best_checkpoint"), []),
+            "path": best.get("path") if isinstance(best.get("path"), str) else None,
+            "metrics": {key: value for key, value in entry_numbers(best, (name, 0, "best_checkpoint"), problems).items() if key not in ("epoch", "samples")},
+        } | ({"epoch": float(best["epoch"])} if type(best.get("epoch")) in (int, float) else {})
+    elif isinstance(final, dict) and isinstance(final.get("best_checkpoint"), str):
+        best = best_from_checkpoint(final["best_checkpoint"], None, final.get("best_metric"), frames["val_history"])
+    else:
+        best = {}
+    config = log.get("config") if isinstance(log.get("config"), dict) else {}
+    return TrainingHistory([name], frames["train_history"], frames["val_history"], config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# Hugging Face Trainer's state: log_history entries with eval_* keys are evaluations, the rest training.
+def history_from_trainer_state(name: str, state: dict, problems: list) -> TrainingHistory:
+    train, evaluation = HistorySeries(), HistorySeries()
+    for position, entry in enumerate(state["log_history"]):
+        where = (valid_text(name), 0, f"log_history[{position}]")
+        step = history_entry_step(entry, where, problems)
+        if step is not None:
+            is_eval = any(str(key).startswith("eval_") for key in entry)
+            (evaluation if is_eval else train).add(step, entry_numbers(entry, where, problems))
+    eval_frame = evaluation.frame()
+    path = state.get("best_model_checkpoint")
+    best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
+    config = {key: value for key, value in state.items() if type(value) in (int, float, str, bool)}
+    return TrainingHistory([valid_text(name)], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# The best checkpoint from its path and metric value: the step is the checkpoint's number unless given, the metric is
+# named after the eval column holding that value (at that step if it can be), else "best_metric".
+def best_from_checkpoint(path: str, step, value, eval_frame: pd.DataFrame) -> dict:
+    numbers = CHECKPOINT_FOLDER.findall(path)
+    step = step if type(step) is int else int(numbers[-1]) if numbers else None
+    metrics = {}
+    if type(value) in (int, float) and math.isfinite(value):
+        at_step = eval_frame[eval_frame["step"] == step]
+        matching = [column for table in (at_step, eval_frame) for column in table.columns[1:] if np.isclose(table[column], value, rtol=1e-12, atol=0).any()]
+        metrics[matching[0] if matching else "best_metric"] = float(value)
+    return {"step": step, "path": path, "metrics": metrics}
+
+
+# An entry's step: an integer (2.0 is 2); None, with a problem row at where, for anything else.
+def history_entry_step(entry, where: tuple, problems: list) -> int | None:
+    step = entry.get("step") if isinstance(entry, dict) else None
+    if type(step) is float and step.is_integer():
+        step = int(step)
+    if type(step) is int:
+        return step
+    file, line, *within = where
+    about = f"{within[0]}: " if within else ""
+    reason = "not a JSON object" if not isinstance(entry, dict) else "no step" if "step" not in entry else f"step {shorten(repr(step), 40)} is not an integer"
+    problems.append([file, line, "skipped", f"{about}{reason}: entry left out"])
+    return None
+
+
+# The numbers of an entry (not step): other values (texts, lists) are not series; NaN and infinities are left out
+# with a note.
+def entry_numbers(entry: dict, where: tuple, problems: list) -> dict:
+    numbers = {}
+    for key, value in entry.items():
+        if key == "step" or type(value) not in (int, float):
+            continue
+        value = value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf  # a huge int
+        if math.isfinite(value):
+            numbers[valid_text(str(key))] = value
+        else:
+            file, line, *within = where
+            problems.append([file, line, "note", f"{within[0] + ': ' if within else ''}{key} is {value}: left out"])
+    return numbers
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class StepTimer(TrainerCallback):
 def time_logger_methods(callback: RolloutLoggerCallback) -> list[float]:
     """Wraps (on this instance) the methods where the logger works on the training thread; returns the time spent."""
     spent = [0.0]
-    for name in ("_start_records", "_finish_records", "on_step_end"):
+    for name in ("_start_records", "_finish_records", "on_step_end", "on_log", "on_save"):
         method = getattr(callback, name)
 
         def timed(*args, _method=method, **kwargs):

@@ -3,12 +3,14 @@
 A Qwen2-style model with random weights and a byte-level BPE tokenizer trained here learn to sort digits
 ("sort 7 2 5 :" -> " 2 5 7"). A short supervised warm-up teaches the answer format; then TRL's GRPOTrainer, scored by
 two reward functions and held near the warm-up model by a KL penalty (beta > 0), makes the sorting visibly better.
-Everything runs offline on 2 CPU cores in about a minute.
+The trainer logs every step, evaluates on 8 other prompts every 50 steps and saves the weights then (the last two
+checkpoints and the best one by eval reward, in <output-dir>/checkpoint-<step>/). Everything runs offline on 2 CPU
+cores in about a minute.
 
     python examples/train_grpo_tiny.py --output-dir runs/grpo_tiny --steps 400 --seed 0
 
-Rollouts go to <output-dir>/rollout_samples/<EXP_NAME or the output folder's name>/ (ROLLOUT_SAVE_DIR changes the
-root); run with SAVE_ROLLOUT_DATA=false for the same training without them.
+Rollouts and the trainer's logged metrics go to <output-dir>/rollout_samples/<EXP_NAME or the output folder's name>/
+(ROLLOUT_SAVE_DIR changes the root); run with SAVE_ROLLOUT_DATA=false for the same training without them.
 """
 
 import argparse
@@ -26,11 +28,17 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # `rollout_logger`
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+import trl  # noqa: E402
+from packaging.version import Version  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, set_seed  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from rollout_logger import RolloutLoggerCallback  # noqa: E402
 
+
+EVAL_EVERY = 50  # steps; the checkpoints are saved then too, so that the best one is among them
+# Before TRL 1.5, GRPOTrainer's own evaluation metrics (eval_reward...) were not among those metric_for_best_model saw.
+BEST_MODEL_METRIC = "reward" if Version(trl.__version__) >= Version("1.5") else "loss"
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -158,7 +166,9 @@ def prompt_dataset(size: int, seed: int = 0, conversational: bool = False) -> Da
 # ---------------------------------------------------------------- training
 
 
-def build_trainer(model_dir: Path, output_dir: Path, steps: int, seed: int = 0) -> GRPOTrainer:
+def build_trainer(
+    model_dir: Path, output_dir: Path, steps: int, seed: int = 0, learning_rate: float = 3e-4
+) -> GRPOTrainer:
     """GRPO on the sorting task: 4 prompts x 4 completions per step, two reward functions, beta > 0, all on CPU."""
     args = GRPOConfig(
         output_dir=str(output_dir),
@@ -171,11 +181,18 @@ def build_trainer(model_dir: Path, output_dir: Path, steps: int, seed: int = 0) 
         max_completion_length=12,
         temperature=1.0,
         beta=0.04,
-        learning_rate=3e-4,
+        learning_rate=learning_rate,
         lr_scheduler_type="constant",
         gradient_checkpointing=False,
-        logging_steps=10,
-        save_strategy="no",
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=EVAL_EVERY,
+        per_device_eval_batch_size=16,
+        save_strategy="steps",
+        save_steps=EVAL_EVERY,
+        save_only_model=True,
+        save_total_limit=2,
+        metric_for_best_model=BEST_MODEL_METRIC,
         report_to=[],
         disable_tqdm=True,
     )
@@ -184,6 +201,7 @@ def build_trainer(model_dir: Path, output_dir: Path, steps: int, seed: int = 0) 
         reward_funcs=[sorted_digits, same_digits],
         args=args,
         train_dataset=prompt_dataset(args.per_device_train_batch_size * steps, seed),
+        eval_dataset=prompt_dataset(8, seed + 1),
         processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),
     )
 
@@ -195,20 +213,23 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=400, help="GRPO optimizer steps")
     parser.add_argument("--warmup-steps", type=int, default=60, help="supervised warm-up steps before GRPO")
+    parser.add_argument("--learning-rate", type=float, default=3e-4, help="GRPO's (constant) learning rate")
     parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args()
     os.environ.setdefault("SAVE_ROLLOUT_DATA", "true")  # this example exists to show the logging
 
     output_dir = Path(options.output_dir)
     model_dir = save_warm_model(output_dir / "warm_model", options.warmup_steps, options.seed)
-    trainer = build_trainer(model_dir, output_dir, options.steps, options.seed)
+    trainer = build_trainer(model_dir, output_dir, options.steps, options.seed, options.learning_rate)
     trainer.add_callback(RolloutLoggerCallback(trainer=trainer))  # the one line that turns on rollout logging
     trainer.train()
 
     rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
     tenth = max(1, len(rewards) // 10)
     first, last = sum(rewards[:tenth]) / tenth, sum(rewards[-tenth:]) / tenth
-    print(f"mean reward: first {tenth} logs {first:.3f}, last {tenth} logs {last:.3f}")
+    print(f"mean reward: first {tenth} steps {first:.3f}, last {tenth} steps {last:.3f}")
+    state = trainer.state
+    print(f"best checkpoint: {state.best_model_checkpoint} (eval {BEST_MODEL_METRIC} {state.best_metric:.3f})")
 
 
 if __name__ == "__main__":

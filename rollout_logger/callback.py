@@ -9,7 +9,9 @@ import json
 import logging
 import math
 import os
+import re
 from datetime import datetime, timedelta, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +19,7 @@ import torch
 import trl
 from packaging.version import Version
 from transformers import ProcessorMixin, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .writer import JsonlWriter
 
@@ -50,6 +53,8 @@ TRAINER_FIELDS = (
 )
 # Since TRL 1.15 a completion also ends at the generation config's EOS tokens; before, only at the tokenizer's.
 EOS_TOKEN_IDS_SINCE = Version("1.15")
+# Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
+SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_key", re.IGNORECASE)
 
 
 def rollout_logging_enabled() -> bool:
@@ -64,10 +69,18 @@ class RolloutLoggerCallback(TrainerCallback):
 
     Each rank appends to its own `<save_dir>/<exp_name>/rollout_data_rank_<rank>_<launch id>.jsonl`, where the launch id
     is the UTC start time `YYYYmmddTHHMMSSZ` chosen by rank 0, so a resumed run writes new files. Rank 0 also writes
-    `rollout_meta_<launch id>.json` with the run's settings. Each line is one sampled completion, tagged with `step`:
-    the optimizer step it was generated for (`state.global_step + 1`, the `step` of TRL's logged metrics). Lines are
-    written once per optimizer step by a background thread; an I/O error costs one warning, never the training.
-    Evaluation batches are not logged.
+    `rollout_meta_<launch id>.json` with the run's settings and the training arguments (`trainer_config`, without
+    tokens, passwords, secrets and API keys). Each line is one sampled completion, tagged with `step`: the optimizer
+    step it was generated for (`state.global_step + 1`, the `step` of TRL's logged metrics), and with `micro_batch`
+    when that step trained it: the index of the loss pass (`compute_loss` call) of the step, on its rank, that did. TRL
+    logs `kl` as the mean over a step's loss passes of each pass's token mean, so the lines' `micro_batch` is what
+    recomputes it. Lines are written once per optimizer step by a background thread; an I/O error costs one warning,
+    never the training. Evaluation batches are not logged.
+
+    The trainer's own numbers go, from rank 0, to `rollout_metrics_<launch id>.jsonl`: each event it logs (training and
+    evaluation metrics, the final summary; its `log_history` entry) as `{"step", "kind": "train" or "eval", **logs}`,
+    and each checkpoint save as `{"step", "kind": "checkpoint", "checkpoint", "best_model_checkpoint", "best_metric"}`.
+    As in rollout lines, NaN and ±inf are written as `null`: every line stays strict JSON, and null reads as no value.
 
     A callback never sees the batch, so this one wraps methods of the trainer instance it is given (TRL has no public
     API for per-token data); the trainer's class and TRL itself are left untouched. The log-probs are the ones TRL's
@@ -114,6 +127,7 @@ class RolloutLoggerCallback(TrainerCallback):
         self.run_dir: Path | None = None
         self.launch_id: str | None = None
         self._writer: JsonlWriter | None = None
+        self._metrics_writer: JsonlWriter | None = None  # rank 0's, for the trainer's logged events
         self._warned: set[str] = set()
         self._reset_batches()
         if self.enabled:
@@ -128,10 +142,12 @@ class RolloutLoggerCallback(TrainerCallback):
     def _reset_batches(self) -> None:
         self._generations = 0  # generation batches of this launch; part of each group id
         self._next_sample = 0  # the id the next sample of this rank gets
-        self._waiting: dict[int, dict] = {}  # sample id -> record still waiting for its first loss pass
+        self._waiting: dict[int, tuple[dict, bool]] = {}  # sample id -> (record, per-token values to come), until
+        # its first loss pass
         self._finished: list[dict] = []  # records whose lines are written at the end of the optimizer step
         self._scored: tuple | None = None  # `_calculate_rewards`'s completion ids and result, during a generation
-        self._loss_batch: tuple | None = None  # (sample ids, completion mask) of the micro-batch in the loss pass
+        self._loss_batch: tuple | None = None  # (sample ids, completion mask, micro-batch) in the loss pass
+        self._micro_batches = 0  # the training loss passes of the current optimizer step so far
 
     # ------------------------------------------------------------------ hooks
 
@@ -168,12 +184,15 @@ class RolloutLoggerCallback(TrainerCallback):
         return rewards_per_func
 
     def _around_loss(self, compute_loss, *args, **kwargs):
+        micro_batch = self._micro_batches
+        if self.trainer.model.training:  # an evaluation's loss pass is none of the optimizer step's
+            self._micro_batches += 1
         inputs = self._loss_inputs_of(args, kwargs)
         samples = inputs.get(SAMPLE_KEY)
         if samples is not None and self._waiting:
             samples = samples.tolist()
             if any(sample in self._waiting for sample in samples):
-                self._loss_batch = (samples, inputs["completion_mask"])
+                self._loss_batch = (samples, inputs["completion_mask"], micro_batch)
         try:
             return compute_loss(*args, **kwargs)
         finally:
@@ -216,6 +235,7 @@ class RolloutLoggerCallback(TrainerCallback):
             "truncated": [bool(ids) and ids[-1] not in self._stop_ids for ids in sampled_ids],
             "rank": [rank] * count,
             "step": [step] * count,
+            "micro_batch": [None] * count,
         }
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]
         self._await_loss_pass(output, records, per_token)
@@ -261,26 +281,23 @@ class RolloutLoggerCallback(TrainerCallback):
         return [f"{self.launch_id}-{self._generations}-{row // self.trainer.num_generations}" for row in rows]
 
     def _await_loss_pass(self, output: dict, records: list[dict], per_token: list[bool]) -> None:
-        """Holds the records that the loss pass completes, tagging the batch so that it finds them; the others (no
-        per-token values to come) go straight to the next write."""
-        for sample, record, completed_later in zip(itertools.count(self._next_sample), records, per_token):
-            if completed_later:
-                self._waiting[sample] = record
-            else:
-                self._finished.append(_without_missing(record))
+        """Holds the records until the loss pass completes them (its micro-batch, and the per-token values where
+        `per_token`), tagging the batch so that it finds them."""
+        self._waiting.update(zip(itertools.count(self._next_sample), zip(records, per_token)))
         output[SAMPLE_KEY] = torch.arange(self._next_sample, self._next_sample + len(records))
         self._next_sample += len(records)
         self._generations += 1
 
     def _finish_records(self, loss_batch: tuple, result: Any) -> None:
-        """Completes a micro-batch's records with the loss pass's log-probs and entropies, where they describe the
-        policy that sampled them."""
-        samples, completion_mask = loss_batch
-        records = [self._waiting.pop(sample, None) for sample in samples]  # None: a later pass (num_iterations > 1)
+        """Completes a micro-batch's records with the loss pass's micro-batch index, log-probs and entropies, where
+        they describe the policy that sampled them."""
+        samples, completion_mask, micro_batch = loss_batch
+        entries = [self._waiting.pop(sample, None) for sample in samples]  # None: a later pass (num_iterations > 1)
         # A record's `step` is `global_step + 1` at generation: an equal step here means no optimizer step since. A
-        # sample trained in a later step of its generation batch gets no loss-pass values (TRL's old log-probs stay).
+        # sample trained in a later step of its generation batch gets no loss-pass values (TRL's old log-probs stay)
+        # and no micro-batch: its line's step did not train it.
         step = self.trainer.state.global_step + 1
-        sampling_policy = [record is not None and record["step"] == step for record in records]
+        sampling_policy = [entry is not None and entry[0]["step"] == step for entry in entries]
         logps = entropies = None
         if result is not None and any(sampling_policy):
             logps, entropies = result[:2]  # since TRL 1.7 an auxiliary loss follows
@@ -288,14 +305,17 @@ class RolloutLoggerCallback(TrainerCallback):
             lengths = mask.sum(dim=1).tolist()
             logps = _masked_rows(logps.detach(), mask, lengths)
             entropies = None if entropies is None else _masked_rows(entropies.detach(), mask, lengths)
-        for position, record in enumerate(records):
-            if record is None:
+        for position, entry in enumerate(entries):
+            if entry is None:
                 continue
-            if sampling_policy[position] and logps is not None:
-                if record["logprobs"] is None:
-                    record["logprobs"] = logps[position]
-                if entropies is not None:
-                    record["entropies"] = entropies[position]
+            record, per_token = entry
+            if sampling_policy[position]:
+                record["micro_batch"] = micro_batch
+                if per_token and logps is not None:
+                    if record["logprobs"] is None:
+                        record["logprobs"] = logps[position]
+                    if entropies is not None:
+                        record["entropies"] = entropies[position]
             self._finished.append(_without_missing(record))
 
     # ------------------------------------------------------------------ training events
@@ -313,26 +333,52 @@ class RolloutLoggerCallback(TrainerCallback):
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._writer = JsonlWriter(path, self._warn_once)
+            if state.is_world_process_zero:
+                metrics_path = self.run_dir / f"rollout_metrics_{self.launch_id}.jsonl"
+                self._metrics_writer = JsonlWriter(metrics_path, self._warn_once)
         except OSError as error:
             self._warn_once("io", f"cannot write rollout data to {path} ({error}); training goes on without it")
+            self._stop()
             return
-        if accelerator.is_main_process:
-            self._write_meta(args)
+        if state.is_world_process_zero:
+            self._safely(self._write_meta, args)
             print(f"RLLoggingBoard: Saving rollout data to {self.run_dir}", flush=True)
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._micro_batches = 0
         if self._logging():
             self._writer.write(self._finished)
             self._finished = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._logging_metrics():
+            # The trainer's own entry of this event where it has one: a callback before this one may have taken keys
+            # out of `logs` (transformers' progress callback takes `total_flos`).
+            entry = state.log_history[-1] if state.log_history else {}
+            if entry.get("step") == state.global_step and logs.items() <= entry.items():
+                logs = {key: value for key, value in entry.items() if key != "step"}
+            kind = "eval" if any(key.startswith("eval_") for key in logs) else "train"
+            self._metrics_writer.write([{"step": state.global_step, "kind": kind, **_plain(logs)}])
+
+    def on_save(self, args, state, control, **kwargs):
+        """Marks the checkpoint, and the best one so far, so that the board can show them on the step axis."""
+        if self._logging_metrics():
+            line = {
+                "step": state.global_step,
+                "kind": "checkpoint",
+                "checkpoint": f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}",
+                "best_model_checkpoint": state.best_model_checkpoint,
+                "best_metric": state.best_metric,
+            }
+            self._metrics_writer.write([_plain(line)])
 
     def on_train_end(self, args, state, control, **kwargs):
         if not self._logging():
             return
         # Samples generated but never trained on (the run stopped mid generation batch) still get their line.
-        self._finished.extend(_without_missing(record) for record in self._waiting.values())
+        self._finished.extend(_without_missing(record) for record, _ in self._waiting.values())
         self._writer.write(self._finished)
-        self._writer.close()
-        self._writer = None
+        self._stop()
         self._reset_batches()
 
     # ------------------------------------------------------------------ helpers
@@ -360,10 +406,11 @@ class RolloutLoggerCallback(TrainerCallback):
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "seed": args.seed,
+            "trainer_config": _without_secrets(args.to_dict()),
         }
         path = self.run_dir / f"rollout_meta_{self.launch_id}.json"
         try:
-            path.write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+            path.write_text(json.dumps(_plain(meta), indent=2) + "\n", encoding="utf-8")
         except OSError as error:
             # The kind of the writer's I/O errors: a full disk is one warning, so this one says what a later one would.
             self._warn_once("io", f"cannot write {path} ({error}); the rollout data may be missing or cut short too")
@@ -379,16 +426,20 @@ class RolloutLoggerCallback(TrainerCallback):
             self._stop()
 
     def _logging(self) -> bool:
-        """Whether logging goes on; once the writer has failed (it warned), it stops: no record is built in vain."""
-        if self._writer is not None and self._writer.failed:
+        """Whether logging goes on; once a writer has failed (it warned), it stops: no record is built in vain."""
+        if any(writer is not None and writer.failed for writer in (self._writer, self._metrics_writer)):
             self._stop()
         return self._writer is not None
 
+    def _logging_metrics(self) -> bool:
+        return self._logging() and self._metrics_writer is not None
+
     def _stop(self) -> None:
-        """Stops logging for the rest of this launch; the hooks stay but only call through."""
-        if self._writer is not None:
-            self._writer.close()
-        self._writer = None
+        """Stops logging for the rest of this launch, writing what is queued; the hooks stay but only call through."""
+        for writer in (self._writer, self._metrics_writer):
+            if writer is not None:
+                writer.close()
+        self._writer = self._metrics_writer = None
         self._waiting.clear()
         self._finished = []
 
@@ -467,12 +518,37 @@ def _sample_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor) 
 
 
 def _without_missing(record: dict) -> dict:
-    """Drops the per-token keys nothing filled in (no reference model, a sample never trained on or trained after an
-    update, a truncated completion TRL masked)."""
-    for key in ("logprobs", "ref_logprobs", "entropies"):
+    """Drops the keys nothing filled in: per-token values (no reference model, a sample never trained on or trained
+    after an update, a truncated completion TRL masked) and the micro-batch (a sample its step did not train)."""
+    for key in ("logprobs", "ref_logprobs", "entropies", "micro_batch"):
         if record[key] is None:
             del record[key]
     return record
+
+
+def _plain(value: Any) -> Any:
+    """`value` as plain JSON values: an enum as its value, NaN and ±inf as None (as the writer writes them), anything
+    else JSON has no type for (a path, a dtype, a tensor) as its text."""
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value)
+
+
+def _without_secrets(config: Any) -> Any:
+    """The training arguments without the keys, at any depth (e.g. `model_init_kwargs`), that may hold credentials."""
+    if isinstance(config, dict):
+        return {key: _without_secrets(value) for key, value in config.items() if not SECRET_KEY.search(str(key))}
+    if isinstance(config, list):
+        return [_without_secrets(value) for value in config]
+    return config
 
 
 def _split(values: list, lengths: list[int]) -> list[list]:

@@ -5,11 +5,15 @@ import functools
 import json
 import math
 import shutil
+import statistics
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 import torch
+import trl
+from packaging.version import Version
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
@@ -48,8 +52,14 @@ def grpo_config(output_dir, **overrides) -> GRPOConfig:
 
 
 def make_trainer(
-    output_dir, reward_funcs=(sorted_digits, same_digits), conversational=False, model_dir=None, **overrides
+    output_dir,
+    reward_funcs=(sorted_digits, same_digits),
+    conversational=False,
+    model_dir=None,
+    eval_prompts=None,
+    **overrides,
 ) -> GRPOTrainer:
+    """A GRPOTrainer on the example's task; with `eval_prompts`, that many other prompts to evaluate on."""
     args = grpo_config(output_dir, **overrides)
     model_dir = model_dir or tiny_model_dir()
     return GRPOTrainer(
@@ -57,6 +67,7 @@ def make_trainer(
         reward_funcs=list(reward_funcs),
         args=args,
         train_dataset=prompt_dataset(256, seed=0, conversational=conversational),
+        eval_dataset=eval_prompts and prompt_dataset(eval_prompts, seed=1, conversational=conversational),
         processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),
     )
 
@@ -152,3 +163,41 @@ def max_difference(left: list[float], right: list[float]) -> float:
 def trl_kl(record: dict) -> list[float]:
     """TRL's per-token KL estimate exp(ref - logp) - (ref - logp) - 1 from a record."""
     return [math.exp(ref - logp) - (ref - logp) - 1 for logp, ref in zip(record["logprobs"], record["ref_logprobs"])]
+
+
+# Since TRL 1.9 a loss pass's token mean pools the tokens of all ranks; before, it was the mean of each rank's.
+TRL_POOLS_RANKS = Version(trl.__version__) >= Version("1.9")
+
+
+def trl_step_kl(records: list[dict], pooled: bool = TRL_POOLS_RANKS) -> dict[int, float]:
+    """TRL's logged `kl` of each step, from the lines (of all ranks) that the step trained, those with a `micro_batch`:
+    the mean over the step's loss passes of each pass's token mean of `trl_kl`, over all ranks' tokens if `pooled`,
+    else the mean of each rank's token mean (a pass without tokens counts as 0, as TRL divides by at least 1)."""
+    tokens = defaultdict(dict)  # (step, micro_batch) -> rank -> the k3 values of the pass's tokens on that rank
+    for record in records:
+        if "micro_batch" in record:
+            passes = tokens[record["step"], record["micro_batch"]].setdefault(record["rank"], [])
+            passes.extend(trl_kl(record) if "logprobs" in record else [])
+    pass_means = defaultdict(list)
+    for (step, _), ranks in sorted(tokens.items()):
+        if pooled:
+            values = [value for values in ranks.values() for value in values]
+            pass_means[step].append(sum(values) / max(len(values), 1))
+        else:
+            pass_means[step].append(statistics.mean(sum(values) / max(len(values), 1) for values in ranks.values()))
+    return {step: statistics.mean(means) for step, means in pass_means.items()}
+
+
+# TRL computes each token's exp(ref - logp) - (ref - logp) - 1 in float32, where exp(...) is near 1: its rounding, up
+# to half a float32 ulp of 1 (6e-8), makes each token's value, and so any mean of them, uncertain by about that much.
+KL_ROUNDING = 2**-23
+
+
+def assert_step_kl_is_trls(trainer, records, steps):
+    """TRL's logged `kl` of each step with lines, recomputed from the lines by their micro-batches: to 1e-6 relative,
+    or to the float32 rounding of TRL's per-token KL when that is more."""
+    logged = {entry["step"]: entry["kl"] for entry in trainer.state.log_history if "kl" in entry}
+    recomputed = trl_step_kl(records)
+    assert sorted(recomputed) == steps
+    for step, kl in recomputed.items():
+        assert kl == pytest.approx(logged[step], rel=1e-6, abs=KL_ROUNDING)

@@ -67,7 +67,8 @@ def running_text(app: AppTest) -> str:
 
 
 def lines_of(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for path in sorted(run_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    paths = [path for path in sorted(run_dir.glob("*.jsonl")) if not path.match(board.METRICS_FILES)]
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
 @pytest.fixture
@@ -241,12 +242,14 @@ def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
 
 def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, monkeypatch):
     write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
-    (tmp_path / "run" / "checkpoint-1").mkdir()  # a sub-folder that is not a run
+    (tmp_path / "run" / "notes").mkdir()  # a sub-folder that is not a run
+    (tmp_path / "run" / "checkpoint-1").mkdir()  # a checkpoint of the run in the root: not listed
     app = start(tmp_path / "run", monkeypatch)
     run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
-    assert run_choice.options == ["(this folder)", "checkpoint-1"] and run_choice.value == "checkpoint-1"
+    assert run_choice.options == ["(this folder)", "notes"] and run_choice.value == "."
+    run_choice.set_value("notes")
     app = load_and_view(app)
-    assert app.warning[0].value.startswith("No `.jsonl` file in ") and not app.tabs
+    assert app.warning[0].value.startswith("No `.jsonl` file and no training history in ") and not app.tabs
     run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
     run_choice.set_value(".")
     app = load_and_view(app)
@@ -313,7 +316,9 @@ def test_live_mode_pulls_in_new_steps_and_keeps_the_selection(grpo_root, monkeyp
 def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     root = Path(board.DEFAULT_ROOT)
     app = start(root, monkeypatch)
-    assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_tiny_example"
+    run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
+    assert run_choice.options == ["generated_every_key", "grpo_tiny_example", "grpo_tiny_example_lr1e-4"]
+    run_choice.set_value("grpo_tiny_example")
     app = load_and_view(app)
     run_dir = root / "grpo_tiny_example"
     run_lines = lines_of(run_dir)

@@ -157,7 +157,7 @@ def test_token_table_shades_each_metric_within_its_range():
 
 def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
     samples = pd.DataFrame({"step": [2, 2, 1, 1, 10], "reward": [1.0, 3.0, 0.0, 2.0, np.nan]})
-    chart = board.step_curve_chart(samples, ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
+    chart = board.step_curve_chart([("run", samples)], ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
     points = chart["data"]["values"]
     assert [(p["step"], p["centre"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
     assert [p["mean"] for p in points] == [1.0, 2.0]  # the hover keeps the unshifted mean
@@ -167,7 +167,7 @@ def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
 
 def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
     samples = pd.DataFrame({"step": [1] * 5, "kl": [0.1, 0.2, 0.3, 0.4, 1000.0]})
-    chart = board.step_curve_chart(samples, ["kl"], "t", "nats per token", median=True, log_scale=True)
+    chart = board.step_curve_chart([("run", samples)], ["kl"], "t", "nats per token", median=True, log_scale=True)
     [point] = chart["data"]["values"]
     assert (point["centre"], point["low"], point["high"]) == (0.3, 0.2, 0.4) and point["mean"] == pytest.approx(200.2)
     assert chart["layer"][0]["encoding"]["y"]["scale"] == {"zero": False, "type": "symlog"}
@@ -175,8 +175,39 @@ def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
 
 def test_step_fractions_are_percent_per_step():
     fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
-    points = board.step_fraction_chart(fractions)["data"]["values"]
+    points = board.step_fraction_chart([("run", fractions)])["data"]["values"]
     assert [(p["series"], p["step"], p["percent"]) for p in points] == [("zero-signal groups (%)", 1, 50.0), ("zero-signal groups (%)", 3, 25.0)]
+
+
+# TensorBoard's smoothing, written out: s_t = w s_(t-1) + (1 - w) x_t from s_0 = 0, divided by 1 - w^t (debiased);
+# a missing value is skipped and stays missing.
+def test_smoothing_is_tensorboards_debiased_moving_average():
+    values, weight = np.array([1.0, 3.0, np.nan, 2.0, 10.0]), 0.6
+    expected, state, seen = [], 0.0, 0
+    for value in values:
+        if np.isnan(value):
+            expected.append(np.nan)
+            continue
+        state, seen = weight * state + (1 - weight) * value, seen + 1
+        expected.append(state / (1 - weight**seen))
+    np.testing.assert_allclose(board.smoothed(values, weight), expected, rtol=1e-12)
+    np.testing.assert_array_equal(board.smoothed(values, 0.0), values)
+
+
+# Compared runs: one line per run, named by run, each shifted to its own first point and smoothed alone; the raw
+# centre stays in the points for the faint line.
+def test_compared_runs_draw_one_line_each_shifted_and_smoothed_per_run():
+    first = pd.DataFrame({"step": [1, 1, 2, 3], "reward": [1.0, 3.0, 4.0, 0.0]})
+    second = pd.DataFrame({"step": [2, 3, 4], "reward": [10.0, 12.0, 11.0]})
+    chart = board.step_curve_chart([("a", first), ("b", second)], ["reward"], "t", "reward", zero_shift=True, smoothing=0.5)
+    points = chart["data"]["values"]
+    assert chart["layer"][1]["encoding"]["color"]["scale"]["domain"] == ["a", "b"]
+    for name, raw in (("a", [0.0, 2.0, -2.0]), ("b", [0.0, 2.0, 1.0])):
+        mine = [p for p in points if p["series"] == name]
+        assert [p["raw"] for p in mine] == raw
+        assert [p["centre"] for p in mine] == pytest.approx(board.smoothed(np.array(raw), 0.5).tolist())
+    assert chart["layer"][1]["encoding"]["y"]["field"] == "raw" and chart["layer"][1]["mark"]["opacity"] < 1
+    assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 4]}
 
 
 def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
@@ -313,3 +344,48 @@ def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
     page = board.running_text_html(["\u202eabc", "", "end"], {"kl": np.array([0.1, 0.2, 0.3])}, "kl", np.zeros(3, dtype=bool))
     assert ".rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px" in board.PAGE_STYLE and "class='rl-running-text'" in page
     assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
+
+
+# TRL's kl of a step, written out from per-token values: per loss pass the token mean of k3 over all ranks' tokens
+# (TRL >= 1.9) or the mean of each rank's token mean (before), then the mean over the step's passes.
+def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
+    rng = np.random.default_rng(0)
+    lines = []  # step, micro_batch, rank, per-token k3
+    for step in (1, 2):
+        for micro_batch in (0, 1):
+            for rank in ("r0", "r1"):
+                for _ in range(3):
+                    lines.append((step, micro_batch, rank, rng.exponential(0.1, size=rng.integers(1, 9))))
+    samples = pd.DataFrame({
+        "step": [line[0] for line in lines],
+        "micro_batch": [float(line[1]) for line in lines],
+        "path": [line[2] for line in lines],
+        "sum_kl_k3": [line[3].sum() for line in lines],
+        "response_tokens_len": [float(len(line[3])) for line in lines],
+    })
+    for pooled in (True, False):
+        expected = {}
+        for step in (1, 2):
+            passes = []
+            for micro_batch in (0, 1):
+                chosen = [line for line in lines if line[:2] == (step, micro_batch)]
+                if pooled:
+                    passes.append(np.concatenate([line[3] for line in chosen]).mean())
+                else:
+                    passes.append(np.mean([np.concatenate([line[3] for line in chosen if line[2] == rank]).mean() for rank in ("r0", "r1")]))
+            expected[step] = np.mean(passes)
+        assert board.trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
+    assert board.trl_pools_kl("1.16.0") and board.trl_pools_kl("1.9.0") and not board.trl_pools_kl("0.29.0") and board.trl_pools_kl(None)
+
+
+# The bundled logger runs (TRL, beta > 0, logging every step): TRL's kl recomputed from the lines, as Step-KL draws it,
+# equals the kl the trainer logged (the metrics file) at every step, to float32 precision.
+@pytest.mark.parametrize("name", ["grpo_tiny_example", "grpo_tiny_example_lr1e-4"])
+def test_trl_kl_from_the_bundled_lines_equals_the_trainers_logged_kl(name):
+    run_dir = str(board.DEFAULT_ROOT / name)
+    run = board.RunStore(run_dir).load(10240, parallel=False)
+    logged = board.read_history(run_dir).train.set_index("step")["kl"].dropna()
+    recomputed = board.trl_kl_by_step(run.samples, board.trl_pools_kl(run.meta["trl_version"]))
+    assert not run.downsampled and run.samples["micro_batch"].notna().all()
+    assert list(recomputed.index) == list(logged.index) == run.steps
+    np.testing.assert_allclose(recomputed.to_numpy(), logged.to_numpy(), rtol=1e-5)

@@ -33,9 +33,9 @@ from tests.logger_fixtures import (
     add_logger,
     make_trainer,
     max_difference,
+    assert_step_kl_is_trls,
     read_records,
     sample_key,
-    trl_kl,
 )
 
 
@@ -53,6 +53,7 @@ GRPO_KEYS = {
     "truncated",
     "rank",
     "step",
+    "micro_batch",
 }
 HOOKED = {
     "_generate_and_score_completions",
@@ -96,8 +97,8 @@ def assert_exact(trainer, generations, records):
 
 
 def assert_well_formed(trainer, generations, records, steps, batches_per_step=1, entropies_everywhere=True):
-    """All keys (entropies possibly not, unless `entropies_everywhere`), per-token lists as long as the completion
-    mask, each generated sample exactly once."""
+    """All keys (entropies and micro-batch possibly not, unless `entropies_everywhere`), per-token lists as long as
+    the completion mask, each generated sample exactly once, micro-batches numbered from 0 in each step."""
     keys = GRPO_KEYS | ({"ref_logprobs"} if trainer.beta != 0 else set())
     generation_batch = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
     assert Counter(record["step"] for record in records) == {
@@ -107,7 +108,7 @@ def assert_well_formed(trainer, generations, records, steps, batches_per_step=1,
         lengths = sorted(len(record["response_tokens"]) for record in records if record["step"] == step)
         assert lengths == sorted(generations.completion_lengths[step])
     for record in records:
-        assert set(record) == keys or (not entropies_everywhere and set(record) == keys - {"entropies"})
+        assert set(record) == keys or (not entropies_everywhere and set(record) == keys - {"entropies", "micro_batch"})
         assert not {"values", "token_rewards"} & set(record)
         length = len(record["response_tokens"])
         assert length > 0 and all(
@@ -117,6 +118,12 @@ def assert_well_formed(trainer, generations, records, steps, batches_per_step=1,
         assert length == trainer.args.max_completion_length or not record["truncated"]
         assert set(record["rewards_per_func"]) == set(trainer.reward_func_names)
         assert record["rank"] == 0 and isinstance(record["step"], int)
+    micro_batches = defaultdict(set)
+    for record in records:
+        if "micro_batch" in record:
+            micro_batches[record["step"]].add(record["micro_batch"])
+    assert set(micro_batches) == set(steps)
+    assert all(found == set(range(trainer.args.gradient_accumulation_steps)) for found in micro_batches.values())
     groups = Counter(record["group_id"] for record in records)
     assert set(groups.values()) == {trainer.num_generations}  # every sample once, groups whole
     prompts = defaultdict(set)
@@ -155,7 +162,11 @@ def test_default_run_files_and_fields(default_run):
     assert f"RLLoggingBoard: Saving rollout data to {run_dir}\n" in default_run["printed"]
     [name] = files
     launch_id = FILE_NAME.fullmatch(name).group(1)
-    assert sorted(path.name for path in run_dir.iterdir()) == [name, f"rollout_meta_{launch_id}.json"]
+    assert sorted(path.name for path in run_dir.iterdir()) == [
+        name,
+        f"rollout_meta_{launch_id}.json",
+        f"rollout_metrics_{launch_id}.jsonl",
+    ]
     assert (run_dir / name).read_bytes().endswith(b"\n")
     meta = json.loads((run_dir / f"rollout_meta_{launch_id}.json").read_text())
     assert meta["launch_id"] == launch_id and meta["trl_version"]
@@ -177,14 +188,9 @@ def test_default_run_logprobs_are_exact(default_run):
 def test_default_run_kl_matches_trl_metric(default_run):
     """TRL's logged `kl` of each step is the token mean of exp(ref - logp) - (ref - logp) - 1 over the step's lines."""
     [records] = default_run["files"].values()
-    per_step = defaultdict(list)
-    for record in records:
-        per_step[record["step"]].extend(trl_kl(record))
-    logged = {entry["step"]: entry["kl"] for entry in default_run["trainer"].state.log_history if "kl" in entry}
-    assert set(logged) == set(per_step) == {1, 2, 3}
-    for step, values in per_step.items():
-        assert sum(values) / len(values) == pytest.approx(logged[step], rel=1e-5, abs=1e-7)
-    assert logged[3] > 0  # the policy really moved away from the reference
+    trainer = default_run["trainer"]
+    assert_step_kl_is_trls(trainer, records, steps=[1, 2, 3])
+    assert [entry["kl"] > 0 for entry in trainer.state.log_history if "kl" in entry] == [False, True, True]
 
 
 def test_default_run_rewards_and_advantages(default_run):
@@ -258,6 +264,8 @@ def test_scenario_logs_every_sample_exactly(scenario, tmp_path, monkeypatch):
         spec.get("entropies_everywhere", True),
     )
     assert_exact(trainer, generations, records)
+    if trainer.beta != 0:
+        assert_step_kl_is_trls(trainer, records, spec["steps"])
     if scenario == "conversational":
         assert all(
             re.fullmatch(r"<\|im_start\|>user\nsort [\d ]+ :<\|im_end\|>\n<\|im_start\|>assistant\n", record["prompt"])
@@ -293,12 +301,13 @@ def test_truncated_completions_trl_masks_keep_their_tokens(tmp_path, monkeypatch
         assert len(tokens) == 4 and tokens[-1] != "<|endoftext|>"
         text = [token for token in tokens if token not in tokenizer.all_special_tokens]  # as the response skips them
         assert tokenizer.convert_tokens_to_string(text) == record["response"]
-        assert not {"logprobs", "ref_logprobs", "entropies"} & set(record)
+        assert not {"logprobs", "ref_logprobs", "entropies"} & set(record) and "micro_batch" in record
         assert record["reward"] == pytest.approx(sum(record["rewards_per_func"].values()))
         assert isinstance(record["advantage"], float)
     complete = [record for record in records if not record["truncated"]]
     assert all({"logprobs", "ref_logprobs", "entropies"} <= set(record) for record in complete)
     assert_exact(trainer, generations, complete)
+    assert_step_kl_is_trls(trainer, records, steps=[1, 2])  # the masked lines count in their micro-batch, no token
 
 
 def test_reward_function_returning_none_is_null(tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
-"""Two processes on CPU (gloo, launched by torchrun): one file per rank, together the whole generation batch."""
+"""Two processes on CPU (gloo, launched by torchrun): one file per rank, together the whole generation batch; rank 0's
+metrics file; TRL's `kl` from both ranks' lines."""
 
+import json
 import os
 import re
 import statistics
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.logger_fixtures import read_records, tiny_model_dir
+from tests.logger_fixtures import KL_ROUNDING, TRL_POOLS_RANKS, read_records, tiny_model_dir, trl_step_kl
 
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -43,11 +45,26 @@ def test_two_ranks_write_the_whole_batch_once(tmp_path):
     launch_id = re.search(r"_(\d{8}T\d{6}Z)\.jsonl", names[0]).group(1)
     assert names[1].endswith(f"_{launch_id}.jsonl")  # rank 0's launch id, shared
     assert [path.name for path in run_dir.glob("rollout_meta_*.json")] == [f"rollout_meta_{launch_id}.json"]
+    assert [path.name for path in run_dir.glob("rollout_metrics_*")] == [f"rollout_metrics_{launch_id}.jsonl"]
+    history = json.loads((tmp_path / "log_history.json").read_text())
+    metrics = (run_dir / f"rollout_metrics_{launch_id}.jsonl").read_text().splitlines()
+    assert [{key: value for key, value in json.loads(line).items() if key != "kind"} for line in metrics] == history
 
     for rank, name in enumerate(names):
         assert {record["rank"] for record in files[name]} == {rank}
         assert Counter(record["step"] for record in files[name]) == {1: 6, 2: 6}
+        assert Counter((record["step"], record["micro_batch"]) for record in files[name]) == {
+            (step, micro_batch): 3 for step in (1, 2) for micro_batch in (0, 1)
+        }
     records = files[names[0]] + files[names[1]]
+
+    # TRL's `kl`: per loss pass, a token mean over both ranks' tokens (TRL >= 1.9) or the mean of each rank's
+    logged = {entry["step"]: entry["kl"] for entry in history if "kl" in entry}
+    recomputed, other_rule = trl_step_kl(records), trl_step_kl(records, pooled=not TRL_POOLS_RANKS)
+    assert sorted(recomputed) == sorted(logged) == [1, 2] and logged[2] > 0
+    for step, kl in recomputed.items():
+        assert kl == pytest.approx(logged[step], rel=1e-6, abs=KL_ROUNDING)
+    assert other_rule[2] != pytest.approx(logged[2], rel=1e-4)  # the ranks' token counts differ: the rules do too
     groups = defaultdict(list)
     for record in records:
         groups[record["group_id"]].append(record)
