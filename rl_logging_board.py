@@ -41,6 +41,7 @@ import hashlib
 import hmac
 import html
 import importlib
+import itertools
 import json
 import math
 import multiprocessing
@@ -214,8 +215,11 @@ class StateKey:
     LOADED_RUN = "loaded_run"  # the run folder Load & View opened
     PAGE_SHOWN = "page_shown"  # the page's first run is over: the browser warm-up may be drawn
     TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
-    COMPARE_WITH = "compare_with"  # prefix: one choice per root
-    METRIC_SERIES = "metric_series"  # prefix: one choice per set of options
+    COMPARE_WITH = "compare_with"  # prefix: one choice per run shown
+    LOAD_BUTTON = "load_button"
+    METRIC_SERIES = "metric_series"
+    METRIC_TABS = "metric_tabs"  # prefix: one per set of chosen metrics
+    TRAINING_SUMMARY = "training_summary"
     SELECTED_STEP = "selected_step"  # the step in view
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
     FOLLOWING = "following"  # Follow the latest step was on when the step selector was last drawn
@@ -298,11 +302,16 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     run_name = sidebar.selectbox(
         "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
     )
-    others = [name for name in runs if name != run_name]
+    # Compared with the run shown: the loaded one, or the chosen one while none is (or while Load & View opens it; its
+    # click is in the session state before the button is drawn).
+    chosen_dir = str(Path(root).expanduser() / run_name) if run_name is not None else None
+    shown_dir = st.session_state.get(StateKey.LOADED_RUN) if not st.session_state.get(StateKey.LOAD_BUTTON) else None
+    shown_dir = shown_dir or chosen_dir
+    others = [name for name in runs if str(Path(root).expanduser() / name) != shown_dir]
     compare_names = sidebar.multiselect(
         "Compare with",
         others,
-        key=f"{StateKey.COMPARE_WITH}:{root}:{run_name}",
+        key=f"{StateKey.COMPARE_WITH}:{shown_dir}",
         format_func=lambda name: "(this folder)" if name == "." else valid_text(name),
         help="Other runs of this root drawn beside the loaded one on every step curve and training metric, one line each.",
     )
@@ -314,7 +323,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         help="Downsample big batches so the page stays responsive: at most this many "
         "samples per step are loaded, taken evenly from every rank file.",
     )
-    load_clicked = sidebar.button("Load & View", width="stretch")
+    load_clicked = sidebar.button("Load & View", width="stretch", key=StateKey.LOAD_BUTTON)
     live = sidebar.toggle(
         "Live mode",
         value=False,
@@ -683,14 +692,15 @@ def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunS
     remembered_choice(StateKey.KL_LOG_SCALE, [False, True], False)
     log_scale = scale_column.toggle("Log scale", key=StateKey.KL_LOG_SCALE, help="A symmetric log scale: spikes and small values on one chart.")
     median = statistic == KL_STATISTICS[1]
-    lines = trl_kl_lines(runs, history) if not settings.use_logp_as_kl and settings.kl_estimator == "k3" else ()
+    as_trl = not settings.use_logp_as_kl and settings.kl_estimator == "k3"
+    lines = trl_kl_lines(runs, history) if as_trl else ()
     draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, lines=lines, **curve))
     if lines:
         note += (
             " Dashed: TRL's kl as it logs it, recomputed from the lines (each loss pass's token mean over all ranks, "
             "averaged over the step's passes; steps that reuse a generation have no lines), and as the trainer logged it."
         )
-    if any(shown.downsampled and shown.samples["micro_batch"].notna().any() for _, shown in runs):
+    if as_trl and any(shown.downsampled and shown.samples["micro_batch"].notna().any() for _, shown in runs):
         note += " TRL's kl is recomputed only for runs loaded whole: raise Max Samples Each Step to see it."
     st.caption(note)
 
@@ -710,8 +720,8 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
     return tuple(lines)
 
 
-# The trainer's own numbers on the step axis, each chosen metric a chart with train and eval lines per run and the best
-# checkpoint marked; the run's summary; CSV downloads of the histories and of the step curves' numbers (made when
+# The trainer's own numbers on the step axis, each chosen metric a chart (a tab) with train and eval lines per run and
+# the best checkpoint marked; the run's summary; CSV downloads of the histories and of the step curves' numbers (made when
 # clicked). A fragment: choosing metrics redraws only this area.
 @st.fragment
 def draw_training_metrics(run: "RunSnapshot", history: "TrainingHistory", compared: list["RunSnapshot"], settings: "Settings"):
@@ -720,16 +730,19 @@ def draw_training_metrics(run: "RunSnapshot", history: "TrainingHistory", compar
     st.subheader("📈 Training metrics")
     if histories:
         options = list(dict.fromkeys(metric_name(column) for _, shown in histories for frame in (shown.train, shown.eval) for column in frame.columns[1:]))
-        key = StateKey.METRIC_SERIES + ":" + "|".join(options)
+        key = StateKey.METRIC_SERIES  # one choice, kept while new metrics arrive (live) and across runs that log it
         remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
         chosen = st.multiselect("Training metrics", options, key=key, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
-        versions = tuple(history_signature(other.run_dir) for other in [run, *compared])
-        columns = st.columns(2)
-        for position, name in enumerate(chosen):
-            draw_chart(columns[position % 2], cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories))
-        with st.expander("Training summary"):
-            for name, shown in histories:
-                draw_history_summary(name, shown)
+        versions = tuple((other.run_dir, history_signature(other.run_dir)) for other in [run, *compared])
+        if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
+            tabs = st.tabs(chosen, on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
+            name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
+            draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories))
+        details = st.expander("Training summary", on_change="rerun", key=StateKey.TRAINING_SUMMARY)
+        if details.open:
+            with details:
+                for name, shown in histories:
+                    draw_history_summary(name, shown)
     else:
         st.caption(f"No training history in this folder: the logger's `{METRICS_FILES}`, `{TRAINING_LOG}` or `{TRAINER_STATE}` (in it or a `checkpoint-*` folder) would be shown here.")
     name = run_label(run.run_dir)
@@ -950,6 +963,9 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     return int(sample)
 
 
+PROMPT_HISTORY_LINES = 2000  # read back and sent to the page at most: the latest steps'
+
+
 # "This prompt over training": every loaded line of the shown and compared runs whose prompt has the same text as the
 # sample in view's, its rewards per step (a curve) and its responses (a table). Read back only while open.
 def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: pd.Series, settings: "Settings"):
@@ -963,15 +979,19 @@ def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: 
         [shown.samples[shown.samples["prompt_key"] == row["prompt_key"]].assign(run=run_label(shown.run_dir)) for shown in [run, *compared]],
         ignore_index=True,
     )
-    batch = load_step_batch(lines_key(rows), rows)
+    left_out = max(len(rows) - PROMPT_HISTORY_LINES, 0)
+    rows = rows.sort_values("step", kind="stable").tail(PROMPT_HISTORY_LINES).reset_index(drop=True)
+    # Its own cache key: the same lines read for the step view hold no run column.
+    batch = load_step_batch("prompt history " + lines_key(rows), rows)
     table = batch.table[batch.table["prompt"] == row["prompt"]]  # the same text, not only the same key
     runs = table["run"].nunique()
     details.caption(
         f"{len(table)} completion(s) of this prompt at {table['step'].nunique()} step(s)"
         + (f" in {runs} run(s)" if compared else "") + (" (of the loaded samples: Max Samples Each Step)" if any(shown.downsampled for shown in [run, *compared]) else "")
+        + (f"; the {left_out} earliest line(s) with its key are left out: the latest {PROMPT_HISTORY_LINES} are shown" if left_out else "")
     )
     draw_chart(details, prompt_reward_chart(table))
-    shown = table.assign(response=[clean_text(text, settings.pad_token) for text in table["response"]])
+    shown = table.assign(response=[shorten(clean_text(text, settings.pad_token)) for text in table["response"]])
     columns = (["run"] if compared else []) + ["step", "reward", "advantage", "response"]
     details.dataframe(shown[[column for column in columns if shown[column].notna().any() or column == "response"]], hide_index=True, width="stretch")
 
@@ -1236,18 +1256,18 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             name = series_name(run_name, label, len(runs), len(columns))
             shown.append(run_name if by_run else name)
             points += [
-                {"series": name, "colour": shown[-1], "what": label, "step": int(step), "centre": json_number(c), "raw": json_number(r), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
+                {"series": name, "colour": shown[-1], "order": list(dict.fromkeys(shown)).index(shown[-1]), "what": label, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
                 for step, c, r, a, b, m, md, sd, n in zip(stats.index, centre, raw, low, high, stats["mean"], stats["median"], stats["std"], stats["count"])
             ]
     for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
         raw = raw - raw[0] if zero_shift and len(raw) else raw
         shown.append(name)
-        line_points += [{"series": name, "colour": name, "step": int(step), "centre": json_number(c), "raw": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
+        line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
     x = step_axis(pd.concat([samples["step"] for _, samples in runs if len(samples)]))
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
     y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
-    colour = series_colour(list(dict.fromkeys(shown)), "colour")
+    colour = series_colour("colour")
     line = {
         "mark": {"type": "line", "point": len(points) == len(shown)},
         "params": ZOOM,
@@ -1263,18 +1283,18 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
     # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
     # chart's title off its canvas.
     return {
-        "title": {"text": title, "subtitle": band + (f", smoothed {smoothing:g} (raw faint)" if smoothing else ""), **SUBTITLE_STYLE},
+        "title": {"text": title, "subtitle": band, **SUBTITLE_STYLE},
         "height": 330,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"values": points},
         "layer": [
             {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": unit, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
-            *raw_line_layer(x, colour, smoothing),
+            raw_line_layer(x, colour),
             line,
             *([{
                 "data": {"values": line_points},
                 "mark": {"type": "line", "strokeDash": [6, 3], "point": len(line_points) < 60},
-                "encoding": {"x": x, "y": {"field": "centre", "type": "quantitative"}, "color": colour, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "raw", "title": "value", "format": ".6g"}]},
+                "encoding": {"x": x, "y": {"field": "centre", "type": "quantitative"}, "color": colour, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]},
             }] if line_points else []),
         ],
     }
@@ -1287,17 +1307,24 @@ def series_name(run_name: str, series: str, runs: int, columns: int) -> str:
     return run_name if columns == 1 else f"{run_name} · {series}"
 
 
-# Each series (or run) its own colour, the same on every layer; the legend names them.
-def series_colour(shown: list[str], field_name: str = "series") -> dict:
-    palette = [STEP_PALETTE[i % len(STEP_PALETTE)] for i in range(len(shown))] or STEP_PALETTE[:1]
-    return {"field": field_name, "type": "nominal", "scale": {"domain": shown, "range": palette}, "legend": {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}}
+# Each series (or run) its own colour, the same on every layer, in the order of the points' "order" field; the legend
+# names them. The names are in the data, not the spec: adding a run then updates every chart instead of rebuilding it
+# (raw_line_layer).
+def series_colour(field_name: str = "series") -> dict:
+    legend = {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}
+    return {"field": field_name, "type": "nominal", "sort": {"field": "order", "op": "min"}, "scale": {"range": STEP_PALETTE}, "legend": legend}
 
 
-# Smoothed curves keep their raw values visible, faintly, behind the smoothed line.
-def raw_line_layer(x: dict, colour: dict, smoothing: float) -> list[dict]:
-    if not smoothing:
-        return []
-    return [{"mark": {"type": "line", "opacity": 0.25, "strokeWidth": 1}, "encoding": {"x": x, "y": {"field": "raw", "type": "quantitative"}, "color": colour, "detail": {"field": "series"}}}]
+# Smoothed curves keep their raw values visible, faintly, behind the smoothed line. The layer is always there (without
+# values when nothing is smoothed): a chart whose spec keeps its shape is updated in place by the browser, where a
+# changed spec is built anew, which costs several times more with a few charts of several runs (bench/README.md).
+def raw_line_layer(x: dict, colour: dict) -> dict:
+    return {"mark": {"type": "line", "opacity": 0.25, "strokeWidth": 1}, "encoding": {"x": x, "y": {"field": "raw", "type": "quantitative"}, "color": colour, "detail": {"field": "series"}}}
+
+
+# A point's raw value for the faint line: only when the line beside it is smoothed.
+def faint(value: float, smoothing: float) -> float | None:
+    return json_number(value) if smoothing else None
 
 
 # The step axis spans the runs' steps exactly: a "nice" domain ran past the last step.
@@ -1308,27 +1335,26 @@ def step_axis(steps: pd.Series) -> dict:
 
 # Fractions per step (in %) of zero-signal groups and of truncated completions, one line each per run.
 def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float = 0.0) -> dict:
-    points, shown = [], []
+    points, order = [], itertools.count()
     for run_name, fractions in runs:
         for column in ("zero-signal groups", "truncated"):
             if column not in fractions or not fractions[column].notna().any():
                 continue
-            name = series_name(run_name, f"{column} (%)", len(runs), 2)
-            shown.append(name)
+            name, position = series_name(run_name, f"{column} (%)", len(runs), 2), next(order)
             raw = fractions[column].to_numpy() * 100
             points += [
-                {"series": name, "step": int(step), "percent": json_number(value), "raw": json_number(r)}
+                {"series": name, "order": position, "step": int(step), "percent": json_number(value), "raw": faint(r, smoothing)}
                 for step, value, r in zip(fractions.index, smoothed(raw, smoothing), raw)
             ]
     x = step_axis(pd.concat([fractions.index.to_series() for _, fractions in runs if len(fractions)]))
-    colour = series_colour(shown)
+    colour = series_colour()
     return {
-        "title": {"text": "👾 GRPO learning signal (Step level)", "subtitle": f"smoothed {smoothing:g} (raw faint)" if smoothing else "", **SUBTITLE_STYLE},
+        "title": "👾 GRPO learning signal (Step level)",
         "height": 330,
         "padding": {"top": 12},
         "data": {"values": points},
         "layer": [
-            *raw_line_layer(x, colour, smoothing),
+            raw_line_layer(x, colour),
             {
                 "mark": {"type": "line", "tooltip": True},
                 "params": ZOOM,
@@ -1340,12 +1366,12 @@ def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float =
 
 # A prompt's completions over training: each completion's reward a point, their mean per step a line, per run.
 def prompt_reward_chart(table: pd.DataFrame) -> dict:
-    points = [{"run": run, "step": int(step), "reward": json_number(reward)} for run, step, reward in zip(table["run"], table["step"], table["reward"])]
+    order = {run: position for position, run in enumerate(dict.fromkeys(table["run"]))}
+    points = [{"run": run, "order": order[run], "step": int(step), "reward": json_number(reward)} for run, step, reward in zip(table["run"], table["step"], table["reward"])]
     means = table.groupby(["run", "step"])["reward"].mean().reset_index()
-    lines = [{"run": run, "step": int(step), "mean reward": json_number(reward)} for run, step, reward in zip(means["run"], means["step"], means["reward"])]
+    lines = [{"run": run, "order": order[run], "step": int(step), "mean reward": json_number(reward)} for run, step, reward in zip(means["run"], means["step"], means["reward"])]
     x = step_axis(table["step"]) if len(table) else {"field": "step", "type": "quantitative"}
-    colour = series_colour(list(dict.fromkeys(table["run"])))
-    colour["field"] = "run"
+    colour = series_colour("run")
     return {
         "title": "Rewards of this prompt's completions, per step",
         "height": 260,
@@ -1363,8 +1389,8 @@ DEFAULT_METRICS = ["reward", "loss", "kl", "learning_rate", "lr"]
 # One chart of a metric: per run (a colour) its train line, its eval line (eval_<name> or val_<name>, dashed, with
 # points) and its best checkpoint (a dashed rule).
 def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoothing: float = 0.0, zero_shift: bool = False) -> dict:
-    points, shown, rules = [], [], []
-    for run_name, history in histories:
+    points, rules = [], []
+    for position, (run_name, history) in enumerate(histories):
         for split, frame in (("train", history.train), ("eval", history.eval)):
             column = next((column for column in frame.columns[1:] if metric_name(column) == name), None)
             if column is None or not frame[column].notna().any():
@@ -1373,29 +1399,32 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
             raw = values[column].to_numpy()
             if zero_shift:
                 raw = raw - raw[0]
+            if split == "eval" and column in history.train:  # the same key in both (epoch): two series
+                column += " (eval)"
             series = f"{run_name} · {column}" if len(histories) > 1 else column
-            shown.append(run_name)
             points += [
-                {"series": series, "run": run_name, "split": split, "step": int(step), "value": json_number(value), "raw": json_number(r)}
+                {"series": series, "run": run_name, "order": position, "split": split, "single": len(raw) == 1, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing), "logged": json_number(r)}
                 for step, value, r in zip(values["step"], smoothed(raw, smoothing), raw)
             ]
         best = history.best
         if best and best.get("step") is not None:
             rules.append({"step": int(best["step"]), "best checkpoint": f"{run_name}: {best['path']}" if len(histories) > 1 else str(best["path"])})
     x = step_axis(pd.Series([point["step"] for point in points + rules] or [0]))
-    colour = series_colour(list(dict.fromkeys(shown)), "run")
-    tooltip = [{"field": "series"}, {"field": "step"}, {"field": "raw", "title": "value", "format": ".6g"}]
+    colour = series_colour("run")
+    tooltip = [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]
     layer = [
-        *raw_line_layer(x, colour, smoothing),
+        raw_line_layer(x, colour),
         {"transform": [{"filter": "datum.split == 'train'"}], "mark": {"type": "line"}, "params": ZOOM,
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": name, "scale": {"zero": False}}, "color": colour, "tooltip": tooltip}},
+        {"transform": [{"filter": "datum.split == 'train' && datum.single"}], "mark": {"type": "point", "filled": True},  # a line of one point draws nothing
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
         {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
     ]
     if rules:
         layer.append({"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}})
     return {
-        "title": {"text": name, "subtitle": f"smoothed {smoothing:g} (raw faint)" if smoothing else "", **SUBTITLE_STYLE},
+        "title": name,
         "height": 260,
         "padding": {"top": 12},
         "data": {"values": points},
@@ -2917,7 +2946,7 @@ def read_meta(run_dir: str) -> dict | None:
             continue
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value
@@ -3096,7 +3125,7 @@ def history_signature(folder) -> tuple:
     for path in sorted(paths):
         with contextlib.suppress(OSError):
             status = path.stat()
-            signature.append((path.name, status.st_size, status.st_mtime_ns))
+            signature.append((str(path.relative_to(folder)), status.st_size, status.st_mtime_ns))
     return tuple(signature)
 
 
@@ -3202,7 +3231,7 @@ def history_from_training_log(name: str, log: dict, problems: list) -> TrainingH
             "step": history_entry_step(best, (name, 0, "best_checkpoint"), []),
             "path": best.get("path") if isinstance(best.get("path"), str) else None,
             "metrics": {key: value for key, value in entry_numbers(best, (name, 0, "best_checkpoint"), problems).items() if key not in ("epoch", "samples")},
-        } | ({"epoch": float(best["epoch"])} if type(best.get("epoch")) in (int, float) else {})
+        } | ({"epoch": as_float(best["epoch"])} if type(best.get("epoch")) in (int, float) and math.isfinite(as_float(best["epoch"])) else {})
     elif isinstance(final, dict) and isinstance(final.get("best_checkpoint"), str):
         best = best_from_checkpoint(final["best_checkpoint"], None, final.get("best_metric"), frames["val_history"])
     else:
@@ -3228,28 +3257,34 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
 
 
 # The best checkpoint from its path and metric value: the step is the checkpoint's number unless given, the metric is
-# named after the eval column holding that value (at that step if it can be), else "best_metric".
+# named after the eval metric (eval_*, val_*) holding that value (at that step if it can be), else "best_metric".
 def best_from_checkpoint(path: str, step, value, eval_frame: pd.DataFrame) -> dict:
     numbers = CHECKPOINT_FOLDER.findall(path)
     step = step if type(step) is int else int(numbers[-1]) if numbers else None
     metrics = {}
-    if type(value) in (int, float) and math.isfinite(value):
+    if type(value) in (int, float) and math.isfinite(as_float(value)):
         at_step = eval_frame[eval_frame["step"] == step]
-        matching = [column for table in (at_step, eval_frame) for column in table.columns[1:] if np.isclose(table[column], value, rtol=1e-12, atol=0).any()]
+        names = [column for column in eval_frame.columns[1:] if metric_name(column) != column]  # eval_*, val_*: not epoch
+        matching = [column for table in (at_step, eval_frame) for column in names if np.isclose(table[column], value, rtol=1e-12, atol=0).any()]
         metrics[matching[0] if matching else "best_metric"] = float(value)
     return {"step": step, "path": path, "metrics": metrics}
+
+
+# A JSON number as a float; an integer too big for one is infinite.
+def as_float(value: int | float) -> float:
+    return value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf
 
 
 # An entry's step: an integer (2.0 is 2); None, with a problem row at where, for anything else.
 def history_entry_step(entry, where: tuple, problems: list) -> int | None:
     step = entry.get("step") if isinstance(entry, dict) else None
-    if type(step) is float and step.is_integer():
+    if type(step) is float and step.is_integer() and abs(step) < 2**63:
         step = int(step)
-    if type(step) is int:
+    if type(step) is int and -(2**63) <= step < 2**63:
         return step
     file, line, *within = where
     about = f"{within[0]}: " if within else ""
-    reason = "not a JSON object" if not isinstance(entry, dict) else "no step" if "step" not in entry else f"step {shorten(repr(step), 40)} is not an integer"
+    reason = "not a JSON object" if not isinstance(entry, dict) else "no step" if "step" not in entry else f"step {shorten(repr(step), 40)} is not an integer within int64"
     problems.append([file, line, "skipped", f"{about}{reason}: entry left out"])
     return None
 
@@ -3261,7 +3296,7 @@ def entry_numbers(entry: dict, where: tuple, problems: list) -> dict:
     for key, value in entry.items():
         if key == "step" or type(value) not in (int, float):
             continue
-        value = value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf  # a huge int
+        value = as_float(value)
         if math.isfinite(value):
             numbers[valid_text(str(key))] = value
         else:

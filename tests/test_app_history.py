@@ -11,14 +11,13 @@ import json
 import statistics
 
 import pandas as pd
-import pyarrow.ipc
 import pytest
 import streamlit.testing.v1.app_test as app_test
 from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from bench.generate_run import write_run
-from tests.test_app import curve_tabs, lines_of, load_and_view, start, widget
+from tests.test_app import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
 from tests.test_loading import sample, write_lines
 
 # A seed 004 GRPO training_log.json: a few train entries, val_history with val_reward, the best checkpoint's path.
@@ -41,14 +40,6 @@ SEED004_LOG = {
 # ---------------------------------------------------------------------------------------------------- helpers
 
 
-# A chart as the browser gets it: Streamlit sends the top-level data apart from the spec, as Arrow (layers keep theirs).
-def chart_spec(element) -> dict:
-    spec = json.loads(element.proto.spec)
-    if element.proto.data.data:
-        spec["data"] = {"values": pyarrow.ipc.open_stream(element.proto.data.data).read_all().to_pylist()}
-    return spec
-
-
 # Every Vega-Lite chart under an element (the app, a tab, an expander) by its title's text.
 def charts_by_title(parent) -> dict[str, dict]:
     charts = {}
@@ -56,6 +47,19 @@ def charts_by_title(parent) -> dict[str, dict]:
         spec = chart_spec(element)
         title = spec.get("title")
         charts[title["text"] if isinstance(title, dict) else title] = spec
+    return charts
+
+
+# The chart of every chosen training metric: each is a tab, drawn only while open, so each is opened in turn.
+def metric_charts(app: AppTest) -> dict[str, dict]:
+    chosen = widget(app.multiselect, "Training metrics").value
+    charts = {}
+    for name in chosen:
+        app.session_state["metric_tabs:" + "|".join(chosen)] = name
+        app.run()
+        assert not app.exception, app.exception
+        charts[name] = charts_by_title(app)[name]
+    assert all(name not in charts_by_title(app) for name in chosen[:-1])  # the tabs not open have no chart
     return charts
 
 
@@ -154,7 +158,7 @@ def test_a_seed004_training_log_alone_opens_with_its_metrics_summary_and_downloa
     metrics = widget(app.multiselect, "Training metrics")
     assert metrics.options == ["epoch", "samples", "loss", "reward", "kl", "lr"]  # val_reward is drawn with reward
     assert metrics.value == ["reward", "loss", "kl", "lr"]
-    charts = charts_by_title(app)
+    charts = metric_charts(app)
     assert set(charts) == {"reward", "loss", "kl", "lr"}
     for name in ("reward", "loss", "kl", "lr"):
         assert metric_points(charts[name], "train") == {name: entries_with(train, name)}
@@ -163,11 +167,13 @@ def test_a_seed004_training_log_alone_opens_with_its_metrics_summary_and_downloa
     [rule] = [layer for layer in charts["reward"]["layer"] if layer["mark"]["type"] == "rule"]
     assert rule["data"]["values"] == [{"step": 40, "best checkpoint": "outputs/grpo/best"}]
     metrics.set_value(["samples"]).run()  # any logged number can be drawn
-    assert list(charts_by_title(app)) == ["samples"]
-    assert metric_points(charts_by_title(app)["samples"], "train") == {"samples": entries_with(train, "samples")}
-    assert metric_points(charts_by_title(app)["samples"], "eval") == {"samples": entries_with(val, "samples")}
+    charts = metric_charts(app)
+    assert list(charts) == ["samples"]
+    assert metric_points(charts["samples"], "train") == {"samples": entries_with(train, "samples")}
+    assert metric_points(charts["samples"], "eval") == {"samples (eval)": entries_with(val, "samples")}  # the same key in both
 
-    summary = widget(app.expander, "Training summary")
+    assert not widget(app.expander, "Training summary").caption  # drawn when opened
+    summary = widget(open_expander(app, "training_summary").expander, "Training summary")
     captions = [unescaped(caption.value) for caption in summary.caption]
     assert "Training history: 4 entries, final step 40" in captions
     assert "Validation history: 2 entries, final step 40" in captions
@@ -214,13 +220,13 @@ def test_a_hugging_face_trainer_state_in_the_newest_checkpoint_opens(tmp_path, m
     train = [entry for entry in HF_LOG_HISTORY if "eval_loss" not in entry]
     assert not app.warning and any("checkpoint-20/trainer_state.json" in unescaped(c.value) for c in app.caption)
     assert widget(app.multiselect, "Training metrics").value == ["loss", "learning_rate"]
-    charts = charts_by_title(app)
+    charts = metric_charts(app)
     assert metric_points(charts["loss"], "train") == {"loss": entries_with(train, "loss")}
     assert metric_points(charts["loss"], "eval") == {"eval_loss": entries_with(HF_LOG_HISTORY, "eval_loss")}
     assert metric_points(charts["learning_rate"], "train") == {"learning_rate": entries_with(train, "learning_rate")}
     [rule] = [layer for layer in charts["loss"]["layer"] if layer["mark"]["type"] == "rule"]
     assert rule["data"]["values"] == [{"step": 20, "best checkpoint": "out/sft/checkpoint-20"}]
-    summary = widget(app.expander, "Training summary")
+    summary = widget(open_expander(app, "training_summary").expander, "Training summary")
     captions = [unescaped(caption.value) for caption in summary.caption]
     assert "Training history: 4 entries, final step 20" in captions and "Validation history: 2 entries, final step 20" in captions
     assert "Best checkpoint: step 20, eval_loss = 1.7125, path out/sft/checkpoint-20" in captions
@@ -279,7 +285,8 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     means = {name: mean_reward_by_step(lines_of(three_runs / name)) for name in runs}
     widget(app.multiselect, "Reward series").set_value(["reward"]).run()
     chart = step_reward_chart(app)
-    assert [layer["encoding"]["color"]["scale"]["domain"] for layer in chart["layer"]] == [runs, runs]  # band, line
+    assert [layer["encoding"]["color"]["field"] for layer in chart["layer"]] == ["colour"] * 3  # band, raw, line
+    assert {point["colour"] for point in chart["data"]["values"]} == set(runs)  # one colour per run
     points = curve_points(chart)
     assert set(points) == set(runs)
     for name in runs:
@@ -291,6 +298,7 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     for name in runs:
         shifted = [value - means[name][0] for value in means[name].values()]
         assert [p["centre"] for p in points[name].values()] == pytest.approx(shifted)
+        assert all(p["raw"] is None for p in points[name].values())  # no faint line without smoothing
 
     widget(app.slider, "Smoothing").set_value(0.6).run()
     weight = widget(app.slider, "Smoothing").value
@@ -341,9 +349,9 @@ def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch):
         write_lines(three_runs / name / "rollout_metrics_20261124T000000Z.jsonl", entries)
     app = compare(load_and_view(start(three_runs, monkeypatch)), ["alpha", "beta"])
     assert widget(app.multiselect, "Training metrics").value == ["reward"]
-    train = metric_points(charts_by_title(app)["reward"], "train")
+    train = metric_points(metric_charts(app)["reward"], "train")
     assert train == {f"{name} · reward": list(enumerate(values)) for name, values in rewards.items()}
-    assert [unescaped(m.value) for m in widget(app.expander, "Training summary").markdown] == [
+    assert [unescaped(m.value) for m in widget(open_expander(app, "training_summary").expander, "Training summary").markdown] == [
         "**gamma** · from rollout_metrics_20261124T000000Z.jsonl", "**alpha** · from rollout_metrics_20261124T000000Z.jsonl"]
 
 
@@ -410,9 +418,20 @@ def test_live_mode_draws_a_metric_step_appended_to_the_metrics_file(tmp_path, mo
         file.write(json.dumps({"step": 4, "kind": "train", "reward": 0.9, "loss": 0.2}) + "\n")
         file.write(json.dumps({"step": 4, "kind": "eval", "eval_reward": 0.85}) + "\n")
     app.run()
-    charts = charts_by_title(app)
+    charts = metric_charts(app)
     assert metric_points(charts["reward"], "train") == {"reward": [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.9)]}
     assert metric_points(charts["reward"], "eval") == {"eval_reward": [(4, 0.85)]}
     assert metric_points(charts["loss"], "train")["loss"][-1] == (4, 0.2)
     assert downloads(app, "Train history (CSV)")["step"].tolist() == [1, 2, 3, 4]
     assert not app.exception
+
+
+# A prompt whose lines are exactly its step's (one prompt per step, as GRPO with batch = num_generations logs): the
+# step view has read those lines already, and the prompt history reads them again with their run.
+def test_the_prompt_history_of_a_prompt_that_fills_its_step(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "one_prompt_per_step"
+    write_lines(run_dir / "r.jsonl", prompt_lines({step: [(f"prompt {step}", 0.25 * index) for index in range(4)] for step in (1, 2, 3)}))
+    app = open_expander(load_and_view(start(tmp_path / "runs", monkeypatch)), "prompt_history")
+    details = widget(app.expander, "This prompt over training")
+    assert details.caption[0].value.startswith("4 completion(s) of this prompt at 1 step(s)")
+    assert details.dataframe[0].value["reward"].tolist() == [0.0, 0.25, 0.5, 0.75]

@@ -13,7 +13,7 @@ STEPS = 6
 REWARD_SERIES = ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # a GRPO run's default
 
 # The open Step-Reward chart's scene as Vega drew it: its legends' labels and symbol colours, and each line mark's
-# colour, dash and number of points (null until the chart is drawn). Streamlit keeps the chart's Vega view in a React
+# colour, dash and number of points drawn (null until the chart is drawn). Streamlit keeps the chart's Vega view in a React
 # hook of the chart's component: it is found from the chart element's React fiber, upwards.
 STEP_REWARD_SCENE = """() => {
   const tab = [...document.querySelectorAll('[role="tab"]')].find(t => t.innerText.trim() === 'Step-Reward');
@@ -43,8 +43,9 @@ STEP_REWARD_SCENE = """() => {
     const items = node.items || [];
     if (node.role === 'legend-label') scene.labels.push(...items.map(item => item.text));
     if (node.role === 'legend-symbol') scene.symbols.push(...items.map(item => item.stroke || item.fill));
-    if (node.marktype === 'line' && node.role === 'mark' && items.length)
-      scene.lines.push({stroke: items[0].stroke, dash: String(items[0].strokeDash || ''), points: items.length});
+    const drawn = items.filter(item => item.defined !== false && Number.isFinite(item.y)).length;  // the faint raw line has none unsmoothed
+    if (node.marktype === 'line' && node.role === 'mark' && drawn)
+      scene.lines.push({stroke: items[0].stroke, dash: String(items[0].strokeDash || ''), points: drawn});
     for (const item of items) for (const child of item.items || []) walk(child);
   };
   walk(view.scenegraph().root);

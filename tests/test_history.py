@@ -663,3 +663,22 @@ def test_training_log_wins_over_trainer_state(tmp_path):
     shutil.copytree(FIXTURES / "hf_sft/checkpoint-30", folder / "checkpoint-30")
     shutil.copy(FIXTURES / "hf_sft_saved/trainer_state.json", folder)
     assert_history(read(folder), expected_from_training_log(FIXTURES / "seed004_dpo"))
+
+
+# Numbers no float or int64 holds: a step beyond int64 is a bad step, an integer best_metric or epoch beyond a float's
+# range is no metric; neither stops the reader.
+def test_numbers_too_big_for_a_step_or_a_float(tmp_path):
+    log = {
+        "train_history": [{"step": 10, "loss": 1.0}, {"step": 2**63, "loss": 2.0}, {"step": 1e30, "loss": 3.0}, {"step": 20, "loss": 10**400}],
+        "val_history": [],
+        "best_checkpoint": {"step": 10, "epoch": 10**400, "val_reward": 10**400, "path": "out/best"},
+    }
+    (tmp_path / "training_log.json").write_text(json.dumps(log))
+    history = read(tmp_path)
+    assert history.train["step"].tolist() == [10, 20] and history.train["loss"].tolist()[0] == 1.0 and np.isnan(history.train["loss"].tolist()[1])
+    assert history.best == {"step": 10, "path": "out/best", "metrics": {}}
+    assert history.problems["kind"].tolist() == ["skipped", "skipped", "note", "note", "note"]  # loss; epoch, val_reward
+    state = {"global_step": 10, "log_history": [{"step": 10, "eval_loss": 0.5}], "best_model_checkpoint": "out/checkpoint-10", "best_metric": 10**400}
+    (tmp_path / "training_log.json").unlink()
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    assert read(tmp_path).best == {"step": 10, "path": "out/checkpoint-10", "metrics": {}}

@@ -201,7 +201,8 @@ def test_compared_runs_draw_one_line_each_shifted_and_smoothed_per_run():
     second = pd.DataFrame({"step": [2, 3, 4], "reward": [10.0, 12.0, 11.0]})
     chart = board.step_curve_chart([("a", first), ("b", second)], ["reward"], "t", "reward", zero_shift=True, smoothing=0.5)
     points = chart["data"]["values"]
-    assert chart["layer"][1]["encoding"]["color"]["scale"]["domain"] == ["a", "b"]
+    assert chart["layer"][1]["encoding"]["color"]["sort"] == {"field": "order", "op": "min"}  # colours in run order
+    assert {(p["colour"], p["order"]) for p in points} == {("a", 0), ("b", 1)}
     for name, raw in (("a", [0.0, 2.0, -2.0]), ("b", [0.0, 2.0, 1.0])):
         mine = [p for p in points if p["series"] == name]
         assert [p["raw"] for p in mine] == raw
