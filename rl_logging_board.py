@@ -3090,8 +3090,11 @@ class HistorySeries:
 
     def add(self, step: int, numbers: dict):
         if self.rows and step < max(self.rows):
-            self.rows = {seen: row for seen, row in self.rows.items() if seen < step}
+            self.drop_from(step)
         self.rows.setdefault(step, {}).update(numbers)
+
+    def drop_from(self, step: int):
+        self.rows = {seen: row for seen, row in self.rows.items() if seen < step}
 
     def frame(self) -> pd.DataFrame:
         steps = sorted(self.rows)
@@ -3175,8 +3178,8 @@ def global_step(state: dict) -> int:
 # The logger's metrics files in launch order: train and eval lines, and checkpoint lines that name the best one.
 def history_from_metrics_files(folder: Path, paths: list, problems: list) -> TrainingHistory:
     train, evaluation, best = HistorySeries(), HistorySeries(), {}
-    for path in paths:
-        name = valid_text(path.name)
+    for launch, path in enumerate(paths):
+        name, resumed_at = valid_text(path.name), None
         try:
             data = path.read_bytes()
         except OSError as error:
@@ -3199,9 +3202,15 @@ def history_from_metrics_files(folder: Path, paths: list, problems: list) -> Tra
                     best = {"path": entry["best_model_checkpoint"], "value": entry.get("best_metric")}
                 continue
             step = history_entry_step(entry, where, problems)
-            if step is not None:
-                kind = entry.get("kind") or ("eval" if any(str(key).startswith("eval_") for key in entry) else "train")
-                (evaluation if kind == "eval" else train).add(step, entry_numbers(entry, where, problems))
+            if step is None:
+                continue
+            evaluated = is_evaluation(entry)
+            # A later launch (a resume) replaces what earlier ones logged, of either kind, from its first trained step on.
+            if launch and resumed_at is None and not evaluated:
+                resumed_at = step
+                train.drop_from(step)
+                evaluation.drop_from(step)
+            (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems))
     eval_frame = evaluation.frame()
     if best:
         best = best_from_checkpoint(best["path"], None, best["value"], eval_frame)
@@ -3247,8 +3256,7 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
         where = (valid_text(name), 0, f"log_history[{position}]")
         step = history_entry_step(entry, where, problems)
         if step is not None:
-            is_eval = any(str(key).startswith("eval_") for key in entry)
-            (evaluation if is_eval else train).add(step, entry_numbers(entry, where, problems))
+            (evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems))
     eval_frame = evaluation.frame()
     path = state.get("best_model_checkpoint")
     best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
@@ -3268,6 +3276,14 @@ def best_from_checkpoint(path: str, step, value, eval_frame: pd.DataFrame) -> di
         matching = [column for table in (at_step, eval_frame) for column in names if np.isclose(table[column], value, rtol=1e-12, atol=0).any()]
         metrics[matching[0] if matching else "best_metric"] = float(value)
     return {"step": step, "path": path, "metrics": metrics}
+
+
+# An evaluation's entry: the logger says so ("kind"); else its keys do: eval_* or, from Trainer.evaluate with another
+# metric_key_prefix (e.g. "test"), <prefix>_runtime.
+def is_evaluation(entry: dict) -> bool:
+    if entry.get("kind") in ("train", "eval"):
+        return entry["kind"] == "eval"
+    return any(str(key).startswith("eval_") or (str(key).endswith("_runtime") and key != "train_runtime") for key in entry)
 
 
 # A JSON number as a float; an integer too big for one is infinite.
@@ -3294,7 +3310,7 @@ def history_entry_step(entry, where: tuple, problems: list) -> int | None:
 def entry_numbers(entry: dict, where: tuple, problems: list) -> dict:
     numbers = {}
     for key, value in entry.items():
-        if key == "step" or type(value) not in (int, float):
+        if key in ("step", "kind") or type(value) not in (int, float):
             continue
         value = as_float(value)
         if math.isfinite(value):

@@ -682,3 +682,28 @@ def test_numbers_too_big_for_a_step_or_a_float(tmp_path):
     (tmp_path / "training_log.json").unlink()
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
     assert read(tmp_path).best == {"step": 10, "path": "out/checkpoint-10", "metrics": {}}
+
+
+# A resumed launch replaces what earlier launches logged from its first trained step on, evaluations too: launch A
+# evaluated at step 6 and 8, launch B resumed from step 5's checkpoint and evaluated only at step 8.
+def test_a_resumed_launch_replaces_earlier_evaluations_past_its_start(tmp_path):
+    launch_a = [{"step": step, "kind": "train", "loss": 1.0} for step in range(1, 9)] + [
+        {"step": 6, "kind": "eval", "eval_loss": 0.6}, {"step": 8, "kind": "eval", "eval_loss": 0.8}]
+    launch_b = [{"step": step, "kind": "train", "loss": 2.0} for step in range(6, 10)] + [{"step": 8, "kind": "eval", "eval_loss": 0.5}]
+    for name, entries in (("rollout_metrics_A.jsonl", launch_a), ("rollout_metrics_B.jsonl", launch_b)):
+        (tmp_path / name).write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    history = read(tmp_path)
+    assert history.train["step"].tolist() == list(range(1, 10))
+    assert history.train["loss"].tolist() == [1.0] * 5 + [2.0] * 4
+    assert history.eval.to_dict("list") == {"step": [8], "eval_loss": [0.5]}  # A's step-6 evaluation is of the dropped branch
+
+
+# Trainer.evaluate(metric_key_prefix="test") logs test_* keys: an evaluation too; a "kind" that is no kind is no metric.
+def test_evaluations_under_another_prefix_and_an_odd_kind(tmp_path):
+    state = {"global_step": 4, "log_history": [{"step": 4, "loss": 1.0}, {"step": 4, "test_loss": 0.7, "test_runtime": 1.5}]}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    history = read(tmp_path)
+    assert history.train.to_dict("list") == {"step": [4], "loss": [1.0]}
+    assert history.eval.to_dict("list") == {"step": [4], "test_loss": [0.7], "test_runtime": [1.5]}
+    (tmp_path / "rollout_metrics_A.jsonl").write_text(json.dumps({"step": 1, "kind": 5, "loss": 1.0}) + "\n")
+    assert read(tmp_path).train.to_dict("list") == {"step": [1], "loss": [1.0]}
