@@ -107,10 +107,10 @@ def main():
     run = load_selected_run(settings)
     if run is None:
         return
-    history = load_history(run.run_dir, history_signature(run.run_dir))
     compared = load_compared_runs(settings)
+    history, *compared_histories = (load_history(shown.run_dir, history_signature(shown.run_dir)) for shown in [run, *compared])
     if settings.live:
-        watch_runs([run, *compared], settings.max_samples, settings.live_every)
+        watch_runs([run, *compared], [history, *compared_histories], settings.max_samples, settings.live_every)
     draw_run_metadata(run)
     if run.report.empty and run.problems.empty and history.empty and history.problems.empty:
         st.warning(
@@ -125,7 +125,7 @@ def main():
     if settings.reward_curves and any(not shown.samples.empty for _, shown in runs):
         draw_step_curves(runs, history, settings)
     if settings.reward_curves:
-        draw_training_metrics(run, history, compared, settings)
+        draw_training_metrics(run, compared, [history, *compared_histories], settings)
     if settings.response_compare and not run.samples.empty:
         draw_step_response(run, compared, settings)
 
@@ -521,14 +521,12 @@ def warm_up_browser():
 # Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed (rollouts or
 # training history, of the shown run or a compared one), or when another session watching the same run already loaded
 # the change (the store is shared: it then has no work left).
-def watch_runs(shown: list["RunSnapshot"], max_samples: int, every_seconds: int):
-    histories = [history_signature(run.run_dir) for run in shown]
-
+def watch_runs(shown: list["RunSnapshot"], histories: list["TrainingHistory"], max_samples: int, every_seconds: int):
     @st.fragment(run_every=every_seconds)
     def check_for_new_lines():
         for run, history in zip(shown, histories):
             store = run_store(run.run_dir)
-            if store.snapshot is not run or store.needs_work(max_samples) or history_signature(run.run_dir) != history:
+            if store.snapshot is not run or store.needs_work(max_samples) or history_signature(run.run_dir) != history.signature:
                 st.rerun(scope="app")
         st.caption(f"Live: checked {time.strftime('%H:%M:%S')}, every {every_seconds} s.")
 
@@ -575,7 +573,8 @@ def draw_run_metadata(run: "RunSnapshot"):
 def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
     report = run.report
     problems = pd.concat([frame for frame in (run.problems, history.problems) if len(frame)] or [run.problems], ignore_index=True)
-    skipped = int(report["bad lines"].sum()) + int((history.problems["kind"] == "skipped").sum())
+    history_skipped = int((history.problems["kind"] == "skipped").sum())
+    skipped = int(report["bad lines"].sum()) + history_skipped
     messages = []
     if not report.empty:
         incomplete = int(report["incomplete last line"].sum())
@@ -592,7 +591,6 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
             message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
         messages.append(message)
     if history.sources or len(history.problems):
-        history_skipped = int((history.problems["kind"] == "skipped").sum())
         messages.append(
             f"training history from {', '.join(markdown_literal(name) for name in history.sources) or 'no readable file'}: "
             f"{len(history.train)} train and {len(history.eval)} eval step(s), {history_skipped} entr(ies) or file(s) skipped"
@@ -724,8 +722,9 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
 # the best checkpoint marked; the run's summary; CSV downloads of the histories and of the step curves' numbers (made when
 # clicked). A fragment: choosing metrics redraws only this area.
 @st.fragment
-def draw_training_metrics(run: "RunSnapshot", history: "TrainingHistory", compared: list["RunSnapshot"], settings: "Settings"):
-    named = [(run_label(run.run_dir), history)] + [(run_label(other.run_dir), load_history(other.run_dir, history_signature(other.run_dir))) for other in compared]
+def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all_histories: list["TrainingHistory"], settings: "Settings"):
+    history = all_histories[0]  # the shown run's
+    named = [(run_label(shown.run_dir), shown_history) for shown, shown_history in zip([run, *compared], all_histories)]
     histories = [(name, shown) for name, shown in named if not shown.empty]
     st.subheader("📈 Training metrics")
     if histories:
@@ -733,7 +732,7 @@ def draw_training_metrics(run: "RunSnapshot", history: "TrainingHistory", compar
         key = StateKey.METRIC_SERIES  # one choice, kept while new metrics arrive (live) and across runs that log it
         remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
         chosen = st.multiselect("Training metrics", options, key=key, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
-        versions = tuple((other.run_dir, history_signature(other.run_dir)) for other in [run, *compared])
+        versions = tuple((shown.run_dir, shown_history.signature) for shown, shown_history in zip([run, *compared], all_histories))
         if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
             tabs = st.tabs(chosen, on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
             name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
@@ -1156,10 +1155,11 @@ def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step:
     return read_sample_tokens(path, offset, length, step)
 
 
-# The training history of a folder, read again only when one of its files changed (history_signature).
+# The training history of a folder, read again only when one of its files changed (history_signature); it keeps the
+# signature it was read at, for live mode and the charts' cache.
 @st.cache_resource(show_spinner=False, max_entries=32)
 def load_history(run_dir: str, signature: tuple) -> "TrainingHistory":
-    return read_history(run_dir)
+    return dataclasses.replace(read_history(run_dir), signature=signature)
 
 
 # A training metric's chart, per set of histories and curve settings.
@@ -3051,7 +3051,7 @@ def read_back_problem(path: str, line: int, error: Exception) -> str:
 
 # ====================================================================================================================
 # Reading, 5: the training history (the trainer's own logged numbers) from the logger's metrics files, seed 004's
-# training_log.json or Hugging Face Trainer's trainer_state.json. Nothing is unpickled (training_args.bin is not read).
+# training_log.json or Hugging Face Trainer's trainer_state.json. Only these JSON files are read.
 # ====================================================================================================================
 
 
@@ -3076,6 +3076,7 @@ class TrainingHistory:
     config: dict
     best: dict  # {} or {"step", "path", "metrics": {name: value}} (+ "epoch")
     problems: pd.DataFrame  # file, line, kind, reason
+    signature: tuple = ()  # history_signature of the files when read (set by load_history)
 
     @property
     def empty(self) -> bool:
