@@ -32,6 +32,7 @@ rollout_metrics_*.jsonl, seed 004's training_log.json or Hugging Face's trainer_
 area; runs chosen in Compare with are loaded through their own stores and drawn on the same step curves.
 """
 import argparse
+import base64
 import codecs
 import contextlib
 import dataclasses
@@ -41,16 +42,19 @@ import hashlib
 import hmac
 import html
 import importlib
+import io
 import itertools
 import json
 import math
 import multiprocessing
 import os
 import re
+import stat
 import sys
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -65,6 +69,7 @@ import pyarrow as pa
 import pyarrow.feather
 import simdjson
 import streamlit as st
+from PIL import Image, UnidentifiedImageError
 
 
 # ====================================================================================================================
@@ -589,6 +594,8 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
             message += f"; {replaced} line(s) of steps a resumed launch logged again left out (older launch)"
         if run.downsampled:
             message += f"; at most {run.max_samples} samples per step shown (Max Samples Each Step)"
+        if run.image_problems:
+            message += f"; {run.image_problems} image(s) cannot be shown"
         messages.append(message)
     if history.sources or len(history.problems):
         messages.append(
@@ -598,7 +605,7 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
     message = "; ".join(messages)
     if len(problems):
         message += f"; {len(problems)} issue(s) listed in the load report"
-    (st.warning if skipped else st.caption)(message[:1].upper() + message[1:] + ".")
+    (st.warning if skipped or run.image_problems else st.caption)(message[:1].upper() + message[1:] + ".")
     # A fixed label: Streamlit would close an expander whose label changed (a live run's counts do).
     details = st.expander("Load report", on_change="rerun", key=StateKey.LOAD_REPORT_DETAILS)
     if details.open:
@@ -849,6 +856,9 @@ def draw_step_tables(batch: "StepBatch", settings: "Settings"):
 # The batch table, sortable by every column; clicking a row shows that sample right below.
 def draw_batch_table(batch: "StepBatch", settings: "Settings"):
     table = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.pad_token, settings.system_prompt_end)
+    if any(batch.table["images"]):  # a thumbnail of each prompt's first image, right of the sample index
+        thumbnails = [thumbnail_url(path, images) for path, images in zip(batch.table["path"], batch.table["images"])]
+        table = table.assign(image=thumbnails)[["sample", "image", *table.columns[1:]]]
     st.container(key=StateKey.BATCH_TABLE).dataframe(
         table,
         width="stretch",
@@ -859,11 +869,35 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
         key=f"{StateKey.BATCH_TABLE}:{batch.key}",  # a selection of another step's rows would stay highlighted
         column_config={
             "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True),
+            "image": st.column_config.ImageColumn(help="The prompt's first image; click the row for all of them beside the prompt below", width="small"),
             "group": st.column_config.NumberColumn(help="The sample's prompt group in this step (see Groups); group_id, at the right, is the id as logged"),
             "prompt": st.column_config.TextColumn(width="medium"),
             "response": st.column_config.TextColumn(width="large"),
         },
     )
+
+
+# A line's images under its prompt, re-encoded on the server (the fullscreen button of each shows it large); one
+# that cannot be shown is a note saying why (or, without notes, left out).
+def draw_images(row: pd.Series, width: int, notes: bool = True):
+    shown, captions = [], []
+    for number, reference in enumerate(row["images"], 1):
+        image = page_image(row["path"], reference, SHOWN_IMAGE_SIDE)
+        if isinstance(image, str):
+            if notes:
+                st.caption(f"🖼️ Image {number} not shown: {markdown_literal(shorten(reference['path'] or '', 80))}: {markdown_literal(image)}.")
+            continue
+        shown.append(image[0])
+        size = f" · {reference['width']} × {reference['height']}" if reference["width"] and reference["height"] else ""
+        captions.append(f"image {number}{size}")
+    if shown:
+        st.image(shown, caption=captions, width=width)
+
+
+# The batch table's thumbnail of a line's first image, as a data URL of the re-encoded image (None: none shown).
+def thumbnail_url(path: str, references: list[dict]) -> str | None:
+    image = page_image(path, references[0], THUMBNAIL_SIDE) if references else None
+    return None if image is None or isinstance(image, str) else f"data:{image[1]};base64,{base64.b64encode(image[0]).decode()}"
 
 
 # GRPO groups of the step: which prompts gave every completion the same reward. Clicking a group shows its first
@@ -901,6 +935,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
         return
     members = table[table["group"] == group]
     st.markdown(f"**Group {int(group)} of this step**: {len(members)} completion(s) of the prompt of sample #{sample}.")
+    draw_images(table.iloc[sample], width=96, notes=False)  # the samples pair above has the notes
     columns = st.columns(min(len(members), 4))
     function_columns = [c for c in members.columns if c.startswith("rewards/")]
     for position, (index, member) in enumerate(members.iterrows()):
@@ -942,12 +977,14 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     prompt_column, response_column, ref_column, gap_column = st.columns([2, 3, 3, 1])
     with prompt_column:
         st.markdown("**Prompt**")
+        draw_images(row, width=150)
         st.text(clean_text(row["prompt"], settings.pad_token, settings.system_prompt_end))
         if isinstance(row["ground_truth"], str):
             st.caption("ground_truth")
             st.text(row["ground_truth"])
     with response_column:
-        st.markdown(f":green[**Response**] · reward {row['reward']:.4g}")
+        tools = f" · {row['tool_tokens']:.0f} of {row['response_tokens_len']:.0f} tokens written by a tool" if row["tool_tokens"] > 0 else ""
+        st.markdown(f":green[**Response**] · reward {row['reward']:.4g}{tools}")
         st.text(clean_text(row["response"], settings.pad_token))
     with ref_column:
         st.markdown(":blue[**Ref Response**]")
@@ -1038,10 +1075,16 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings"):
         if view == "Response tokens":
             draw_running_text(rows, chosen)
             return
-        labels = [f"{i} - {visible_whitespace(token)}" for i, token in enumerate(rows.tokens)]
+        labels = [f"{i} - {visible_whitespace(token)}" for i, token in zip(rows.positions.tolist(), rows.tokens)]
         grid = pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
         if view == "Token table":
-            st.caption("A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl.")
+            caption = "A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl."
+            if len(rows.tokens) < len(tokens.response_tokens):
+                caption += " A run of one image placeholder token is one row (its values: their mean)."
+            if rows.is_tool.any():
+                caption += " Tokens a tool wrote (tool ✓) were not sampled by the policy: they have no values."
+                grid.insert(0, "tool", rows.is_tool)
+            st.caption(caption)
             st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
         else:
             st.caption(
@@ -1080,13 +1123,16 @@ def draw_running_text(rows: "TokenRows", chosen: list[str]):
             format_func=lambda window: f"{window[0]}–{window[-1]}",
             help=f"The running text shows {RUNNING_TEXT_TOKENS} tokens at a time; the table and the heat map show them all.",
         )
-    st.html(running_text_html(rows.tokens, rows.values, metric, rows.is_pad, shown))
+    st.html(running_text_html(rows, metric, shown))
 
 
 # Shade each metric column by where a value sits in that column's range (bars drawn by the grid: no Styler, no matplotlib).
 def shaded_columns(grid: pd.DataFrame) -> dict:
     config = {}
     for name in grid.columns:
+        if name == "tool":
+            config[name] = st.column_config.CheckboxColumn("tool", help="Written by a tool (tool_mask 0), not sampled by the policy", pinned=True)
+            continue
         values = grid[name].to_numpy(dtype=float)
         values = values[np.isfinite(values)]
         low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
@@ -1134,6 +1180,21 @@ def open_sample(sample: int):
 # ====================================================================================================================
 # Cached loaders: shared by reruns and sessions, each feeding the next (run store -> step batch -> tables and charts).
 # ====================================================================================================================
+
+
+# An image of a line (its path relative to the line's file) as the page gets it, or why it cannot be shown.
+def page_image(line_path: str, reference: dict, longest: int) -> tuple[bytes, str] | str:
+    try:
+        file = image_file(os.path.dirname(line_path), reference["path"])
+        return image_check(*file) or cached_image(*file, longest)
+    except ImageProblem as error:
+        return str(error)
+
+
+# An image file re-encoded for the page, per file version and size: decoded once, whoever looks at it.
+@st.cache_data(show_spinner=False, max_entries=2048)
+def cached_image(path: str, size: int, mtime_ns: int, longest: int) -> tuple[bytes, str]:
+    return encoded_image(path, longest)
 
 
 # One store per run folder, shared by reruns and sessions: a run is indexed and held once, however many watch it.
@@ -1665,15 +1726,16 @@ def step_statistics_table(runs: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True).reindex(columns=order) if tables else pd.DataFrame(columns=order)
 
 
-# TRL logs kl per loss pass (micro-batch) as the token mean of k3 pooled over all ranks (since TRL 1.9; before,
-# the mean of each rank's token mean), and per step the mean over its passes. From lines that say their pass
-# (micro_batch), per step; a rank is a file.
+# TRL logs kl per loss pass (micro-batch) as the token mean of k3 over the sampled tokens (a tool's are left out)
+# pooled over all ranks (since TRL 1.9; before, the mean of each rank's token mean), and per step the mean over its
+# passes. From lines that say their pass (micro_batch), per step; a rank is a file.
 def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Series:
     lines = samples.dropna(subset=["micro_batch"])
     has_kl = lines["sum_kl_k3"].notna()  # a line without log-probs (e.g. masked when truncated) adds no token
+    sampled = lines["response_tokens_len"] - lines["tool_tokens"].fillna(0)  # TRL's loss leaves tool tokens out
     tokens = pd.DataFrame({
         "kl": lines["sum_kl_k3"].where(has_kl, 0.0),
-        "count": lines["response_tokens_len"].where(has_kl, 0.0),
+        "count": sampled.where(has_kl, 0.0),
         "step": lines["step"], "micro_batch": lines["micro_batch"], "path": lines["path"],
     })
     passes = tokens.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]))[["kl", "count"]].sum()
@@ -1746,16 +1808,19 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
         sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
     columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
-    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "truncated", "prompt", "response", "ground_truth"]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "tool_tokens", "truncated", "prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]
 
 
-# The token area's rows: the sample's tokens as shown, which are pads, and each metric (TOKEN_ROWS) per token.
+# The token area's rows: the sample's tokens as shown, which are pads and which a tool wrote, where each starts in
+# the response (a run of image placeholders is one row), and each metric (TOKEN_ROWS) per row.
 @dataclass
 class TokenRows:
     tokens: list[str]
     is_pad: np.ndarray
+    is_tool: np.ndarray
+    positions: np.ndarray
     values: dict[str, np.ndarray]
 
 
@@ -1774,11 +1839,23 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
         values["advantage"] = np.full(len(logp), tokens.advantage)
     names = tokens.response_tokens
     is_pad = np.array([pad_token is not None and name == pad_token for name in names], dtype=bool)
+    is_tool = np.zeros(len(names), dtype=bool) if tokens.tool is None else tokens.tool
     keep = len(names)
     if pad_token is not None:
         while keep and is_pad[keep - 1]:
             keep -= 1
-    return TokenRows(tokens=names[:keep], is_pad=is_pad[:keep], values={name: array[:keep] for name, array in values.items()})
+    names = names[:keep]
+    # A row starts at each token but the second and later of a run of one image placeholder (<|image_pad|> x 1024).
+    starts = np.array([i for i, name in enumerate(names) if not (i and name == names[i - 1] and IMAGE_PLACEHOLDER.fullmatch(name))], dtype=np.int64)
+    counts = np.diff(np.append(starts, keep))
+    if len(starts) == keep:
+        return TokenRows(tokens=names, is_pad=is_pad[:keep], is_tool=is_tool[:keep], positions=starts, values={name: array[:keep] for name, array in values.items()})
+    labels = [names[start] if count == 1 else f"{names[start]} × {count}" for start, count in zip(starts.tolist(), counts.tolist())]
+    means = {name: segment_sums_and_means(np.asarray(array[:keep], dtype=float)[None], counts)[1][0] for name, array in values.items()}
+    return TokenRows(
+        tokens=labels, is_pad=np.logical_and.reduceat(is_pad[:keep], starts), is_tool=np.logical_and.reduceat(is_tool[:keep], starts),
+        positions=starts, values=means,
+    )
 
 
 # The normal density fitted (mean, population std) to values, on a grid spanning them.
@@ -1839,6 +1916,13 @@ UNDECODABLE_BYTES = "rl_logging_board.undecodable"
 codecs.register_error(UNDECODABLE_BYTES, undecodable_bytes)
 
 
+# A model's image (or video) placeholder token, which its processor repeats once per image patch: <image>,
+# <|image_pad|>, <image_soft_token>, <IMG_CONTEXT>, <|video_pad|>... A run of one is shown as one marker with its count.
+IMAGE_PLACEHOLDER_NAME = r"<\|?[A-Za-z_]*(?:image|img|IMG|video|vision|patch)[A-Za-z_]*\|?>"
+IMAGE_PLACEHOLDER = re.compile(IMAGE_PLACEHOLDER_NAME)
+IMAGE_PLACEHOLDER_RUN = re.compile(f"({IMAGE_PLACEHOLDER_NAME})\\1+")
+
+
 # Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
 # the Markdown characters of links, images, code, emphasis, maths, HTML entities and Streamlit's :colour[...] escaped,
 # so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
@@ -1852,13 +1936,14 @@ def shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# Display text: optionally cut the system prompt and remove pad tokens.
+# Display text: optionally cut the system prompt and remove pad tokens; a run of an image placeholder token as one
+# marker, [<image> × 16].
 def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str | None = None) -> str:
     if system_prompt_end and system_prompt_end in text:
         text = text.split(system_prompt_end, 1)[1]
     if pad_token:
         text = text.replace(pad_token, "")
-    return text
+    return IMAGE_PLACEHOLDER_RUN.sub(lambda run: f"[{run.group(1)} × {len(run.group()) // len(run.group(1))}]", text)
 
 
 # A newline or tab token would be an empty-looking label in the table and the heat map.
@@ -1866,19 +1951,29 @@ def visible_whitespace(token: str) -> str:
     return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
+# Tokens a tool wrote: no colour (they have no values), a dashed frame and grey italics.
+TOOL_TOKEN_STYLE = "background:transparent;outline:1px dashed #8a8a99;color:#8a8a99;font-style:italic"
+
+
 # The response as running text, each token's background by a metric, value on hover; text escaped.
-def running_text_html(tokens: list[str], values: dict, metric: str, is_pad: np.ndarray, shown: range | None = None) -> str:
-    colours = diverging_colours(values[metric])  # scaled over the whole response, so windows compare
-    columns = {name: np.asarray(column, dtype=float).tolist() for name, column in values.items()}  # Python floats format faster
+def running_text_html(rows: "TokenRows", metric: str, shown: range | None = None) -> str:
+    colours = diverging_colours(rows.values[metric])  # scaled over the whole response, so windows compare
+    columns = {name: np.asarray(column, dtype=float).tolist() for name, column in rows.values.items()}  # Python floats format faster
     spans = []
-    for index in shown or range(len(tokens)):
-        token, colour = tokens[index], colours[index]
-        hover = f"#{index} {token!r}  " + "  ".join(f"{name}={column[index]:.4g}" for name, column in columns.items())
+    for index in shown or range(len(rows.tokens)):
+        token = rows.tokens[index]
+        if rows.is_tool[index]:
+            hover, style = f"#{rows.positions[index]} {token!r}  written by a tool, not sampled: no values", TOOL_TOKEN_STYLE
+        else:
+            hover = f"#{rows.positions[index]} {token!r}  " + "  ".join(f"{name}={column[index]:.4g}" for name, column in columns.items())
+            style = f"background:{colours[index]}" + (";opacity:0.35" if rows.is_pad[index] else "")
         text = html.escape(token) or "\u200b"  # tokens are text already (readable_tokens); an empty one stays hoverable
-        style = f"background:{colour}" + (";opacity:0.35" if is_pad[index] else "") + (";padding:0 0.1em" if not token else "")
+        style += ";padding:0 0.1em" if not token else ""
         spans.append(f'<span title="{html.escape(hover)}" style="{style}">{text}</span>')
-    legend = f"<div style='font-size:0.8em;opacity:0.7'>colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values</div>"
-    return legend + "<div class='rl-running-text' style='white-space:break-spaces;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
+    legend = f"colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values"
+    if rows.is_tool.any():
+        legend += f"; <span style='{TOOL_TOKEN_STYLE}'>dashed grey</span>: written by a tool, not sampled by the policy (no values)"
+    return f"<div style='font-size:0.8em;opacity:0.7'>{legend}</div>" + "<div class='rl-running-text' style='white-space:break-spaces;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
 
 
 # Token colours: red for positive values, blue for negative, stronger the larger |value| is
@@ -1975,9 +2070,17 @@ SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduce
 
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
-    "response_len", "ref_response_len", "response_tokens_len", "avg_logp", "avg_entropy",
+    "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
     "avg_log_ratio", "sum_log_ratio",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+# Per-line texts of the index besides the numbers: the group id, and the image paths as a JSON list (None: no images).
+SUMMARY_TEXTS = ["group_id", "image_paths"]
+
+
+# The per-token lists of values the policy had when sampling: none for tokens a tool wrote (tool_mask 0).
+POLICY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
 
 
 # `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
@@ -2004,6 +2107,8 @@ class RolloutSummary(msgspec.Struct, gc=False):
     group_id: str | int | None = None
     truncated: bool | None = None
     micro_batch: Any = None  # which of its optimizer step's loss passes trained the line (rollout_logger), for TRL's kl
+    tool_mask: msgspec.Raw = msgspec.Raw()  # per completion token, 0 where a tool wrote it (TRL's tools=)
+    images: Any = None  # the prompt's images: paths in the run folder, or {"path", "width", "height"}
 
 
 # The first pass's usual case: per-token lists kept raw, then parsed by simdjson straight into float arrays,
@@ -2021,6 +2126,7 @@ class RolloutTexts(msgspec.Struct, gc=False):
     step: int | float
     ref_response: Any = None
     ground_truth: Any = None
+    images: Any = None
 
 
 # A whole line, read only for the sample in view.
@@ -2060,7 +2166,7 @@ class LineSummaries:
     good: np.ndarray  # bool: the line decoded into a sample
     step: np.ndarray
     numbers: dict[str, np.ndarray]  # SUMMARY_NUMBERS
-    group_id: list
+    texts: dict[str, list]  # SUMMARY_TEXTS
     functions: dict[str, np.ndarray]  # a reward function's scores
     problems: list[tuple[int, str, str]]
 
@@ -2103,7 +2209,7 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
 def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
     view, count = memoryview(data), len(offsets)
     numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
-    steps, good, group_ids = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), [None] * count
+    steps, good, texts = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), {name: [None] * count for name in SUMMARY_TEXTS}
     function_scores: dict[str, np.ndarray] = {}
     token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
     problems, parser = [], simdjson.Parser()
@@ -2127,17 +2233,21 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if record.ref_response is not None:
             numbers["ref_response_len"][row] = text_length(record.ref_response)
         if record.group_id is not None:
-            group_ids[row] = valid_text(str(record.group_id))
+            texts["group_id"][row] = valid_text(str(record.group_id))
+        if record.images is not None:
+            texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)])
         for name, score in (record.rewards_per_func or {}).items():
             function_scores.setdefault(valid_text(name), np.full(count, np.nan))[row] = np.nan if score is None else score
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
+        if arrays["tool"] is not None:
+            numbers["tool_tokens"][row] = arrays["tool"].sum()
         if arrays["logprobs"] is not None:
             for key, collected in token_arrays.items():
                 if arrays[key] is not None:
                     collected.append((row, arrays[key], arrays["logprobs"]))
     add_token_statistics(numbers, token_arrays)
-    return LineSummaries(good=good, step=steps, numbers=numbers, group_id=group_ids, functions=function_scores, problems=problems)
+    return LineSummaries(good=good, step=steps, numbers=numbers, texts=texts, functions=function_scores, problems=problems)
 
 
 # Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers, bad UTF-8 and a byte order mark
@@ -2211,7 +2321,8 @@ def integer_step(record):
     return record
 
 
-# Per-token arrays of a record cut to one common length, with a note for every mismatch.
+# Per-token arrays of a record cut to one common length, with a note for every mismatch; "tool" marks the tokens a
+# tool wrote (None: no tool_mask), whose policy values are left out (NaN) whatever the line holds.
 def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
     arrays = {key: float_array(getattr(record, key)) for key in keys}
     lengths = [len(array) for array in arrays.values() if array is not None]
@@ -2220,9 +2331,10 @@ def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str
     tokens = record.response_tokens
     if isinstance(tokens, msgspec.Raw):
         tokens = None if arrays["logprobs"] is not None or not tokens else raw_value(tokens)
+    tool, notes = tool_flags(record.tool_mask)
     if arrays["logprobs"] is None:
-        return dict.fromkeys(keys), (float(len(tokens)) if isinstance(tokens, list) else np.nan), []
-    notes = []
+        length = float(len(tokens)) if isinstance(tokens, list) else np.nan
+        return dict.fromkeys(keys) | {"tool": tool}, length, notes
     length = len(arrays["logprobs"])
     for key in keys[1:]:
         if arrays[key] is not None and len(arrays[key]) != length:
@@ -2232,9 +2344,29 @@ def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str
         notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: tokens clipped to {length}")
     elif tokens is not None and len(tokens) < length:
         notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: missing tokens shown as '?'")
-    if notes:
-        arrays = {key: None if array is None else array[:length] for key, array in arrays.items()}
-    return arrays, float(length), notes
+    arrays = {key: None if array is None else array[:length] for key, array in arrays.items()}
+    if tool is not None:
+        if len(tool) != length:
+            notes.append(f"tool_mask has {len(tool)} entries, log-probs {length}: " + ("the rest are taken as sampled" if len(tool) < length else f"the first {length} are used"))
+            tool = np.concatenate([tool, np.zeros(length, dtype=bool)])[:length]
+        for key in POLICY_TOKEN_KEYS:
+            if arrays.get(key) is not None:
+                arrays[key] = np.where(tool, np.nan, arrays[key])
+    return arrays | {"tool": tool}, float(length), notes
+
+
+# A line's tool_mask (1: sampled by the policy, 0: written by a tool) as flags of tool tokens, or None without one;
+# a mask that is not a flat list of 0/1 is ignored, with a note.
+def tool_flags(raw: msgspec.Raw) -> tuple[np.ndarray | None, list[str]]:
+    if not raw:
+        return None, []
+    try:
+        mask = np.asarray(raw_value(raw))
+    except ValueError:
+        mask = np.asarray(None)
+    if mask.ndim != 1 or mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
+        return None, ["tool_mask is not a list of 0 and 1: ignored, every token taken as sampled"]
+    return mask == 0, []
 
 
 # Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.
@@ -2259,6 +2391,18 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
                 per_token = kl_per_token(log_ratio, estimator)
             sums, means = segment_sums_and_means(per_token[None], lengths)
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
+
+
+# A line's images as {"path", "width", "height"} (None where unknown): the logger writes dicts, other tools may write
+# paths; one image alone may stand without a list. A path that is no string is None (shown as a problem).
+def image_references(value) -> list[dict]:
+    references = []
+    for item in value if isinstance(value, list) else [value]:
+        item = item if isinstance(item, dict) else {"path": item}
+        size = {key: item.get(key) if type(item.get(key)) is int else None for key in ("width", "height")}
+        path = item.get("path")
+        references.append({"path": valid_text(path) if isinstance(path, str) else None, **size})
+    return references
 
 
 # The same prompt text gives the same key, held exactly by a float (53 bits): the lines of one prompt across the run
@@ -2310,7 +2454,7 @@ def float_array(values) -> np.ndarray | None:
 # ====================================================================================================================
 
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
@@ -2319,7 +2463,7 @@ LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step"
 UNPARSED, GOOD, BAD = 0, 1, 2
 
 
-INDEX_COLUMNS = list(LINE_COLUMNS) + SUMMARY_NUMBERS + ["group_id"]
+INDEX_COLUMNS = list(LINE_COLUMNS) + SUMMARY_NUMBERS + SUMMARY_TEXTS
 
 
 LAUNCH_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
@@ -2445,7 +2589,8 @@ class FileIndex:
         named = dict(result.numbers, **{f"rewards/{name}": scores for name, scores in result.functions.items()})
         for name, values in named.items():
             lines.setdefault(name, np.full(len(lines["offset"]), np.nan))[rows] = values
-        lines["group_id"][rows] = result.group_id
+        for name, values in result.texts.items():
+            lines[name][rows] = values
         self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
 
     # Where scanning resumes: past the newline that ends a last line taken without one.
@@ -2462,7 +2607,7 @@ class FileIndex:
 # The summary columns of lines not parsed yet. Present from the start, so that storing a parse replaces columns
 # instead of inserting them, which dominated loading runs of many small files.
 def empty_summaries(count: int) -> dict:
-    return {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS} | {"group_id": np.full(count, None, dtype=object)}
+    return {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS} | {name: np.full(count, None, dtype=object) for name in SUMMARY_TEXTS}
 
 
 # Index files survive server restarts in a cache folder outside the run (which may be read-only). One file per
@@ -2880,6 +3025,7 @@ class RunSnapshot:
     version: tuple
     steps: list = field(default_factory=list)
     reward_function_columns: list = field(default_factory=list)
+    image_problems: int = 0  # images named by the loaded lines that cannot be shown (rows of problems)
 
     def step_rows(self, step: int) -> pd.DataFrame:
         return self.samples[self.samples["step"] == step].reset_index(drop=True)
@@ -2917,7 +3063,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     counts = [len(rows) for rows in chosen]
     samples["path"] = np.repeat(np.array(list(files), dtype=object), counts)  # one column each, not one per file
     samples["index_id"] = np.repeat(np.array([index.index_id for index in files.values()], dtype=object), counts)
-    for column in SUMMARY_NUMBERS + ["group_id"]:
+    for column in SUMMARY_NUMBERS + SUMMARY_TEXTS:
         if column not in samples:
             samples[column] = np.nan
     samples["step"] = samples["step"].astype(np.int64)
@@ -2925,6 +3071,8 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
     report = pd.DataFrame(report, columns=REPORT_COLUMNS)
+    missing_images = image_problems(samples)
+    problems += missing_images
     return RunSnapshot(
         run_dir=run_dir,
         samples=samples,
@@ -2936,6 +3084,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
+        image_problems=len(missing_images),
     )
 
 
@@ -2983,7 +3132,7 @@ class StepBatch:
 # Read back the texts of a step's lines (the index keeps only numbers), each line checked to hold its step still.
 def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
-    problems = []
+    images, problems = [], []
     for path, offset, length, line, step in zip(rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"]):
         try:
             record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
@@ -2994,9 +3143,10 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
         for name in texts:
             text = as_text(getattr(record, name)) if record else None
             texts[name].append(text or "" if name in ("prompt", "response") else text)
+        images.append(image_references(record.images) if record and record.images is not None else [])
     if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
         key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
-    return StepBatch(key=key, table=rows.assign(**texts, group=group_numbers(rows["group_id"])), problems=problems)
+    return StepBatch(key=key, table=rows.assign(**texts, images=images, group=group_numbers(rows["group_id"])), problems=problems)
 
 
 # The per-token arrays of the sample in view, cut to one length (notes say where they did not match), and its tokens
@@ -3011,6 +3161,7 @@ class SampleTokens:
     response_tokens: list[str]
     advantage: float | None
     notes: list[str]
+    tool: np.ndarray | None = None  # which tokens a tool wrote (tool_mask 0); None: no tool_mask
 
 
 # The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
@@ -3320,6 +3471,126 @@ def entry_numbers(entry: dict, where: tuple, problems: list) -> dict:
             file, line, *within = where
             problems.append([file, line, "note", f"{within[0] + ': ' if within else ''}{key} is {value}: left out"])
     return numbers
+
+
+# ====================================================================================================================
+# Reading, 6: the prompts' images. A line names image files inside its run folder; each is checked, decoded by Pillow
+# and re-encoded before the page gets it, so no file outside the run is read and no SVG or HTML reaches the page.
+# ====================================================================================================================
+
+
+# The raster formats the page shows; any other file (SVG, HTML, PDF, TIFF...) is never decoded.
+RASTER_FORMATS = ["PNG", "JPEG", "GIF", "WEBP", "BMP"]
+
+
+# Pillow's decompression-bomb bound (about 89 megapixels): a larger image is a problem, not a decode.
+IMAGE_PIXEL_LIMIT = Image.MAX_IMAGE_PIXELS
+
+
+IMAGE_FILE_LIMIT = 64 << 20  # bytes
+
+
+# The longest side of an image as the page gets it, beside the prompt and in the batch table.
+SHOWN_IMAGE_SIDE = 768
+THUMBNAIL_SIDE = 64
+
+
+URL_OR_DRIVE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+class ImageProblem(ValueError):
+    """An image that cannot be shown; the message says why."""
+
+
+# The file an image path names, as (path, size, mtime) for the caches, if it is a regular file inside the folder of
+# the line's file: no URL, absolute path, ".." or symbolic link out of it.
+def image_file(folder: str, path: str | None) -> tuple[str, int, int]:
+    if not path or "\x00" in path:
+        raise ImageProblem("no file path")
+    if URL_OR_DRIVE.match(path) or path.startswith(("/", "\\", "~")):
+        raise ImageProblem("not a path inside the run folder (a URL or an absolute path): not read")
+    if ".." in re.split(r"[\\/]", path):
+        raise ImageProblem("'..' leads out of the run folder: not read")
+    base = os.path.realpath(folder)
+    target = os.path.realpath(os.path.join(base, path))
+    if not is_within(target, base):
+        raise ImageProblem("a symbolic link out of the run folder: not read")
+    try:
+        status = os.stat(target)
+    except OSError as error:
+        raise ImageProblem("missing" if isinstance(error, FileNotFoundError) else f"cannot be read ({error.strerror})") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise ImageProblem("not a regular file")
+    if status.st_size > IMAGE_FILE_LIMIT:
+        raise ImageProblem(f"{status.st_size >> 20} MB: larger than the {IMAGE_FILE_LIMIT >> 20} MB shown")
+    return target, status.st_size, status.st_mtime_ns
+
+
+# Why an image file cannot be shown (None: it can), from its header and Pillow's integrity check, without decoding
+# its pixels. Cached per file version: a live run's images are checked once.
+@functools.lru_cache(maxsize=65536)
+def image_check(path: str, size: int, mtime_ns: int) -> str | None:
+    try:
+        with opened_image(path) as image:
+            image.verify()
+    except ImageProblem as error:
+        return str(error)
+    return None
+
+
+# An image file's bytes as the page shows them: decoded, its longest side at most `longest`, re-encoded as JPEG (PNG
+# where it has transparency); with its MIME type.
+def encoded_image(path: str, longest: int) -> tuple[bytes, str]:
+    with opened_image(path) as image:
+        image.draft("RGB", (longest, longest))  # a JPEG decodes at a fraction of its size, when that suffices
+        image.thumbnail((longest, longest))
+        transparent = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+        image = image.convert("RGBA" if transparent else "RGB")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG" if transparent else "JPEG", quality=90)
+    return buffer.getvalue(), "image/png" if transparent else "image/jpeg"
+
+
+# A raster image opened by Pillow (its header read), or ImageProblem: another format, too many pixels or corrupt.
+@contextlib.contextmanager
+def opened_image(path: str):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path, formats=RASTER_FORMATS) as image:
+                if image.width * image.height > IMAGE_PIXEL_LIMIT:
+                    raise ImageProblem(f"{image.width} × {image.height} pixels: over the decompression-bomb limit of {IMAGE_PIXEL_LIMIT:,}")
+                yield image
+    except ImageProblem:
+        raise
+    except UnidentifiedImageError:
+        raise ImageProblem(f"not a {', '.join(RASTER_FORMATS[:-1])} or {RASTER_FORMATS[-1]} image") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise ImageProblem(f"over the decompression-bomb limit ({error})") from None
+    except Exception as error:  # corrupt data: Pillow raises OSError, SyntaxError, struct.error, ValueError...
+        raise ImageProblem(f"corrupt ({shorten(str(error) or type(error).__name__, 120)})") from None
+
+
+# Every image the loaded lines name, checked once: each one that cannot be shown is a load-report row at the first
+# line naming it, with how many lines do.
+def image_problems(samples: pd.DataFrame) -> list[list]:
+    named = samples.dropna(subset=["image_paths"])
+    first, uses = {}, Counter()
+    for file, line, paths in zip(named["path"], named["line"], named["image_paths"]):
+        for path in json.loads(paths):
+            key = (os.path.dirname(file), path)
+            uses[key] += 1
+            first.setdefault(key, (file, line))
+    problems = []
+    for (folder, path), (file, line) in first.items():
+        try:
+            problem = image_check(*image_file(folder, path))
+        except ImageProblem as error:
+            problem = str(error)
+        if problem:
+            shown = shorten(repr(path), 120) if path else "an image without a path"
+            problems.append([valid_text(Path(file).name), int(line), "image", f"{shown}: {problem}; {uses[folder, path]} line(s) name it"])
+    return problems
 
 
 if __name__ == "__main__":

@@ -131,7 +131,8 @@ def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
 def test_running_text_escapes_tokens_and_shows_values_on_hover():
     tokens = ["<script>alert(1)</script>", '" onmouseover="x', "ok"]
     values = {"logp": np.array([-1.0, -2.0, -0.5]), "kl": np.array([0.0, 0.4, -0.2])}
-    page = board.running_text_html(tokens, values, "kl", np.array([False, False, True]))
+    rows = board.TokenRows(tokens=tokens, is_pad=np.array([False, False, True]), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values=values)
+    page = board.running_text_html(rows, "kl")
     assert "<script>" not in page and html.escape("<script>alert(1)</script>") in page
     assert 'onmouseover="x' not in page
     assert "kl=0.4" in page and "logp=-2" in page
@@ -342,7 +343,8 @@ def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of
 
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
-    page = board.running_text_html(["\u202eabc", "", "end"], {"kl": np.array([0.1, 0.2, 0.3])}, "kl", np.zeros(3, dtype=bool))
+    rows = board.TokenRows(tokens=["\u202eabc", "", "end"], is_pad=np.zeros(3, dtype=bool), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values={"kl": np.array([0.1, 0.2, 0.3])})
+    page = board.running_text_html(rows, "kl")
     assert ".rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px" in board.PAGE_STYLE and "class='rl-running-text'" in page
     assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
 
@@ -357,12 +359,14 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
             for rank in ("r0", "r1"):
                 for _ in range(3):
                     lines.append((step, micro_batch, rank, rng.exponential(0.1, size=rng.integers(1, 9))))
+    tools = rng.integers(0, 4, size=len(lines))  # tokens a tool wrote: in the length, not in TRL's mean
     samples = pd.DataFrame({
         "step": [line[0] for line in lines],
         "micro_batch": [float(line[1]) for line in lines],
         "path": [line[2] for line in lines],
         "sum_kl_k3": [line[3].sum() for line in lines],
-        "response_tokens_len": [float(len(line[3])) for line in lines],
+        "response_tokens_len": [float(len(line[3]) + tool) for line, tool in zip(lines, tools)],
+        "tool_tokens": tools.astype(float),
     })
     for pooled in (True, False):
         expected = {}
