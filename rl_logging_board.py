@@ -877,21 +877,21 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
     )
 
 
-# A line's images under its prompt, re-encoded on the server (the fullscreen button of each shows it large); one
-# that cannot be shown is a note saying why (or, without notes, left out).
-def draw_images(row: pd.Series, width: int, notes: bool = True):
-    shown, captions = [], []
-    for number, reference in enumerate(row["images"], 1):
-        image = page_image(row["path"], reference, SHOWN_IMAGE_SIDE)
-        if isinstance(image, str):
-            if notes:
-                st.caption(f"🖼️ Image {number} not shown: {markdown_literal(shorten(reference['path'] or '', 80))}: {markdown_literal(image)}.")
-            continue
-        shown.append(image[0])
-        size = f" · {reference['width']} × {reference['height']}" if reference["width"] and reference["height"] else ""
-        captions.append(f"image {number}{size}")
-    if shown:
-        st.image(shown, caption=captions, width=width)
+# A line's images under its prompt, re-encoded on the server, each in a box `width` wide and sent whole, so that its
+# fullscreen button shows it large; those that cannot be shown are one note saying why. The group view (details off)
+# shows the images alone.
+def draw_images(row: pd.Series, width: int, details: bool = True):
+    notes = []
+    with st.container(horizontal=True, gap="small"):
+        for number, reference in enumerate(row["images"], 1):
+            image = page_image(row["path"], reference, SHOWN_IMAGE_SIDE)
+            if isinstance(image, str):
+                notes.append(f"image {number}: {markdown_literal(shorten(reference['path'] or '', 80))}: {markdown_literal(image)}")
+                continue
+            size = f" · {reference['width']} × {reference['height']}" if reference["width"] and reference["height"] else ""
+            st.container(width=width).image(image[0], caption=f"image {number}{size}" if details else None, width="content")
+    if notes and details:
+        st.caption(f"🖼️ {len(notes)} image(s) not shown:  \n" + "  \n".join(notes))
 
 
 # The batch table's thumbnail of a line's first image, as a data URL of the re-encoded image (None: none shown).
@@ -935,7 +935,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
         return
     members = table[table["group"] == group]
     st.markdown(f"**Group {int(group)} of this step**: {len(members)} completion(s) of the prompt of sample #{sample}.")
-    draw_images(table.iloc[sample], width=96, notes=False)  # the samples pair above has the notes
+    draw_images(table.iloc[sample], width=96, details=False)  # the samples pair above has the captions and notes
     columns = st.columns(min(len(members), 4))
     function_columns = [c for c in members.columns if c.startswith("rewards/")]
     for position, (index, member) in enumerate(members.iterrows()):
@@ -1923,11 +1923,17 @@ IMAGE_PLACEHOLDER = re.compile(IMAGE_PLACEHOLDER_NAME)
 IMAGE_PLACEHOLDER_RUN = re.compile(f"({IMAGE_PLACEHOLDER_NAME})\\1+")
 
 
+# Where GitHub-flavoured Markdown would start a link of its own: "://", "www." and "@".
+AUTOLINK_START = re.compile(r"(?<=:)(?=//)|(?i:(?<=www))(?=\.)|(?=@)")
+
+
 # Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
 # the Markdown characters of links, images, code, emphasis, maths, HTML entities and Streamlit's :colour[...] escaped,
-# so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a line's start).
+# so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a
+# line's start). GitHub's autolinks (http://..., www.x.org, a@x.org) ignore escapes: an invisible space breaks each.
 def markdown_literal(text) -> str:
-    return re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", valid_text(str(text)))
+    escaped = re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", valid_text(str(text)))
+    return AUTOLINK_START.sub("\u200b", escaped)
 
 
 # Table cells show the start of a text (the samples pair below shows all of it); sending whole
@@ -1951,8 +1957,8 @@ def visible_whitespace(token: str) -> str:
     return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
-# Tokens a tool wrote: no colour (they have no values), a dashed frame and grey italics.
-TOOL_TOKEN_STYLE = "background:transparent;outline:1px dashed #8a8a99;color:#8a8a99;font-style:italic"
+# Tokens a tool wrote: no colour (they have no values), a dashed frame inside the token's box and grey italics.
+TOOL_TOKEN_STYLE = "background:transparent;outline:1px dashed #8a8a99;outline-offset:-1px;padding:0 2px;color:#8a8a99;font-style:italic"
 
 
 # The response as running text, each token's background by a metric, value on hover; text escaped.
@@ -2358,11 +2364,12 @@ def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str
 # A line's tool_mask (1: sampled by the policy, 0: written by a tool) as flags of tool tokens, or None without one;
 # a mask that is not a flat list of 0/1 is ignored, with a note.
 def tool_flags(raw: msgspec.Raw) -> tuple[np.ndarray | None, list[str]]:
-    if not raw:
+    value = raw_value(raw) if raw else None
+    if value is None:
         return None, []
     try:
-        mask = np.asarray(raw_value(raw))
-    except ValueError:
+        mask = np.asarray(value)
+    except ValueError:  # a ragged list
         mask = np.asarray(None)
     if mask.ndim != 1 or mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
         return None, ["tool_mask is not a list of 0 and 1: ignored, every token taken as sampled"]

@@ -114,8 +114,8 @@ def test_the_page_shows_images_thumbnails_and_counts_those_it_cannot_show(vision
     app.session_state[board.StateKey.SAMPLE_INDEX] = 4
     app.run()
     assert not app.exception
-    notes = [caption.value for caption in app.caption if caption.value.startswith("🖼️ Image")]
-    assert len(notes) == len(HOSTILE_PATHS)
+    [notes] = [caption.value for caption in app.caption if caption.value.startswith("🖼️")]
+    assert notes.startswith(f"🖼️ {len(HOSTILE_PATHS)} image(s) not shown:") and len(notes.split("  \n")) == 1 + len(HOSTILE_PATHS)
     assert not any(element.proto.imgs for element in app.get("image"))
     assert any(frame.value.index.name == "token" for frame in app.dataframe)  # the token area is there
 
@@ -160,7 +160,7 @@ def test_a_tool_mask_that_is_not_zeros_and_ones_is_noted_and_ignored(tmp_path):
     run = tmp_path / "odd"
     run.mkdir()
     base = {"prompt": "p", "response": "ab", "response_tokens": ["a", "b"], "logprobs": [-1.0, -2.0], "ref_logprobs": [-1.5, -2.0], "reward": 1.0, "step": 1}
-    odd = [{**base, "tool_mask": mask} for mask in ([1, 2], "01", [[1], [0]], [1, 0, 1], [0])]
+    odd = [{**base, "tool_mask": mask} for mask in ([1, 2], "01", [[1], [0]], [1, 0, 1], [0], None)]
     (run / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in odd))
     snapshot = board.RunStore(str(run)).load(max_samples=1000)
     assert len(snapshot.samples) == len(odd)
@@ -168,7 +168,7 @@ def test_a_tool_mask_that_is_not_zeros_and_ones_is_noted_and_ignored(tmp_path):
     assert sum("tool_mask is not a list of 0 and 1" in reason for reason in reasons) == 3
     assert any("tool_mask has 3 entries, log-probs 2: the first 2 are used" in reason for reason in reasons)
     assert any("tool_mask has 1 entries, log-probs 2: the rest are taken as sampled" in reason for reason in reasons)
-    assert snapshot.samples["avg_log_ratio"].tolist() == pytest.approx([0.25, 0.25, 0.25, 0.5, 0.0])  # ignored x3, then a tool token each
+    assert snapshot.samples["avg_log_ratio"].tolist() == pytest.approx([0.25, 0.25, 0.25, 0.5, 0.0, 0.25])  # ignored x3, a tool token x2, none
 
 
 def test_the_token_area_marks_tool_tokens_and_colours_only_sampled_ones(tmp_path, monkeypatch):

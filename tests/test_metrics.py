@@ -323,7 +323,9 @@ def test_text_utf8_cannot_carry_is_shown_with_a_replacement_character():
 
 
 def test_markdown_literal_keeps_html_entities_and_markdown_as_written():
-    assert board.markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\://h\\) \\:red\\[y\\]"
+    assert board.markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\:\u200b//h\\) \\:red\\[y\\]"
+    # GitHub's autolinks, which escapes do not stop, are broken by an invisible space.
+    assert board.markdown_literal("www.x.org a@x.org") == "www\u200b.x.org a\u200b@x.org"
 
 
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
