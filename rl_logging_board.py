@@ -879,7 +879,7 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
 
 # A line's images under its prompt, re-encoded on the server, each in a box `width` wide and sent whole, so that its
 # fullscreen button shows it large; those that cannot be shown are one note saying why. The group view (details off)
-# shows the images alone.
+# shows the images alone: the same bytes, so the same media URL, fetched and decoded once by the browser.
 def draw_images(row: pd.Series, width: int, details: bool = True):
     notes = []
     with st.container(horizontal=True, gap="small"):

@@ -13,8 +13,7 @@ loaded: the prompt column shows the new sample's text and its 4 images (each <im
 left from the previous sample) with their captions, and every image on the page (the group's too) is loaded; that
 moment is taken in the page, checked every animation frame (within ~16 ms). Also the server's part (request to the
 run's last message) and the CPU seconds of the server and the browser, and, in this process, what the server does per
-image: the board's decode + re-encode (first view only) and Streamlit's resize of it to the width shown (st.image, on
-every rerun). Prints medians over the repeats of each repeat's median.
+image on a first view: the board's decode + re-encode. Prints medians over the repeats of each repeat's median.
 
     python bench/image_sample_change.py              # 3 repeats
     python bench/image_sample_change.py --repeats 5
@@ -230,34 +229,18 @@ def measure(root: Path, repeats: int) -> dict[str, list[float]]:
     return rows
 
 
-# What the server does per image, in this process: the board's decode + re-encode for the page (first view only), and
-# Streamlit's resize of that to the width st.image is given (150 px beside the prompt, 96 px in the group; every rerun).
+# What the server does per image on a first view, in this process: the board's decode + re-encode (the samples pair
+# and the group view show the same bytes). Streamlit sends them as they are.
 def server_image_costs(run: Path, repeats: int) -> dict[str, float]:
     import rl_logging_board as board
 
-    costs: dict[str, list[float]] = {}
-    paths = sorted((run / "images").glob("*.png"))[:IMAGES * repeats]
-    try:
-        from streamlit.elements.lib.image_utils import _ensure_image_size_and_format
-        from streamlit.elements.lib.layout_utils import LayoutConfig
-    except ImportError:  # Streamlit's private API moved: that row is left out
-        _ensure_image_size_and_format = None
-    for path in paths:
+    costs = []
+    for path in sorted((run / "images").glob("*.png"))[:IMAGES * repeats]:
         started = time.perf_counter()
-        data, mime = board.encoded_image(str(path), board.SHOWN_IMAGE_SIDE)
-        costs.setdefault("board: decode + re-encode an image (first view)", []).append(time.perf_counter() - started)
-        if _ensure_image_size_and_format is not None:
-            for width in (150, 96):
-                started = time.perf_counter()
-                _ensure_image_size_and_format(data, LayoutConfig(width=width), "JPEG" if mime == "image/jpeg" else "PNG")
-                costs.setdefault("Streamlit: resize it to the width shown, 150 + 96 px (every rerun)", []).append(time.perf_counter() - started)
-    sizes = [Image.open(io.BytesIO(board.encoded_image(str(path), board.SHOWN_IMAGE_SIDE)[0])).size for path in paths[:1]]
-    assert sizes == [SIZE], sizes
-    totals = {}
-    for name, values in costs.items():
-        per_image = statistics.median(values) * (2 if name.startswith("Streamlit") else 1)
-        totals[name] = per_image
-    return totals
+        data, _ = board.encoded_image(str(path), board.SHOWN_IMAGE_SIDE)
+        costs.append(time.perf_counter() - started)
+        assert Image.open(io.BytesIO(data)).size == SIZE
+    return {"board: decode + re-encode an image (first view only)": statistics.median(costs)}
 
 
 def print_table(rows: dict[str, list[float]], costs: dict[str, float], repeats: int):

@@ -20,7 +20,9 @@ import trl
 from packaging.version import Version
 from transformers import ProcessorMixin, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.data_utils import prepare_multimodal_messages
 
+from .images import ImageFiles
 from .writer import JsonlWriter
 
 
@@ -53,6 +55,27 @@ TRAINER_FIELDS = (
 )
 # Since TRL 1.15 a completion also ends at the generation config's EOS tokens; before, only at the tokenizer's.
 EOS_TOKEN_IDS_SINCE = Version("1.15")
+# Every key a line of the logger can have, in their order; a reward function's `log_extra` column named like one gets
+# the prefix `extra_`.
+LINE_KEYS = (
+    "prompt",
+    "images",
+    "response",
+    "response_tokens",
+    "tool_mask",
+    "logprobs",
+    "ref_logprobs",
+    "entropies",
+    "reward",
+    "rewards_per_func",
+    "advantage",
+    "group_id",
+    "truncated",
+    "rank",
+    "step",
+    "micro_batch",
+)
+PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
 # Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
 SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_key", re.IGNORECASE)
 
@@ -81,6 +104,26 @@ class RolloutLoggerCallback(TrainerCallback):
     evaluation metrics, the final summary; its `log_history` entry) as `{"step", "kind": "train" or "eval", **logs}`,
     and each checkpoint save as `{"step", "kind": "checkpoint", "checkpoint", "best_model_checkpoint", "best_metric"}`.
     As in rollout lines, NaN and ±inf are written as `null`: every line stays strict JSON, and null reads as no value.
+
+    Vision-language models: the prompt text keeps the model's image placeholder tokens, and each line of a batch with
+    images lists its sample's images in the order the prompt shows them (the dataset's `images` or `image` column,
+    placed into the prompt's image placeholders as TRL places them, and image parts `{"type": "image", "image": ...}`
+    already in a conversational prompt): `"images": [{"path": "images/<content hash>.png", "width": W, "height": H}]`,
+    the path relative to the run folder, the original size. Each distinct image is written once into
+    `<run_dir>/images/` by the writer thread (see [`ImageFiles`]: at most 768 px on its longest side, `.jpg` when it
+    was decoded from a JPEG, else `.png`). An image that is not a PIL image (a path or URL) is listed with a null path
+    and a `note`; images a tool returns inside a completion are not listed.
+
+    Tool calls (TRL's `tools=`): each line of a batch where TRL marks the completion tokens a tool wrote has
+    `"tool_mask"`, one 1 (sampled by the policy) or 0 (a tool's result) per token of `response_tokens`, and its
+    `logprobs`, `ref_logprobs` and `entropies` are null at the 0s: the policy did not sample those tokens. A truncated
+    completion TRL masks (`mask_truncated_completions`) has no `tool_mask`: TRL zeroes its mask, and the mask before
+    that is not kept anywhere the logger can read.
+
+    Reward functions' `log_extra(column, values)` (TRL versions that pass it; not 0.29): this rank's values of each
+    column become a key of its lines, `extra_<column>` where the column is named like one of the logger's keys, as
+    plain JSON, null for the samples a column has no value for. Their `log_metric(name, value)` values reach the
+    metrics file like the trainer's other logged metrics.
 
     A callback never sees the batch, so this one wraps methods of the trainer instance it is given (TRL has no public
     API for per-token data); the trainer's class and TRL itself are left untouched. The log-probs are the ones TRL's
@@ -135,6 +178,7 @@ class RolloutLoggerCallback(TrainerCallback):
             self._tokenizer = _tokenizer(trainer.processing_class)
             self._stop_ids = _stop_token_ids(trainer, self._tokenizer)
             # TRL's private methods' arguments, read by name: a renamed parameter fails here, not mid-run.
+            self._batch_inputs_of = _argument_reader(trainer, "_generate_and_score_completions", "inputs")
             self._completion_ids_of = _argument_reader(trainer, "_calculate_rewards", "completion_ids_list")
             self._loss_inputs_of = _argument_reader(trainer, "compute_loss", "inputs")
             self._install_hooks()
@@ -145,7 +189,9 @@ class RolloutLoggerCallback(TrainerCallback):
         self._waiting: dict[int, tuple[dict, bool]] = {}  # sample id -> (record, per-token values to come), until
         # its first loss pass
         self._finished: list[dict] = []  # records whose lines are written at the end of the optimizer step
-        self._scored: tuple | None = None  # `_calculate_rewards`'s completion ids and result, during a generation
+        self._batch_inputs: list[dict] | None = None  # the dataset rows of the batch being generated
+        self._scored: tuple | None = None  # `_calculate_rewards`'s completion ids, result and the reward functions'
+        # `log_extra` columns, during a generation
         self._loss_batch: tuple | None = None  # (sample ids, completion mask, micro-batch) in the loss pass
         self._micro_batches = 0  # the training loss passes of the current optimizer step so far
 
@@ -172,15 +218,20 @@ class RolloutLoggerCallback(TrainerCallback):
             return generate(*args, **kwargs)
         step = self.trainer.state.global_step + 1  # the optimizer step these samples are trained in first
         self._scored = None
+        self._batch_inputs = self._batch_inputs_of(args, kwargs)
         output = generate(*args, **kwargs)
         self._safely(self._start_records, output, step)
-        self._scored = None
+        self._scored = self._batch_inputs = None
         return output
 
     def _around_rewards(self, calculate_rewards, *args, **kwargs):
+        # TRL's buffer of the reward functions' `log_extra` columns, emptied after each generation's rewards
+        pending = getattr(self.trainer, "_pending_extra_logs", None)
+        logged = {column: len(values) for column, values in pending.items()} if pending is not None else {}
         rewards_per_func = calculate_rewards(*args, **kwargs)
         if self._writer is not None:
-            self._scored = (self._completion_ids_of(args, kwargs), rewards_per_func)
+            extras = {column: values[logged.get(column, 0) :] for column, values in (pending or {}).items()}
+            self._scored = (self._completion_ids_of(args, kwargs), rewards_per_func, extras)
         return rewards_per_func
 
     def _around_loss(self, compute_loss, *args, **kwargs):
@@ -215,16 +266,20 @@ class RolloutLoggerCallback(TrainerCallback):
         completion_mask = output["completion_mask"].bool()
         lengths = completion_mask.sum(dim=1).tolist()
         count = len(lengths)
-        sampled_ids, rewards, rewards_per_func = self._scored_samples(count)
+        sampled_ids, rewards, rewards_per_func, extras = self._scored_samples(count)
         # Per-token values only where the mask holds every sampled token: TRL's `mask_truncated_completions` masks a
         # truncated completion out of attention, so its log-probs and entropies were computed without it.
         per_token = [length == len(ids) for length, ids in zip(lengths, sampled_ids)]
         logprobs, ref_logprobs = _generation_logps(output, completion_mask, lengths, per_token)
         rank = self.trainer.accelerator.process_index
-        columns = {  # in the order of a line's keys; None values are left out of the line
+        images = _prompt_images(self._batch_inputs, count)
+        tool_mask = output.get("tool_mask")
+        columns = {  # in the order of a line's keys (`LINE_KEYS`); None values are left out of the line
             "prompt": self._decode_prompts(output["prompt_ids"], output["prompt_mask"].bool()),
+            **({} if images is None else {"images": images}),  # objects: the writer thread writes their files
             "response": self._tokenizer.batch_decode(sampled_ids, skip_special_tokens=True),  # as TRL decodes them
             "response_tokens": self._completion_tokens(sampled_ids),
+            **({} if tool_mask is None else {"tool_mask": _tool_masks(tool_mask, completion_mask, lengths, per_token)}),
             "logprobs": logprobs,
             "ref_logprobs": ref_logprobs,
             "entropies": [None] * count,
@@ -237,15 +292,19 @@ class RolloutLoggerCallback(TrainerCallback):
             "step": [step] * count,
             "micro_batch": [None] * count,
         }
+        for column, values in extras.items():
+            values = [_plain(value) for value in values[:count]] + [None] * (count - len(values))
+            columns["extra_" + column if column in LINE_KEYS else column] = values
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]
         self._await_loss_pass(output, records, per_token)
 
-    def _scored_samples(self, count: int) -> tuple[list[list[int]], list[float], list[dict[str, float | None]]]:
+    def _scored_samples(self, count: int) -> tuple[list[list[int]], list[float], list[dict[str, float | None]], dict]:
         """This rank's rows of what `_calculate_rewards` saw and returned: every sampled token of each completion (even
-        those a mask hides), its weighted reward (NaN when no function scored it) and each function's score."""
+        those a mask hides), its weighted reward (NaN when no function scored it) and each function's score; and the
+        columns the reward functions logged with `log_extra`."""
         if self._scored is None:
             raise RuntimeError("TRL's generation did not call `_calculate_rewards`")
-        completion_ids, gathered = self._scored
+        completion_ids, gathered, extras = self._scored
         trainer = self.trainer
         if gathered.size(0) != count * trainer.accelerator.num_processes:
             raise RuntimeError(f"TRL's rewards have {gathered.size(0)} rows for {count} samples per rank")
@@ -259,7 +318,7 @@ class RolloutLoggerCallback(TrainerCallback):
             {name: None if math.isnan(score) else score for name, score in zip(names, scores)}
             for scores in per_func.tolist()
         ]
-        return [list(ids) for ids in completion_ids], weighted.tolist(), rewards_per_func
+        return [list(ids) for ids in completion_ids], weighted.tolist(), rewards_per_func, extras
 
     def _decode_prompts(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[str]:
         """Each row's prompt text, special tokens included; each distinct prompt decoded once (TRL repeats each
@@ -316,7 +375,7 @@ class RolloutLoggerCallback(TrainerCallback):
                         record["logprobs"] = logps[position]
                     if entropies is not None:
                         record["entropies"] = entropies[position]
-            self._finished.append(_without_missing(record))
+            self._finished.append(_completed(record))
 
     # ------------------------------------------------------------------ training events
 
@@ -332,7 +391,7 @@ class RolloutLoggerCallback(TrainerCallback):
         path = self.run_dir / f"rollout_data_rank_{accelerator.process_index}_{self.launch_id}.jsonl"
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = JsonlWriter(path, self._warn_once)
+            self._writer = JsonlWriter(path, self._warn_once, prepare=ImageFiles(self.run_dir, self._warn_once).resolve)
             if state.is_world_process_zero:
                 metrics_path = self.run_dir / f"rollout_metrics_{self.launch_id}.jsonl"
                 self._metrics_writer = JsonlWriter(metrics_path, self._warn_once)
@@ -376,7 +435,7 @@ class RolloutLoggerCallback(TrainerCallback):
         if not self._logging():
             return
         # Samples generated but never trained on (the run stopped mid generation batch) still get their line.
-        self._finished.extend(_without_missing(record) for record, _ in self._waiting.values())
+        self._finished.extend(_completed(record) for record, _ in self._waiting.values())
         self._writer.write(self._finished)
         self._stop()
         self._reset_batches()
@@ -465,8 +524,13 @@ def _check_trainer(trainer) -> None:
 
 def _argument_reader(trainer, method: str, parameter: str) -> Callable[[tuple, dict], Any]:
     """A function of a call's `(args, kwargs)` to `trainer.<method>` that returns the argument it takes as `parameter`,
-    matched by name, so that TRL reordering its parameters cannot make the logger read another one."""
+    matched by name, so that TRL reordering its parameters cannot make the logger read another one. A wrapper that
+    takes only `*args, **kwargs` (a profiler's, a test's) passes them on: they are read as the class's method takes
+    them."""
     signature = inspect.signature(getattr(trainer, method))
+    kinds = {item.kind for item in signature.parameters.values()}
+    if kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}:
+        signature = inspect.signature(getattr(type(trainer), method).__get__(trainer))
     if parameter not in signature.parameters:
         raise _trl_drift(trainer, f"has a `{method}{signature}` without the parameter `{parameter}`")
     return lambda args, kwargs: signature.bind(*args, **kwargs).arguments[parameter]
@@ -517,20 +581,66 @@ def _sample_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor) 
     return advantages.tolist()
 
 
-def _without_missing(record: dict) -> dict:
-    """Drops the keys nothing filled in: per-token values (no reference model, a sample never trained on or trained
-    after an update, a truncated completion TRL masked) and the micro-batch (a sample its step did not train)."""
-    for key in ("logprobs", "ref_logprobs", "entropies", "micro_batch"):
-        if record[key] is None:
+def _completed(record: dict) -> dict:
+    """The record as its line: without the keys nothing filled in (per-token values: no reference model, a sample
+    never trained on or trained after an update, a truncated completion TRL masked; its tool mask then too; the
+    micro-batch: a sample its step did not train), and with null per-token values at the tokens a tool wrote."""
+    for key in ("tool_mask", *PER_TOKEN_KEYS, "micro_batch"):
+        if key in record and record[key] is None:
             del record[key]
+    tool_mask = record.get("tool_mask")
+    if tool_mask is not None and not all(tool_mask):
+        for key in PER_TOKEN_KEYS:
+            if key in record:
+                record[key] = [value if sampled else None for value, sampled in zip(record[key], tool_mask)]
     return record
 
 
+def _prompt_images(inputs: list[dict], count: int) -> list[list] | None:
+    """Each sample's images in the order its prompt shows them, as TRL gives them to the model: the `images` column,
+    else the `image` column, placed into the prompt's image placeholders, with the image parts the prompt already
+    holds. None when no sample has an image."""
+    if len(inputs) != count:
+        raise RuntimeError(f"TRL's generation has {count} samples for {len(inputs)} dataset rows")
+    column = next((name for name in ("images", "image") if name in inputs[0]), None)
+    rows = []
+    for example in inputs:
+        given = example.get(column) if column else None
+        given = ([given] if column == "image" else list(given)) if given is not None else []
+        prompt = example.get("prompt")
+        if not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)):  # not conversational
+            rows.append(given)
+            continue
+        if given:
+            prompt = prepare_multimodal_messages(prompt, given)
+        rows.append(
+            [
+                part["image"]
+                for message in prompt
+                if isinstance(message.get("content"), list)
+                for part in message["content"]
+                if isinstance(part, dict) and part.get("type") == "image" and part.get("image") is not None
+            ]
+        )
+    return rows if any(rows) else None
+
+
+def _tool_masks(
+    tool_mask: torch.Tensor, completion_mask: torch.Tensor, lengths: list[int], per_token: list[bool]
+) -> list[list[int] | None]:
+    """Per sample, TRL's tool mask over its sampled tokens; None where `per_token` says the completion mask hides
+    some (TRL's `mask_truncated_completions` zeroed the tool mask there too)."""
+    rows = _split(tool_mask.int()[completion_mask].tolist(), lengths)
+    return [row if keep else None for row, keep in zip(rows, per_token)]
+
+
 def _plain(value: Any) -> Any:
-    """`value` as plain JSON values: an enum as its value, NaN and ±inf as None (as the writer writes them), anything
-    else JSON has no type for (a path, a dtype, a tensor) as its text."""
+    """`value` as plain JSON values: an enum as its value, a NumPy or torch value as its Python value, NaN and ±inf as
+    None (as the writer writes them), anything else JSON has no type for (a path, a dtype) as its text."""
     if isinstance(value, Enum):
         value = value.value
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # a NumPy or torch scalar or array
+        value = value.tolist()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, (bool, int, str)):

@@ -8,11 +8,14 @@ import importlib.util
 import io
 import json
 import math
+import os
 import queue
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
+
+WRITER_NICENESS = 10  # added to the thread's niceness; 19 is the lowest priority
 
 if importlib.util.find_spec("orjson") is not None:
     import orjson
@@ -41,6 +44,15 @@ def _finite_or_null(value: Any) -> Any:
     return value
 
 
+def _yield_to_training() -> None:
+    """Lowers this thread's scheduling priority where the system can (Linux: a thread has a priority of its own), so
+    that on a machine whose cores training keeps busy the logger's work waits for idle time instead of taking it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+    except (AttributeError, OSError):  # no such call here, or not allowed: the thread keeps its priority
+        pass
+
+
 class JsonlWriter:
     """
     Appends records to one JSONL file from a background thread, so serialising and writing never hold up training.
@@ -48,18 +60,25 @@ class JsonlWriter:
     Each call of `write` becomes whole lines, written together or not at all: the file is unbuffered, and a batch an
     I/O error (full disk, lost permission) cuts short is cut from the file again. Such an error stops all further
     writes and sets `failed`; a record that cannot be serialised is skipped. Either is reported once through
-    `warn(kind, message)`, and training goes on.
+    `warn(kind, message)`, and training goes on. The thread runs at a lower scheduling priority where the system
+    allows it (Linux), so that on busy cores its work takes idle time rather than training's.
 
     Args:
         path (`Path`):
             The file to append to; opening it raises `OSError` to the caller.
         warn (`Callable[[str, str], None]`):
             Reports a problem: a short kind (`"serialize"` or `"io"`) and a message.
+        prepare (`Callable[[list[dict]], None]`, *optional*):
+            Run on the writing thread on each batch before it is serialised, e.g. to write its images; it may change
+            the records, and reports its own problems.
     """
 
-    def __init__(self, path: Path, warn: Callable[[str, str], None]):
+    def __init__(
+        self, path: Path, warn: Callable[[str, str], None], prepare: Callable[[list[dict]], None] | None = None
+    ):
         self.path = path
         self._warn = warn
+        self._prepare = prepare
         self._file = open(path, "ab", buffering=0)
         self._size = self._file.seek(0, io.SEEK_END)  # where a batch that fails is cut back to
         self.failed = False  # set by the writing thread after an I/O error; nothing is written from then on
@@ -81,9 +100,15 @@ class JsonlWriter:
             self._thread.join()
 
     def _drain(self) -> None:
+        _yield_to_training()
         while (records := self._queue.get()) is not None:
             if self._file is None:  # an I/O error stopped the writing: not even serialised
                 continue
+            if self._prepare is not None:
+                try:
+                    self._prepare(records)
+                except Exception as error:  # its records may not serialise now; the thread must live on
+                    self._warn("prepare", f"preparing rollout lines failed ({error!r})")
             lines = []
             for record in records:
                 try:

@@ -80,7 +80,7 @@ class GenerationRecorder:
     def __init__(self, trainer):
         self.weights, self.completion_lengths, self.trained = {}, defaultdict(list), defaultdict(list)
         generate, compute_loss = trainer._generate_and_score_completions, trainer.compute_loss
-        tokenizer = trainer.processing_class
+        tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)  # also a VLM's processor
 
         def generate_and_record(*args, **kwargs):
             step = trainer.state.global_step + 1
@@ -130,29 +130,31 @@ def read_records(run_dir: Path) -> dict[str, list[dict]]:
 
 class Rescorer:
     """Log-probs and entropies of a logged sample under given weights, from a fresh fp32 forward pass of one unpadded
-    sequence."""
+    sequence: of the example's text model, or of the model and tokenizer given."""
 
-    def __init__(self, temperature: float):
-        model_dir = tiny_model_dir()
-        self.tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    def __init__(self, temperature: float, model=None, tokenizer=None):
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(tiny_model_dir())
+        self.tokenizer, self.model = tokenizer, model.eval()
         assert self.model.dtype == torch.float32
         self.initial_weights = {name: value.clone() for name, value in self.model.state_dict().items()}
         self.temperature = temperature
 
     @torch.no_grad()
-    def logprobs_and_entropies(self, weights: dict, record: dict) -> tuple[list[float], list[float]]:
+    def logprobs_and_entropies(self, weights: dict, record: dict, **model_inputs) -> tuple[list[float], list[float]]:
+        """`model_inputs` go to the forward pass beside the input ids (a VLM's `pixel_values`)."""
         self.model.load_state_dict(weights)
         prompt_ids = self.tokenizer(record["prompt"], add_special_tokens=False)["input_ids"]
         completion_ids = self.tokenizer.convert_tokens_to_ids(record["response_tokens"])
         input_ids = torch.tensor([prompt_ids + completion_ids])
-        logits = self.model(input_ids=input_ids).logits[0, len(prompt_ids) - 1 : -1] / self.temperature
-        logps = torch.log_softmax(logits.float(), dim=-1)
+        logits = self.model(input_ids=input_ids, **model_inputs).logits[0, len(prompt_ids) - 1 : -1]
+        logps = torch.log_softmax(logits.float() / self.temperature, dim=-1)
         entropies = -(logps.exp() * logps).sum(dim=-1)
         return logps.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1).tolist(), entropies.tolist()
 
-    def logprobs(self, weights: dict, record: dict) -> list[float]:
-        return self.logprobs_and_entropies(weights, record)[0]
+    def logprobs(self, weights: dict, record: dict, **model_inputs) -> list[float]:
+        return self.logprobs_and_entropies(weights, record, **model_inputs)[0]
 
 
 def max_difference(left: list[float], right: list[float]) -> float:
