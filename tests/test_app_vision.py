@@ -184,3 +184,14 @@ def test_the_token_area_marks_tool_tokens_and_colours_only_sampled_ones(tmp_path
     page = running_text(open_token_view(app, "Response tokens"))
     assert page.count(board.TOOL_TOKEN_STYLE) == 4 + 1  # the four tool tokens and the legend
     assert "written by a tool, not sampled: no values" in page
+
+
+def test_the_bundled_vlm_run_opens_with_each_prompts_image(monkeypatch):
+    app = load_and_view(start(board.DEFAULT_ROOT, monkeypatch))  # preselected: the last bundled run by name
+    assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_tiny_vlm_example"
+    assert not [w.value for w in app.warning if "image" in w.value]  # every image of the run can be shown
+    [caption] = [image.caption for image in app.get("image")[0].proto.imgs]
+    assert caption.startswith("image 1 · ")
+    prompt = next(text.value for text in app.text if "What colour" in text.value)
+    assert "[<image> × 16]" in prompt
+    assert batch_table(app)["image"].str.startswith("data:image/").all()

@@ -8,6 +8,7 @@ import base64
 import io
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 import rl_logging_board as board
+from tests.conftest import PROJECT
 from tests.test_browser import CHROMIUM, served_board
 from tests.vision_tool_runs import HOSTILE_PATHS, write_tool_run, write_vision_run
 
@@ -79,6 +81,7 @@ def board_url(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     write_vision_run(root / "vlm")  # the last run of the root: the one Load & View opens
     write_tool_run(root / "tools")
+    shutil.copytree(PROJECT / "rollout_samples" / "grpo_tiny_vlm_example", root / "bundled_vlm")
     yield from served_board(root)
 
 
@@ -262,3 +265,11 @@ def test_tool_tokens_are_drawn_dashed_and_uncoloured_and_ticked_in_the_token_tab
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "tools_running_text.png"), full_page=True)
     views.locator(".rl-running-text").screenshot(path=str(SHOTS / "tools_running_text_detail.png"))
+
+
+def test_the_bundled_vlm_run_shows_each_prompt_image(open_run, board_url):
+    page = open_run("bundled_vlm", "document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')")
+    column = wait_for_prompt(page, IMAGES_LOADED)
+    assert "[<image> × 16]" in column["text"] and "<image><image>" not in column["text"]
+    [image] = column["images"]
+    assert image["src"].startswith(board_url + "/media/") and image["caption"].startswith("image 1 · ")
