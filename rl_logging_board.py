@@ -881,9 +881,11 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
 # fullscreen button shows it large; those that cannot be shown are one note saying why. The group view (details off)
 # shows the images alone: the same bytes, so the same media URL, fetched and decoded once by the browser.
 def draw_images(row: pd.Series, width: int, details: bool = True):
-    notes = []
+    notes, hidden = [], max(len(row["images"]) - IMAGES_SHOWN, 0)
+    if hidden:
+        notes.append(f"the {hidden} after the first {IMAGES_SHOWN}: too many to show")
     with st.container(horizontal=True, gap="small"):
-        for number, reference in enumerate(row["images"], 1):
+        for number, reference in enumerate(row["images"][:IMAGES_SHOWN], 1):
             image = page_image(row["path"], reference, SHOWN_IMAGE_SIDE)
             if isinstance(image, str):
                 notes.append(f"image {number}: {markdown_literal(shorten(reference['path'] or '', 80))}: {markdown_literal(image)}")
@@ -891,7 +893,7 @@ def draw_images(row: pd.Series, width: int, details: bool = True):
             size = f" · {reference['width']} × {reference['height']}" if reference["width"] and reference["height"] else ""
             st.container(width=width).image(image[0], caption=f"image {number}{size}" if details else None, width="content")
     if notes and details:
-        st.caption(f"🖼️ {len(notes)} image(s) not shown:  \n" + "  \n".join(notes))
+        st.caption(f"🖼️ {len(notes) - bool(hidden) + hidden} image(s) not shown:  \n" + "  \n".join(notes))
 
 
 # The batch table's thumbnail of a line's first image, as a data URL of the re-encoded image (None: none shown).
@@ -1840,6 +1842,8 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
     names = tokens.response_tokens
     is_pad = np.array([pad_token is not None and name == pad_token for name in names], dtype=bool)
     is_tool = np.zeros(len(names), dtype=bool) if tokens.tool is None else tokens.tool
+    if is_tool.any():  # a tool's tokens have no value of any kind (advantage, a critic's value...) in the token views
+        values = {name: np.where(is_tool, np.nan, array) for name, array in values.items()}
     keep = len(names)
     if pad_token is not None:
         while keep and is_pad[keep - 1]:
@@ -1918,7 +1922,7 @@ codecs.register_error(UNDECODABLE_BYTES, undecodable_bytes)
 
 # A model's image (or video) placeholder token, which its processor repeats once per image patch: <image>,
 # <|image_pad|>, <image_soft_token>, <IMG_CONTEXT>, <|video_pad|>... A run of one is shown as one marker with its count.
-IMAGE_PLACEHOLDER_NAME = r"<\|?[A-Za-z_]*(?:image|img|IMG|video|vision|patch)[A-Za-z_]*\|?>"
+IMAGE_PLACEHOLDER_NAME = r"<\|?[A-Za-z_]{0,24}(?:image|img|IMG|video|vision|patch)[A-Za-z_]{0,24}\|?>"  # bounded: linear time
 IMAGE_PLACEHOLDER = re.compile(IMAGE_PLACEHOLDER_NAME)
 IMAGE_PLACEHOLDER_RUN = re.compile(f"({IMAGE_PLACEHOLDER_NAME})\\1+")
 
@@ -2241,7 +2245,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if record.group_id is not None:
             texts["group_id"][row] = valid_text(str(record.group_id))
         if record.images is not None:
-            texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)])
+            texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)[:IMAGES_SHOWN]])
         for name, score in (record.rewards_per_func or {}).items():
             function_scores.setdefault(valid_text(name), np.full(count, np.nan))[row] = np.nan if score is None else score
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
@@ -3091,7 +3095,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
-        image_problems=len(missing_images),
+        image_problems=sum(kind == "image" for _, _, kind, _ in missing_images),
     )
 
 
@@ -3502,6 +3506,10 @@ SHOWN_IMAGE_SIDE = 768
 THUMBNAIL_SIDE = 64
 
 
+IMAGES_SHOWN = 16  # of a line's images, beside its prompt (and kept in the index, for the load report's check)
+IMAGES_CHECKED = 2000  # distinct images a load checks for the load report; the others are checked when shown
+
+
 URL_OR_DRIVE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -3533,13 +3541,18 @@ def image_file(folder: str, path: str | None) -> tuple[str, int, int]:
     return target, status.st_size, status.st_mtime_ns
 
 
-# Why an image file cannot be shown (None: it can), from its header and Pillow's integrity check, without decoding
-# its pixels. Cached per file version: a live run's images are checked once.
+# Why an image file cannot be shown (None: it can), from its header and Pillow's integrity check (a PNG's checksums;
+# a JPEG decoded at 1/8 scale, which its format makes cheap), without decoding a PNG's pixels. Cached per file
+# version: a live run's images are checked once.
 @functools.lru_cache(maxsize=65536)
 def image_check(path: str, size: int, mtime_ns: int) -> str | None:
     try:
         with opened_image(path) as image:
-            image.verify()
+            if image.format == "JPEG":
+                image.draft("RGB", (image.width // 8 or 1, image.height // 8 or 1))
+                image.load()
+            else:
+                image.verify()
     except ImageProblem as error:
         return str(error)
     return None
@@ -3589,7 +3602,9 @@ def image_problems(samples: pd.DataFrame) -> list[list]:
             uses[key] += 1
             first.setdefault(key, (file, line))
     problems = []
-    for (folder, path), (file, line) in first.items():
+    if len(first) > IMAGES_CHECKED:
+        problems.append(["", 0, "note", f"{len(first):,} distinct images: the first {IMAGES_CHECKED:,} were checked at load, the others are checked when shown"])
+    for (folder, path), (file, line) in itertools.islice(first.items(), IMAGES_CHECKED):
         try:
             problem = image_check(*image_file(folder, path))
         except ImageProblem as error:

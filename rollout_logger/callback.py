@@ -55,8 +55,7 @@ TRAINER_FIELDS = (
 )
 # Since TRL 1.15 a completion also ends at the generation config's EOS tokens; before, only at the tokenizer's.
 EOS_TOKEN_IDS_SINCE = Version("1.15")
-# Every key a line of the logger can have, in their order; a reward function's `log_extra` column named like one gets
-# the prefix `extra_`.
+# Every key a line of the logger can have, in their order.
 LINE_KEYS = (
     "prompt",
     "images",
@@ -74,6 +73,10 @@ LINE_KEYS = (
     "rank",
     "step",
     "micro_batch",
+)
+# The keys of the board's line format, the logger's and the others (a `log_extra` column must not be read as one).
+FORMAT_KEYS = LINE_KEYS + (
+    "ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards", "image"
 )
 PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
 # Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
@@ -121,7 +124,7 @@ class RolloutLoggerCallback(TrainerCallback):
     that is not kept anywhere the logger can read.
 
     Reward functions' `log_extra(column, values)` (TRL versions that pass it; not 0.29): this rank's values of each
-    column become a key of its lines, `extra_<column>` where the column is named like one of the logger's keys, as
+    column become a key of its lines, `extra_<column>` where the column is named like a key of the line format, as
     plain JSON, null for the samples a column has no value for. Their `log_metric(name, value)` values reach the
     metrics file like the trainer's other logged metrics.
 
@@ -294,7 +297,8 @@ class RolloutLoggerCallback(TrainerCallback):
         }
         for column, values in extras.items():
             values = [_plain(value) for value in values[:count]] + [None] * (count - len(values))
-            columns["extra_" + column if column in LINE_KEYS else column] = values
+            column = str(column)
+            columns["extra_" + column if column in FORMAT_KEYS else column] = values
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]
         self._await_loss_pass(output, records, per_token)
 

@@ -4,6 +4,7 @@ thread."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import uuid
 from pathlib import Path
@@ -18,7 +19,7 @@ except ImportError:  # a text-only training environment: no image can be a PIL i
 IMAGES_FOLDER = "images"
 MAX_SIDE = 768  # pixels; a larger image is written downscaled, its line keeps the original size
 JPEG_QUALITY = 90
-PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
+PNG_MODES = {"1", "L", "LA", "I;16", "P", "RGB", "RGBA"}  # those Pillow writes as PNG
 JPEG_MODES = {"L", "RGB", "CMYK"}
 
 
@@ -76,10 +77,14 @@ class ImageFiles:
         for record in records:
             if record.get("images") is None:
                 continue
-            for image in record["images"]:
-                if id(image) not in entries:
-                    entries[id(image)] = self._entry(image)
-            record["images"] = [entries[id(image)] for image in record["images"]]
+            try:
+                for image in record["images"]:
+                    if id(image) not in entries:
+                        entries[id(image)] = self._entry(image)
+                record["images"] = [entries[id(image)] for image in record["images"]]
+            except Exception as error:  # never an image object left in a line: it would lose the whole line
+                self._warn("image-encode", f"images could not be logged ({error!r}); their lines are written without them")
+                record["images"] = [{"path": None, "width": None, "height": None} for _ in record["images"]]
         self._previous = None  # its pixels are not kept beyond the batch
 
     def _entry(self, image: Any) -> dict:
@@ -89,7 +94,7 @@ class ImageFiles:
             note = f"not a PIL image: {image[:200]}" if isinstance(image, str) else f"not a PIL image ({kind})"
             return {"path": None, "width": None, "height": None, "note": note}
         try:
-            key, pixels = (_layout(image), image.format == "JPEG"), image.tobytes()
+            key, pixels = (_layout(image), image.format in ("JPEG", "MPO")), image.tobytes()  # MPO: a phone's JPEG
         except Exception as error:  # e.g. a lazily opened file that is gone or cut short
             self._warn("image-encode", f"an image could not be read and is logged without its file ({error!r})")
             return {"path": None, "width": image.width, "height": image.height}
@@ -105,34 +110,38 @@ class ImageFiles:
         return entry
 
     def _store(self, image, name: str) -> bool:
-        """Writes the image's file unless it is there already; whether the file is there."""
+        """Writes the image's file unless it is there already; whether the file is there. An image Pillow cannot
+        encode loses its file alone; only an error of the file system stops the writing of images."""
         path = self.directory / name
         if self._failed:
             return False
-        if not path.exists():
+        try:
+            there = path.exists()
+            if not there:
+                encoded = io.BytesIO()
+                jpeg = path.suffix == ".jpg"
+                _downscaled(image, jpeg).save(encoded, format="JPEG" if jpeg else "PNG", quality=JPEG_QUALITY)
+        except Exception as error:  # Pillow cannot encode this image (or the check raised): lose its file, keep the rest
+            self._warn("image-encode", f"an image could not be written and is logged without its file ({error!r})")
+            return False
+        if not there:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                self._write(_downscaled(image, jpeg=path.suffix == ".jpg"), path)
+                self._write(encoded.getbuffer(), path)
             except OSError as error:
                 self._failed = True
                 self._warn("image-io", f"writing {path} failed ({error}); no more images are written")
                 return False
-            except Exception as error:  # Pillow cannot encode this image: lose its file, keep the rest
-                self._warn("image-encode", f"an image could not be written and is logged without its file ({error!r})")
-                return False
         self._present.add(name)
         return True
 
-    def _write(self, image, path: Path) -> None:
-        """Saves under a temporary name of its own in the same folder, then renames it into place (atomic on one file
+    def _write(self, data, path: Path) -> None:
+        """Writes under a temporary name of its own in the same folder, then renames it into place (atomic on one file
         system)."""
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         try:
             with open(temporary, "xb") as file:
-                if path.suffix == ".jpg":
-                    image.save(file, format="JPEG", quality=JPEG_QUALITY)
-                else:
-                    image.save(file, format="PNG")
+                file.write(data)
             os.replace(temporary, path)
         except BaseException:
             temporary.unlink(missing_ok=True)

@@ -132,7 +132,27 @@ def test_a_run_of_image_placeholders_is_one_marker_in_text_and_in_the_token_rows
     rows = board.token_rows(tokens, "k1", None)
     assert rows.tokens == ["Look", ":", "<image> × 16", "done", "<image>"]
     assert rows.positions.tolist() == [0, 1, 2, 18, 19] and rows.is_tool.tolist() == [False, False, True, False, False]
-    assert rows.values["kl"].tolist() == pytest.approx([0.5] * 5)
+    # A tool's tokens have no value of any kind, not even the sample's advantage.
+    assert np.isnan(rows.values["kl"][2]) and rows.values["kl"][[0, 1, 3, 4]].tolist() == pytest.approx([0.5] * 4)
+    tokens.advantage = 0.25
+    assert np.isnan(board.token_rows(tokens, "k1", None).values["advantage"]).tolist() == [False, False, True, False, False]
+    # A name that only looks like a placeholder's start costs linear time (no backtracking over a long run).
+    hostile = "<" + "image" * 20_000
+    assert board.clean_text(hostile) == hostile
+
+
+def test_a_truncated_jpeg_is_counted_at_load_and_a_line_names_at_most_16_images(tmp_path):
+    run = tmp_path / "run"
+    (run / "images").mkdir(parents=True)
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(run / "images" / "photo.jpg", quality=90)
+    data = (run / "images" / "photo.jpg").read_bytes()
+    (run / "images" / "cut.jpg").write_bytes(data[: len(data) // 2])
+    line = {"prompt": "p", "response": "r", "reward": 1.0, "step": 1, "images": ["images/photo.jpg"] * 19 + ["images/cut.jpg"]}
+    (run / "data.jsonl").write_text(json.dumps(line) + "\n" + json.dumps({**line, "images": ["images/cut.jpg"]}) + "\n")
+    snapshot = board.RunStore(str(run)).load(max_samples=100)
+    assert json.loads(snapshot.samples["image_paths"][0]) == ["images/photo.jpg"] * 16  # the images a page shows
+    [problem] = snapshot.problems[snapshot.problems["kind"] == "image"]["reason"].tolist()
+    assert problem.startswith("'images/cut.jpg': corrupt") and snapshot.image_problems == 1
 
 
 def test_tool_tokens_have_no_values_and_no_part_in_any_statistic(tmp_path):

@@ -419,18 +419,15 @@ def test_image_files_are_kept_across_launches_and_ranks(tmp_path):
 def test_image_io_error_warns_once_and_lines_go_on(tmp_path, monkeypatch):
     """A failed write leaves neither the file nor its temporary file; from then on no image is written (null
     paths), with one warning."""
-    save = Image.Image.save
-
-    def save_half_then_fail(self, file, *args, **kwargs):
-        file.write(b"\x89PNG half")
+    def disk_full(source, target):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Image.Image, "save", save_half_then_fail)
+    monkeypatch.setattr("rollout_logger.images.os.replace", disk_full)
     warnings = []
     files = ImageFiles(tmp_path, lambda kind, message: warnings.append((kind, message)))
     records = [{"images": [shapes((40, 40)), shapes((41, 40))]}]
     files.resolve(records)
-    monkeypatch.setattr(Image.Image, "save", save)
+    monkeypatch.undo()
     later = [{"images": [shapes((42, 40))]}]
     files.resolve(later)
     assert [entry["path"] for entry in records[0]["images"] + later[0]["images"]] == [None, None, None]
@@ -438,6 +435,24 @@ def test_image_io_error_warns_once_and_lines_go_on(tmp_path, monkeypatch):
     [(kind, message)] = warnings
     assert kind == "image-io" and "No space left on device" in message
     assert list((tmp_path / "images").iterdir()) == []
+
+
+def test_an_image_pillow_cannot_encode_loses_only_its_own_file(tmp_path, monkeypatch):
+    """An image Pillow fails to encode, or a check of the folder that raises, is one image without its file: the
+    others are written, and no image object is left in a line. A 32-bit integer image (which PNG cannot hold as it is)
+    is written converted."""
+    warnings = []
+    files = ImageFiles(tmp_path, lambda kind, message: warnings.append(kind))
+    save = Image.Image.save
+    monkeypatch.setattr(Image.Image, "save", lambda self, *args, **kwargs: (_ for _ in ()).throw(ValueError("cannot encode")) if self.size == (20, 20) else save(self, *args, **kwargs))
+    records = [{"images": [shapes((20, 20)), shapes((30, 20)), Image.new("I", (25, 20))]}]
+    files.resolve(records)
+    assert [entry["path"] is None for entry in records[0]["images"]] == [True, False, False]
+    monkeypatch.setattr(Path, "exists", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    later = [{"images": [shapes((31, 20))]}]
+    files.resolve(later)
+    assert later[0]["images"] == [{"path": None, "width": 31, "height": 20}]
+    assert warnings == ["image-encode", "image-encode"]
 
 
 def test_images_that_are_not_pil_images_are_listed_without_a_file(tmp_path):
