@@ -1081,7 +1081,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings"):
         grid = pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
         if view == "Token table":
             caption = "A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl."
-            if len(rows.tokens) < len(tokens.response_tokens):
+            if rows.positions[-1] >= len(rows.positions):  # a row stands for more than one token
                 caption += " A run of one image placeholder token is one row (its values: their mean)."
             if rows.is_tool.any():
                 caption += " Tokens a tool wrote (tool ✓) were not sampled by the policy: they have no values."
