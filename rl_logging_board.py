@@ -881,19 +881,20 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
 # fullscreen button shows it large; those that cannot be shown are one note saying why. The group view (details off)
 # shows the images alone: the same bytes, so the same media URL, fetched and decoded once by the browser.
 def draw_images(row: pd.Series, width: int, details: bool = True):
-    notes, hidden = [], max(len(row["images"]) - IMAGES_SHOWN, 0)
-    if hidden:
-        notes.append(f"the {hidden} after the first {IMAGES_SHOWN}: too many to show")
+    notes, unshown = [], max(len(row["images"]) - IMAGES_SHOWN, 0)
+    if unshown:
+        notes.append(f"the {unshown} after the first {IMAGES_SHOWN}: too many to show")
     with st.container(horizontal=True, gap="small"):
         for number, reference in enumerate(row["images"][:IMAGES_SHOWN], 1):
             image = page_image(row["path"], reference, SHOWN_IMAGE_SIDE)
             if isinstance(image, str):
                 notes.append(f"image {number}: {markdown_literal(shorten(reference['path'] or '', 80))}: {markdown_literal(image)}")
+                unshown += 1
                 continue
             size = f" · {reference['width']} × {reference['height']}" if reference["width"] and reference["height"] else ""
             st.container(width=width).image(image[0], caption=f"image {number}{size}" if details else None, width="content")
     if notes and details:
-        st.caption(f"🖼️ {len(notes) - bool(hidden) + hidden} image(s) not shown:  \n" + "  \n".join(notes))
+        st.caption(f"🖼️ {unshown} image(s) not shown:  \n" + "  \n".join(notes))
 
 
 # The batch table's thumbnail of a line's first image, as a data URL of the re-encoded image (None: none shown).
