@@ -12,20 +12,23 @@ The data path:
         └──> run snapshot: the selected lines of every step with their numbers, the load report (RunSnapshot, made
               by RunStore.load, one store per run folder shared by every session)
                ├──> step curves and metrics from the snapshot's numbers
+               ├──> search: the texts of every loaded line, read once on the first search (RunTexts, only the prompt
+               │     and response bytes the index located), filtered and sorted with the snapshot's numbers
                └──> step read-back: the texts of the step in view (StepBatch), the per-token lists of the sample in
                      view (SampleTokens), each read from its line's offset ──> tables, samples pair, token area
 
 Sections, in order (each one's constants and types at its top):
 
-    Page outline       main(): sidebar, load, metadata, load report, step curves, training metrics, step area; launch
-                       options, network guard
+    Page outline       main(): sidebar, load, metadata, load report, step curves, training metrics, search, step area;
+                       launch options, network guard
     Page areas         one draw_* function per region; Settings (the sidebar's choices), StateKey (session-state keys)
     Cached loaders     run_store -> load_step_batch / load_sample_tokens -> cached tables and charts
     Figures            Vega-Lite specs and the token heat map (no Streamlit)
     Metrics            KL estimators, per-step statistics, groups, table and token values (no Streamlit)
     Text and tokens    display text, escaping, tokens shown as text (no Streamlit)
-    Reading 1-5        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
-                       and read-back; the training history (no Streamlit: the workers import this file)
+    Reading 1-7        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
+                       and read-back; the training history; images; texts for search and lines for export (no
+                       Streamlit: the workers import this file)
 
 Beside the rollouts, the trainer's own numbers (TrainingHistory, read by read_history from the logger's
 rollout_metrics_*.jsonl, seed 004's training_log.json or Hugging Face's trainer_state.json) feed the Training metrics
@@ -67,6 +70,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.feather
+import re2
 import simdjson
 import streamlit as st
 from PIL import Image, UnidentifiedImageError
@@ -131,6 +135,8 @@ def main():
         draw_step_curves(runs, history, settings)
     if settings.reward_curves:
         draw_training_metrics(run, compared, [history, *compared_histories], settings)
+    if not run.samples.empty:
+        draw_search(run, settings)
     if settings.response_compare and not run.samples.empty:
         draw_step_response(run, compared, settings)
 
@@ -194,7 +200,7 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
     if settings.show_charts:
         draw_batch_charts(batch)
-    draw_step_tables(batch, settings)
+    draw_step_tables(batch, settings, run.run_dir, step)
     draw_sample_view(run, compared, batch, step, settings)
 
 
@@ -204,6 +210,7 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
 @st.fragment
 def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "StepBatch", step: int, settings: "Settings"):
     sample = draw_samples_pair(run, batch, step, settings) if settings.show_samples_pair else chosen_sample(batch)
+    draw_other_fields(batch.table.iloc[sample])
     draw_token_area(batch, sample, settings)
     draw_sample_group(batch, sample, settings)
     draw_prompt_history(run, compared, batch.table.iloc[sample], settings)
@@ -245,6 +252,21 @@ class StateKey:
     METADATA_DETAILS = "metadata_details"
     PROMPT_HISTORY = "prompt_history"
     LOAD_REPORT_DETAILS = "load_report_details"
+    SEARCH_QUERY = "search_query"
+    SEARCH_PLACES = "search_places"
+    SEARCH_REGEX = "search_regex"
+    SEARCH_CASE = "search_case"
+    SEARCH_FILTERS = "search_filters"
+    SEARCH_FILTER = "search_filter"  # prefix: one widget per filter chosen
+    SEARCH_SORT = "search_sort"
+    SEARCH_ORDER = "search_order"
+    SEARCH_TOP = "search_top"
+    SEARCH_RESULTS = "search_results"  # prefix: one per set of results
+    SEARCH_PICKED = "search_picked"  # a result was clicked: the whole page reruns to show it
+    FIELD_SERIES = "field_series"
+    FACET = "facet"
+    FACET_SERIES = "facet_series"
+    OTHER_FIELDS = "other_fields"
 
 
 # The sidebar's choices, read by every area of the page.
@@ -289,6 +311,10 @@ TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
 
 # The running text shows this many tokens at a time: each token is an element the browser must check and lay out.
 RUNNING_TEXT_TOKENS = 2000
+
+
+# Search results listed at most (the downloads hold up to EXPORT_ROWS).
+RESULTS_SHOWN = 1000
 
 
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
@@ -626,6 +652,11 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Groups")
     if present("avg_entropy"):
         tab_names.append("Step-Entropy")
+    field_columns = list(dict.fromkeys(column for _, run in runs for column in run.extra_columns))
+    if field_columns:
+        tab_names.append("Step-Fields")
+    if runs[0][1].facets:
+        tab_names.append("Step-Facets")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
     open_tab = next(name for name, container in tab.items() if container.open)
     curve = dict(
@@ -653,6 +684,12 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             )
         elif open_tab == "Step-KL":
             draw_kl_curve(settings, curve, runs, history)
+        elif open_tab == "Step-Fields":
+            remembered_choice(StateKey.FIELD_SERIES, field_columns, field_columns[:3])
+            chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
+            draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve))
+        elif open_tab == "Step-Facets":
+            draw_facet_curve(runs[0][1], curve)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -667,6 +704,21 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
                 draw_chart(st, cached_step_curve([column], title, unit, **curve))
             else:
                 st.info(missing)
+
+
+# A number per step for each value of a facet (a short text field such as data_source), from the shown run: e.g. the
+# reward of each data source over training, with each value's sample count and mean below.
+def draw_facet_curve(run: "RunSnapshot", curve: dict):
+    facet_column, series_column = st.columns(2)
+    fit_state(StateKey.FACET, run.facets)
+    facet = facet_column.selectbox("Facet", run.facets, key=StateKey.FACET, format_func=filter_label)
+    numbers = [column for column in ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "avg_entropy", "avg_log_ratio", *run.extra_columns] if run.samples[column].notna().any()]
+    fit_state(StateKey.FACET_SERIES, numbers)
+    series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES)
+    values = run.samples[facet].dropna().unique().tolist()
+    by_value = [(f"{facet.removeprefix(TEXT_PREFIX)} = {value}", run.samples[run.samples[facet] == value]) for value in sorted(values)]
+    draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})))
+    st.dataframe(facet_table(run.samples, facet, series), hide_index=True, width="stretch")
 
 
 # Step-KL names what it plots: with Use LogP as KL (the original's default) the mean log ratio, which is no KL and
@@ -785,6 +837,161 @@ def draw_history_summary(name: str, history: "TrainingHistory"):
         st.caption(f"Best checkpoint: step {step}" + (f", epoch {best['epoch']:g}" if "epoch" in best else "") + (f", {metrics}" if metrics else "") + f", path {markdown_literal(best['path'] or '—')}")
 
 
+# Search the texts of every loaded sample of the run, filter and sort by its numbers and fields, download what is found.
+# A fragment: typing and filtering redraw only this area; clicking a result shows that sample in the step area below.
+@st.fragment
+def draw_search(run: "RunSnapshot", settings: "Settings"):
+    st.subheader("🔎 Find samples")
+    query_column, place_column, option_column = st.columns([4, 1.3, 1.3], vertical_alignment="bottom")
+    query = query_column.text_input(
+        "Search prompt and response text", key=StateKey.SEARCH_QUERY, placeholder="a phrase, or a regular expression",
+        help="Every loaded sample of every step. Case-insensitive unless Match case; a regular expression in RE2 syntax.",
+    )
+    places = place_column.selectbox("Search in", SEARCH_PLACES, key=StateKey.SEARCH_PLACES)
+    regex = option_column.toggle("Regular expression", key=StateKey.SEARCH_REGEX, help="RE2 syntax (no look-around or backreferences): it runs in linear time, so no pattern can stall the server.")
+    match_case = option_column.toggle("Match case", key=StateKey.SEARCH_CASE)
+    pattern = None
+    if query:
+        try:
+            pattern = search_pattern(query, regex, match_case)
+        except ValueError as error:
+            query_column.error(f"Not a valid regular expression: {markdown_literal(error)}.")
+    sample_filter, sort_by, highest, top = draw_search_filters(run, settings)
+    if pattern is None and sample_filter == SampleFilter() and sort_by == "step":
+        st.caption("Type text to find, or choose a filter or a column to sort by (e.g. the top 20 by avg_kl): every loaded sample of the run is looked at.")
+        return
+    mask = filter_mask(run.samples, sample_filter)
+    found = None
+    if pattern is not None:
+        found = cached_search(run.version, query, regex, match_case, places, run)
+        mask &= found.place > 0
+    results = run.samples[mask]
+    ordered = results.sort_values(sort_by, ascending=not highest, na_position="last", kind="stable").head(top)
+    draw_search_results(run, results, ordered, found, sort_by, sample_filter)
+
+
+# The search's filters and order: a widget for each filter chosen (a range of a number, values of a facet).
+def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["SampleFilter", str, bool, int]:
+    samples, numbers = run.samples, filter_columns(run, settings.kl_estimator)
+    flags = (["truncated"] if samples["truncated"].notna().any() else []) + (["zero-signal group"] if samples["group_id"].notna().any() else [])
+    options = (["steps"] if len(run.steps) > 1 else []) + numbers + run.facets + flags
+    filter_column, sort_column, order_column, top_column = st.columns([4, 1.5, 1.3, 1])
+    fit_state(StateKey.SEARCH_FILTERS, options)
+    chosen = filter_column.multiselect(
+        "Filter by", options, key=StateKey.SEARCH_FILTERS, format_func=filter_label,
+        help="Each filter chosen gets a control below; a sample must pass them all. A range leaves out samples without the number.",
+    )
+    steps, ranges, facets = (), [], []
+    for name in chosen:
+        key = f"{StateKey.SEARCH_FILTER}:{name}"
+        if name == "steps":
+            fit_state(key, bounds=(run.steps[0], run.steps[-1]))
+            steps = st.slider("Steps", run.steps[0], run.steps[-1], (run.steps[0], run.steps[-1]), key=key)
+        elif name in numbers:
+            values = finite(samples[name])
+            low, high = float(values.min()), float(values.max())
+            if low == high:
+                st.caption(f"{filter_label(name)}: every sample has {low:.6g}")
+                continue
+            fit_state(key, bounds=(low, high))
+            ranges.append((name, *st.slider(filter_label(name), low, high, (low, high), step=(high - low) / 200, format="%.4g", key=key)))
+        elif name in run.facets:
+            values = sorted(samples[name].dropna().unique().tolist())
+            fit_state(key, values)
+            picked = st.multiselect(filter_label(name), values, key=key, placeholder="every value")
+            if picked:
+                facets.append((name, tuple(picked)))
+    sample_filter = SampleFilter(tuple(steps), tuple(ranges), tuple(facets), "truncated" in chosen, "zero-signal group" in chosen)
+    fit_state(StateKey.SEARCH_SORT, ["step", *numbers])
+    sort_by = sort_column.selectbox("Sort by", ["step", *numbers], key=StateKey.SEARCH_SORT, format_func=filter_label)
+    highest = order_column.radio("Order", ["highest first", "lowest first"], key=StateKey.SEARCH_ORDER) == "highest first"
+    top = top_column.number_input("Top N", 1, EXPORT_ROWS, RESULTS_SHOWN, key=StateKey.SEARCH_TOP, help=f"How many of the samples found, in this order, are the results (at most {EXPORT_ROWS:,}): the table shows the first {RESULTS_SHOWN:,}, the downloads hold them all.")
+    return sample_filter, sort_by, highest, int(top)
+
+
+# Keep a widget's kept value within what it offers now (another run loaded, a live run's ranges moved): Streamlit
+# refuses a value outside its options or range.
+def fit_state(key: str, options: list | None = None, bounds: tuple | None = None):
+    value = st.session_state.get(key)
+    if value is None:
+        return
+    if bounds is not None:
+        st.session_state[key] = tuple(min(max(end, bounds[0]), bounds[1]) for end in value)
+    elif isinstance(value, list):
+        st.session_state[key] = [item for item in value if item in options]
+    elif value not in options:
+        del st.session_state[key]
+
+
+# A filter as the search's controls name it: the two flags in words, columns by their names.
+def filter_label(column: str) -> str:
+    return {"truncated": "truncated only", "zero-signal group": "in a zero-signal group"}.get(column, column)
+
+
+# How many samples were found and where, a chart of them per step, the results (a click shows one below) and downloads.
+def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.DataFrame, found: "SearchResult | None", sort_by: str, sample_filter: "SampleFilter"):
+    samples = run.samples
+    message = f"**{len(results):,}** of {len(samples):,} loaded samples found, at {results['step'].nunique():,} of {len(run.steps):,} steps"
+    if len(ordered) < len(results):
+        message += f"; the results are the top {len(ordered):,} by {sort_by}"
+    if found is not None:
+        message += f" (searched in {found.seconds:.2f} s)"
+    (st.markdown if found is None or found.searched == len(samples) else st.warning)(message + "." + (
+        "" if found is None or found.searched == len(samples) else
+        f" The search stopped after {SEARCH_SECONDS:.0f} s, at step {samples['step'].iat[found.searched]}: later steps were not searched."
+    ))
+    if results.empty:
+        return
+    per_step = results.groupby("step").size()
+    draw_chart(st, matches_per_step_chart(per_step))
+    shown = ordered.head(RESULTS_SHOWN)
+    columns = list(dict.fromkeys(["step", "sample", "reward", sort_by] + [column for column, *_ in sample_filter.ranges] + [column for column, _ in sample_filter.facets]))
+    table = shown[columns].rename(columns=filter_label)
+    if found is not None:
+        table["found in"] = np.where(found.place[shown.index] == 1, "prompt", "response")
+        table["match"] = match_snippets(run_texts(run.run_dir), shown, found.place[shown.index], found.start[shown.index], found.end[shown.index])
+    table["file"], table["line"] = [Path(path).name for path in shown["path"]], shown["line"].to_numpy()
+    key = f"{StateKey.SEARCH_RESULTS}:{hashlib.sha1(repr((run.version, shown.index.tolist())).encode()).hexdigest()}"
+    st.dataframe(
+        table, width="stretch", height=min(400, 38 + 35 * len(table)), hide_index=True, key=key,
+        on_select=lambda: pick_search_result(key, shown["step"].tolist(), shown["sample"].tolist()), selection_mode="single-row",
+        column_config={
+            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
+            "match": st.column_config.TextColumn(width="large", help="The text around the first match, which is between ⟦ ⟧"),
+        },
+    )
+    st.caption(
+        (f"The first {RESULTS_SHOWN:,} results are listed. " if len(shown) < len(ordered) else "")
+        + "Click a row to show that sample in Each Step Response below. The downloads hold "
+        + f"the {len(ordered):,} results" + (f" of {len(results):,} found: narrow the filter, or raise Top N (at most {EXPORT_ROWS:,}), to download others." if len(ordered) < len(results) else ".")
+    )
+    draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search")
+    if st.session_state.pop(StateKey.SEARCH_PICKED, False):
+        st.rerun(scope="app")
+
+
+# Clicking a result moves the step selector and the sample in view to it.
+def pick_search_result(key: str, steps: list, samples: list):
+    rows = st.session_state[key].selection.rows
+    if rows:
+        show_step(int(steps[rows[0]]))
+        open_sample(int(samples[rows[0]]))
+        st.session_state[StateKey.SEARCH_PICKED] = True
+
+
+# Downloads of some lines: CSV and Parquet of their numbers and texts, JSONL of the lines as they are; each made
+# when clicked. Beyond EXPORT_ROWS lines, or EXPORT_BYTES of JSONL, the page asks to narrow them instead.
+def draw_downloads(rows: pd.DataFrame, what: str, name: str):
+    too_many = len(rows) > EXPORT_ROWS
+    too_large = too_many or int(rows["length"].sum()) + len(rows) > EXPORT_BYTES
+    csv_column, jsonl_column, parquet_column, note_column = st.columns([1, 1, 1, 3])
+    csv_column.download_button(f"{what} (CSV)", functools.partial(export_csv, rows), file_name=f"{name}.csv", mime="text/csv", on_click="ignore", disabled=too_many, icon=":material/download:", help="Each sample's numbers and fields, then its prompt and response")
+    jsonl_column.download_button(f"{what} (JSONL)", functools.partial(export_jsonl, rows), file_name=f"{name}.jsonl", mime="application/jsonl", on_click="ignore", disabled=too_large, icon=":material/download:", help="The samples' lines as they are in the rank files, byte for byte")
+    parquet_column.download_button(f"{what} (Parquet)", functools.partial(export_parquet, rows), file_name=f"{name}.parquet", mime="application/vnd.apache.parquet", on_click="ignore", disabled=too_many, icon=":material/download:", help="The CSV's table, typed")
+    if too_large:
+        note_column.caption(f"{len(rows):,} lines, {rows['length'].sum() / 2**20:,.0f} MB: more than a download holds ({EXPORT_ROWS:,} lines, {EXPORT_BYTES >> 20} MB of JSONL); narrow the filter.")
+
+
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
 # each new last step when following a live run. New steps the user has not looked at are announced with a way there.
 def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
@@ -839,8 +1046,8 @@ def draw_batch_charts(batch: "StepBatch"):
 
 
 # The step's tables as tabs, only the open one drawn, right above the sample they pick: the batch (a row per sample)
-# and, for GRPO, its groups (a row per prompt).
-def draw_step_tables(batch: "StepBatch", settings: "Settings"):
+# and, for GRPO, its groups (a row per prompt); then downloads of the step's lines.
+def draw_step_tables(batch: "StepBatch", settings: "Settings", run_dir: str, step: int):
     names = (["Batch samples"] if settings.show_batch_samples else []) + (["Groups"] if batch.table["group"].notna().any() else [])
     if not names:
         return
@@ -851,6 +1058,7 @@ def draw_step_tables(batch: "StepBatch", settings: "Settings"):
             draw_batch_table(batch, settings)
         else:
             draw_groups(batch, settings)
+    draw_downloads(batch.table, f"Step {step}", f"{run_label(run_dir)}_step_{step}")
 
 
 # The batch table, sortable by every column; clicking a row shows that sample right below.
@@ -1000,6 +1208,36 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
         gap = row["reward_gap"]
         st.markdown(f"## {gap:.4f}" if pd.notna(gap) else "—")
     return int(sample)
+
+
+NESTED_SHOWN_BYTES = 50_000  # of a nested value's JSON: a larger one is shown cut, as text
+
+
+# The sample's keys outside the format, nested and long values included; read from its line only while open.
+def draw_other_fields(row: pd.Series):
+    if not row["extra_keys"] > 0:
+        return
+    details = st.expander("Other fields of this line", on_change="rerun", key=StateKey.OTHER_FIELDS)
+    if not details.open:
+        return
+    try:
+        fields = load_other_fields(row["index_id"], row["path"], int(row["offset"]), int(row["length"]))
+    except OSError as error:
+        details.warning(read_back_problem(row["path"], row["line"], error))
+        return
+    short = {name: value for name, value in fields.items() if not isinstance(value, (dict, list)) and len(str(value)) <= TEXT_FIELD_CHARACTERS}
+    if short:
+        values = [valid_text(json.dumps(value, ensure_ascii=False)) for value in short.values()]
+        details.dataframe(pd.DataFrame({"field": [valid_text(name) for name in short], "value": values}), hide_index=True)
+    for name, value in fields.items():
+        if name in short:
+            continue
+        details.caption(markdown_literal(name))
+        text = valid_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        if isinstance(value, str) or len(text) > NESTED_SHOWN_BYTES:
+            details.text(shorten(text, NESTED_SHOWN_BYTES))
+        else:
+            details.json(text, expanded=2)
 
 
 PROMPT_HISTORY_LINES = 2000  # read back and sent to the page at most: the latest steps'
@@ -1217,6 +1455,24 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> "StepBatch":
 @st.cache_resource(show_spinner=False, max_entries=64)
 def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
     return read_sample_tokens(path, offset, length, step)
+
+
+# A run's texts for search, kept for the two runs searched last: the large run's take about 150 MB.
+@st.cache_resource(show_spinner=False, max_entries=2)
+def run_texts(run_dir: str) -> "RunTexts":
+    return RunTexts()
+
+
+# A search of a run's texts, per run version and query: filtering and sorting its results reads nothing again.
+@st.cache_resource(show_spinner="Searching every loaded sample…", max_entries=8)
+def cached_search(version: tuple, query: str, regex: bool, match_case: bool, places: str, _run: "RunSnapshot") -> "SearchResult":
+    return search_samples(run_texts(_run.run_dir), _run.samples, search_pattern(query, regex, match_case), places)
+
+
+# The sample in view's keys outside the format, read from its line.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def load_other_fields(index_id: str, path: str, offset: int, length: int) -> dict:
+    return {name: raw_value(value) if isinstance(value, msgspec.Raw) else value for name, value in line_fields(read_line(path, offset, length)).items() if name not in FORMAT_KEYS}
 
 
 # The training history of a folder, read again only when one of its files changed (history_signature); it keeps the
@@ -1447,6 +1703,18 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
 
 
 # The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).
+# How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie.
+def matches_per_step_chart(per_step: pd.Series) -> dict:
+    return {
+        "title": "Samples found per step",
+        "height": 110,
+        "data": {"values": [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]},
+        "mark": {"type": "bar", "color": STEP_PALETTE[1], "tooltip": True},
+        "params": ZOOM,
+        "encoding": {"x": step_axis(per_step.index.to_series()), "y": {"field": "samples", "type": "quantitative", "title": "samples"}},
+    }
+
+
 DEFAULT_METRICS = ["reward", "loss", "kl", "learning_rate", "lr"]
 
 
@@ -1770,6 +2038,53 @@ def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
     return result
 
 
+# Per sample, whether its group (same step and group id) gave every completion the same reward: no learning signal,
+# as Step-Groups counts it.
+def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
+    rewards = samples.groupby(["step", "group_id"])["reward"]
+    return (rewards.transform("max") - rewards.transform("min") == 0).to_numpy()
+
+
+# The numbers a search can be filtered and sorted by, those the run has: rewards, advantage, length, log ratio, the
+# chosen KL estimator, entropy, and every number of a key outside the format.
+def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
+    columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
+    return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
+
+
+# What a search keeps besides its text: a step range, ranges of numbers, facet values, truncated completions, members
+# of zero-signal groups. Hashable: it keys the results' cache.
+@dataclass(frozen=True)
+class SampleFilter:
+    steps: tuple = ()  # (first, last); () for all
+    ranges: tuple = ()  # (column, low, high), each kept inclusive; a sample without the number is left out
+    facets: tuple = ()  # (column, values)
+    truncated: bool = False
+    zero_signal: bool = False
+
+
+def filter_mask(samples: pd.DataFrame, chosen: SampleFilter) -> np.ndarray:
+    mask = np.ones(len(samples), dtype=bool)
+    if chosen.steps:
+        mask &= samples["step"].between(*chosen.steps).to_numpy()
+    for column, low, high in chosen.ranges:
+        mask &= samples[column].between(low, high).to_numpy()
+    for column, values in chosen.facets:
+        mask &= samples[column].isin(values).to_numpy()
+    if chosen.truncated:
+        mask &= samples["truncated"].to_numpy() == 1
+    if chosen.zero_signal:
+        mask &= zero_signal_members(samples)
+    return mask
+
+
+# Per value of a facet: how many samples, and the mean of a number over those that have it.
+def facet_table(samples: pd.DataFrame, facet: str, column: str) -> pd.DataFrame:
+    grouped = samples.groupby(facet)[column]
+    table = pd.DataFrame({"samples": samples.groupby(facet).size(), f"mean {column}": grouped.mean(), f"samples with {column}": grouped.count()})
+    return table.rename_axis(facet.removeprefix(TEXT_PREFIX)).reset_index().sort_values("samples", ascending=False, kind="stable")
+
+
 # Groups numbered 0, 1, ... in batch order (NaN: no group): the ids as logged are long and alike.
 def group_numbers(group_ids: pd.Series) -> np.ndarray:
     codes = pd.factorize(group_ids)[0]
@@ -1811,7 +2126,8 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
         sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
     columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
-    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "tool_tokens", "truncated", "prompt", "response", "ground_truth"]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "tool_tokens", "truncated"]
+    columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]
 
@@ -2082,7 +2398,7 @@ SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduce
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio",
+    "avg_log_ratio", "sum_log_ratio", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
@@ -2160,6 +2476,22 @@ TEXTS_DECODER = msgspec.json.Decoder(RolloutTexts, strict=False)
 ROLLOUT_DECODER = msgspec.json.Decoder(Rollout, strict=False)
 
 
+# A line as its top-level keys with their values still raw JSON: the first pass reads the summary's keys from it and
+# keeps the others (EXTRA_PREFIX) at the cost of one skim of the line, as a struct alone would skim it.
+LINE_FIELDS_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+SUMMARY_FIELDS = {field.encode_name: field.type for field in msgspec.structs.fields(RolloutSummaryRawArrays)}
+SUMMARY_FIELD_DECODERS = {name: msgspec.json.Decoder(kind, strict=False) for name, kind in SUMMARY_FIELDS.items() if kind is not msgspec.Raw}
+
+
+# The keys of the line format, the board's, the logger's and the original's; any other key is a field of the data the
+# board keeps too: numbers (booleans as 0/1) as extra/<key> columns, short strings as text/<key> (facets when few
+# distinct values); nested and long values are shown only in the sample view.
+FORMAT_KEYS = frozenset(field.encode_name for struct in (Rollout, RolloutTexts) for field in msgspec.structs.fields(struct)) | {"rank"}
+EXTRA_PREFIX, TEXT_PREFIX = "extra/", "text/"
+EXTRA_FIELDS = 32  # kept per line, in the line's order
+TEXT_FIELD_CHARACTERS = 64  # a longer string is a long value
+
+
 # The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
 @dataclass
 class ScannedLines:
@@ -2178,7 +2510,7 @@ class LineSummaries:
     step: np.ndarray
     numbers: dict[str, np.ndarray]  # SUMMARY_NUMBERS
     texts: dict[str, list]  # SUMMARY_TEXTS
-    functions: dict[str, np.ndarray]  # a reward function's scores
+    fields: dict[str, np.ndarray]  # columns of the keys some lines have: rewards/<function>, extra/<key>, text/<key>
     problems: list[tuple[int, str, str]]
 
 
@@ -2221,12 +2553,12 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
     view, count = memoryview(data), len(offsets)
     numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
     steps, good, texts = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), {name: [None] * count for name in SUMMARY_TEXTS}
-    function_scores: dict[str, np.ndarray] = {}
+    fields: dict[str, np.ndarray] = {}
     token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
     problems, parser = [], simdjson.Parser()
     for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
         try:
-            record, note = decode_summary(view[offset : offset + length], parser)
+            record, note, line = decode_summary(view[offset : offset + length], parser)
         except BadLine as error:
             problems.append((row, "skipped", str(error)))
             continue
@@ -2248,7 +2580,15 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if record.images is not None:
             texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)[:IMAGES_SHOWN]])
         for name, score in (record.rewards_per_func or {}).items():
-            function_scores.setdefault(valid_text(name), np.full(count, np.nan))[row] = np.nan if score is None else score
+            fields.setdefault(f"rewards/{valid_text(name)}", np.full(count, np.nan))[row] = np.nan if score is None else score
+        numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
+        for name in ("prompt", "response"):  # where the texts are, for search to read them alone
+            if isinstance(line.get(name), msgspec.Raw):
+                numbers[f"{name}_at"][row] = raw_offset(data, bytes(line[name]), offset, offset + length)
+                numbers[f"{name}_bytes"][row] = len(line[name])
+        for name, value in extra_fields(line).items():
+            column = (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name
+            fields.setdefault(column, missing_values(column, count))[row] = value
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["tool"] is not None:
@@ -2258,7 +2598,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
                 if arrays[key] is not None:
                     collected.append((row, arrays[key], arrays["logprobs"]))
     add_token_statistics(numbers, token_arrays)
-    return LineSummaries(good=good, step=steps, numbers=numbers, texts=texts, functions=function_scores, problems=problems)
+    return LineSummaries(good=good, step=steps, numbers=numbers, texts=texts, fields=fields, problems=problems)
 
 
 # Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers, bad UTF-8 and a byte order mark
@@ -2296,18 +2636,66 @@ def with_raw_fields(value: dict, struct_type) -> dict:
     return value
 
 
-# A line's summary, the fast way where simdjson takes its per-token lists as they are (flat lists of finite
-# numbers); any other line (null, NaN or a nested list in a list, huge numbers, bad JSON...) is decoded the
-# general way, so both give the same record.
+# A line's summary and its fields outside the format, the fast way where simdjson takes its per-token lists as they
+# are (flat lists of finite numbers); any other line (null, NaN or a nested list in a list, huge numbers, bad JSON, a
+# key missing or of the wrong type...) is decoded the general way, so both give the same record.
 def decode_summary(raw, parser: simdjson.Parser):
     try:
-        record = FAST_SUMMARY_DECODER.decode(raw)
+        fields = LINE_FIELDS_DECODER.decode(raw)
+        record = RolloutSummaryRawArrays(**{
+            name: value if SUMMARY_FIELDS[name] is msgspec.Raw else SUMMARY_FIELD_DECODERS[name].decode(value)
+            for name, value in fields.items() if name in SUMMARY_FIELDS
+        })
         arrays = {key: flat_float_list(getattr(record, key), parser) for key in SUMMARY_TOKEN_KEYS}
     except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError, RecursionError):
-        return decode_line(raw, SUMMARY_DECODER)
+        record, note = decode_line(raw, SUMMARY_DECODER)
+        return record, note, line_fields(raw)
     for key, array in arrays.items():
         setattr(record, key, array)
-    return integer_step(record), None
+    return integer_step(record), None, fields
+
+
+# Where a line's raw value is, from the line's start: the first place in data[start:end] holding the same bytes
+# (found by its first 16 bytes, which is several times faster than looking for all of them).
+def raw_offset(data, raw: bytes, start: int, end: int) -> int:
+    at = data.find(raw[:16], start, end)
+    if data[at : at + len(raw)] != raw:  # another place starts alike
+        at = data.find(raw, start, end)
+    return at - start
+
+
+# A line's top-level keys and values (raw JSON, or Python values where msgspec refuses the line: NaN, bad UTF-8...).
+def line_fields(raw) -> dict:
+    try:
+        return LINE_FIELDS_DECODER.decode(raw)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        try:
+            value = json.loads(bytes(raw).decode("utf-8", errors="replace").removeprefix("\ufeff"))
+        except (ValueError, RecursionError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+# The fields outside the format the index keeps: numbers (booleans as 0/1) and short strings, the first EXTRA_FIELDS.
+def extra_fields(fields: dict) -> dict[str, float | str]:
+    kept = {}
+    for name, value in fields.items():
+        if name in FORMAT_KEYS:
+            continue
+        if isinstance(value, msgspec.Raw):  # nested values are not parsed: the sample view reads them
+            if bytes(memoryview(value)[:1]) in b"[{":
+                continue
+            try:
+                value = msgspec.json.decode(value)
+            except msgspec.DecodeError:  # an integer beyond 64 bits, a lone surrogate
+                value = json.loads(bytes(value))
+        if isinstance(value, (bool, int, float)):
+            kept[valid_text(name)] = float(value) if abs(value) < 1e308 else math.copysign(math.inf, value)
+        elif isinstance(value, str) and len(value) <= TEXT_FIELD_CHARACTERS:
+            kept[valid_text(name)] = valid_text(value)
+        if len(kept) == EXTRA_FIELDS:
+            break
+    return kept
 
 
 # A raw JSON list of numbers as a float array (None when the key is absent); raises on anything else.
@@ -2466,7 +2854,7 @@ def float_array(values) -> np.ndarray | None:
 # ====================================================================================================================
 
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 
 
 LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
@@ -2566,9 +2954,9 @@ class FileIndex:
             rows += len(lines.offset)
             self.physical_lines += lines.physical_lines
             self.indexed_to = lines.complete_end
-        if chunks:  # a rewards/<name> column exists once a parsed line had that function: NaN for the new rows
+        if chunks:  # a rewards/<name> or extra column exists once a parsed line had it: missing in the new rows
             self.lines = {
-                name: np.concatenate([column] + [part.get(name, np.full(len(part["offset"]), np.nan)) for part in parts])
+                name: np.concatenate([column] + [part.get(name, missing_values(name, len(part["offset"]))) for part in parts])
                 for name, column in self.lines.items()
             }
         for first_row, chunk in zip(first_rows, chunks):
@@ -2598,11 +2986,8 @@ class FileIndex:
         lines, good = self.lines, result.good
         lines["status"][rows] = np.where(good, GOOD, BAD)
         lines["step"][rows[good]] = result.step[good]
-        named = dict(result.numbers, **{f"rewards/{name}": scores for name, scores in result.functions.items()})
-        for name, values in named.items():
-            lines.setdefault(name, np.full(len(lines["offset"]), np.nan))[rows] = values
-        for name, values in result.texts.items():
-            lines[name][rows] = values
+        for name, values in (result.numbers | result.texts | result.fields).items():
+            lines.setdefault(name, missing_values(name, len(lines["offset"])))[rows] = values
         self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
 
     # Where scanning resumes: past the newline that ends a last line taken without one.
@@ -2619,7 +3004,13 @@ class FileIndex:
 # The summary columns of lines not parsed yet. Present from the start, so that storing a parse replaces columns
 # instead of inserting them, which dominated loading runs of many small files.
 def empty_summaries(count: int) -> dict:
-    return {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS} | {name: np.full(count, None, dtype=object) for name in SUMMARY_TEXTS}
+    return {name: missing_values(name, count) for name in SUMMARY_NUMBERS + SUMMARY_TEXTS}
+
+
+# An index column of count missing values: None in a column of texts, NaN in a column of numbers.
+def missing_values(name: str, count: int) -> np.ndarray:
+    texts = name in SUMMARY_TEXTS or name.startswith(TEXT_PREFIX)
+    return np.full(count, None, dtype=object) if texts else np.full(count, np.nan)
 
 
 # Index files survive server restarts in a cache folder outside the run (which may be read-only). One file per
@@ -2971,6 +3362,9 @@ def started_worker_pool() -> ProcessPoolExecutor:
 # ====================================================================================================================
 
 
+FACET_VALUES = 50  # a short text field with more distinct values is a column, not a facet
+
+
 REPORT_COLUMNS = [
     "file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step)", "replaced by a newer launch", "incomplete last line",
 ]
@@ -3037,6 +3431,8 @@ class RunSnapshot:
     version: tuple
     steps: list = field(default_factory=list)
     reward_function_columns: list = field(default_factory=list)
+    extra_columns: list = field(default_factory=list)  # extra/<key>: numbers of keys outside the format
+    facets: list = field(default_factory=list)  # text/<key> with at most FACET_VALUES distinct values
     image_problems: int = 0  # images named by the loaded lines that cannot be shown (rows of problems)
 
     def step_rows(self, step: int) -> pd.DataFrame:
@@ -3069,7 +3465,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
             problems.append([valid_text(path.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
     names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
     samples = pd.DataFrame({
-        name: np.concatenate([index.lines[name][rows] if name in index.lines else np.full(len(rows), np.nan) for index, rows in zip(files.values(), chosen)])
+        name: np.concatenate([index.lines[name][rows] if name in index.lines else missing_values(name, len(rows)) for index, rows in zip(files.values(), chosen)])
         for name in names
     }) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
     counts = [len(rows) for rows in chosen]
@@ -3080,6 +3476,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
             samples[column] = np.nan
     samples["step"] = samples["step"].astype(np.int64)
     samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
+    samples["sample"] = samples.groupby("step").cumcount()  # its index in the step's batch
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
     report = pd.DataFrame(report, columns=REPORT_COLUMNS)
@@ -3096,6 +3493,8 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
+        extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX)),
+        facets=sorted(column for column in samples.columns if column.startswith(TEXT_PREFIX) and samples[column].nunique() <= FACET_VALUES),
         image_problems=sum(kind == "image" for _, _, kind, _ in missing_images),
     )
 
@@ -3614,6 +4013,207 @@ def image_problems(samples: pd.DataFrame) -> list[list]:
             shown = shorten(repr(path), 120) if path else "an image without a path"
             problems.append([valid_text(Path(file).name), int(line), "image", f"{shown}: {problem}; {uses[folder, path]} line(s) name it"])
     return problems
+
+
+# ====================================================================================================================
+# Reading, 7: the run's texts for search, and its lines for export.
+# ====================================================================================================================
+
+
+SEARCH_PLACES = ["prompt and response", "response", "prompt"]
+SEARCH_SECONDS = 10.0  # a search stops after this long and says so (RE2 runs in linear time: only a huge run gets there)
+SEARCH_MEMORY = 64 << 20  # RE2's memory for one pattern: a larger one is refused as too complex
+SNIPPET_BYTES = 60  # of text shown each side of a match
+EXPORT_ROWS = 10_000  # of an export; more, and the page asks to narrow the filter
+EXPORT_BYTES = 100 << 20  # of original lines in a JSONL export
+EXPORT_NUMBERS = [
+    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "reward_gap", "advantage", "group_id", "truncated", "response_len",
+    "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy", "avg_log_ratio", "sum_log_ratio",
+] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+# The texts search reads of a line.
+class SearchTexts(msgspec.Struct, gc=False):
+    prompt: Any
+    response: Any
+    step: int | float
+
+
+SEARCH_TEXTS_DECODER = msgspec.json.Decoder(SearchTexts, strict=False)
+
+
+# A file's searched texts as UTF-8 in one buffer: a Python string per text would take several times the memory.
+# The line at offsets[i] has its prompt at data[bounds[i, 0]:bounds[i, 1]] and its response at data[bounds[i, 1]:bounds[i, 2]].
+@dataclass
+class FileTexts:
+    index_id: str
+    offsets: np.ndarray
+    bounds: np.ndarray
+    data: bytes
+
+
+# A run's texts, read on its first search and added to as more lines are loaded; shared by sessions.
+class RunTexts:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.files: dict[str, FileTexts] = {}
+
+    # For each sample: the buffer its texts are in (an index into the list) and their bounds there.
+    def of(self, samples: pd.DataFrame) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+        buffers, owner, bounds = [], np.zeros(len(samples), dtype=np.int64), np.zeros((len(samples), 3), dtype=np.int64)
+        lines = samples[TEXT_SPAN_COLUMNS].to_numpy(dtype=float)
+        with self.lock:
+            for path, rows in samples.groupby("path", sort=False).indices.items():
+                texts = self.updated(path, samples["index_id"].iat[rows[0]], lines[rows])
+                owner[rows] = len(buffers)
+                buffers.append(texts.data)
+                bounds[rows] = texts.bounds[np.searchsorted(texts.offsets, lines[rows, 0])]
+        return buffers, owner, bounds
+
+    # The file's texts with those of the given lines (TEXT_SPAN_COLUMNS) read in; a file indexed anew starts over.
+    def updated(self, path: str, index_id: str, lines: np.ndarray) -> FileTexts:
+        known = self.files.get(path)
+        if known is None or known.index_id != index_id:
+            known = FileTexts(index_id, np.array([], dtype=np.int64), np.zeros((0, 3), dtype=np.int64), b"")
+        lines = lines[~np.isin(lines[:, 0], known.offsets)]
+        lines = lines[np.unique(lines[:, 0], return_index=True)[1]]
+        if not len(lines):
+            return known
+        spans = lines[:, 3] + lines[:, 5]
+        sizes = np.where(np.isnan(spans), lines[:, 1], spans).astype(np.int64)  # bytes each line's texts take to read
+        parallel = WORKERS > 1 and int(sizes.sum()) > PARALLEL_MIN_BYTES
+        tasks = [(read_texts, (path, lines[part])) for part in batches_of_rows(np.arange(len(lines)), sizes)]
+        parts, text_sizes = [known.data], []
+        for data, part_sizes in run_tasks(tasks, parallel):
+            parts.append(data)
+            text_sizes.append(part_sizes)
+        ends = len(known.data) + np.cumsum(np.concatenate(text_sizes).ravel())  # prompt end, response end, prompt end, ...
+        bounds = np.column_stack([np.r_[len(known.data), ends[1::2][:-1]], ends[0::2], ends[1::2]])
+        offsets = np.concatenate([known.offsets, lines[:, 0].astype(np.int64)])
+        order = np.argsort(offsets, kind="stable")
+        self.files[path] = FileTexts(index_id, offsets[order], np.concatenate([known.bounds, bounds])[order], b"".join(parts))
+        return self.files[path]
+
+
+# Where a line's texts are: the line, then its prompt's and response's JSON values within it (NaN: not known).
+TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
+
+
+# The prompt and response of lines as UTF-8, one after the other, and their sizes (0 for a line that cannot be read).
+# Where the index knows them, only the two values are read, not the whole line (whose token lists are most of it).
+def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
+    parts, sizes = [], np.zeros((len(lines), 2), dtype=np.int64)
+    with open(path, "rb", buffering=0) as file:
+        for row, (offset, length, *spans) in enumerate(lines.tolist()):
+            try:
+                if np.isnan(spans).any():
+                    record, _ = decode_line(os.pread(file.fileno(), int(length), int(offset)), SEARCH_TEXTS_DECODER)
+                    texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
+                else:
+                    texts = [json_text(os.pread(file.fileno(), int(size), int(offset + at))) for at, size in (spans[:2], spans[2:])]
+            except (BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
+                continue
+            parts += texts
+            sizes[row] = [len(text) for text in texts]
+    return b"".join(parts), sizes
+
+
+# A field's text as UTF-8 from its raw JSON value: a string without escapes is its own bytes.
+def json_text(raw: bytes) -> bytes:
+    if raw[:1] == b'"' and raw[-1:] == b'"' and b"\\" not in raw:
+        return raw[1:-1]
+    return (as_text(raw_value(raw)) or "").encode()
+
+
+# A search's pattern in RE2 (linear time, so no pattern can stall the server): the text as it is, or a regular
+# expression; case-insensitive unless match_case. Raises ValueError with RE2's reason for an invalid one.
+def search_pattern(query: str, regex: bool, match_case: bool):
+    options = re2.Options()
+    options.literal, options.case_sensitive, options.max_mem = not regex, match_case, SEARCH_MEMORY
+    options.log_errors = False
+    try:
+        return re2.compile(valid_text(query).encode(), options)
+    except re2.error as error:
+        reason = error.args[0] if error.args else ""
+        raise ValueError(reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) from None
+
+
+# Where the samples' texts match: per sample 0 (nowhere), 1 (its prompt) or 2 (its response, looked at first), with
+# the match's byte span in that text; `searched` samples were searched, in step order, all unless SEARCH_SECONDS ran out.
+@dataclass
+class SearchResult:
+    place: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    searched: int
+    seconds: float
+
+
+# Each text is searched on its own, so ^ and $ are its start and end and no match runs from one text into the next.
+def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str) -> SearchResult:
+    began = time.perf_counter()
+    buffers, owner, bounds = texts.of(samples)
+    views = [memoryview(buffer) for buffer in buffers]
+    fields = [(code, first, last) for code, first, last, name in ((2, 1, 2, "response"), (1, 0, 1, "prompt")) if name in places]
+    place, start, end = np.zeros(len(samples), dtype=np.int8), np.zeros(len(samples), dtype=np.int64), np.zeros(len(samples), dtype=np.int64)
+    searched, deadline = len(samples), began + SEARCH_SECONDS
+    for row, (buffer, text_bounds) in enumerate(zip(owner.tolist(), bounds.tolist())):
+        if row % 512 == 0 and time.perf_counter() > deadline:
+            searched = row
+            break
+        view = views[buffer]
+        for code, first, last in fields:
+            match = pattern.search(view[text_bounds[first] : text_bounds[last]])
+            if match:
+                place[row], (start[row], end[row]) = code, match.span()
+                break
+    return SearchResult(place, start, end, searched, time.perf_counter() - began)
+
+
+# The text around each sample's match, on one line, the match between ⟦ ⟧ (shown as plain text, never as HTML).
+def match_snippets(texts: RunTexts, samples: pd.DataFrame, place: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[str]:
+    buffers, owner, bounds = texts.of(samples)
+    snippets = []
+    for buffer, text_bounds, code, match_start, match_end in zip(owner.tolist(), bounds.tolist(), place.tolist(), start.tolist(), end.tolist()):
+        if not code:
+            snippets.append("")
+            continue
+        first, last = text_bounds[code - 1], text_bounds[code]
+        text = buffers[buffer]
+        parts = [
+            text[max(first, first + match_start - SNIPPET_BYTES) : first + match_start],
+            text[first + match_start : first + match_end],
+            text[first + match_end : min(last, first + match_end + SNIPPET_BYTES)],
+        ]
+        before, match, after = (part.decode("utf-8", errors="ignore") for part in parts)  # a character cut at the edge is left out
+        snippet = ("…" if match_start > SNIPPET_BYTES else "") + f"{before}⟦{match}⟧{after}" + ("…" if first + match_end + SNIPPET_BYTES < last else "")
+        snippets.append(visible_whitespace(snippet))
+    return snippets
+
+
+# The rows as a table to export: the numbers the page shows of each sample, then its texts, read back (empty for a
+# line that cannot be: the step view says why).
+def export_table(rows: pd.DataFrame) -> pd.DataFrame:
+    table = read_step_batch("export", rows).table.assign(file=[Path(path).name for path in rows["path"]])
+    fields = sorted(column for column in table.columns if column.startswith(("rewards/", EXTRA_PREFIX, TEXT_PREFIX)))
+    numbers = [column for column in EXPORT_NUMBERS + fields if table[column].notna().any()]
+    texts = ["prompt", "response"] + [column for column in ("ref_response", "ground_truth") if table[column].notna().any()]
+    return table[["step", "sample", "file", "line"] + numbers + texts].reset_index(drop=True)
+
+
+def export_csv(rows: pd.DataFrame) -> str:
+    return export_table(rows).to_csv(index=False)
+
+
+def export_parquet(rows: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    export_table(rows).to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+# The rows' lines as they are in their files, byte for byte, one a line.
+def export_jsonl(rows: pd.DataFrame) -> bytes:
+    return b"".join(read_line(path, offset, length) + b"\n" for path, offset, length in zip(rows["path"], rows["offset"].tolist(), rows["length"].tolist()))
 
 
 if __name__ == "__main__":

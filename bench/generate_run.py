@@ -20,6 +20,7 @@ WORDS = ["the", "model", "reward", "policy", "token", "step", "value", "answer",
          "押韵", "诗句", "上相", "生坤位", "中兴", "运泰开", "威仪", "如鹤梦", "道德", "似桃梅"]
 REWARD_FUNCTIONS = {"accuracy_reward": 1.0, "format_reward": 0.5}
 GRPO_KEYS = ["rewards_per_func", "advantage", "group_id", "entropies", "truncated"]
+DATA_SOURCES = {"gsm8k": 0.15, "math": -0.15, "code": 0.0}  # each source's shift of the chance of an accurate answer
 
 
 # Values rounded to bfloat16, as a reference model or critic run in bf16 gives them.
@@ -29,18 +30,21 @@ def bf16(values: np.ndarray) -> np.ndarray:
 
 
 # One rank's lines for one step, as bytes.
-def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps: int, grpo: bool) -> bytes:
+def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps: int, grpo: bool, extras: bool = False) -> bytes:
     rng = np.random.default_rng([seed, rank, step])
+    extra_rng = np.random.default_rng([seed, rank, step, 1])  # its own stream: the other keys are the same either way
     progress = step / max(steps - 1, 1)
     group_size = next(g for g in (8, 4, 2, 1) if samples % g == 0)
     out = []
+    group_sources = extra_rng.choice(list(DATA_SOURCES), size=samples)
     for i in range(samples):
+        source = str(group_sources[i // group_size])
         length = int(rng.integers(max(1, tokens // 2), tokens * 3 // 2 + 1))
         words = rng.integers(0, len(WORDS), size=length)
         response_tokens = [WORDS[w] for w in words]
         logprobs = -rng.exponential(1.0 - 0.5 * progress, size=length)
         ref_logprobs = bf16(logprobs + rng.normal(0.0, 0.02 + 0.2 * progress, size=length))
-        accuracy = float(rng.random() < 0.2 + 0.6 * progress)
+        accuracy = float(rng.random() < 0.2 + 0.6 * progress + (DATA_SOURCES[source] if extras else 0.0))
         formatted = float(rng.random() < 0.5 + 0.4 * progress)
         group = f"{step}-{rank}-{i // group_size}"
         reward = REWARD_FUNCTIONS["accuracy_reward"] * accuracy + REWARD_FUNCTIONS["format_reward"] * formatted
@@ -66,6 +70,16 @@ def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps
             "group_id": group,
             "truncated": length > tokens * 1.4,
         }
+        if extras:  # keys outside the format, as other trainers write them: a data source, a reward's extras...
+            answer = int(extra_rng.integers(0, 100))
+            record |= {
+                "data_source": source,
+                "difficulty": 1 + (i // group_size) % 5,
+                "acc": bool(accuracy),
+                "pred": str(answer if accuracy else answer + 1),
+                "reward_extra_info": {"format_ok": bool(formatted), "parse_steps": [int(x) for x in extra_rng.integers(0, 9, size=3)]},
+                "critique": f"The answer {answer} was checked against the reference by the {source} verifier; " * 2,
+            }
         out.append(record)
     for start in range(0, samples, group_size):
         rewards = np.array([r["reward"] for r in out[start : start + group_size]])
@@ -79,19 +93,19 @@ def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps
     return b"".join(orjson.dumps(r, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n" for r in out)
 
 
-def write_rank_file(path: str, seed: int, rank: int, ranks: int, steps: int, samples: int, tokens: int, grpo: bool):
+def write_rank_file(path: str, seed: int, rank: int, ranks: int, steps: int, samples: int, tokens: int, grpo: bool, extras: bool = False):
     per_rank = samples // ranks + (1 if rank < samples % ranks else 0)
     with open(path, "wb") as file:
         for step in range(steps):
-            file.write(step_lines(seed, rank, step, per_rank, tokens, steps, grpo))
+            file.write(step_lines(seed, rank, step, per_rank, tokens, steps, grpo, extras))
 
 
 # Write ranks files of steps x samples (split over ranks) lines of about `tokens` tokens each.
-def write_run(out_dir, steps=20, samples=64, tokens=200, ranks=4, seed=0, grpo=False, workers=None) -> list[Path]:
+def write_run(out_dir, steps=20, samples=64, tokens=200, ranks=4, seed=0, grpo=False, workers=None, extras=False) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"rollout_data_rank_{rank}.jsonl" for rank in range(ranks)]
-    args = [(str(p), seed, rank, ranks, steps, samples, tokens, grpo) for rank, p in enumerate(paths)]
+    args = [(str(p), seed, rank, ranks, steps, samples, tokens, grpo, extras) for rank, p in enumerate(paths)]
     if workers == 1 or ranks == 1:
         for a in args:
             write_rank_file(*a)
@@ -110,6 +124,7 @@ if __name__ == "__main__":
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--grpo", action="store_true", help="also write the GRPO keys of rollout_logger")
+    parser.add_argument("--extras", action="store_true", help="also write keys outside the format: data_source, difficulty, acc, pred, a nested and a long value")
     options = parser.parse_args()
-    written = write_run(options.out_dir, options.steps, options.samples, options.tokens, options.ranks, options.seed, options.grpo)
+    written = write_run(options.out_dir, options.steps, options.samples, options.tokens, options.ranks, options.seed, options.grpo, extras=options.extras)
     print(f"wrote {sum(p.stat().st_size for p in written) / 1e6:.1f} MB in {len(written)} files to {options.out_dir}")
