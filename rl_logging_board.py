@@ -854,8 +854,8 @@ def draw_search(run: "RunSnapshot", settings: "Settings"):
     if query:
         try:
             pattern = search_pattern(query, regex, match_case)
-        except ValueError as error:
-            query_column.error(f"Not a valid regular expression: {markdown_literal(error)}.")
+        except ValueError as error:  # under the row: inside the box's column it would push the row's other controls down
+            st.error(f"Not a valid regular expression: {markdown_literal(error)}.")
     sample_filter, sort_by, highest, top = draw_search_filters(run, settings)
     if pattern is None and sample_filter == SampleFilter() and sort_by == "step":
         st.caption("Type text to find, or choose a filter or a column to sort by (e.g. the top 20 by avg_kl): every loaded sample of the run is looked at.")
@@ -942,8 +942,7 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
     ))
     if results.empty:
         return
-    per_step = results.groupby("step").size()
-    draw_chart(st, matches_per_step_chart(per_step))
+    draw_chart(st, matches_per_step_chart(results.groupby("step").size().reindex(run.steps, fill_value=0)))
     shown = ordered.head(RESULTS_SHOWN)
     columns = list(dict.fromkeys(["step", "sample", "reward", sort_by] + [column for column, *_ in sample_filter.ranges] + [column for column, _ in sample_filter.facets]))
     table = shown[columns].rename(columns=filter_label)
@@ -1026,11 +1025,14 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     return step
 
 
-# Move the step selector: its widgets are dropped so that they are drawn anew at this step.
+# Move the step selector (before it is drawn): its widgets take the step as their value (dropped, Streamlit would keep
+# the browser's), and the step counts as chosen now, so only steps after the run's last are announced as new.
 def show_step(step: int):
-    st.session_state[StateKey.SELECTED_STEP] = st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = step
+    st.session_state[StateKey.SELECTED_STEP] = step
+    st.session_state.pop(StateKey.LAST_STEP_WHEN_CHOSEN, None)
     for key in (StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX):
-        st.session_state.pop(key, None)
+        if key in st.session_state:
+            st.session_state[key] = step
 
 
 # Three charts of the step's batch: reward vs ref per sample, their gap, and the distribution.
@@ -1162,7 +1164,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
             else:
                 st.button(f"#{index}", key=f"open_sample_{index}", on_click=open_sample, args=(int(index),), help="Show this completion in the samples pair")
             st.caption(" · ".join(facts))
-            st.text(clean_text(member["response"], settings.pad_token))
+            st.text(as_written(clean_text(member["response"], settings.pad_token)))
 
 
 # The original's samples pair: length metrics, the sample index, then prompt | response | ref | gap.
@@ -1189,18 +1191,18 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     with prompt_column:
         st.markdown("**Prompt**")
         draw_images(row, width=150)
-        st.text(clean_text(row["prompt"], settings.pad_token, settings.system_prompt_end))
+        st.text(as_written(clean_text(row["prompt"], settings.pad_token, settings.system_prompt_end)))
         if isinstance(row["ground_truth"], str):
             st.caption("ground_truth")
-            st.text(row["ground_truth"])
+            st.text(as_written(row["ground_truth"]))
     with response_column:
         tools = f" · {row['tool_tokens']:.0f} of {row['response_tokens_len']:.0f} tokens written by a tool" if row["tool_tokens"] > 0 else ""
         st.markdown(f":green[**Response**] · reward {row['reward']:.4g}{tools}")
-        st.text(clean_text(row["response"], settings.pad_token))
+        st.text(as_written(clean_text(row["response"], settings.pad_token)))
     with ref_column:
         st.markdown(":blue[**Ref Response**]")
         if isinstance(row["ref_response"], str):
-            st.text(clean_text(row["ref_response"], settings.pad_token))
+            st.text(as_written(clean_text(row["ref_response"], settings.pad_token)))
         else:
             st.info("No `ref_response` in this sample.")
     with gap_column:
@@ -1235,7 +1237,7 @@ def draw_other_fields(row: pd.Series):
         details.caption(markdown_literal(name))
         text = valid_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
         if isinstance(value, str) or len(text) > NESTED_SHOWN_BYTES:
-            details.text(shorten(text, NESTED_SHOWN_BYTES))
+            details.text(as_written(shorten(text, NESTED_SHOWN_BYTES)))
         else:
             details.json(text, expanded=2)
 
@@ -1707,11 +1709,13 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
 def matches_per_step_chart(per_step: pd.Series) -> dict:
     return {
         "title": "Samples found per step",
-        "height": 110,
+        "height": 200,  # the title and axes included
         "data": {"values": [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]},
         "mark": {"type": "bar", "color": STEP_PALETTE[1], "tooltip": True},
-        "params": ZOOM,
-        "encoding": {"x": step_axis(per_step.index.to_series()), "y": {"field": "samples", "type": "quantitative", "title": "samples"}},
+        "encoding": {
+            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},  # a bar for every step, none found or not
+            "y": {"field": "samples", "type": "quantitative", "title": "samples", "axis": {"tickMinStep": 1}},
+        },
     }
 
 
@@ -2274,6 +2278,12 @@ def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str |
 
 
 # A newline or tab token would be an empty-looking label in the table and the heat map.
+# Text for st.text, which dedents and strips what it shows: a zero-width space at each end of a text that starts or
+# ends with whitespace keeps its indentation and outer newlines as written (a code answer's, say).
+def as_written(text: str) -> str:
+    return f"\u200b{text}\u200b" if text[:1].isspace() or text[-1:].isspace() else text
+
+
 def visible_whitespace(token: str) -> str:
     return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
@@ -4023,7 +4033,7 @@ def image_problems(samples: pd.DataFrame) -> list[list]:
 SEARCH_PLACES = ["prompt and response", "response", "prompt"]
 SEARCH_SECONDS = 10.0  # a search stops after this long and says so (RE2 runs in linear time: only a huge run gets there)
 SEARCH_MEMORY = 64 << 20  # RE2's memory for one pattern: a larger one is refused as too complex
-SNIPPET_BYTES = 60  # of text shown each side of a match
+SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
 EXPORT_ROWS = 10_000  # of an export; more, and the page asks to narrow the filter
 EXPORT_BYTES = 100 << 20  # of original lines in a JSONL export
 EXPORT_NUMBERS = [
@@ -4121,7 +4131,8 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
 # A field's text as UTF-8 from its raw JSON value: a string without escapes is its own bytes.
 def json_text(raw: bytes) -> bytes:
     if raw[:1] == b'"' and raw[-1:] == b'"' and b"\\" not in raw:
-        return raw[1:-1]
+        text = raw[1:-1]
+        return text if text.isascii() else text.decode(errors="replace").encode()  # invalid UTF-8 as shown: �
     return (as_text(raw_value(raw)) or "").encode()
 
 
@@ -4181,12 +4192,12 @@ def match_snippets(texts: RunTexts, samples: pd.DataFrame, place: np.ndarray, st
         first, last = text_bounds[code - 1], text_bounds[code]
         text = buffers[buffer]
         parts = [
-            text[max(first, first + match_start - SNIPPET_BYTES) : first + match_start],
+            text[max(first, first + match_start - SNIPPET_BEFORE) : first + match_start],
             text[first + match_start : first + match_end],
-            text[first + match_end : min(last, first + match_end + SNIPPET_BYTES)],
+            text[first + match_end : min(last, first + match_end + SNIPPET_AFTER)],
         ]
         before, match, after = (part.decode("utf-8", errors="ignore") for part in parts)  # a character cut at the edge is left out
-        snippet = ("…" if match_start > SNIPPET_BYTES else "") + f"{before}⟦{match}⟧{after}" + ("…" if first + match_end + SNIPPET_BYTES < last else "")
+        snippet = ("…" if match_start > SNIPPET_BEFORE else "") + f"{before}⟦{match}⟧{after}" + ("…" if first + match_end + SNIPPET_AFTER < last else "")
         snippets.append(visible_whitespace(snippet))
     return snippets
 

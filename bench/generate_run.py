@@ -36,7 +36,7 @@ def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps
     progress = step / max(steps - 1, 1)
     group_size = next(g for g in (8, 4, 2, 1) if samples % g == 0)
     out = []
-    group_sources = extra_rng.choice(list(DATA_SOURCES), size=samples)
+    group_sources, group_difficulties = extra_rng.choice(list(DATA_SOURCES), size=samples), extra_rng.integers(1, 6, size=samples)
     for i in range(samples):
         source = str(group_sources[i // group_size])
         length = int(rng.integers(max(1, tokens // 2), tokens * 3 // 2 + 1))
@@ -74,7 +74,7 @@ def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps
             answer = int(extra_rng.integers(0, 100))
             record |= {
                 "data_source": source,
-                "difficulty": 1 + (i // group_size) % 5,
+                "difficulty": int(group_difficulties[i // group_size]),
                 "acc": bool(accuracy),
                 "pred": str(answer if accuracy else answer + 1),
                 "reward_extra_info": {"format_ok": bool(formatted), "parse_steps": [int(x) for x in extra_rng.integers(0, 9, size=3)]},

@@ -1,0 +1,705 @@
+"""Finding samples (issue 17): search, filters, fields outside the format, facets and export, checked against the raw JSONL."""
+
+import io
+import json
+import math
+import re
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+from streamlit.testing.v1 import AppTest
+
+import rl_logging_board as board
+from tests.test_app import batch_table, chart_spec, load_and_view, start, widget
+from tests.test_loading import load, sample, write_lines
+
+# Each test loads runs it wrote under tmp_path (bundled runs are copied there first); conftest's private_index_cache
+# sets RL_LOGGING_BOARD_CACHE to the test's own tmp folder for every load.
+PROJECT = Path(__file__).resolve().parents[1]
+RANK_FILES = ("rollout_data_rank_0.jsonl", "rollout_data_rank_1.jsonl")
+STEPS = (1, 2, 3)
+EVERYWHERE = "prompt and response"
+
+# The needles: name -> (step, rank file, the line: prompt/response over a filler's, or the raw line as bytes). Decoys
+# hold text a wrong search would find.
+NEEDLES = {
+    "haystack_mixed": (1, 0, {"response": "looking for the HayStack here"}),
+    "haystack_lower": (2, 1, {"prompt": "find it", "response": "a haystack, in lower case"}),
+    "special": (1, 1, {"response": "literally a+b (c)?[x] in the text"}),
+    "special_as_regex": (3, 0, {"response": "aab cx matches the pattern read as a regex"}),
+    "dollar": (2, 0, {"response": "it costs $1.50 today"}),
+    "dollar_decoy": (2, 0, {"response": "it costs $1x50 today"}),
+    "tool_call": (3, 1, {"response": '<tool_call>\n  {"name": "add", "arguments": {"a": 1}}\n</tool_call>'}),
+    "tool_decoy": (1, 0, {"response": "<tool_call> no arguments </tool_call>"}),
+    "cjk": (2, 1, {"response": "请写两句押韵诗句。"}),
+    "cjk_decoy": (3, 1, {"response": "押韵 诗句, with a space between"}),
+    "prompt_only": (3, 0, {"prompt": "a zebra crossing in the prompt", "response": "nothing to see"}),
+    "newline": (1, 0, {"response": "first line\nsecond line"}),
+    "anchors": (2, 0, {"prompt": "alpha prompt end", "response": "omega response here"}),
+    "anchor_decoy": (3, 1, {"prompt": "beta\nalpha prompt end\nmore", "response": "text\nomega response here\nmore"}),
+    "boundary": (1, 1, {"prompt": "the prompt ends with foo", "response": "bar begins the response"}),
+    "chat": (2, 1, {"prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "光速是多少？"}], "response": "about 3e8 m/s"}),
+    "chat_compact": (3, 0, b'{"prompt":[{"role":"user","content":"\\u5149\\u901f, again"}],"response":"the same","reward":0.5,"step":3}'),
+    "nan": (3, 1, b'{"prompt": "a prompt", "response": "a needle beside NaN", "reward": NaN, "step": 3}'),
+    "escapes": (1, 1, b'{"prompt": "say \\"hi\\"\\nthen caf\\u00e9, \xe4\xb8\xad\xe6\x96\x87", "response": "quoted, with commas", "reward": 0.25, "step": 1}'),
+    "long_cjk": (1, 0, {"response": "中" * 100 + "a针在这里" + "文" * 100}),
+    "csv_hard": (2, 0, {"response": 'comma, "quoted", and\nnewline 中文, then a tab\tand more'}),
+}
+
+# (query, regex, match case, places, the needles it must find and nothing else)
+QUERIES = [
+    pytest.param("haystack", False, False, EVERYWHERE, {"haystack_mixed", "haystack_lower"}, id="substring-any-case"),
+    pytest.param("HAYSTACK", False, False, EVERYWHERE, {"haystack_mixed", "haystack_lower"}, id="upper-query-any-case"),
+    pytest.param("HayStack", False, True, EVERYWHERE, {"haystack_mixed"}, id="match-case"),
+    pytest.param("haystack", False, True, EVERYWHERE, {"haystack_lower"}, id="match-case-lower"),
+    pytest.param("a+b (c)?[x]", False, False, EVERYWHERE, {"special"}, id="special-characters-literally"),
+    pytest.param("a+b (c)?[x]", True, False, EVERYWHERE, {"special_as_regex"}, id="same-text-as-regex"),
+    pytest.param("$1.50", False, False, EVERYWHERE, {"dollar"}, id="dollar-literally"),
+    pytest.param(r"tool_call>\s*\{", True, False, EVERYWHERE, {"tool_call"}, id="regex"),
+    pytest.param("押韵诗句", False, False, EVERYWHERE, {"cjk"}, id="cjk"),
+    pytest.param("zebra crossing", False, False, EVERYWHERE, {"prompt_only"}, id="prompt-match"),
+    pytest.param("zebra crossing", False, False, "response", set(), id="prompt-match-not-in-responses"),
+    pytest.param("zebra crossing", False, False, "prompt", {"prompt_only"}, id="prompt-match-in-prompts"),
+    pytest.param("omega response", False, False, "prompt", set(), id="response-match-not-in-prompts"),
+    pytest.param("line\nsecond", False, False, EVERYWHERE, {"newline"}, id="across-a-newline"),
+    pytest.param(r"first line\s+second", True, False, EVERYWHERE, {"newline"}, id="regex-across-a-newline"),
+    pytest.param("^omega", True, False, EVERYWHERE, {"anchors"}, id="caret-is-the-response-start"),
+    pytest.param("end$", True, False, EVERYWHERE, {"anchors"}, id="dollar-is-the-prompt-end"),
+    pytest.param("^alpha prompt end$", True, False, EVERYWHERE, {"anchors"}, id="both-anchors-not-per-line"),
+    pytest.param("foo$", True, False, EVERYWHERE, {"boundary"}, id="prompt-end-alone"),
+    pytest.param("^bar", True, False, EVERYWHERE, {"boundary"}, id="response-start-alone"),
+    pytest.param("foobar", False, False, EVERYWHERE, set(), id="not-across-prompt-and-response"),
+    pytest.param(r"foo\s*bar", True, False, EVERYWHERE, set(), id="regex-not-across-prompt-and-response"),
+    pytest.param('"role": "user"', False, False, EVERYWHERE, {"chat", "chat_compact"}, id="chat-messages-as-json"),
+    pytest.param("光速", False, False, "prompt", {"chat", "chat_compact"}, id="chat-messages-unescaped"),
+    pytest.param("beside nan", False, False, EVERYWHERE, {"nan"}, id="line-with-nan"),
+    pytest.param('say "hi"\nthen café', False, False, EVERYWHERE, {"escapes"}, id="escapes-unescaped"),
+    pytest.param("CAFÉ, 中文", False, False, EVERYWHERE, {"escapes"}, id="non-ascii-any-case"),
+]
+
+
+# The needle run: two rank files, three steps, three fillers per file and step with the needles among them; rank 1
+# starts with a bad line and a blank line, so line numbers are not sample positions. Returns name -> (file, line).
+def write_needle_run(run_dir: Path) -> dict:
+    positions = {}
+    for rank, name in enumerate(RANK_FILES):
+        lines = [b"not json\n", b"\n"] if rank == 1 else []
+        for step in STEPS:
+            fillers = [sample(step, reward=i / 4, prompt=f"question {step}.{rank}.{i}: write the next line", response=f"an ordinary answer, number {i}") for i in range(3)]
+            lines.append(fillers[0])
+            for needle, (needle_step, needle_rank, content) in NEEDLES.items():
+                if (needle_step, needle_rank) == (step, rank):
+                    lines.append(content + b"\n" if isinstance(content, bytes) else sample(step, reward=0.75, **content))
+                    positions[needle] = (name, len(lines))
+            lines += fillers[1:]
+        write_lines(run_dir / name, lines)
+    return positions
+
+
+# Every physical line of the run's rank files by (file, line number from 1), as bytes.
+def raw_lines(run_dir: Path) -> dict:
+    return {(path.name, number): line for path in sorted(run_dir.glob("*.jsonl")) for number, line in enumerate(path.read_bytes().split(b"\n"), start=1)}
+
+
+# The lines that are samples, parsed by json (NaN included), by (file, line).
+def records(run_dir: Path) -> dict:
+    parsed = {}
+    for position, line in raw_lines(run_dir).items():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and {"prompt", "response", "reward", "step"} <= set(record):
+            parsed[position] = record
+    return parsed
+
+
+def text_of(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+# The plain way: Python's re over each text alone, json-decoded.
+def plain_search(lines: dict, query: str, regex: bool, match_case: bool, places: str) -> set:
+    pattern = re.compile(query if regex else re.escape(query), 0 if match_case else re.IGNORECASE)
+    names = [name for name in ("prompt", "response") if name in places]
+    return {position for position, record in lines.items() if any(pattern.search(text_of(record[name])) for name in names)}
+
+
+def positions_of(rows: pd.DataFrame) -> set:
+    return {(Path(path).name, int(line)) for path, line in zip(rows["path"], rows["line"])}
+
+
+def search(run, query: str, regex=False, match_case=False, places=EVERYWHERE) -> board.SearchResult:
+    return board.search_samples(board.RunTexts(), run.samples, board.search_pattern(query, regex, match_case), places)
+
+
+def found(run, *args, **kwargs) -> set:
+    return positions_of(run.samples[search(run, *args, **kwargs).place > 0])
+
+
+@pytest.fixture
+def needle_run(tmp_path):
+    run_dir = tmp_path / "runs" / "needles"
+    return run_dir, write_needle_run(run_dir)
+
+
+# A bundled run, copied under tmp_path so that nothing is written beside the original.
+def bundled(tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(PROJECT / "rollout_samples" / name, tmp_path / "runs" / name))
+
+
+# Search: each query finds exactly the lines holding its needle, and the independent re reading of the files agrees
+# (which also proves the run holds no stray match a wrong search would be excused by).
+@pytest.mark.parametrize(("query", "regex", "match_case", "places", "needles"), QUERIES)
+def test_a_search_finds_exactly_the_lines_holding_the_needle(needle_run, query, regex, match_case, places, needles):
+    run_dir, positions = needle_run
+    expected = {positions[name] for name in needles}
+    assert plain_search(records(run_dir), query, regex, match_case, places) == expected
+    assert found(load(run_dir), query, regex, match_case, places) == expected
+
+
+# The result says where the first match is: in the prompt only when the response has none, and its snippet marks the
+# text as written (the case of the line, not of the query), whitespace made visible.
+def test_a_match_is_placed_and_marked_as_written(needle_run):
+    run_dir, positions = needle_run
+    run = load(run_dir)
+
+    def snippets(query, regex=False) -> dict:
+        result = search(run, query, regex)
+        hit = result.place > 0
+        rows = run.samples[hit]
+        texts = board.match_snippets(board.RunTexts(), rows, result.place[hit], result.start[hit], result.end[hit])
+        return {(Path(path).name, int(line)): (int(place), text) for path, line, place, text in zip(rows["path"], rows["line"], result.place[hit], texts)}
+
+    assert snippets("HAYSTACK")[positions["haystack_mixed"]] == (2, "looking for the ⟦HayStack⟧ here")
+    assert snippets("zebra")[positions["prompt_only"]] == (1, "a ⟦zebra⟧ crossing in the prompt")
+    assert snippets("押韵诗句")[positions["cjk"]] == (2, "请写两句⟦押韵诗句⟧。")
+    assert snippets(r"line\ssecond", True)[positions["newline"]] == (2, "first ⟦line\\nsecond⟧ line")
+    assert snippets("café")[positions["escapes"]] == (1, 'say "hi"\\nthen ⟦café⟧, 中文')
+    assert snippets("prompt|response", True)[positions["anchors"]] == (2, "omega ⟦response⟧ here")  # the response first
+    # so many bytes each side (3 a character here): the character cut at an edge is left out, not shown broken
+    before, after = (board.SNIPPET_BEFORE - 1) // 3, board.SNIPPET_AFTER // 3
+    assert snippets("针在这里")[positions["long_cjk"]] == (2, "…" + "中" * before + "a⟦针在这里⟧" + "文" * after + "…")
+
+
+# The queries also typed into the page (each one a rerun of it).
+PAGE_QUERIES = {
+    "substring-any-case", "match-case", "special-characters-literally", "same-text-as-regex", "regex", "cjk", "prompt-match",
+    "prompt-match-not-in-responses", "not-across-prompt-and-response", "chat-messages-as-json",
+}
+
+
+def search_page(app: AppTest, query: str, regex=False, match_case=False, places=EVERYWHERE) -> AppTest:
+    widget(app.text_input, "Search prompt and response text").input(query)
+    widget(app.toggle, "Regular expression").set_value(regex)
+    widget(app.toggle, "Match case").set_value(match_case)
+    widget(app.selectbox, "Search in").set_value(places)
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+# The results table (None when nothing was found).
+def results_table(app: AppTest) -> pd.DataFrame | None:
+    return next((frame.value for frame in app.dataframe if frame.key and frame.key.startswith("search_results:")), None)
+
+
+def found_on_page(app: AppTest) -> set:
+    table = results_table(app)
+    return set() if table is None else {(file, int(line)) for file, line in zip(table["file"], table["line"])}
+
+
+def count_line(app: AppTest) -> str:
+    [line] = [element.value for element in [*app.markdown, *app.warning] if "loaded samples found" in element.value]
+    return line
+
+
+# The page: typing a query lists exactly the needle lines (file and line columns) and counts them.
+def test_the_page_lists_and_counts_exactly_the_needle_lines(needle_run, monkeypatch):
+    run_dir, positions = needle_run
+    lines = records(run_dir)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    assert "🔎 Find samples" in [header.value for header in app.subheader]
+    assert any(caption.value.startswith("Type text to find") for caption in app.caption)  # nothing asked: nothing listed
+    for query, regex, match_case, places, needles in [param.values for param in QUERIES if param.id in PAGE_QUERIES]:
+        search_page(app, query, regex, match_case, places)
+        expected = {positions[name] for name in needles}
+        steps = {lines[position]["step"] for position in expected}
+        assert found_on_page(app) == expected, query
+        assert count_line(app).startswith(f"**{len(expected)}** of {len(lines)} loaded samples found, at {len(steps)} of 3 steps"), query
+    search_page(app, "zebra crossing")
+    assert results_table(app)["found in"].tolist() == ["prompt"] and results_table(app)["match"].tolist() == ["a ⟦zebra crossing⟧ in the prompt"]
+    search_page(app, "a")  # most lines: each row's sample is its index in its step's batch (ordered by file, then line)
+    table = results_table(app)
+    batches = {step: sorted(position for position, line in lines.items() if line["step"] == step) for step in STEPS}
+    assert len(table) > 20 and table["sample"].tolist() == [batches[step].index((file, line)) for step, file, line in zip(table["step"], table["file"], table["line"])]
+    assert table["step"].tolist() == sorted(table["step"], reverse=True)  # sorted by step, highest first (the default)
+    [per_step] = [chart_spec(chart)["data"]["values"] for chart in app.get("vega_lite_chart") if chart_spec(chart).get("title") == "Samples found per step"]
+    a_lines = plain_search(lines, "a", False, False, EVERYWHERE)
+    assert {point["step"]: point["samples"] for point in per_step} == {step: sum(lines[p]["step"] == step for p in a_lines) for step in STEPS}
+    widget(app.text_input, "Search prompt and response text").input("")
+    widget(app.selectbox, "Sort by").set_value("reward")
+    widget(app.radio, "Order").set_value("lowest first")
+    app.run()
+    table = results_table(app)
+    rewards = sorted(line["reward"] for line in lines.values() if not math.isnan(line["reward"]))
+    assert table["reward"].tolist()[:-1] == rewards and math.isnan(table["reward"].iat[-1])  # no reward (NaN): last
+    assert (table["file"].iat[-1], table["line"].iat[-1]) == positions["nan"]
+
+
+# Chat messages are searched as their JSON text (a compact line too), a line only Python's json decodes (NaN) is
+# searched, and a prompt written with escapes is found by the text they stand for; the table shows them the same way.
+def test_chat_prompts_nan_lines_and_escaped_texts_are_searched_as_shown(needle_run):
+    run_dir, positions = needle_run
+    run = load(run_dir)
+    by_position = {(Path(path).name, int(line)): row for row, (path, line) in enumerate(zip(run.samples["path"], run.samples["line"]))}
+    assert np.isnan(run.samples["prompt_at"].iat[by_position[positions["nan"]]])  # the general decode path: no text spans
+    assert found(run, '[{"role": "user", "content": "光速, again"}]', places="prompt") == {positions["chat_compact"]}
+    assert found(run, "a needle beside NaN", match_case=True, places="response") == {positions["nan"]}
+    assert found(run, 'say "hi"\nthen café, 中文', match_case=True, places="prompt") == {positions["escapes"]}
+    assert found(run, "\\u00e9") == set() and found(run, '\\"hi') == set()  # the escapes themselves are not the text
+    table = board.export_table(run.samples)
+    lines = records(run_dir)
+    assert table["prompt"].tolist() == [text_of(lines[(file, line)]["prompt"]) for file, line in zip(table["file"], table["line"])]
+
+
+# A line with bytes that are not UTF-8 is shown with � in their place (the load report notes it): search reads the
+# same text as shown, so the text around the � is found as it is shown.
+def test_a_text_with_invalid_utf8_is_searched_as_shown(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [b'{"prompt": "p", "response": "answer \xff here", "reward": 1, "step": 1}\n', sample(1)])
+    run = load(tmp_path / "run")
+    assert board.export_table(run.samples)["response"].tolist() == ["answer \ufffd here", "r1"]
+    assert found(run, "here") == {("r.jsonl", 1)}
+    assert found(run, "answer \ufffd here") == {("r.jsonl", 1)}
+
+
+# An invalid regular expression is explained under the box and the rest of the page is drawn as before.
+def test_an_invalid_regular_expression_is_explained_under_the_box(needle_run, monkeypatch):
+    run_dir, _ = needle_run
+    with pytest.raises(ValueError, match="missing"):
+        board.search_pattern("(unclosed", True, False)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    search_page(app, "(unclosed", regex=True)
+    [error] = [element.value for element in app.error]
+    assert error.startswith("Not a valid regular expression: ") and "missing ): (unclosed" in error.replace("\\", "")  # markdown-escaped
+    assert results_table(app) is None and not [m for m in app.markdown if "loaded samples found" in m.value]
+    assert "⚡️ Each Step Response" in [header.value for header in app.subheader] and len(batch_table(app)) == sum(line["step"] == 1 for line in records(run_dir).values())
+    search_page(app, "(unclosed", regex=False)  # the same text, literally: no error, nothing found
+    assert not app.error and count_line(app).startswith("**0** of")
+
+
+# RE2 runs in linear time: a pattern that backtracks catastrophically in Python's re is answered at once.
+def test_a_catastrophic_pattern_is_answered_in_linear_time(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "run"
+    write_lines(run_dir / "r.jsonl", [sample(1, response="a" * 50_000 + "b"), sample(1, response="ends in aaa"), sample(2, response="b" + "a" * 50_000 + "b")])
+    run = load(run_dir)
+    began = time.perf_counter()
+    assert found(run, "(a+)+$", regex=True, places="response") == {("r.jsonl", 2)}
+    assert time.perf_counter() - began < 5
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    began = time.perf_counter()
+    search_page(app, "(a+)+$", regex=True, places="response")
+    assert time.perf_counter() - began < 5 and found_on_page(app) == {("r.jsonl", 2)}
+
+
+# The fields run: numbers, booleans, a huge integer, short and long strings, a nested value, a key that is a number on
+# some lines and a string on others, strings with 50 and 51 distinct values, and one line with 40 keys outside the format.
+def write_fields_run(run_dir: Path) -> list[dict]:
+    lines = []
+    for step in (1, 2):
+        for i in range(30):
+            n = len(lines)
+            lines.append(sample(
+                step, reward=i / 10, flag=i % 2 == 0, count=i + step, score=i / 7 - 1, huge=2**70 + i, label="xyz"[i % 3],
+                ident=f"id-{n}", fifty=f"v{n % 50}", fiftyone=f"w{n % 51}", mixed=i if i % 2 else f"m{i}",
+                nested={"a": [1, 2, {"b": "deep"}]}, long="; ".join(["long text"] * 10), edge64="é" * 64, edge65="é" * 65,
+            ))
+    lines.append(sample(2, reward=0.0, **{f"k{k:02d}": k for k in range(40)}))
+    write_lines(run_dir / "r.jsonl", lines)
+    return lines
+
+
+FORMAT_USED = {"prompt", "response", "reward", "step"}
+
+
+# Keys outside the format: numbers (booleans as 0/1, a huge integer as its float) are extra/ columns, strings of at
+# most 64 characters text/ columns, nested and longer values are not in the index but counted; the first 32 of a line
+# are kept; a string field with at most 50 distinct values is a facet.
+def test_fields_outside_the_format_become_columns_and_facets(tmp_path):
+    lines = write_fields_run(tmp_path / "run")
+    run = load(tmp_path / "run")
+    samples = run.samples.sort_values("line")
+    assert samples["line"].tolist() == list(range(1, len(lines) + 1))
+    numbers = {"flag", "count", "score", "huge", "mixed"} | {f"k{k:02d}" for k in range(32)}
+    texts = {"label", "ident", "fifty", "fiftyone", "mixed", "edge64"}
+    assert {c for c in samples.columns if c.startswith(("extra/", "text/"))} == {f"extra/{k}" for k in numbers} | {f"text/{k}" for k in texts}
+    assert run.extra_columns == sorted(f"extra/{k}" for k in numbers)
+    assert run.facets == ["text/edge64", "text/fifty", "text/label", "text/mixed"]
+    for key in numbers:
+        expected = [float(line[key]) if isinstance(line.get(key), (bool, int, float)) else math.nan for line in lines]
+        assert samples[f"extra/{key}"].tolist() == pytest.approx(expected, nan_ok=True), key
+    assert samples["extra/flag"].tolist()[:2] == [1.0, 0.0] and samples["extra/huge"].iat[1] == float(2**70 + 1)
+    for key in texts:
+        expected = [line[key] if isinstance(line.get(key), str) else None for line in lines]
+        assert [None if pd.isna(value) else value for value in samples[f"text/{key}"]] == expected, key
+    assert samples["extra_keys"].tolist() == [len(set(line) - FORMAT_USED) for line in lines]
+
+
+# The page shows the fields: as batch-table columns, and in full (nested and long values included) under "Other fields
+# of this line"; Step-Fields draws each number's per-step mean.
+def test_the_page_shows_the_fields_in_the_table_the_sample_view_and_step_fields(tmp_path, monkeypatch):
+    lines = write_fields_run(tmp_path / "runs" / "run")
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    table = batch_table(app)
+    first_step = [line for line in lines if line["step"] == 1]
+    for key in ("count", "score"):
+        assert table[f"extra/{key}"].tolist() == pytest.approx([line[key] for line in first_step])
+    for key in ("label", "edge64"):
+        assert table[f"text/{key}"].tolist() == [line[key] for line in first_step]
+    assert table["extra/flag"].tolist() == [float(line["flag"]) for line in first_step]
+    assert not [column for column in table.columns if column.endswith(("nested", "/long", "edge65"))]
+
+    assert not [e for e in app.expander if e.label == "Other fields of this line" and (e.dataframe or e.text)]  # read when opened
+    app.session_state["other_fields"] = True
+    app.run()
+    details = widget(app.expander, "Other fields of this line")
+    shown = details.dataframe[0].value
+    line = lines[0]
+    short = {key: value for key, value in line.items() if key not in FORMAT_USED and key not in ("nested", "long", "edge65")}
+    assert shown["field"].tolist() == list(short) and shown["value"].tolist() == [json.dumps(value, ensure_ascii=False) for value in short.values()]
+    assert [caption.value for caption in details.caption] == ["nested", "long", "edge65"]
+    assert [text.value for text in details.text] == [line["long"], line["edge65"]]
+    assert [json.loads(element.value) for element in details.get("json")] == [line["nested"]]
+
+    app.session_state["curve_tabs"] = "Step-Fields"
+    app.run()
+    widget(app.multiselect, "Fields").set_value(["extra/score", "extra/flag"]).run()
+    points = chart_spec(next(tab for tab in app.tabs if tab.label == "Step-Fields").get("vega_lite_chart")[0])["data"]["values"]
+    for key in ("score", "flag"):
+        expected = {step: np.mean([float(line[key]) for line in lines if line["step"] == step and key in line]) for step in (1, 2)}
+        assert {point["step"]: point["mean"] for point in points if point["series"] == f"extra/{key}"} == pytest.approx(expected)
+
+
+# The bundled generated_every_key run, loaded whole.
+def bundled_every_key(tmp_path):
+    run_dir = bundled(tmp_path, "generated_every_key")
+    return run_dir, load(run_dir), records(run_dir)
+
+
+# facet_table: per data source, the number of samples and the mean of a number, as a plain count of the lines.
+def test_facet_counts_and_means_equal_a_recount_of_the_lines(tmp_path):
+    _, run, lines = bundled_every_key(tmp_path)
+    assert len(run.samples) == len(lines) == 80 and "text/data_source" in run.facets
+    values_of = {
+        "reward": lambda line: line["reward"],
+        "rewards/accuracy_reward": lambda line: line["rewards_per_func"]["accuracy_reward"],
+        "extra/difficulty": lambda line: line["difficulty"],
+        "extra/acc": lambda line: float(line["acc"]),
+    }
+    for column, value_of in values_of.items():
+        by_source = defaultdict(list)
+        for line in lines.values():
+            by_source[line["data_source"]].append(value_of(line))
+        table = board.facet_table(run.samples, "text/data_source", column)
+        assert table["samples"].tolist() == sorted((len(values) for values in by_source.values()), reverse=True)
+        assert dict(zip(table["data_source"], table["samples"])) == {source: len(values) for source, values in by_source.items()}
+        assert dict(zip(table["data_source"], table[f"mean {column}"])) == pytest.approx({source: np.mean(values) for source, values in by_source.items()})
+
+
+# Step-Facets: one curve per data source whose points are that source's per-step mean, and the table under it.
+def test_step_facets_draws_each_values_mean_per_step(tmp_path, monkeypatch):
+    run_dir, _, lines = bundled_every_key(tmp_path)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    app.session_state["curve_tabs"] = "Step-Facets"
+    app.run()
+    assert widget(app.selectbox, "Facet").value == "text/data_source"
+    for series, value_of in [("reward", lambda line: line["reward"]), ("extra/difficulty", lambda line: line["difficulty"])]:
+        widget(app.selectbox, "Series").set_value(series).run()
+        tab = next(tab for tab in app.tabs if tab.label == "Step-Facets")
+        points = chart_spec(tab.get("vega_lite_chart")[0])["data"]["values"]
+        expected = defaultdict(list)
+        for line in lines.values():
+            expected[(f"data_source = {line['data_source']}", line["step"])].append(value_of(line))
+        assert {(point["series"], point["step"]): point["mean"] for point in points} == pytest.approx({key: np.mean(values) for key, values in expected.items()})
+        assert {(point["series"], point["step"]): point["n"] for point in points} == {key: len(values) for key, values in expected.items()}
+        facet_rows = tab.dataframe[0].value.set_index("data_source")
+        for source in ("gsm8k", "math", "code"):
+            values = [value_of(line) for line in lines.values() if line["data_source"] == source]
+            assert facet_rows.loc[source, "samples"] == len(values) and facet_rows.loc[source, f"mean {series}"] == pytest.approx(np.mean(values))
+
+
+# A line's mean KL per token over the tokens the policy sampled (tool_mask 1), from its log-probs.
+def kl_of(line: dict, estimator="kl") -> float:
+    sampled = line.get("tool_mask") or [1] * len(line["logprobs"])
+    ratios = [a - b for a, b, keep in zip(line["logprobs"], line["ref_logprobs"], sampled) if keep]
+    formula = {"kl": lambda r: math.expm1(r) - r, "k3": lambda r: math.exp(-r) + r - 1}[estimator]
+    return math.fsum(formula(r) for r in ratios) / len(ratios)
+
+
+# Each filter keeps the samples a plain reading of the lines keeps: a step range, a number's range (inclusive), a
+# facet's values, truncated completions, members of zero-signal groups, and all of them at once.
+def test_each_filter_keeps_what_a_plain_reading_keeps(tmp_path):
+    _, run, lines = bundled_every_key(tmp_path)
+    rewards = defaultdict(set)
+    for line in lines.values():
+        rewards[(line["step"], line["group_id"])].add(line["reward"])
+    zero_signal = {position for position, line in lines.items() if len(rewards[(line["step"], line["group_id"])]) == 1}
+    checks = [
+        (board.SampleFilter(steps=(1, 3)), lambda line: 1 <= line["step"] <= 3),
+        (board.SampleFilter(ranges=(("reward", 0.5, 1.0),)), lambda line: 0.5 <= line["reward"] <= 1.0),
+        (board.SampleFilter(ranges=(("extra/acc", 1.0, 1.0), ("avg_kl_kl", 0.002, 0.02))), lambda line: line["acc"] and 0.002 <= kl_of(line) <= 0.02),
+        (board.SampleFilter(facets=(("text/data_source", ("math", "code")),)), lambda line: line["data_source"] in ("math", "code")),
+        (board.SampleFilter(truncated=True), lambda line: line["truncated"]),
+    ]
+    for sample_filter, keep in checks:
+        expected = {position for position, line in lines.items() if keep(line)}
+        assert 0 < len(expected) < len(lines), sample_filter  # a filter that keeps all or nothing proves little
+        assert positions_of(run.samples[board.filter_mask(run.samples, sample_filter)]) == expected, sample_filter
+    assert 0 < len(zero_signal) < len(lines)
+    assert positions_of(run.samples[board.filter_mask(run.samples, board.SampleFilter(zero_signal=True))]) == zero_signal
+    everything = board.SampleFilter(steps=(1, 4), ranges=(("reward", 0.5, 1.5),), facets=(("text/data_source", ("gsm8k", "code")),), truncated=True)
+    expected = {p for p, line in lines.items() if line["step"] >= 1 and 0.5 <= line["reward"] <= 1.5 and line["data_source"] in ("gsm8k", "code") and line["truncated"]}
+    assert 0 < len(expected) < sum(line["truncated"] for line in lines.values())
+    assert positions_of(run.samples[board.filter_mask(run.samples, everything)]) == expected
+    assert board.filter_columns(run, "k3")[:9] == [
+        "reward", "rewards/accuracy_reward", "rewards/format_reward", "advantage", "response_tokens_len", "response_len", "avg_log_ratio", "avg_kl_k3", "avg_entropy",
+    ]
+    assert board.filter_columns(run, "k3")[9:] == run.extra_columns == ["extra/acc", "extra/difficulty"]
+
+
+# A range keeps both its ends and leaves out a sample without the number (NaN reward).
+def test_a_range_keeps_its_ends_and_leaves_out_missing_numbers(needle_run):
+    run_dir, positions = needle_run
+    run, lines = load(run_dir), records(run_dir)
+    for low, high in [(0.25, 0.5), (-math.inf, math.inf)]:
+        expected = {position for position, line in lines.items() if low <= line["reward"] <= high}
+        assert positions["nan"] not in expected and {0.25, 0.5} <= {lines[p]["reward"] for p in expected}
+        assert positions_of(run.samples[board.filter_mask(run.samples, board.SampleFilter(ranges=(("reward", low, high),)))]) == expected
+
+
+# The texts read for search follow the files: lines appended since are read in, and a file rewritten in place is read
+# anew rather than answered from the old texts at the same offsets.
+def test_the_searched_texts_follow_appended_and_rewritten_files(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response="old words"), sample(1, response="more old words")])
+    texts = board.RunTexts()
+
+    def found_now(query):
+        run = load(tmp_path / "run")
+        return positions_of(run.samples[board.search_samples(texts, run.samples, board.search_pattern(query, False, False), EVERYWHERE).place > 0])
+
+    assert found_now("old") == {("r.jsonl", 1), ("r.jsonl", 2)}
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(2, response="new words")).encode() + b"\n")
+    assert found_now("new") == {("r.jsonl", 3)} and found_now("old") == {("r.jsonl", 1), ("r.jsonl", 2)}
+    write_lines(path, [sample(1, response="odd wards"), sample(1, response="more odd wards")])  # the same offsets and sizes
+    assert found_now("old") == set() and found_now("odd wards") == {("r.jsonl", 1), ("r.jsonl", 2)}
+
+
+# The page combines a search with filters, then lists the top N by KL across the run, highest or lowest first.
+def test_the_page_combines_search_filters_and_top_n_by_kl(tmp_path, monkeypatch):
+    run_dir, _, lines = bundled_every_key(tmp_path)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    search_page(app, "押韵", places="response")
+    phrase = plain_search(lines, "押韵", False, False, "response")
+    assert found_on_page(app) == phrase
+    widget(app.multiselect, "Filter by").set_value(["steps", "text/data_source"]).run()
+    widget(app.slider, "Steps").set_value((1, 3))
+    widget(app.multiselect, "text/data_source").set_value(["math", "gsm8k"])
+    app.run()
+    expected = {p for p in phrase if 1 <= lines[p]["step"] <= 3 and lines[p]["data_source"] in ("math", "gsm8k")}
+    assert 0 < len(expected) < len(phrase) and found_on_page(app) == expected
+    assert count_line(app).startswith(f"**{len(expected)}** of 80 loaded samples found, at 3 of 5 steps")
+    widget(app.multiselect, "Filter by").set_value(["steps", "text/data_source", "truncated"]).run()
+    truncated = {p for p in expected if lines[p]["truncated"]}
+    assert 0 < len(truncated) < len(expected) and found_on_page(app) == truncated
+    assert set(results_table(app).columns) >= {"step", "sample", "reward", "text/data_source", "found in", "match", "file", "line"}
+
+    widget(app.multiselect, "Filter by").set_value(["avg_kl_kl", "advantage"]).run()  # untouched ranges keep every sample
+    assert found_on_page(app) == phrase
+    widget(app.multiselect, "Filter by").set_value([]).run()
+    widget(app.text_input, "Search prompt and response text").input("").run()
+    widget(app.selectbox, "Sort by").set_value("avg_kl_kl")
+    widget(app.number_input, "Top N").set_value(5)
+    app.run()
+    by_kl = sorted(lines, key=lambda position: kl_of(lines[position]), reverse=True)
+    table = results_table(app)
+    assert [(file, int(line)) for file, line in zip(table["file"], table["line"])] == by_kl[:5]
+    assert table["avg_kl_kl"].tolist() == pytest.approx([kl_of(lines[p]) for p in by_kl[:5]])
+    assert count_line(app).startswith("**80** of 80 loaded samples found, at 5 of 5 steps; the results are the top 5 by avg_kl_kl")
+    widget(app.radio, "Order").set_value("lowest first").run()
+    assert [(file, int(line)) for file, line in zip(results_table(app)["file"], results_table(app)["line"])] == by_kl[::-1][:5]
+
+
+# JSONL export: the lines as they are in the files, byte for byte (escapes, NaN and UTF-8 included), in the rows' order.
+def test_the_jsonl_export_is_the_source_lines_byte_for_byte(needle_run):
+    run_dir, positions = needle_run
+    run = load(run_dir)
+    source = raw_lines(run_dir)
+    rows = run.samples
+    exported = board.export_jsonl(rows)
+    assert exported == b"".join(source[position] + b"\n" for position in zip((Path(p).name for p in rows["path"]), rows["line"]))
+    assert exported.count(b"\n") == len(records(run_dir)) == len(rows)
+    for name in ("escapes", "nan", "chat_compact"):
+        assert source[positions[name]] + b"\n" in exported
+    some = rows[rows["step"] == 2].iloc[::-1]  # any rows, in their own order
+    assert board.export_jsonl(some).split(b"\n")[:-1] == [source[(Path(p).name, line)] for p, line in zip(some["path"], some["line"])]
+
+
+# CSV and Parquet exports read back equal the export table, and that table equals the lines: texts with CJK,
+# newlines, commas, quotes and tabs, chat prompts as JSON, numbers (NaN as missing) and the fields outside the format.
+def test_csv_and_parquet_exports_read_back_equal_the_table_and_the_lines(needle_run, tmp_path):
+    run_dir, _ = needle_run
+    fields_dir = tmp_path / "fields"
+    write_fields_run(fields_dir)
+    for directory in (run_dir, fields_dir, bundled(tmp_path, "generated_every_key")):
+        run, lines = load(directory), records(directory)
+        table = board.export_table(run.samples)
+        ordered = [lines[(file, int(line))] for file, line in zip(table["file"], table["line"])]
+        assert table["prompt"].tolist() == [text_of(line["prompt"]) for line in ordered]
+        assert table["response"].tolist() == [text_of(line["response"]) for line in ordered]
+        assert table["reward"].tolist() == pytest.approx([line["reward"] for line in ordered], nan_ok=True)
+        assert table["step"].tolist() == [line["step"] for line in ordered]
+        for column in [c for c in table.columns if c.startswith(("extra/", "text/"))]:
+            key = column.split("/", 1)[1]
+            if column.startswith("text/"):
+                assert [None if pd.isna(v) else v for v in table[column]] == [line.get(key) if isinstance(line.get(key), str) else None for line in ordered], column
+            else:
+                expected = [float(line[key]) if isinstance(line.get(key), (bool, int, float)) else math.nan for line in ordered]
+                assert table[column].tolist() == pytest.approx(expected, nan_ok=True), column
+
+        read = pd.read_csv(io.StringIO(board.export_csv(run.samples)), dtype=str, keep_default_na=False)
+        assert read.columns.tolist() == table.columns.tolist()
+        for column in table.columns:
+            if pd.api.types.is_numeric_dtype(table[column]):
+                assert pd.to_numeric(read[column].replace("", np.nan)).tolist() == pytest.approx(table[column].astype(float).tolist(), nan_ok=True, rel=1e-15), column
+            else:
+                assert read[column].tolist() == ["" if pd.isna(value) else str(value) for value in table[column]], column
+        pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(board.export_parquet(run.samples))), table)
+        step = board.export_table(run.step_rows(2))  # the step in view: its batch, in batch order
+        assert step["sample"].tolist() == list(range(len(step))) and list(zip(step["file"], step["line"])) == sorted(p for p, line in lines.items() if line["step"] == 2)
+        if directory == run_dir:
+            assert any(all(part in text for part in (',', '"quoted"', "\n", "\t", "中文")) for text in table["response"])
+    assert table["rewards/accuracy_reward"].notna().all() and "group_id" in table and "ground_truth" in table
+
+
+# The page offers the results and the step in view as CSV, JSONL and Parquet.
+def test_the_page_offers_downloads_of_the_results_and_the_step(needle_run, monkeypatch):
+    run_dir, _ = needle_run
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    labels = [button.label for button in app.download_button]
+    assert [label for label in labels if label.startswith(("Step", "Results"))] == ["Step 1 (CSV)", "Step 1 (JSONL)", "Step 1 (Parquet)"]
+    search_page(app, "haystack")
+    downloads = {button.label: button.proto.disabled for button in app.download_button if button.label.startswith(("Step", "Results"))}
+    assert downloads == dict.fromkeys(["Results (CSV)", "Results (JSONL)", "Results (Parquet)", "Step 1 (CSV)", "Step 1 (JSONL)", "Step 1 (Parquet)"], False)
+    widget(app.slider, "Step Index(3 total steps)").set_value(3).run()
+    assert "Step 3 (JSONL)" in [button.label for button in app.download_button]
+
+
+# Beyond the caps the downloads are disabled and the page says to narrow the filter (the caps made small: the board's
+# own module runs the page, so that the test can set them).
+def test_downloads_beyond_the_caps_are_disabled_and_say_so(needle_run, tmp_path, monkeypatch):
+    run_dir, _ = needle_run
+    page = tmp_path / "capped_board.py"
+    page.write_text("import rl_logging_board as board\n\nif __name__ == '__main__':\n    board.main()\n")
+    monkeypatch.setattr(board, "EXPORT_ROWS", 5)
+    monkeypatch.setattr(board, "RESULTS_SHOWN", 3)  # the Top N default, which must stay under the cap
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(run_dir.parent))
+    app = AppTest.from_file(str(page), default_timeout=120)
+    app.run()
+    load_and_view(app)
+    step_rows = len(load(run_dir).step_rows(1))
+    assert step_rows > 5
+    downloads = {button.label: button.proto.disabled for button in app.download_button if button.label.startswith("Step")}
+    assert downloads == {"Step 1 (CSV)": True, "Step 1 (JSONL)": True, "Step 1 (Parquet)": True}
+    assert f"{step_rows:,} lines, 0 MB: more than a download holds (5 lines, 100 MB of JSONL); narrow the filter." in [c.value for c in app.caption]
+    search_page(app, "a")  # most lines: the results are the top 3
+    assert len(results_table(app)) == 3 and "the results are the top 3 by step" in count_line(app)
+    found_count = count_line(app)[2:].split("**")[0]
+    assert any(c.value.endswith(f"The downloads hold the 3 results of {found_count} found: narrow the filter, or raise Top N (at most 5), to download others.") for c in app.caption)
+    assert not [button for button in app.download_button if button.label.startswith("Results") and button.proto.disabled]
+    monkeypatch.setattr(board, "EXPORT_BYTES", 100)  # three lines of JSONL are more than that; the tables are not
+    app.run()
+    downloads = {button.label: button.proto.disabled for button in app.download_button if button.label.startswith("Results")}
+    assert downloads == {"Results (CSV)": False, "Results (JSONL)": True, "Results (Parquet)": False}
+
+
+# Clicking a result moves the step view and the sample view to it. AppTest cannot click a dataframe row, so the test
+# sends the row selection as the browser does (the table's widget state, a JSON string) through AppTest's private
+# _run, which fires the table's on_select; tests/test_browser_search.py clicks the row in Chromium.
+def test_clicking_a_result_shows_that_sample(needle_run, monkeypatch):
+    run_dir, positions = needle_run
+    lines = records(run_dir)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    search_page(app, "haystack")
+    frame = next(frame for frame in app.dataframe if frame.key and frame.key.startswith("search_results:"))
+    row = [(file, int(line)) for file, line in zip(frame.value["file"], frame.value["line"])].index(positions["haystack_lower"])
+    states = app._tree.get_widget_states()
+    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
+    app._run(states)
+    assert not app.exception, app.exception
+    chosen = lines[positions["haystack_lower"]]
+    step_lines = sorted(position for position, line in lines.items() if line["step"] == chosen["step"])  # batch order: file, line
+    assert widget(app.slider, "Step Index(3 total steps)").value == chosen["step"] == 2
+    assert widget(app.number_input, "Sample index in current step batch").value == step_lines.index(positions["haystack_lower"])
+    assert chosen["response"] in [text.value for text in app.text]
+
+
+# The bundled run answers a user's questions: every response with a phrase, the samples of highest KL (the default
+# estimator, the original board's: the run has no meta naming TRL), and the reward per data source.
+def test_the_bundled_run_answers_a_users_questions(tmp_path, monkeypatch):
+    run_dir, _, lines = bundled_every_key(tmp_path)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    search_page(app, "运泰开 中兴", places="response")
+    expected = {position for position, line in lines.items() if "运泰开 中兴" in line["response"]}
+    assert 0 < len(expected) < 80 and found_on_page(app) == expected
+    assert count_line(app).startswith(f"**{len(expected)}** of 80 loaded samples found")
+    widget(app.text_input, "Search prompt and response text").input("").run()
+    widget(app.selectbox, "Sort by").set_value("avg_kl_kl")
+    widget(app.number_input, "Top N").set_value(3)
+    app.run()
+    highest = sorted(lines, key=lambda position: kl_of(lines[position]), reverse=True)[:3]
+    assert [(file, int(line)) for file, line in zip(results_table(app)["file"], results_table(app)["line"])] == highest
+    app.session_state["curve_tabs"] = "Step-Facets"
+    app.run()
+    facet_rows = next(tab for tab in app.tabs if tab.label == "Step-Facets").dataframe[0].value
+    means = dict(zip(facet_rows["data_source"], facet_rows["mean reward"]))
+    assert means == pytest.approx({source: np.mean([line["reward"] for line in lines.values() if line["data_source"] == source]) for source in ("gsm8k", "math", "code")})
+
+
+# The bundled tool run: every response with a tool call is found, and the calls of highest KL under TRL's k3 (the
+# default its meta gives), over the tokens the policy sampled.
+def test_the_bundled_tool_run_finds_every_tool_call(tmp_path, monkeypatch):
+    run_dir = bundled(tmp_path, "grpo_tiny_tools_example")
+    lines = records(run_dir)
+    app = load_and_view(start(run_dir.parent, monkeypatch))
+    search_page(app, "<tool_call>", places="response")
+    expected = {position for position, line in lines.items() if "<tool_call>" in line["response"]}
+    assert 0 < len(expected) < len(lines) and found_on_page(app) == expected
+    assert count_line(app).startswith(f"**{len(expected)}** of {len(lines)} loaded samples found")
+    calls = plain_search(lines, r"<tool_call>\s*\{", True, False, "response")
+    search_page(app, r"<tool_call>\s*\{", regex=True, places="response")
+    assert found_on_page(app) == calls
+    widget(app.selectbox, "Sort by").set_value("avg_kl_k3")
+    widget(app.number_input, "Top N").set_value(3)
+    app.run()
+    highest = sorted(calls, key=lambda position: kl_of(lines[position], "k3"), reverse=True)[:3]
+    assert [(file, int(line)) for file, line in zip(results_table(app)["file"], results_table(app)["line"])] == highest
+    assert results_table(app)["avg_kl_k3"].tolist() == pytest.approx([kl_of(lines[p], "k3") for p in highest])
+
+
+# A long text field is shown as written, its indentation and its leading and trailing newlines included (a critique
+# quoting code, say), as the samples pair promises for texts.
+def test_a_long_field_keeps_its_indentation_and_outer_whitespace(tmp_path, monkeypatch):
+    critique = "\n    def answer():\n        return 42\n    # the model's code, quoted by the verifier\n"
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, critique=critique)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    app.session_state["other_fields"] = True
+    app.run()
+    # st.text dedents and strips its body: the board keeps the text as written between two zero-width spaces
+    assert [text.value.removeprefix("\u200b").removesuffix("\u200b") for text in widget(app.expander, "Other fields of this line").text] == [critique]
