@@ -713,6 +713,9 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
     fit_state(StateKey.FACET, run.facets)
     facet = facet_column.selectbox("Facet", run.facets, key=StateKey.FACET, format_func=filter_label)
     numbers = [column for column in ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "avg_entropy", "avg_log_ratio", *run.extra_columns] if run.samples[column].notna().any()]
+    if not numbers:
+        st.info("No number to draw per value: the loaded samples have no reward or other number.")
+        return
     fit_state(StateKey.FACET_SERIES, numbers)
     series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES)
     values = run.samples[facet].dropna().unique().tolist()
@@ -847,8 +850,8 @@ def draw_search(run: "RunSnapshot", settings: "Settings"):
         "Search prompt and response text", key=StateKey.SEARCH_QUERY, placeholder="a phrase, or a regular expression",
         help="Every loaded sample of every step. Case-insensitive unless Match case; a regular expression in RE2 syntax.",
     )
-    places = place_column.selectbox("Search in", SEARCH_PLACES, key=StateKey.SEARCH_PLACES)
-    regex = option_column.toggle("Regular expression", key=StateKey.SEARCH_REGEX, help="RE2 syntax (no look-around or backreferences): it runs in linear time, so no pattern can stall the server.")
+    places = place_column.selectbox("Search in", list(SEARCH_PLACES), key=StateKey.SEARCH_PLACES)
+    regex = option_column.toggle("Regular expression", key=StateKey.SEARCH_REGEX, help=f"RE2 syntax (no look-around or backreferences): it runs in linear time; a search stops after {SEARCH_SECONDS:.0f} s.")
     match_case = option_column.toggle("Match case", key=StateKey.SEARCH_CASE)
     pattern = None
     if query:
@@ -857,6 +860,8 @@ def draw_search(run: "RunSnapshot", settings: "Settings"):
         except ValueError as error:  # under the row: inside the box's column it would push the row's other controls down
             st.error(f"Not a valid regular expression: {markdown_literal(error)}.")
     sample_filter, sort_by, highest, top = draw_search_filters(run, settings)
+    if query and pattern is None:  # the filters alone would be taken for the search's results
+        return
     if pattern is None and sample_filter == SampleFilter() and sort_by == "step":
         st.caption("Type text to find, or choose a filter or a column to sort by (e.g. the top 20 by avg_kl): every loaded sample of the run is looked at.")
         return
@@ -883,22 +888,23 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
     )
     steps, ranges, facets = (), [], []
     for name in chosen:
-        key = f"{StateKey.SEARCH_FILTER}:{name}"
+        key, label = f"{StateKey.SEARCH_FILTER}:{run.run_dir}:{name}", markdown_literal(filter_label(name))  # names come from the data
         if name == "steps":
-            fit_state(key, bounds=(run.steps[0], run.steps[-1]))
-            steps = st.slider("Steps", run.steps[0], run.steps[-1], (run.steps[0], run.steps[-1]), key=key)
+            fit_range(key, run.steps[0], run.steps[-1], run.steps)
+            steps = st.select_slider("Steps", run.steps, (run.steps[0], run.steps[-1]), key=key)
         elif name in numbers:
             values = finite(samples[name])
-            low, high = float(values.min()), float(values.max())
-            if low == high:
-                st.caption(f"{filter_label(name)}: every sample has {low:.6g}")
+            low, high = (float(values.min()), float(values.max())) if values.size else (np.nan, np.nan)
+            if not low < high:
+                st.caption(f"{label}: " + (f"every finite value is {low:.6g}" if values.size else "no finite value") + ", nothing to filter.")
                 continue
-            fit_state(key, bounds=(low, high))
-            ranges.append((name, *st.slider(filter_label(name), low, high, (low, high), step=(high - low) / 200, format="%.4g", key=key)))
+            fit_range(key, low, high)
+            step = (high - low) / 200
+            ranges.append((name, *st.slider(label, low, high, (low, high), step=step if 0 < step < np.inf else None, format="%.4g", key=key)))
         elif name in run.facets:
             values = sorted(samples[name].dropna().unique().tolist())
             fit_state(key, values)
-            picked = st.multiselect(filter_label(name), values, key=key, placeholder="every value")
+            picked = st.multiselect(label, values, key=key, placeholder="every value")
             if picked:
                 facets.append((name, tuple(picked)))
     sample_filter = SampleFilter(tuple(steps), tuple(ranges), tuple(facets), "truncated" in chosen, "zero-signal group" in chosen)
@@ -909,18 +915,29 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
     return sample_filter, sort_by, highest, int(top)
 
 
-# Keep a widget's kept value within what it offers now (another run loaded, a live run's ranges moved): Streamlit
-# refuses a value outside its options or range.
-def fit_state(key: str, options: list | None = None, bounds: tuple | None = None):
+# Keep a widget's kept value among what it offers now (another run loaded, a live run's new values): Streamlit refuses
+# a value outside its options.
+def fit_state(key: str, options: list):
     value = st.session_state.get(key)
+    if isinstance(value, list) and any(item not in options for item in value):
+        st.session_state[key] = [item for item in value if item in options]
+    elif value is not None and not isinstance(value, list) and value not in options:
+        del st.session_state[key]
+
+
+# A range slider's value as a run grows: an end left at the old bound follows the new one (a live run's new steps and
+# values are in), an end the user moved stays, within the new bounds (and on one of the options, if any).
+def fit_range(key: str, low, high, options: list | None = None):
+    value, old = st.session_state.get(key), st.session_state.get(f"{key}:bounds")
+    st.session_state[f"{key}:bounds"] = (low, high)
     if value is None:
         return
-    if bounds is not None:
-        st.session_state[key] = tuple(min(max(end, bounds[0]), bounds[1]) for end in value)
-    elif isinstance(value, list):
-        st.session_state[key] = [item for item in value if item in options]
-    elif value not in options:
-        del st.session_state[key]
+    ends = [low if old and value[0] == old[0] else value[0], high if old and value[1] == old[1] else value[1]]
+    ends = [min(max(end, low), high) for end in ends]
+    if options is not None:
+        ends = [min(options, key=lambda option: abs(option - end)) for end in ends]
+    if tuple(ends) != tuple(value):
+        st.session_state[key] = tuple(ends)
 
 
 # A filter as the search's controls name it: the two flags in words, columns by their names.
@@ -933,7 +950,7 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
     samples = run.samples
     message = f"**{len(results):,}** of {len(samples):,} loaded samples found, at {results['step'].nunique():,} of {len(run.steps):,} steps"
     if len(ordered) < len(results):
-        message += f"; the results are the top {len(ordered):,} by {sort_by}"
+        message += f"; the results are the top {len(ordered):,} by {markdown_literal(sort_by)}"
     if found is not None:
         message += f" (searched in {found.seconds:.2f} s)"
     (st.markdown if found is None or found.searched == len(samples) else st.warning)(message + "." + (
@@ -1704,7 +1721,6 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
     }
 
 
-# The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).
 # How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie.
 def matches_per_step_chart(per_step: pd.Series) -> dict:
     return {
@@ -1719,6 +1735,7 @@ def matches_per_step_chart(per_step: pd.Series) -> dict:
     }
 
 
+# The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).
 DEFAULT_METRICS = ["reward", "loss", "kl", "learning_rate", "lr"]
 
 
@@ -2086,7 +2103,7 @@ def filter_mask(samples: pd.DataFrame, chosen: SampleFilter) -> np.ndarray:
 def facet_table(samples: pd.DataFrame, facet: str, column: str) -> pd.DataFrame:
     grouped = samples.groupby(facet)[column]
     table = pd.DataFrame({"samples": samples.groupby(facet).size(), f"mean {column}": grouped.mean(), f"samples with {column}": grouped.count()})
-    return table.rename_axis(facet.removeprefix(TEXT_PREFIX)).reset_index().sort_values("samples", ascending=False, kind="stable")
+    return table.rename_axis(facet).reset_index().sort_values("samples", ascending=False, kind="stable")  # text/<key>: no clash
 
 
 # Groups numbered 0, 1, ... in batch order (NaN: no group): the ids as logged are long and alike.
@@ -2277,13 +2294,13 @@ def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str |
     return IMAGE_PLACEHOLDER_RUN.sub(lambda run: f"[{run.group(1)} × {len(run.group()) // len(run.group(1))}]", text)
 
 
-# A newline or tab token would be an empty-looking label in the table and the heat map.
 # Text for st.text, which dedents and strips what it shows: a zero-width space at each end of a text that starts or
 # ends with whitespace keeps its indentation and outer newlines as written (a code answer's, say).
 def as_written(text: str) -> str:
     return f"\u200b{text}\u200b" if text[:1].isspace() or text[-1:].isspace() else text
 
 
+# A newline or tab token would be an empty-looking label in the table and the heat map.
 def visible_whitespace(token: str) -> str:
     return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
@@ -2477,9 +2494,6 @@ class Rollout(RolloutSummary):
 SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
 
 
-FAST_SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummaryRawArrays, strict=False)
-
-
 TEXTS_DECODER = msgspec.json.Decoder(RolloutTexts, strict=False)
 
 
@@ -2499,6 +2513,8 @@ SUMMARY_FIELD_DECODERS = {name: msgspec.json.Decoder(kind, strict=False) for nam
 FORMAT_KEYS = frozenset(field.encode_name for struct in (Rollout, RolloutTexts) for field in msgspec.structs.fields(struct)) | {"rank"}
 EXTRA_PREFIX, TEXT_PREFIX = "extra/", "text/"
 EXTRA_FIELDS = 32  # kept per line, in the line's order
+FIELD_COLUMNS = 256  # columns of keys some lines have (rewards/, extra/, text/) a file keeps: a key per line (an id
+# as the key) would otherwise make a column per line
 TEXT_FIELD_CHARACTERS = 64  # a longer string is a long value
 
 
@@ -2598,7 +2614,8 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
                 numbers[f"{name}_bytes"][row] = len(line[name])
         for name, value in extra_fields(line).items():
             column = (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name
-            fields.setdefault(column, missing_values(column, count))[row] = value
+            if column in fields or len(fields) < FIELD_COLUMNS:
+                fields.setdefault(column, missing_values(column, count))[row] = value
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["tool"] is not None:
@@ -2695,12 +2712,9 @@ def extra_fields(fields: dict) -> dict[str, float | str]:
         if isinstance(value, msgspec.Raw):  # nested values are not parsed: the sample view reads them
             if bytes(memoryview(value)[:1]) in b"[{":
                 continue
-            try:
-                value = msgspec.json.decode(value)
-            except msgspec.DecodeError:  # an integer beyond 64 bits, a lone surrogate
-                value = json.loads(bytes(value))
+            value = raw_value(value)
         if isinstance(value, (bool, int, float)):
-            kept[valid_text(name)] = float(value) if abs(value) < 1e308 else math.copysign(math.inf, value)
+            kept[valid_text(name)] = as_float(value)
         elif isinstance(value, str) and len(value) <= TEXT_FIELD_CHARACTERS:
             kept[valid_text(name)] = valid_text(value)
         if len(kept) == EXTRA_FIELDS:
@@ -2851,8 +2865,8 @@ def valid_text(text: str) -> str:
 def raw_value(raw: msgspec.Raw):
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return json.loads(bytes(raw))
+    except (msgspec.DecodeError, ValueError):  # a lone surrogate escape, or bytes that are not UTF-8 (shown as �)
+        return json.loads(bytes(raw).decode(errors="replace"))
 
 
 def float_array(values) -> np.ndarray | None:
@@ -2996,7 +3010,12 @@ class FileIndex:
         lines, good = self.lines, result.good
         lines["status"][rows] = np.where(good, GOOD, BAD)
         lines["step"][rows[good]] = result.step[good]
+        fields = sum(name.startswith(("rewards/", EXTRA_PREFIX, TEXT_PREFIX)) for name in lines)
         for name, values in (result.numbers | result.texts | result.fields).items():
+            if name not in lines and name in result.fields:
+                if fields >= FIELD_COLUMNS:
+                    continue
+                fields += 1
             lines.setdefault(name, missing_values(name, len(lines["offset"])))[rows] = values
         self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
 
@@ -3503,8 +3522,8 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
-        extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX)),
-        facets=sorted(column for column in samples.columns if column.startswith(TEXT_PREFIX) and samples[column].nunique() <= FACET_VALUES),
+        extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX) and samples[column].notna().any()),
+        facets=sorted(column for column in samples.columns if column.startswith(TEXT_PREFIX) and 1 <= samples[column].nunique() <= FACET_VALUES),
         image_problems=sum(kind == "image" for _, _, kind, _ in missing_images),
     )
 
@@ -3859,9 +3878,9 @@ def is_evaluation(entry: dict) -> bool:
     return any(str(key).startswith("eval_") or (str(key).endswith("_runtime") and key != "train_runtime") for key in entry)
 
 
-# A JSON number as a float; an integer too big for one is infinite.
+# A JSON number as a float (a boolean as 0/1); an integer too big for one is infinite.
 def as_float(value: int | float) -> float:
-    return value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf
+    return value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf if value > 0 else -math.inf
 
 
 # An entry's step: an integer (2.0 is 2); None, with a problem row at where, for anything else.
@@ -4030,9 +4049,10 @@ def image_problems(samples: pd.DataFrame) -> list[list]:
 # ====================================================================================================================
 
 
-SEARCH_PLACES = ["prompt and response", "response", "prompt"]
+SEARCH_PLACES = {"prompt and response": ("response", "prompt"), "response": ("response",), "prompt": ("prompt",)}  # looked at in this order
 SEARCH_SECONDS = 10.0  # a search stops after this long and says so (RE2 runs in linear time: only a huge run gets there)
 SEARCH_MEMORY = 64 << 20  # RE2's memory for one pattern: a larger one is refused as too complex
+SEARCH_PROGRAM = 2_000  # RE2's size of a regular expression at most (ordinary ones are under 100): a larger one can take seconds per text
 SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
 EXPORT_ROWS = 10_000  # of an export; more, and the page asks to narrow the filter
 EXPORT_BYTES = 100 << 20  # of original lines in a JSONL export
@@ -4113,7 +4133,11 @@ TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_
 # Where the index knows them, only the two values are read, not the whole line (whose token lists are most of it).
 def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
     parts, sizes = [], np.zeros((len(lines), 2), dtype=np.int64)
-    with open(path, "rb", buffering=0) as file:
+    try:
+        file = open(path, "rb", buffering=0)
+    except OSError:  # gone since it was loaded: the step view says so
+        return b"", sizes
+    with file:
         for row, (offset, length, *spans) in enumerate(lines.tolist()):
             try:
                 if np.isnan(spans).any():
@@ -4143,10 +4167,13 @@ def search_pattern(query: str, regex: bool, match_case: bool):
     options.literal, options.case_sensitive, options.max_mem = not regex, match_case, SEARCH_MEMORY
     options.log_errors = False
     try:
-        return re2.compile(valid_text(query).encode(), options)
+        pattern = re2.compile(valid_text(query).encode(), options)
     except re2.error as error:
         reason = error.args[0] if error.args else ""
         raise ValueError(reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) from None
+    if regex and pattern.programsize > SEARCH_PROGRAM:
+        raise ValueError(f"too complex ({pattern.programsize:,} steps to RE2, at most {SEARCH_PROGRAM:,}): repeat less")
+    return pattern
 
 
 # Where the samples' texts match: per sample 0 (nowhere), 1 (its prompt) or 2 (its response, looked at first), with
@@ -4165,11 +4192,12 @@ def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str)
     began = time.perf_counter()
     buffers, owner, bounds = texts.of(samples)
     views = [memoryview(buffer) for buffer in buffers]
-    fields = [(code, first, last) for code, first, last, name in ((2, 1, 2, "response"), (1, 0, 1, "prompt")) if name in places]
+    where = {"response": (2, 1, 2), "prompt": (1, 0, 1)}  # code, and the bounds the text lies between
+    fields = [where[name] for name in SEARCH_PLACES[places]]
     place, start, end = np.zeros(len(samples), dtype=np.int8), np.zeros(len(samples), dtype=np.int64), np.zeros(len(samples), dtype=np.int64)
     searched, deadline = len(samples), began + SEARCH_SECONDS
     for row, (buffer, text_bounds) in enumerate(zip(owner.tolist(), bounds.tolist())):
-        if row % 512 == 0 and time.perf_counter() > deadline:
+        if time.perf_counter() > deadline:
             searched = row
             break
         view = views[buffer]
@@ -4222,9 +4250,13 @@ def export_parquet(rows: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-# The rows' lines as they are in their files, byte for byte, one a line.
+# The rows' lines as they are in their files, byte for byte, one a line (a line that cannot be read is left out).
 def export_jsonl(rows: pd.DataFrame) -> bytes:
-    return b"".join(read_line(path, offset, length) + b"\n" for path, offset, length in zip(rows["path"], rows["offset"].tolist(), rows["length"].tolist()))
+    lines = []
+    for path, offset, length in zip(rows["path"], rows["offset"].tolist(), rows["length"].tolist()):
+        with contextlib.suppress(OSError):
+            lines.append(read_line(path, offset, length) + b"\n")
+    return b"".join(lines)
 
 
 if __name__ == "__main__":

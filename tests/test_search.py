@@ -408,8 +408,8 @@ def test_facet_counts_and_means_equal_a_recount_of_the_lines(tmp_path):
             by_source[line["data_source"]].append(value_of(line))
         table = board.facet_table(run.samples, "text/data_source", column)
         assert table["samples"].tolist() == sorted((len(values) for values in by_source.values()), reverse=True)
-        assert dict(zip(table["data_source"], table["samples"])) == {source: len(values) for source, values in by_source.items()}
-        assert dict(zip(table["data_source"], table[f"mean {column}"])) == pytest.approx({source: np.mean(values) for source, values in by_source.items()})
+        assert dict(zip(table["text/data_source"], table["samples"])) == {source: len(values) for source, values in by_source.items()}
+        assert dict(zip(table["text/data_source"], table[f"mean {column}"])) == pytest.approx({source: np.mean(values) for source, values in by_source.items()})
 
 
 # Step-Facets: one curve per data source whose points are that source's per-step mean, and the table under it.
@@ -428,7 +428,7 @@ def test_step_facets_draws_each_values_mean_per_step(tmp_path, monkeypatch):
             expected[(f"data_source = {line['data_source']}", line["step"])].append(value_of(line))
         assert {(point["series"], point["step"]): point["mean"] for point in points} == pytest.approx({key: np.mean(values) for key, values in expected.items()})
         assert {(point["series"], point["step"]): point["n"] for point in points} == {key: len(values) for key, values in expected.items()}
-        facet_rows = tab.dataframe[0].value.set_index("data_source")
+        facet_rows = tab.dataframe[0].value.set_index("text/data_source")
         for source in ("gsm8k", "math", "code"):
             values = [value_of(line) for line in lines.values() if line["data_source"] == source]
             assert facet_rows.loc[source, "samples"] == len(values) and facet_rows.loc[source, f"mean {series}"] == pytest.approx(np.mean(values))
@@ -509,8 +509,8 @@ def test_the_page_combines_search_filters_and_top_n_by_kl(tmp_path, monkeypatch)
     phrase = plain_search(lines, "押韵", False, False, "response")
     assert found_on_page(app) == phrase
     widget(app.multiselect, "Filter by").set_value(["steps", "text/data_source"]).run()
-    widget(app.slider, "Steps").set_value((1, 3))
-    widget(app.multiselect, "text/data_source").set_value(["math", "gsm8k"])
+    widget(app.select_slider, "Steps").set_value((1, 3))
+    widget(app.multiselect, board.markdown_literal("text/data_source")).set_value(["math", "gsm8k"])  # a label from the data is escaped
     app.run()
     expected = {p for p in phrase if 1 <= lines[p]["step"] <= 3 and lines[p]["data_source"] in ("math", "gsm8k")}
     assert 0 < len(expected) < len(phrase) and found_on_page(app) == expected
@@ -531,7 +531,7 @@ def test_the_page_combines_search_filters_and_top_n_by_kl(tmp_path, monkeypatch)
     table = results_table(app)
     assert [(file, int(line)) for file, line in zip(table["file"], table["line"])] == by_kl[:5]
     assert table["avg_kl_kl"].tolist() == pytest.approx([kl_of(lines[p]) for p in by_kl[:5]])
-    assert count_line(app).startswith("**80** of 80 loaded samples found, at 5 of 5 steps; the results are the top 5 by avg_kl_kl")
+    assert count_line(app).startswith("**80** of 80 loaded samples found, at 5 of 5 steps; the results are the top 5 by avg\\_kl\\_kl")
     widget(app.radio, "Order").set_value("lowest first").run()
     assert [(file, int(line)) for file, line in zip(results_table(app)["file"], results_table(app)["line"])] == by_kl[::-1][:5]
 
@@ -668,7 +668,7 @@ def test_the_bundled_run_answers_a_users_questions(tmp_path, monkeypatch):
     app.session_state["curve_tabs"] = "Step-Facets"
     app.run()
     facet_rows = next(tab for tab in app.tabs if tab.label == "Step-Facets").dataframe[0].value
-    means = dict(zip(facet_rows["data_source"], facet_rows["mean reward"]))
+    means = dict(zip(facet_rows["text/data_source"], facet_rows["mean reward"]))
     assert means == pytest.approx({source: np.mean([line["reward"] for line in lines.values() if line["data_source"] == source]) for source in ("gsm8k", "math", "code")})
 
 
@@ -703,3 +703,353 @@ def test_a_long_field_keeps_its_indentation_and_outer_whitespace(tmp_path, monke
     app.run()
     # st.text dedents and strips its body: the board keeps the text as written between two zero-width spaces
     assert [text.value.removeprefix("\u200b").removesuffix("\u200b") for text in widget(app.expander, "Other fields of this line").text] == [critique]
+
+
+# ==== Review of issue 17: each defect found, as its own check ====
+
+# A run's rank file lines as given (dicts or raw bytes), under root/name; the run's folder.
+def write_run_lines(root: Path, name: str, lines: list, file=RANK_FILES[0]) -> Path:
+    write_lines(root / name / file, [line if isinstance(line, bytes) else json.dumps(line).encode() + b"\n" for line in lines])
+    return root / name
+
+
+# The lines as shown: bytes that are not UTF-8 decoded as �, then json (NaN included), by (file, line).
+def shown_records(run_dir: Path) -> dict:
+    return {(path.name, number): json.loads(line.decode(errors="replace")) for path in sorted(run_dir.glob("*.jsonl")) for number, line in enumerate(path.read_bytes().splitlines(), start=1)}
+
+
+# Another run chosen in the sidebar, loaded.
+def choose_run(app: AppTest, name: str) -> AppTest:
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value(name)
+    return load_and_view(app)
+
+
+# The Steps filter's widget (a select slider over the run's steps; a slider before).
+def steps_filter(app: AppTest):
+    return widget([*app.select_slider, *app.slider], "Steps")
+
+
+# Filters chosen under "Filter by" (each draws its widget).
+def choose_filters(app: AppTest, names: list) -> AppTest:
+    widget(app.multiselect, "Filter by").set_value(names).run()
+    assert not app.exception, app.exception
+    return app
+
+
+# The line counting what was found (a warning when the search was cut); None when none is drawn.
+def results_line(app: AppTest) -> str | None:
+    return next((line.value for line in [*app.markdown, *app.warning] if "loaded samples found" in line.value), None)
+
+
+# The board's own module runs the page, so that a test can change its constants (monkeypatch on board).
+def own_module_page(tmp_path: Path, root: Path, monkeypatch) -> AppTest:
+    page = tmp_path / "own_module_board.py"
+    page.write_text("import rl_logging_board as board\n\nif __name__ == '__main__':\n    board.main()\n")
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(root))
+    app = AppTest.from_file(str(page), default_timeout=120)
+    app.run()
+    return app
+
+
+BAD_UTF8_FIELDS = b'{"prompt": "p1", "response": "r1", "reward": 1, "step": 1, "source": "caf\xe9", "info": {"source": "caf\xe9", "n": [1, "\xff"]}}\n'
+
+
+# A key outside the format whose string (or nested value) holds bytes that are not UTF-8 made the whole load fail;
+# it loads, the string as shown (�).
+def test_a_key_outside_the_format_with_bytes_that_are_not_utf8_loads_as_shown(tmp_path):
+    run_dir = write_run_lines(tmp_path, "run", [sample(1), BAD_UTF8_FIELDS, sample(2, source="plain")])
+    run, lines = load(run_dir), shown_records(run_dir)
+    samples = run.samples.sort_values("line")
+    assert [None if pd.isna(value) else value for value in samples["text/source"]] == [None, lines[(RANK_FILES[0], 2)]["source"], "plain"]
+    assert "\ufffd" in samples["text/source"].iat[1]
+    row = samples.iloc[1]
+    assert board.load_other_fields(row["index_id"], row["path"], int(row["offset"]), int(row["length"])) == {key: lines[(RANK_FILES[0], 2)][key] for key in ("source", "info")}
+
+
+# "Other fields of this line" raised on a nested value with bytes that are not UTF-8; it shows the fields as shown (�).
+def test_other_fields_of_a_line_with_bytes_that_are_not_utf8_are_shown(tmp_path, monkeypatch):
+    run_dir = write_run_lines(tmp_path / "runs", "run", [BAD_UTF8_FIELDS, sample(1)])
+    line = shown_records(run_dir)[(RANK_FILES[0], 1)]
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    app.session_state["other_fields"] = True
+    app.run()
+    assert not app.exception, app.exception
+    details = widget(app.expander, "Other fields of this line")
+    shown = details.dataframe[0].value
+    assert shown["field"].tolist() == ["source"] and shown["value"].tolist() == [json.dumps(line["source"], ensure_ascii=False)]
+    assert [json.loads(element.value) for element in details.get("json")] == [line["info"]] and "\ufffd" in line["info"]["source"]
+
+
+# Texts with bytes that are not UTF-8 were left unsearched when they also held an escape, or were chat messages: the
+# search finds each as the step view shows it (� for the bad bytes, the escapes decoded).
+def test_texts_with_bad_bytes_are_searched_as_shown_with_escapes_and_in_chat_prompts(tmp_path):
+    run_dir = write_run_lines(tmp_path, "run", [
+        b'{"prompt": "p", "response": "caf\xe9 needle\\n", "reward": 1, "step": 1}\n',
+        b'{"prompt": "caf\xe9 \\"needle\\"", "response": "r", "reward": 1, "step": 1}\n',
+        b'{"prompt": [{"role": "user", "content": "caf\xe9 needle"}], "response": "r", "reward": 1, "step": 1}\n',
+        b'{"prompt": "p", "response": "caf\xe9 needle", "reward": 1, "step": 2}\n',
+    ])
+    run, lines = load(run_dir), shown_records(run_dir)
+    samples = run.samples.sort_values("line")
+    place = search(run, "needle").place[samples.index]
+    assert place.tolist() == [2 if "needle" in line["response"] else 1 if "needle" in text_of(line["prompt"]) else 0 for line in lines.values()] == [2, 1, 1, 2]
+    for query, places in [("caf\ufffd needle\n", "response"), ('caf\ufffd "needle"', "prompt"), ('"content": "caf\ufffd needle"', "prompt")]:
+        assert found(run, query, places=places) == plain_search(lines, query, False, False, places) != set(), query
+    result = search(run, "needle", places="prompt")
+    hit = result.place > 0
+    snippets = board.match_snippets(board.RunTexts(), run.samples[hit], result.place[hit], result.start[hit], result.end[hit])
+    assert sorted(snippets) == ['[{"role": "user", "content": "caf\ufffd ⟦needle⟧"}]', 'caf\ufffd "⟦needle⟧"']
+
+
+# An extra number logged as NaN (or null) became +inf, first in every "highest first"; 1.5e308 became inf too. NaN and
+# null stay missing and a float stays itself; an integer beyond a float's range (which made the load raise) is
+# infinite, with its sign.
+def test_an_extra_nan_stays_missing_and_only_integers_beyond_floats_are_infinite(tmp_path):
+    def as_number(value):
+        try:
+            return math.nan if value is None else float(value)
+        except OverflowError:  # an integer beyond a float's range
+            return math.inf if value > 0 else -math.inf
+
+    def extra_acc(name, values) -> tuple[list, list]:
+        run_dir = write_run_lines(tmp_path, name, [b'{"prompt": "p", "response": "r", "reward": 1, "step": %d, "acc": %s}\n' % (1 + i % 2, value) for i, value in enumerate(values)])
+        run = load(run_dir)
+        return run.samples.sort_values("line")["extra/acc"].tolist(), [as_number(line["acc"]) for line in shown_records(run_dir).values()]
+
+    loaded, expected = extra_acc("floats", [b"0.5", b"NaN", b"null", b"1.5e308", b"-1.5e308", b"0.25"])
+    assert loaded == pytest.approx(expected, nan_ok=True) and math.isnan(loaded[1]) and math.isnan(loaded[2]) and loaded[3:5] == [1.5e308, -1.5e308]
+    top = pd.Series(loaded, index=range(1, 7)).sort_values(ascending=False, na_position="last").index.tolist()
+    assert top[:2] == [4, 1] and set(top[-2:]) == {2, 3}  # highest first: the NaN and null lines last, not first
+    loaded, expected = extra_acc("integers", [b"1" + b"0" * 400, b"-1" + b"0" * 400, b"7"])
+    assert loaded == expected == [math.inf, -math.inf, 7.0]
+
+
+# A key of its own on every line (an id as the key) made a full-length column per line, memory growing with lines x
+# keys; a file keeps at most FIELD_COLUMNS columns of keys outside the format, the keys every line has among them.
+def test_a_key_per_line_keeps_at_most_field_columns_columns(tmp_path):
+    def line(i):
+        own = {f"id_{i}": i} if i % 2 else {f"t_{i}": "x"}
+        return sample(1 + i // 100, reward=1.0, rewards_per_func={"acc": i / 600}, acc=i, **own)
+
+    run_dir = write_run_lines(tmp_path, "run", [line(i) for i in range(600)])
+    for _ in range(2):
+        run, lines = load(run_dir), records(run_dir)
+        columns = [column for column in run.samples.columns if column.startswith(("rewards/", "extra/", "text/"))]
+        assert len(columns) <= 256 and board.FIELD_COLUMNS == 256
+        samples = run.samples.sort_values(["path", "line"])
+        ordered = [lines[(Path(path).name, line)] for path, line in zip(samples["path"], samples["line"])]
+        assert samples["extra/acc"].tolist() == [line["acc"] for line in ordered]
+        assert samples["rewards/acc"].tolist() == pytest.approx([line["rewards_per_func"]["acc"] for line in ordered])
+        for column in columns:
+            if column.startswith(("extra/id_", "text/t_")):
+                key = column.split("/", 1)[1]
+                assert samples[column].notna().tolist() == [key in line for line in ordered], column
+        with open(run_dir / RANK_FILES[0], "ab") as file:  # a grown file, loaded again, keeps within the bound too
+            file.write(b"".join(json.dumps(line(i)).encode() + b"\n" for i in range(600, 700)))
+
+
+# A regular expression RE2 runs in linear time but with a huge program (a big counted repeat) took seconds per text;
+# one larger than SEARCH_PROGRAM is refused as too complex, while ordinary patterns and any literal text are searched.
+def test_a_regular_expression_too_complex_for_re2_is_refused(tmp_path, monkeypatch):
+    for query in [r"(.*a){1000}x", r"((.*.){30}){30}x", r"((\w|\s)*.){1000}!"]:
+        with pytest.raises(ValueError, match="too complex"):
+            board.search_pattern(query, True, False)
+        assert board.search_pattern(query, False, False) is not None  # the same text, literally
+    assert board.search_pattern(r"tool_call>\s*\{", True, False).programsize <= board.SEARCH_PROGRAM
+    assert board.search_pattern("x" * 5000, False, True) is not None  # a long literal query is no repeat
+    write_run_lines(tmp_path / "runs", "run", [sample(1), sample(2)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    search_page(app, r"(.*a){1000}x", regex=True)
+    [error] = [element.value for element in app.error]
+    assert "too complex" in error and results_line(app) is None
+
+
+# The search looked at its SEARCH_SECONDS deadline only every 512 samples, so one slow text after another ran far past
+# it; it is checked after every text (a clock that moves one second a look: cut after two texts), and the page warns.
+def test_the_search_checks_its_deadline_after_every_text(tmp_path, monkeypatch):
+    run_dir = write_run_lines(tmp_path / "runs", "run", [sample(step, response=f"needle {i}") for step in (1, 2, 3) for i in range(4)])
+    run = load(run_dir)
+    clock = iter(range(1, 1000))
+    with monkeypatch.context() as patch:
+        patch.setattr(board, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: float(next(clock)))}))
+        patch.setattr(board, "SEARCH_SECONDS", 2.5)  # began at 1: looks at 2 and 3 pass, 4 is past the deadline
+        result = search(run, "needle")
+    assert result.searched == 2 < len(run.samples) and (result.place > 0).tolist() == [True, True] + [False] * 10
+    monkeypatch.setattr(board, "SEARCH_SECONDS", 1e-9)
+    app = load_and_view(own_module_page(tmp_path, tmp_path / "runs", monkeypatch))
+    search_page(app, "needle")
+    [warning] = [element.value for element in app.warning if "loaded samples found" in element.value]
+    assert "The search stopped after" in warning and "later steps were not searched" in warning
+
+
+# A number with no finite value (Infinity on every line) raised when chosen under "Filter by"; it and a number with
+# one value are offered for sort, and their filter says there is nothing to filter, drawing no slider. A key with no
+# number on any line (NaN) is no column at all.
+def test_a_number_without_two_finite_values_has_nothing_to_filter(tmp_path, monkeypatch):
+    write_run_lines(tmp_path / "runs", "run", [b'{"prompt": "p", "response": "r%d", "reward": %d, "step": %d, "inf": Infinity, "one": 3, "nan": NaN}\n' % (i, i, 1 + i % 2) for i in range(4)])
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), ["extra/inf", "extra/one", "reward"])
+    assert {"extra/inf", "extra/one"} <= set(widget(app.selectbox, "Sort by").options)
+    assert {"extra/inf", "extra/one"} <= set(widget(app.multiselect, "Filter by").options) and "extra/nan" not in widget(app.multiselect, "Filter by").options
+    captions = [caption.value for caption in app.caption]
+    assert "extra/inf: no finite value, nothing to filter." in captions and "extra/one: every finite value is 3, nothing to filter." in captions
+    assert [slider.label for slider in app.slider if slider.label.startswith(("extra/", "reward"))] == ["reward"]
+    widget(app.selectbox, "Sort by").set_value("extra/inf").run()
+    assert not app.exception and results_line(app).startswith("**4** of 4 loaded samples found")
+
+
+# A range of two values closer than 200 steps of a float (5e-324..1e-323) gave the slider a step of 0, and one of
+# -1e308..1e308 a step of inf: both draw a slider over their values, and narrowing it keeps the samples within.
+def test_tiny_and_huge_ranges_draw_a_slider(tmp_path, monkeypatch):
+    lines = [sample(1, x=5e-324, y=-1e308), sample(2, x=1e-323, y=1e308), sample(2, x=5e-324, y=0.0)]
+    write_run_lines(tmp_path / "runs", "run", lines)
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), ["extra/x", "extra/y"])
+    for key in ("x", "y"):
+        slider = widget(app.slider, f"extra/{key}")
+        values = [line[key] for line in lines]
+        assert (slider.min, slider.max, slider.value) == (min(values), max(values), (min(values), max(values)))
+    assert results_line(app).startswith("**3** of 3 loaded samples found")
+    widget(app.slider, "extra/y").set_value((0.0, 1e308)).run()
+    assert not app.exception and found_on_page(app) == {(RANK_FILES[0], n) for n, line in enumerate(lines, 1) if 0.0 <= line["y"] <= 1e308}
+    widget(app.slider, "extra/x").set_value((1e-323, 1e-323)).run()
+    assert not app.exception and found_on_page(app) == {(RANK_FILES[0], n) for n, line in enumerate(lines, 1) if line["x"] == 1e-323 and line["y"] >= 0.0}
+
+
+# Steps beyond 2**53 (more than JavaScript holds exactly) made the Steps slider raise: it is a select slider over the
+# run's steps.
+def test_steps_beyond_2_to_the_53_are_filtered_with_a_select_slider(tmp_path, monkeypatch):
+    steps = [2**60, 2**61, 2**61 + 2**20]
+    write_run_lines(tmp_path / "runs", "run", [sample(step) for step in steps])
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), ["steps"])
+    slider = widget(app.select_slider, "Steps")
+    assert [int(option) for option in slider.options] == steps and tuple(slider.value) == (steps[0], steps[-1])
+    widget(app.select_slider, "Steps").set_value((steps[1], steps[2])).run()
+    assert not app.exception and results_line(app).startswith("**2** of 3 loaded samples found, at 2 of 3 steps")
+
+
+# Max Samples Each Step below the lines per step left a text key only unloaded lines have as a facet with no value
+# (Step-Facets raised), and such a number as a field: facets and fields need a value among the loaded samples.
+def test_facets_and_fields_need_a_value_among_the_loaded_samples(tmp_path, monkeypatch):
+    lines = [sample(step, reward=reward, **({"source": "gsm8k", "score": 0.5} if reward == 3.0 else {})) for step in (1, 2, 3) for reward in (1.0, 2.0, 3.0)]
+    run_dir = write_run_lines(tmp_path / "runs", "run", lines)
+    whole, part = load(run_dir), load(run_dir, max_samples=2)
+    assert (whole.facets, whole.extra_columns) == (["text/source"], ["extra/score"])
+    loaded = [lines[line - 1] for line in part.samples["line"]]
+    assert len(loaded) == 6 and not any("source" in line for line in loaded)  # the lines with the keys are not loaded
+    assert (part.facets, part.extra_columns) == ([], [])
+    app = start(tmp_path / "runs", monkeypatch)
+    widget(app.sidebar.number_input, "Max Samples Each Step").set_value(2)
+    load_and_view(app)
+    assert not {"Step-Fields", "Step-Facets"} & {tab.label for tab in app.tabs}
+    assert not {"text/source", "extra/score"} & set(widget(app.multiselect, "Filter by").options)
+
+
+# Step-Facets raised when the run had a facet but no number per sample (every reward null): it says so.
+def test_step_facets_without_a_number_says_so(tmp_path, monkeypatch):
+    write_run_lines(tmp_path / "runs", "run", [b'{"prompt": "p", "response": "r", "reward": null, "step": %d, "source": "a"}\n' % step for step in (1, 2)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    app.session_state["curve_tabs"] = "Step-Facets"
+    app.run()
+    assert not app.exception, app.exception
+    tab = next(tab for tab in app.tabs if tab.label == "Step-Facets")
+    assert [info.value for info in tab.info] == ["No number to draw per value: the loaded samples have no reward or other number."]
+
+
+# A facet key named "samples" clashed with facet_table's count column (it raised), one named "path" was shown as the
+# file's: the table's first column is the full text/<key> name, and Step-Facets draws both.
+def test_facet_keys_named_samples_or_path_are_tabled(tmp_path, monkeypatch):
+    lines = [sample(step, reward=i, samples=["few", "many"][i], path="x", sample=7) for step in (1, 2) for i in range(2)]
+    run_dir = write_run_lines(tmp_path / "runs", "run", lines)
+    run = load(run_dir)
+    assert run.facets == ["text/path", "text/samples"] and run.samples.sort_values("line")["sample"].tolist() == [0, 1, 0, 1]
+    for key in ("samples", "path"):
+        table = board.facet_table(run.samples, f"text/{key}", "reward")
+        assert table.columns.tolist() == [f"text/{key}", "samples", "mean reward", "samples with reward"]
+        by_value = defaultdict(list)
+        for line in lines:
+            by_value[line[key]].append(line["reward"])
+        assert dict(zip(table[f"text/{key}"], table["samples"])) == {value: len(rewards) for value, rewards in by_value.items()}
+        assert dict(zip(table[f"text/{key}"], table["mean reward"])) == pytest.approx({value: np.mean(rewards) for value, rewards in by_value.items()})
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    app.session_state["curve_tabs"] = "Step-Facets"
+    for facet in ("text/samples", "text/path"):
+        app.session_state["facet"] = facet
+        app.run()
+        assert not app.exception, app.exception
+        assert next(tab for tab in app.tabs if tab.label == "Step-Facets").dataframe[0].value.columns[0] == facet
+
+
+# A rank file deleted after loading made the search raise: it answers, that file's texts read as empty.
+def test_a_search_answers_after_a_rank_file_is_deleted(tmp_path, monkeypatch):
+    run_dir = write_run_lines(tmp_path / "runs", "run", [sample(1), sample(2)])
+    write_run_lines(tmp_path / "runs", "run", [sample(3), sample(4)], file=RANK_FILES[1])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    (run_dir / RANK_FILES[1]).unlink()
+    search_page(app, "p1")
+    assert found_on_page(app) == {(RANK_FILES[0], 1)}
+    search_page(app, "p3")
+    assert results_line(app).startswith("**0** of 4 loaded samples found")
+
+
+# Filter widgets were keyed by filter name only, so run A's ranges clamped run B's (B's Steps and reward squeezed to
+# one value): they are keyed per run folder, and B's filters start at B's full ranges.
+def test_filters_set_in_one_run_do_not_clamp_another_runs(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    write_run_lines(root, "a_run", [sample(step, reward=reward, x=reward * 10, source=source) for step in (1, 2, 3) for reward, source in ((0.0, "gsm8k"), (1.0, "math"))])
+    write_run_lines(root, "b_run", [sample(step, reward=reward + 5, y=reward, source=source) for step in (10, 20) for reward, source in ((0.0, "code"), (1.0, "code2"))])
+    app = choose_run(start(root, monkeypatch), "a_run")
+    choose_filters(app, ["steps", "reward", "extra/x", "text/source"])
+    widget(app.slider, "reward").set_value((0.5, 1.0))
+    steps_filter(app).set_value((2, 3))
+    widget(app.multiselect, "text/source").set_value(["math"])
+    app.run()
+    assert results_line(app).startswith("**2** of 6 loaded samples found")
+    choose_run(app, "b_run")
+    assert widget(app.multiselect, "Filter by").value == ["steps", "reward", "text/source"]  # extra/x: not in run B
+    assert tuple(steps_filter(app).value) == (10, 20) and widget(app.slider, "reward").value == (5.0, 6.0)
+    assert widget(app.multiselect, "text/source").value == [] and widget(app.multiselect, "text/source").options == ["code", "code2"]
+    assert results_line(app).startswith("**4** of 4 loaded samples found, at 2 of 2 steps")
+
+
+# A range left at its full extent stayed at the old extent when a live run grew, leaving the new steps and values
+# out: it follows the new extent, while an end the user moved stays where it was put.
+def test_a_range_at_its_full_extent_follows_a_growing_run(tmp_path, monkeypatch):
+    run_dir = write_run_lines(tmp_path / "runs", "live", [sample(step, reward=reward) for step in (1, 2) for reward in (0.0, 1.0)])
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), ["steps", "reward"])
+    widget(app.slider, "reward").set_value((0.5, 1.0)).run()  # the low end moved, the high one left at the top
+    assert results_line(app).startswith("**2** of 4 loaded samples found")
+    with open(run_dir / RANK_FILES[0], "ab") as file:
+        file.write(b"".join(json.dumps(sample(step, reward=reward)).encode() + b"\n" for step in (3, 4) for reward in (0.5, 2.0)))
+    load_and_view(app)
+    assert tuple(steps_filter(app).value) == (1, 4) and widget(app.slider, "reward").value == (0.5, 2.0)
+    kept = [line for line in records(run_dir).values() if 0.5 <= line["reward"] <= 2.0]
+    assert results_line(app).startswith(f"**{len(kept)}** of 8 loaded samples found, at {len({line['step'] for line in kept})} of 4 steps")
+
+
+# An invalid regular expression with a filter chosen showed the error and the filter's samples as if found: the error
+# alone is shown.
+def test_an_invalid_regular_expression_with_a_filter_lists_nothing(tmp_path, monkeypatch):
+    write_run_lines(tmp_path / "runs", "run", [sample(step, reward=i) for step in (1, 2) for i in range(2)])
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), ["reward"])
+    search_page(app, "needle(", regex=True)
+    [error] = [element.value for element in app.error]
+    assert error.startswith("Not a valid regular expression: ") and results_line(app) is None and results_table(app) is None
+
+
+MARKDOWN_KEY = "![x](http://example.invalid/a.png) **b**"
+
+
+# A key name from the data was rendered as markdown in the widget labels (an image fetched from outside the server,
+# bold text): labels, captions and the results line's "by <column>" show it escaped (markdown_literal).
+def test_key_names_are_escaped_in_labels_captions_and_the_results_line(tmp_path, monkeypatch):
+    write_run_lines(tmp_path / "runs", "run", [sample(step, reward=i, **{MARKDOWN_KEY: i / 2, "_one_*": 1}) for step in (1, 2) for i in range(3)])
+    column = "extra/" + MARKDOWN_KEY
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), [column, "extra/_one_*"])
+    slider = widget(app.slider, board.markdown_literal(column))
+    assert re.search(r"(?<!\\)[!\[\]()*]", slider.label) is None and (slider.min, slider.max) == (0.0, 1.0)  # nothing left to render
+    assert re.sub(r"\\(.)", r"\1", slider.label).replace("\u200b", "") == column  # and the name as logged, read
+    assert f"{board.markdown_literal('extra/_one_*')}: every finite value is 1, nothing to filter." in [caption.value for caption in app.caption]
+    widget(app.selectbox, "Sort by").set_value(column)
+    widget(app.number_input, "Top N").set_value(2)
+    app.run()
+    assert not app.exception and f"the results are the top 2 by {board.markdown_literal(column)}" in results_line(app)
+    assert results_table(app)[column].tolist() == [1.0, 1.0]
