@@ -1476,7 +1476,7 @@ def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step:
     return read_sample_tokens(path, offset, length, step)
 
 
-# A run's texts for search, kept for the two runs searched last: the large run's take about 150 MB.
+# A run's texts for search, kept for the two runs searched last: the bench's large run's (51,200 samples) take 390 MB.
 @st.cache_resource(show_spinner=False, max_entries=2)
 def run_texts(run_dir: str) -> "RunTexts":
     return RunTexts()
@@ -2608,8 +2608,8 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         for name, score in (record.rewards_per_func or {}).items():
             fields.setdefault(f"rewards/{valid_text(name)}", np.full(count, np.nan))[row] = np.nan if score is None else score
         numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
-        for name in ("prompt", "response"):  # where the texts are, for search to read them alone
-            if isinstance(line.get(name), msgspec.Raw):
+        for name in ("prompt", "response"):  # where the texts are, for search to read them alone (valid UTF-8: no note)
+            if note is None and isinstance(line.get(name), msgspec.Raw):
                 numbers[f"{name}_at"][row] = raw_offset(data, bytes(line[name]), offset, offset + length)
                 numbers[f"{name}_bytes"][row] = len(line[name])
         for name, value in extra_fields(line).items():
@@ -4152,12 +4152,16 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
     return b"".join(parts), sizes
 
 
-# A field's text as UTF-8 from its raw JSON value: a string without escapes is its own bytes.
+# A field's text as UTF-8 from its raw JSON value (of a line that was valid UTF-8 when indexed): a string without
+# escapes is its own bytes.
 def json_text(raw: bytes) -> bytes:
     if raw[:1] == b'"' and raw[-1:] == b'"' and b"\\" not in raw:
-        text = raw[1:-1]
-        return text if text.isascii() else text.decode(errors="replace").encode()  # invalid UTF-8 as shown: �
-    return (as_text(raw_value(raw)) or "").encode()
+        return raw[1:-1]
+    value = raw_value(raw)
+    try:
+        return value.encode() if isinstance(value, str) else (as_text(value) or "").encode()
+    except UnicodeEncodeError:  # a lone surrogate escape
+        return valid_text(value).encode()
 
 
 # A search's pattern in RE2 (linear time, so no pattern can stall the server): the text as it is, or a regular

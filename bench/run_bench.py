@@ -275,7 +275,7 @@ class Board:
         return self.timed(lambda: field.press("Enter"))
 
     def set_max_samples(self, value: int):
-        field = self.page.get_by_label("Max Samples Each Step")
+        field = self.page.get_by_role("spinbutton", name="Max Samples Each Step", exact=True)
         field.fill(str(value))
         self.timed(lambda: field.press("Enter"))
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from playwright.sync_api import sync_playwright
 
-from tests.test_browser import CHROMIUM, served_board
+from tests.test_browser import browser, served_board  # noqa: F401 (browser: a fixture)
 from tests.test_loading import sample, write_lines
 
 SHOTS = Path(os.environ.get("RL_LOGGING_BOARD_SHOTS", "/tmp/search_shots"))
@@ -100,20 +99,11 @@ def source_line(run_root: Path, step: int, index: int) -> bytes:
     return (run_root / "needles" / name).read_bytes().split(b"\n")[number - 1]
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    assert Path(CHROMIUM).exists(), "install Chromium: apt-get install -y chromium (tests/run.sh does)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield browser
-        browser.close()
-
-
 # A new browser context (nothing shared with another test) and a page with the run loaded and drawn, recording every
 # request it makes.
 @pytest.fixture
-def page(chromium, board_url):
-    context = chromium.new_context(viewport={"width": 1600, "height": 3000}, accept_downloads=True)
+def page(browser, board_url):
+    context = browser.new_context(viewport={"width": 1600, "height": 3000}, accept_downloads=True)
     page = context.new_page()
     page.requests = []
     page.on("request", lambda request: page.requests.append(request.url))
