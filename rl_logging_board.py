@@ -2074,7 +2074,7 @@ def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
 
 
 # What a search keeps besides its text: a step range, ranges of numbers, facet values, truncated completions, members
-# of zero-signal groups. Hashable: it keys the results' cache.
+# of zero-signal groups; the default keeps every sample.
 @dataclass(frozen=True)
 class SampleFilter:
     steps: tuple = ()  # (first, last); () for all
@@ -2084,6 +2084,7 @@ class SampleFilter:
     zero_signal: bool = False
 
 
+# Which samples pass every part of the filter.
 def filter_mask(samples: pd.DataFrame, chosen: SampleFilter) -> np.ndarray:
     mask = np.ones(len(samples), dtype=bool)
     if chosen.steps:
@@ -2513,9 +2514,10 @@ SUMMARY_FIELD_DECODERS = {name: msgspec.json.Decoder(kind, strict=False) for nam
 FORMAT_KEYS = frozenset(field.encode_name for struct in (Rollout, RolloutTexts) for field in msgspec.structs.fields(struct)) | {"rank"}
 EXTRA_PREFIX, TEXT_PREFIX = "extra/", "text/"
 EXTRA_FIELDS = 32  # kept per line, in the line's order
-FIELD_COLUMNS = 256  # columns of keys some lines have (rewards/, extra/, text/) a file keeps: a key per line (an id
-# as the key) would otherwise make a column per line
 TEXT_FIELD_CHARACTERS = 64  # a longer string is a long value
+# Columns of keys only some lines have (rewards/, extra/, text/) a file keeps: a key per line (an id used as the key)
+# would otherwise make a column per line.
+FIELD_COLUMNS = 256
 
 
 # The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
