@@ -4,6 +4,7 @@ metrics file; TRL's `kl` from both ranks' lines."""
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from tests.logger_fixtures import KL_ROUNDING, TRL_POOLS_RANKS, read_records, ti
 
 
 PROJECT = Path(__file__).resolve().parents[1]
+# What a rank prints when gloo's threads abort it (std::terminate on a still-joinable thread), seen mid-training and at
+# exit, now and then, on a busy 2-core machine, with no error of ours: the run is tried once more.
+GLOO_ABORT = "terminate called without an active exception"
 
 
 def test_two_ranks_write_the_whole_batch_once(tmp_path):
@@ -32,6 +36,9 @@ def test_two_ranks_write_the_whole_batch_once(tmp_path):
         str(tmp_path),
     ]
     finished = subprocess.run(command, env=environment, cwd=PROJECT, capture_output=True, text=True, timeout=240)
+    if finished.returncode and GLOO_ABORT in finished.stderr:  # gloo on CPU, not the logger: once in a few dozen runs
+        shutil.rmtree(tmp_path / "rollout_samples", ignore_errors=True)
+        finished = subprocess.run(command, env=environment, cwd=PROJECT, capture_output=True, text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert finished.stdout.count("RLLoggingBoard: Saving rollout data to") == 1  # rank 0 says it, once
 
