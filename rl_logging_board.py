@@ -2669,6 +2669,7 @@ def with_raw_fields(value: dict, struct_type) -> dict:
 # are (flat lists of finite numbers); any other line (null, NaN or a nested list in a list, huge numbers, bad JSON, a
 # key missing or of the wrong type...) is decoded the general way, so both give the same record.
 def decode_summary(raw, parser: simdjson.Parser):
+    fields = None
     try:
         fields = LINE_FIELDS_DECODER.decode(raw)
         record = RolloutSummaryRawArrays(**{
@@ -2678,7 +2679,7 @@ def decode_summary(raw, parser: simdjson.Parser):
         arrays = {key: flat_float_list(getattr(record, key), parser) for key in SUMMARY_TOKEN_KEYS}
     except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError, RecursionError):
         record, note = decode_line(raw, SUMMARY_DECODER)
-        return record, note, line_fields(raw)
+        return record, note, line_fields(raw) if fields is None else fields  # a line with nulls in its lists was split already
     for key, array in arrays.items():
         setattr(record, key, array)
     return integer_step(record), None, fields
@@ -4064,16 +4065,6 @@ EXPORT_NUMBERS = [
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
-# The texts search reads of a line.
-class SearchTexts(msgspec.Struct, gc=False):
-    prompt: Any
-    response: Any
-    step: int | float
-
-
-SEARCH_TEXTS_DECODER = msgspec.json.Decoder(SearchTexts, strict=False)
-
-
 # A file's searched texts as UTF-8 in one buffer: a Python string per text would take several times the memory.
 # The line at offsets[i] has its prompt at data[bounds[i, 0]:bounds[i, 1]] and its response at data[bounds[i, 1]:bounds[i, 2]].
 @dataclass
@@ -4143,7 +4134,7 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
         for row, (offset, length, *spans) in enumerate(lines.tolist()):
             try:
                 if np.isnan(spans).any():
-                    record, _ = decode_line(os.pread(file.fileno(), int(length), int(offset)), SEARCH_TEXTS_DECODER)
+                    record, _ = decode_line(os.pread(file.fileno(), int(length), int(offset)), TEXTS_DECODER)
                     texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
                 else:
                     texts = [json_text(os.pread(file.fileno(), int(size), int(offset + at))) for at, size in (spans[:2], spans[2:])]
