@@ -39,6 +39,7 @@ import base64
 import codecs
 import contextlib
 import dataclasses
+import fnmatch
 import functools
 import gc
 import hashlib
@@ -51,6 +52,7 @@ import json
 import math
 import multiprocessing
 import os
+import posixpath
 import re
 import stat
 import sys
@@ -64,12 +66,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import fsspec
 import msgspec
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.feather
+import pyarrow.parquet
 import re2
 import simdjson
 import streamlit as st
@@ -117,10 +121,11 @@ def main():
     if run is None:
         return
     compared = load_compared_runs(settings)
-    history, *compared_histories = (load_history(shown.run_dir, history_signature(shown.run_dir)) for shown in [run, *compared])
+    history, *compared_histories = (load_history(shown.history_dir, current_history_signature(shown.history_dir)) for shown in [run, *compared])
     if settings.live:
         watch_runs([run, *compared], [history, *compared_histories], settings.max_samples, settings.live_every)
     draw_run_metadata(run)
+    run = draw_reward_weights(run)
     if run.report.empty and run.problems.empty and history.empty and history.problems.empty:
         st.warning(
             f"No `.jsonl` file and no training history in {markdown_literal(run.run_dir)}: a run is a folder of JSONL "
@@ -155,7 +160,14 @@ def launch_options() -> argparse.Namespace:
         default=os.environ.get("RL_LOGGING_BOARD_ALLOW_ANY_ROOT", "") not in ("", "0"),
         help="served beyond this machine, let Log(s) Root Path open folders outside --root too",
     )
+    parser.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="S3-compatible store to open s3:// paths from (MinIO, R2...); default: the AWS_ENDPOINT_URL variable, else AWS",
+    )
     options, _ = parser.parse_known_args(sys.argv[1:])
+    if options.endpoint_url:  # before the workers start: they read it too
+        os.environ["AWS_ENDPOINT_URL"] = options.endpoint_url
     return options
 
 
@@ -181,8 +193,15 @@ def guard_network_access(options: argparse.Namespace) -> str | None:
     return None if options.allow_any_root else options.root
 
 
-# Whether path lies inside folder once symbolic links and ".." are resolved.
+# Whether path lies inside folder once symbolic links and ".." are resolved. A URL is within a URL of the same store
+# only; never within a local folder, nor a path within a URL.
 def is_within(path, folder) -> bool:
+    if is_remote(path) or is_remote(folder):
+        if not (is_remote(path) and is_remote(folder)):
+            return False
+        normal = [posixpath.normpath(str(url).split("://", 1)[1]) for url in (path, folder)]
+        same_store = str(path).split("://", 1)[0].lower() == str(folder).split("://", 1)[0].lower()
+        return same_store and (normal[0] == normal[1] or normal[0].startswith(normal[1].rstrip("/") + "/"))
     return Path(os.path.realpath(Path(path).expanduser())).is_relative_to(os.path.realpath(Path(folder).expanduser()))
 
 
@@ -244,6 +263,7 @@ class StateKey:
     GROUP_TABLE = "group_table"
     CURVE_TABS = "curve_tabs"
     REWARD_SERIES = "reward_series"  # prefix: one choice per set of options
+    REWARD_WEIGHTS = "reward_weights"  # prefix: one per run
     KL_STATISTIC = "kl_statistic"
     KL_LOG_SCALE = "kl_log_scale"
     TOKEN_VIEW = "token_view"
@@ -329,16 +349,18 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     if allowed_root is not None and not is_within(root, allowed_root):
         sidebar.warning(f"Served to the network, this board opens only folders under {markdown_literal(allowed_root)}.")
         root = allowed_root
-    runs = list_runs(root) if Path(root).expanduser().is_dir() else []
+    runs, listing_error = listed_runs(root)
+    if listing_error:
+        sidebar.error(markdown_literal(listing_error))
     run_name = sidebar.selectbox(
         "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
     )
     # Compared with the run shown: the loaded one, or the chosen one while none is (or while Load & View opens it; its
     # click is in the session state before the button is drawn).
-    chosen_dir = str(Path(root).expanduser() / run_name) if run_name is not None else None
+    chosen_dir = joined(root, run_name) if run_name is not None else None
     shown_dir = st.session_state.get(StateKey.LOADED_RUN) if not st.session_state.get(StateKey.LOAD_BUTTON) else None
     shown_dir = shown_dir or chosen_dir
-    others = [name for name in runs if str(Path(root).expanduser() / name) != shown_dir]
+    others = [name for name in runs if joined(root, name) != shown_dir]
     compare_names = sidebar.multiselect(
         "Compare with",
         others,
@@ -444,16 +466,18 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
 
 # TRL logs k3 as kl: a run whose metadata names a trl version starts on k3, so the board's numbers match TRL's.
 def default_kl_estimator(root: str, run_name: str | None) -> str:
-    if run_name is None or not (Path(root).expanduser() / run_name).is_dir():
+    if run_name is None:
         return "kl"
-    meta = read_meta(str(Path(root).expanduser() / run_name))
+    meta = cached_meta(joined(root, run_name))
     return "k3" if meta and meta.get("trl_version") else "kl"
 
 
 # Data loads on Load & View only; afterwards widget changes reuse it, and live mode refreshes it.
 def load_selected_run(settings: "Settings"):
-    root = Path(settings.root).expanduser()
-    if not root.is_dir():
+    root = settings.root if is_remote(settings.root) else str(Path(settings.root).expanduser())
+    if is_remote(root) and listed_runs(root)[1]:
+        return None  # the sidebar says why
+    if not is_remote(root) and not Path(root).is_dir():
         st.warning(f"Log(s) Root Path {markdown_literal(root)} does not exist.")
         return None
     if settings.run_name is None:
@@ -461,7 +485,7 @@ def load_selected_run(settings: "Settings"):
         st.code(f"{root}/\n└── my_run/\n    ├── rollout_data_rank_0.jsonl\n    └── rollout_data_rank_1.jsonl", language=None)
         return None
     if settings.load_clicked:
-        st.session_state[StateKey.LOADED_RUN] = str(root / settings.run_name)
+        st.session_state[StateKey.LOADED_RUN] = joined(root, settings.run_name)
         for key in (StateKey.LAST_STEP_SEEN, StateKey.LAST_STEP_WHEN_CHOSEN):  # new steps are counted in this run alone
             st.session_state.pop(key, None)
     run_dir = st.session_state.get(StateKey.LOADED_RUN)
@@ -475,9 +499,13 @@ def load_selected_run(settings: "Settings"):
     if settings.allowed_root is not None and not is_within(run_dir, settings.allowed_root):  # e.g. a link out of the root
         st.warning(f"{markdown_literal(run_dir)} leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens only folders under it.")
         return None
-    if Path(run_dir) != root / settings.run_name:
+    if run_dir != joined(root, settings.run_name):
         st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
-    snapshot = load_run(run_dir, settings.max_samples, settings.load_clicked or settings.live)
+    try:
+        snapshot = load_run(run_dir, settings.max_samples, settings.load_clicked or settings.live)
+    except StorageError as error:
+        st.error(markdown_literal(error))
+        return None
     if settings.load_clicked:  # the original's toast; it counts the samples shown, as the load report's caption does
         shown, bad = len(snapshot.samples), int(snapshot.report["bad lines"].sum())
         st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
@@ -500,11 +528,18 @@ def load_run(run_dir: str, max_samples: int, refresh: bool) -> "RunSnapshot":
 
 # The runs chosen to compare, loaded as the shown one is (from their index caches once indexed).
 def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
-    root = Path(settings.root).expanduser()
-    run_dirs = [str(root / name) for name in settings.compare_names if (root / name).is_dir()]
+    run_dirs = [joined(settings.root, name) for name in settings.compare_names]
+    run_dirs = [run_dir for run_dir in run_dirs if is_remote(run_dir) or Path(run_dir).is_dir()]
     if settings.allowed_root is not None:
         run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root)]
-    return [load_run(run_dir, settings.max_samples, settings.live) for run_dir in run_dirs if run_dir != st.session_state.get(StateKey.LOADED_RUN)]
+    compared = []
+    for run_dir in run_dirs:
+        if run_dir != st.session_state.get(StateKey.LOADED_RUN):
+            try:
+                compared.append(load_run(run_dir, settings.max_samples, settings.live))
+            except StorageError as error:
+                st.warning(markdown_literal(error))
+    return compared
 
 
 # A run's name on charts and in tables: its folder's name.
@@ -557,7 +592,12 @@ def watch_runs(shown: list["RunSnapshot"], histories: list["TrainingHistory"], m
     def check_for_new_lines():
         for run, history in zip(shown, histories):
             store = run_store(run.run_dir)
-            if store.snapshot is not run or store.needs_work(max_samples) or history_signature(run.run_dir) != history.signature:
+            try:
+                changed = store.snapshot is not run or store.needs_work(max_samples) or current_history_signature(run.history_dir) != history.signature
+            except OSError as error:  # object storage out of reach for now: said, and asked again next time
+                st.caption(f"Live: {markdown_literal(error)}")
+                continue
+            if changed:
                 st.rerun(scope="app")
         st.caption(f"Live: checked {time.strftime('%H:%M:%S')}, every {every_seconds} s.")
 
@@ -598,6 +638,47 @@ def draw_run_metadata(run: "RunSnapshot"):
         details.json(meta)
 
 
+# TRL's completion logs hold each reward function's score, not the reward trained on: that is their sum weighted as
+# GRPOConfig(reward_weights=...) was, with the weights the logger's metadata gives or the user types here.
+def draw_reward_weights(run: "RunSnapshot") -> "RunSnapshot":
+    if not run.reward_note:
+        return run
+    names = [column[len("rewards/") :] for column in run.reward_function_columns]
+    typed = st.text_input(
+        "Reward weights",
+        key=f"{StateKey.REWARD_WEIGHTS}:{run.run_dir}",
+        placeholder=", ".join(f"{name}=1" for name in names),
+        help="The reward functions' weights of the training run (GRPOConfig's reward_weights), as name=weight pairs: reward becomes their weighted sum.",
+    )
+    weights, problem = parsed_weights(typed, names)
+    if problem:
+        st.warning(markdown_literal(problem))
+    if not weights:
+        st.caption(markdown_literal(run.reward_note))
+        return run
+    st.caption(markdown_literal(reward_sum_note(weights, "Reward weights")))
+    reward = total_reward(run.samples, weights)
+    samples = run.samples.assign(reward=reward, reward_gap=reward - run.samples["ref_reward"])
+    return dataclasses.replace(run, samples=samples, version=run.version + (tuple(weights.items()),), reward_note=reward_sum_note(weights, "Reward weights"))
+
+
+# Weights typed as "name=weight, ..." for the given reward functions (those not named weigh 1), and what is wrong with
+# the text, if anything (then no weights).
+def parsed_weights(text: str, names: list[str]) -> tuple[dict[str, float], str | None]:
+    weights = {}
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = part.rpartition("=")
+        name = name.strip()
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = math.nan
+        if not equals or name not in names or not math.isfinite(weight):
+            return {}, f"Reward weights: {part!r} is not name=weight for a reward function of this run ({', '.join(names)})"
+        weights[name] = weight
+    return ({name: weights.get(name, 1.0) for name in names} if weights else {}), None
+
+
 # How much of the run loaded, and every line or entry that did not, with its reason. A fragment: opening the report
 # draws its tables, and only them.
 @st.fragment
@@ -611,7 +692,7 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
         incomplete = int(report["incomplete last line"].sum())
         message = (
             f"Loaded {len(run.samples)} sample(s) of {run.samples['step'].nunique()} step(s) from "
-            f"{len(report)} file(s): {int(report['bad lines'].sum())} bad line(s) skipped"
+            f"{len(report)} file(s){f' ({markdown_literal(run.format)})' if run.format else ''}: {int(report['bad lines'].sum())} bad line(s) skipped"
         )
         if incomplete:
             message += f", {incomplete} file(s) end in an incomplete line (still being written?)"
@@ -1494,6 +1575,45 @@ def load_other_fields(index_id: str, path: str, offset: int, length: int) -> dic
     return {name: raw_value(value) if isinstance(value, msgspec.Raw) else value for name, value in line_fields(read_line(path, offset, length)).items() if name not in FORMAT_KEYS}
 
 
+# The runs of a root and why they cannot be listed (None: they can). Object storage is listed at most every few
+# seconds: each rerun of the page would otherwise ask the store again.
+def listed_runs(root: str) -> tuple[list[str], str | None]:
+    if is_remote(root):
+        return listed_remote_runs(root, int(time.time() // REMOTE_LISTING_SECONDS))
+    return (list_runs(root), None) if Path(root).expanduser().is_dir() else ([], None)
+
+
+REMOTE_LISTING_SECONDS = 10
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def listed_remote_runs(root: str, period: int) -> tuple[list[str], str | None]:
+    try:
+        if not is_folder(root):
+            return [], f"{root} was not found (no such bucket or folder), or cannot be listed"
+        return list_runs(root), None
+    except StorageError as error:
+        return [], str(error)
+
+
+# A run's history signature: on object storage a listing, asked at most every few seconds (each rerun wants it).
+def current_history_signature(run_dir: str) -> tuple:
+    if is_remote(run_dir):
+        return remote_history_signature(run_dir, int(time.time() // REMOTE_LISTING_SECONDS))
+    return history_signature(run_dir)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def remote_history_signature(run_dir: str, period: int) -> tuple:
+    return history_signature(run_dir)
+
+
+# A run's metadata for the sidebar's defaults, read again every few seconds at most (each rerun asks for it).
+@st.cache_data(ttl=REMOTE_LISTING_SECONDS, max_entries=64, show_spinner=False)
+def cached_meta(run_dir: str) -> dict | None:
+    return read_meta(run_dir)
+
+
 # The training history of a folder, read again only when one of its files changed (history_signature); it keeps the
 # signature it was read at, for live mode and the charts' cache.
 @st.cache_resource(show_spinner=False, max_entries=32)
@@ -2105,6 +2225,23 @@ def facet_table(samples: pd.DataFrame, facet: str, column: str) -> pd.DataFrame:
     grouped = samples.groupby(facet)[column]
     table = pd.DataFrame({"samples": samples.groupby(facet).size(), f"mean {column}": grouped.mean(), f"samples with {column}": grouped.count()})
     return table.rename_axis(facet).reset_index().sort_values("samples", ascending=False, kind="stable")  # text/<key>: no clash
+
+
+# TRL's reward of a sample: the reward functions' scores times their weights (1 where none is given), summed
+# skipping NaN (a function that did not score the sample); NaN where no function scored it.
+def total_reward(samples: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
+    columns = [column for column in samples.columns if column.startswith("rewards/")]
+    if not columns:
+        return samples["reward"].to_numpy(dtype=float)
+    scores = samples[columns].to_numpy(dtype=float) * np.array([weights.get(column[len("rewards/") :], 1.0) for column in columns])
+    return np.where(np.isnan(scores).all(axis=1), np.nan, np.nansum(scores, axis=1))
+
+
+# What reward is, in words, for the page: the weighted sum and where the weights came from, or the plain sum.
+def reward_sum_note(weights: dict[str, float] | None, source: str) -> str:
+    if not weights:
+        return "reward = the plain sum of the reward functions' scores (their weights are not known: type them in Reward weights)"
+    return "reward = " + " + ".join(f"{weight:g} × {name}" for name, weight in weights.items()) + f" (weights from {source})"
 
 
 # Groups numbered 0, 1, ... in batch order (NaN: no group): the ids as logged are long and alike.
@@ -2906,26 +3043,27 @@ class FileIdentity:
     indexed_to: int
     head_hash: str
     tail_hash: str
+    etag: str = ""  # an object's, on object storage (where mtime, inode and device are 0)
 
 
 # Hash the first and last 4 KiB of the indexed bytes: enough to tell an append from a rewrite.
-def read_identity(path: str, indexed_to: int, status: os.stat_result | None = None) -> FileIdentity | None:
+def read_identity(path: str, indexed_to: int, status: "FileStatus | None" = None) -> FileIdentity | None:
     try:
-        status = status or os.stat(path)
-        with open(path, "rb") as file:
-            head = file.read(min(indexed_to, 4096))
-            file.seek(max(0, indexed_to - 4096))
-            tail = file.read(indexed_to - max(0, indexed_to - 4096))
+        status = status or file_status(path)
+        head = bytes(read_range(path, 0, min(indexed_to, 4096))[0][: min(indexed_to, 4096)])
+        tail_start = max(0, indexed_to - 4096)
+        tail = bytes(read_range(path, tail_start, indexed_to)[0][: indexed_to - tail_start])
     except OSError:
         return None
     return FileIdentity(
-        size=status.st_size,
-        mtime_ns=status.st_mtime_ns,
-        inode=status.st_ino,
-        device=status.st_dev,
+        size=status.size,
+        mtime_ns=status.mtime_ns,
+        inode=status.inode,
+        device=status.device,
         indexed_to=indexed_to,
         head_hash=hashlib.sha1(head).hexdigest(),
         tail_hash=hashlib.sha1(tail).hexdigest(),
+        etag=status.etag,
     )
 
 
@@ -2945,18 +3083,20 @@ class FileIndex:
         self.lines = {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()} | empty_summaries(0)
         self.problems: list[tuple[int, str, str]] = []
 
-    # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
-    def change(self) -> str:
+    # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed). An object on
+    # object storage is the same while its size and ETag are; one uploaded again with more bytes grew when the bytes
+    # indexed are unchanged.
+    def change(self, status: "FileStatus | None" = None) -> str:
         old = self.identity
         try:
-            status = os.stat(self.path)
+            status = status or file_status(self.path)
         except OSError:
             return "same"
-        if old is None or (status.st_ino, status.st_dev) != (old.inode, old.device) or status.st_size < old.indexed_to:
+        if old is None or (status.inode, status.device) != (old.inode, old.device) or status.size < old.indexed_to:
             return "new"
-        if (status.st_size, status.st_mtime_ns) == (old.size, old.mtime_ns):
+        if (status.size, status.mtime_ns, status.etag) == (old.size, old.mtime_ns, old.etag):
             return "same"
-        if status.st_size == old.size:  # touched or rewritten in place: appends always grow a file
+        if status.size == old.size:  # touched or rewritten in place: appends always grow a file
             return "new"
         now = read_identity(self.path, old.indexed_to)
         if now is None or (now.head_hash, now.tail_hash) != (old.head_hash, old.tail_hash):
@@ -3026,10 +3166,9 @@ class FileIndex:
     def scan_start(self) -> int:
         offsets, lengths = self.lines["offset"], self.lines["length"]
         if self.indexed_to and offsets.size and offsets[-1] + lengths[-1] == self.indexed_to:
-            with open(self.path, "rb") as file:
-                file.seek(self.indexed_to)
-                if file.read(1) == b"\n":
-                    self.indexed_to += 1
+            buffer, got = read_range(self.path, self.indexed_to, self.indexed_to + 1)
+            if got and buffer[0] == ord("\n"):
+                self.indexed_to += 1
         return self.indexed_to
 
 
@@ -3055,14 +3194,14 @@ class IndexCache:
         self.error: str | None = None
 
     def path_of(self, path: str) -> Path:
-        return self.folder / f"{hashlib.sha1(os.fsencode(os.path.realpath(path))).hexdigest()[:20]}.arrow"
+        return self.folder / f"{hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]}.arrow"
 
     # The cached index of path, or None when absent, damaged or from another version of the board.
     def load(self, path: str) -> FileIndex | None:
         try:
             table = pyarrow.feather.read_table(self.path_of(path))
             meta = json.loads(table.schema.metadata[b"rl_logging_board"])
-            if meta["format"] != CACHE_FORMAT or meta["path"] != os.path.realpath(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
+            if meta["format"] != CACHE_FORMAT or meta["path"] != canonical_path(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
                 return None
             index = FileIndex(path)
             index.identity = FileIdentity(**meta["identity"])
@@ -3081,7 +3220,7 @@ class IndexCache:
             return
         meta = dict(
             format=CACHE_FORMAT,
-            path=os.path.realpath(index.path),
+            path=canonical_path(index.path),
             identity=index.identity.__dict__,
             physical_lines=index.physical_lines,
             incomplete_tail=index.incomplete_tail,
@@ -3106,6 +3245,9 @@ _read_buffers = threading.local()
 
 # Bytes [start, end) of a file in a buffer reused per thread: allocating 100 MB anew costs more than reading it.
 def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
+    if is_remote(path):
+        data = read_remote_range(path, start, end)
+        return data, len(data)
     wanted = end - start
     buffer = getattr(_read_buffers, "buffer", None)
     if buffer is None or len(buffer) < wanted:
@@ -3119,6 +3261,14 @@ def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
                 break
             got += count
     return buffer, got
+
+
+# A file as the index cache knows it: its real path, or its URL (with the S3 endpoint: two stores may share names).
+def canonical_path(path: str) -> str:
+    if not is_remote(path):
+        return os.path.realpath(path)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") if path.lower().startswith("s3://") else None
+    return f"{path} at {endpoint}" if endpoint else path
 
 
 def launch_of(path: str) -> str:
@@ -3182,37 +3332,54 @@ class RunStore:
         self.cache = IndexCache()
         self.lock = threading.Lock()
         self.snapshot: "RunSnapshot | None" = None
+        self.format = RunFormat("")
+        self.built_format = self.format  # the format the snapshot was built with: its notes, skipped files and weights
+        self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
 
-    # The rank files; one whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
-    def current_paths(self) -> list[str]:
-        paths = Path(self.run_dir).glob("*.jsonl")
-        return sorted(str(path) for path in paths if path.is_file() and valid_text(path.name) == path.name and not path.match(METRICS_FILES))
+    # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
+    # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
+    # whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
+    def current_files(self) -> dict[str, "FileStatus"]:
+        sources, self.format = run_sources(self.run_dir)
+        if self.format.convert is None:
+            return sources
+        folder, converted, problems = conversions_folder(self.cache, self.run_dir), [], []
+        for source, status in sources.items():
+            try:
+                converted.append(converted_file(source, status, self.format, folder, self.conversions))
+            except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
+                name = valid_text(source.rsplit("/", 1)[-1])
+                problems.append((name, 0, "skipped", f"could not be read as {self.format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"))
+        self.format = dataclasses.replace(self.format, problems=self.format.problems + tuple(problems))
+        return {path: file_status(path) for path in converted}
 
-    # Cheap: a stat per file. True when load() would read anything.
+    # Cheap: a listing. True when load() would read anything.
     def needs_work(self, max_samples: int) -> bool:
         if self.snapshot is None or self.snapshot.max_samples != max_samples:
             return True
-        if self.current_paths() != list(self.files):
+        listing = self.current_files()
+        if list(listing) != list(self.files) or self.format != self.built_format:
             return True
-        return any(index.change() != "same" for index in self.files.values())
+        return any(self.files[path].change(status) != "same" for path, status in listing.items())
 
     # Bring every file up to date, parse what the selection needs, and return an immutable snapshot.
     def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "RunSnapshot":
         with self.lock:
             if not self.needs_work(max_samples):
                 return self.snapshot
-            self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in self.current_paths()}
+            listing = self.current_files()  # what is read: a write during the pass shows as a change next time
+            self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
             changed = []
             for index in self.files.values():
-                change = index.change()
+                change = index.change(listing[index.path])
                 if change == "new":
                     index.reset()
                 if change != "same":
                     changed.append(index)
             jobs, stats = [], {}
             for index in changed:
-                stats[index.path] = os.stat(index.path)  # what is read: a write during the pass shows as a change next time
-                size = stats[index.path].st_size
+                stats[index.path] = listing[index.path]
+                size = stats[index.path].size
                 jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
             if parallel is None:
                 parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
@@ -3221,7 +3388,8 @@ class RunStore:
             for index in changed:
                 index.identity = read_identity(index.path, index.indexed_to, stats[index.path])
                 self.cache.save(index)
-            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, self.cache.error)
+            self.built_format = self.format
+            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, self.cache.error, self.format)
             return self.snapshot
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
@@ -3306,30 +3474,27 @@ def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> "In
 # Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped), read one
 # by one: the lines may lie far apart in a big file.
 def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
-    with open(path, "rb") as file:
-        data = b"".join(os.pread(file.fileno(), length, offset) for offset, length in zip(offsets.tolist(), lengths.tolist()))
+    data = b"".join(read_spans([path] * len(offsets), offsets.tolist(), lengths.tolist()))
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     return summarize_buffer(data, 0, starts, lengths)
 
 
 # Split bytes [start, end) into ~CHUNK_BYTES pieces that begin at line starts, for workers to scan alone.
 def line_aligned_chunks(path: str, start: int, end: int) -> list[tuple[int, int]]:
-    bounds = [start]
-    with open(path, "rb") as file:
-        position = start + CHUNK_BYTES
-        while position < end:
-            file.seek(position)
-            block = file.read(1 << 16)
-            while block and b"\n" not in block:
-                position += len(block)
-                block = file.read(1 << 16)
-            if not block:
+    bounds, position = [start], start + CHUNK_BYTES
+    while position < end:
+        buffer, got = read_range(path, position, min(position + (1 << 16), end))
+        newline = buffer.find(b"\n", 0, got)
+        if newline < 0:
+            position += got
+            if not got:
                 break
-            position += block.index(b"\n") + 1
-            if position >= end:
-                break
-            bounds.append(position)
-            position += CHUNK_BYTES
+            continue
+        position += newline + 1
+        if position >= end:
+            break
+        bounds.append(position)
+        position += CHUNK_BYTES
     bounds.append(end)
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
@@ -3466,6 +3631,9 @@ class RunSnapshot:
     extra_columns: list = field(default_factory=list)  # extra/<key>: numbers of keys outside the format
     facets: list = field(default_factory=list)  # text/<key> with at most FACET_VALUES distinct values
     image_problems: int = 0  # images named by the loaded lines that cannot be shown (rows of problems)
+    format: str = ""  # how the files were read (RunFormat.name)
+    reward_note: str = ""  # how reward was made from the reward functions' scores, where the board made it (TRL's files)
+    history_dir: str = ""  # where its training history is: the run folder, or the output folder of TRL's completions/
 
     def step_rows(self, step: int) -> pd.DataFrame:
         return self.samples[self.samples["step"] == step].reset_index(drop=True)
@@ -3478,7 +3646,7 @@ class RunSnapshot:
         return self.samples.groupby("step")[column].mean().to_dict()
 
 
-def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None) -> RunSnapshot:
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None, run_format: "RunFormat | None" = None) -> RunSnapshot:
     chosen, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.rows.get(path, np.array([], dtype=np.int64))
@@ -3492,9 +3660,11 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
     if cache_error:
         problems.append(["", 0, "note", cache_error])
-    for path in Path(run_dir).glob("*.jsonl"):
-        if valid_text(path.name) != path.name:
-            problems.append([valid_text(path.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
+    problems += [list(problem) for problem in (run_format.problems if run_format else ())]
+    with contextlib.suppress(OSError):
+        for entry in list_folder(run_dir):
+            if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
+                problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
     names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
     samples = pd.DataFrame({
         name: np.concatenate([index.lines[name][rows] if name in index.lines else missing_values(name, len(rows)) for index, rows in zip(files.values(), chosen)])
@@ -3509,6 +3679,11 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     samples["step"] = samples["step"].astype(np.int64)
     samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
     samples["sample"] = samples.groupby("step").cumcount()  # its index in the step's batch
+    meta = read_meta(run_dir)
+    reward_note = ""
+    if run_format is not None and run_format.convert is trl_completion_lines:
+        samples["reward"] = total_reward(samples, dict(run_format.weights))
+        reward_note = reward_sum_note(dict(run_format.weights), "the logger's metadata")
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
     report = pd.DataFrame(report, columns=REPORT_COLUMNS)
@@ -3519,25 +3694,32 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         samples=samples,
         report=report,
         problems=pd.DataFrame(problems, columns=["file", "line", "kind", "reason"]),
-        meta=read_meta(run_dir),
+        meta=meta,
         max_samples=max_samples,
         downsampled=bool(report["not loaded (Max Samples Each Step)"].sum()),
-        version=(run_dir, max_samples, tuple((path, index.identity and index.identity.size, index.identity and index.identity.mtime_ns) for path, index in files.items())),
+        version=(run_dir, max_samples, tuple((path, index.identity and (index.identity.size, index.identity.mtime_ns, index.identity.etag)) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
         extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX) and samples[column].notna().any()),
         facets=sorted(column for column in samples.columns if column.startswith(TEXT_PREFIX) and 1 <= samples[column].nunique() <= FACET_VALUES),
         image_problems=sum(kind == "image" for _, _, kind, _ in missing_images),
+        format=run_format.name if run_format else "",
+        reward_note=reward_note,
+        history_dir=trl_output_folder(run_dir) if run_format is not None and run_format.convert is trl_completion_lines else run_dir,
     )
 
 
 # The newest rollout_meta_*.json of the run, if the logger wrote one.
 def read_meta(run_dir: str) -> dict | None:
-    for path in sorted(Path(run_dir).glob("rollout_meta*.json"), reverse=True):
-        if not path.is_file():  # a FIFO would block the page forever
+    try:
+        entries = list_folder(run_dir)
+    except OSError:
+        return None
+    for entry in reversed(entries):
+        if entry.is_dir or not fnmatch.fnmatch(entry.name, "rollout_meta*.json"):  # list_folder lists regular files: a FIFO would block the page forever
             continue
         try:
-            value = json.loads(path.read_text(encoding="utf-8"))
+            value = json.loads(read_file(entry.path).decode("utf-8"))
         except (OSError, ValueError, RecursionError):
             continue
         if isinstance(value, dict):
@@ -3547,20 +3729,21 @@ def read_meta(run_dir: str) -> dict | None:
 
 # Runs are the root's sub-folders; the root itself is one too when it holds rank files or a training history (a user
 # pointed it at a run or at a training output folder, whose checkpoint-* folders are not runs of their own).
+# On object storage, a folder is a run when it holds rank files or TRL's completions.
 def list_runs(root: str) -> list[str]:
-    folder = Path(root).expanduser()
-    is_run = any(path.is_file() for path in folder.glob("*.jsonl")) or history_signature(folder) != ()
-    runs = sorted(
-        path.name for path in folder.iterdir()
-        if path.is_dir() and not path.name.startswith(".") and not (is_run and CHECKPOINT_FOLDER.fullmatch(path.name))
-    )
-    return (["."] if is_run else []) + runs
+    entries = list_folder(root if is_remote(root) else str(Path(root).expanduser()))
+    data = any(not entry.is_dir and (entry.name.endswith(".jsonl") or TRL_COMPLETIONS_FILE.fullmatch(entry.name)) for entry in entries)
+    is_run = data or any(entry.is_dir and entry.name == TRL_COMPLETIONS_FOLDER for entry in entries)
+    is_run = is_run or (not is_remote(root) and history_signature(Path(root).expanduser()) != ())
+    part_of_run = lambda name: CHECKPOINT_FOLDER.fullmatch(name) or name == TRL_COMPLETIONS_FOLDER  # noqa: E731
+    return (["."] if is_run else []) + [entry.name for entry in entries if entry.is_dir and not (is_run and part_of_run(entry.name))]
 
 
 # Which lines a step shows, as a short key: the same key means the same bytes (as far as FileIndex.change
-# can tell), so a live refresh that only appended to the files reuses the step's texts, charts and tables.
+# can tell), so a live refresh that only appended to the files reuses the step's texts, charts and tables. The rewards
+# are in it too: typed reward weights change them and not the lines.
 def lines_key(rows: pd.DataFrame) -> str:
-    lines = zip(rows["path"], rows["index_id"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
+    lines = zip(rows["path"], rows["index_id"].tolist(), rows["offset"].tolist(), rows["length"].tolist(), rows["reward"].tolist())
     return hashlib.sha1(repr(list(lines)).encode()).hexdigest()
 
 
@@ -3575,10 +3758,12 @@ class StepBatch:
 # Read back the texts of a step's lines (the index keeps only numbers), each line checked to hold its step still.
 def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
-    images, problems = [], []
-    for path, offset, length, line, step in zip(rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"]):
+    images, problems, raw_lines = [], [], None
+    with contextlib.suppress(OSError):  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
+        raw_lines = read_spans(rows["path"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
+    for position, (path, offset, length, line, step) in enumerate(zip(rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"])):
         try:
-            record, _ = decode_line(read_line(path, offset, length), TEXTS_DECODER)
+            record, _ = decode_line(raw_lines[position] if raw_lines else read_line(path, offset, length), TEXTS_DECODER)
             ensure_same_step(record, step)
         except (OSError, BadLine) as error:
             problems.append(read_back_problem(path, line, error))
@@ -3633,9 +3818,7 @@ def ensure_same_step(record, step: int):
 
 
 def read_line(path: str, offset: int, length: int) -> bytes:
-    with open(path, "rb") as file:
-        file.seek(offset)
-        return file.read(length)
+    return read_spans([path], [offset], [length])[0]
 
 
 def read_back_problem(path: str, line: int, error: Exception) -> str:
@@ -3700,6 +3883,8 @@ class HistorySeries:
 
 # The history of a run folder or training output folder, from the first source it holds (see this section's title).
 def read_history(folder) -> TrainingHistory:
+    if is_remote(folder):
+        folder = mirrored_history(str(folder))
     folder, problems = Path(folder), []
     metrics_files = sorted(path for path in folder.glob(METRICS_FILES) if path.is_file())
     if metrics_files:
@@ -3717,6 +3902,10 @@ def read_history(folder) -> TrainingHistory:
 
 # The files a history is read from, with their sizes and times: a cheap key that changes when any of them does.
 def history_signature(folder) -> tuple:
+    if is_remote(folder):
+        with contextlib.suppress(OSError):  # the rollouts' load says why a run cannot be read
+            return tuple((name, status.size, status.etag) for name, status in remote_history_files(str(folder)).items())
+        return ()
     folder = Path(folder)
     paths = [*folder.glob(METRICS_FILES), *folder.glob("rollout_meta*.json"), folder / TRAINING_LOG, folder / TRAINER_STATE, *folder.glob(f"checkpoint-*/{TRAINER_STATE}")]
     signature = []
@@ -3958,6 +4147,8 @@ def image_file(folder: str, path: str | None) -> tuple[str, int, int]:
         raise ImageProblem("not a path inside the run folder (a URL or an absolute path): not read")
     if ".." in re.split(r"[\\/]", path):
         raise ImageProblem("'..' leads out of the run folder: not read")
+    if is_remote(folder):
+        return remote_image_file(joined(folder, path))
     base = os.path.realpath(folder)
     target = os.path.realpath(os.path.join(base, path))
     if not is_within(target, base):
@@ -3971,6 +4162,17 @@ def image_file(folder: str, path: str | None) -> tuple[str, int, int]:
     if status.st_size > IMAGE_FILE_LIMIT:
         raise ImageProblem(f"{status.st_size >> 20} MB: larger than the {IMAGE_FILE_LIMIT >> 20} MB shown")
     return target, status.st_size, status.st_mtime_ns
+
+
+# An image on object storage as image_file gives a local one (its ETag's hash for the mtime the caches key on).
+def remote_image_file(target: str) -> tuple[str, int, int]:
+    try:
+        status = file_status(target)
+    except StorageError as error:
+        raise ImageProblem(str(error)) from None
+    if status.size > IMAGE_FILE_LIMIT:
+        raise ImageProblem(f"{status.size >> 20} MB: larger than the {IMAGE_FILE_LIMIT >> 20} MB shown")
+    return target, status.size, int(hashlib.sha1(status.etag.encode()).hexdigest()[:15], 16)
 
 
 # Why an image file cannot be shown (None: it can), from its header and Pillow's integrity check (a PNG's checksums;
@@ -4009,12 +4211,14 @@ def opened_image(path: str):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path, formats=RASTER_FORMATS) as image:
+            with Image.open(io.BytesIO(read_file(path)) if is_remote(path) else path, formats=RASTER_FORMATS) as image:
                 if image.width * image.height > IMAGE_PIXEL_LIMIT:
                     raise ImageProblem(f"{image.width} × {image.height} pixels: over the decompression-bomb limit of {IMAGE_PIXEL_LIMIT:,}")
                 yield image
     except ImageProblem:
         raise
+    except StorageError as error:
+        raise ImageProblem(str(error)) from None
     except UnidentifiedImageError:
         raise ImageProblem(f"not a {', '.join(RASTER_FORMATS[:-1])} or {RASTER_FORMATS[-1]} image") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
@@ -4034,6 +4238,8 @@ def image_problems(samples: pd.DataFrame) -> list[list]:
             uses[key] += 1
             first.setdefault(key, (file, line))
     problems = []
+    if any(is_remote(folder) for folder, _ in first):  # a request per image would hold the load up for long
+        return [["", 0, "note", f"{len(first):,} images on object storage: each is checked when shown"]]
     if len(first) > IMAGES_CHECKED:
         problems.append(["", 0, "note", f"{len(first):,} distinct images: the first {IMAGES_CHECKED:,} were checked at load, the others are checked when shown"])
     for (folder, path), (file, line) in itertools.islice(first.items(), IMAGES_CHECKED):
@@ -4126,22 +4332,24 @@ TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_
 # Where the index knows them, only the two values are read, not the whole line (whose token lists are most of it).
 def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
     parts, sizes = [], np.zeros((len(lines), 2), dtype=np.int64)
+    whole = np.isnan(lines[:, 2:]).any(axis=1)
+    starts = np.where(whole[:, None], lines[:, [0]], lines[:, [0, 0]] + lines[:, [2, 4]]).astype(np.int64)
+    lengths = np.where(whole[:, None], lines[:, 1:2] * [1, 0], lines[:, [3, 5]]).astype(np.int64)  # a whole line, then nothing
     try:
-        file = open(path, "rb", buffering=0)
+        raw = read_spans([path] * starts.size, starts.ravel().tolist(), lengths.ravel().tolist())
     except OSError:  # gone since it was loaded: the step view says so
         return b"", sizes
-    with file:
-        for row, (offset, length, *spans) in enumerate(lines.tolist()):
-            try:
-                if np.isnan(spans).any():
-                    record, _ = decode_line(os.pread(file.fileno(), int(length), int(offset)), TEXTS_DECODER)
-                    texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
-                else:
-                    texts = [json_text(os.pread(file.fileno(), int(size), int(offset + at))) for at, size in (spans[:2], spans[2:])]
-            except (BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
-                continue
-            parts += texts
-            sizes[row] = [len(text) for text in texts]
+    for row, is_whole in enumerate(whole.tolist()):
+        try:
+            if is_whole:
+                record, _ = decode_line(raw[2 * row], TEXTS_DECODER)
+                texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
+            else:
+                texts = [json_text(raw[2 * row]), json_text(raw[2 * row + 1])]
+        except (BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
+            continue
+        parts += texts
+        sizes[row] = [len(text) for text in texts]
     return b"".join(parts), sizes
 
 
@@ -4254,6 +4462,443 @@ def export_jsonl(rows: pd.DataFrame) -> bytes:
         with contextlib.suppress(OSError):
             lines.append(read_line(path, offset, length) + b"\n")
     return b"".join(lines)
+
+
+# ====================================================================================================================
+# Reading, 8: where the files are. A path on this machine, or a URL of object storage (s3://, gs://, az://, hf://)
+# read through fsspec: listed, and read by byte ranges in parallel (a run on S3 is never copied whole: the index
+# reads each object once, a step its lines, search the texts' bytes).
+# ====================================================================================================================
+
+
+REMOTE_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+# The fsspec backend each protocol needs, named when it is not installed.
+STORAGE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
+
+
+# S3 requests fail in seconds, not minutes, when the endpoint is down (botocore retries for long by default).
+S3_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+
+
+# Lines closer than SPAN_GAP bytes are read from object storage in one request of at most SPAN_BLOCK bytes.
+SPAN_GAP, SPAN_BLOCK = 1 << 16, 2 << 20
+
+
+# Environment variables that hold secrets: their values are blanked out of any message shown.
+SECRET_VARIABLES = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|ACCOUNT_KEY|CREDENTIAL|SAS", re.IGNORECASE)
+URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+class StorageError(OSError):
+    """Object storage could not be listed or read: the message says why, without any credential."""
+
+
+# A file's size and version as listed: a local file's stat, or an object's size and ETag (mtime, inode and device 0).
+class FileStatus(NamedTuple):
+    size: int
+    mtime_ns: int = 0
+    inode: int = 0
+    device: int = 0
+    etag: str = ""
+
+
+# A listed file or folder of a folder.
+class Entry(NamedTuple):
+    name: str
+    path: str
+    is_dir: bool
+    status: FileStatus | None
+
+
+def is_remote(path) -> bool:
+    match = REMOTE_URL.match(str(path))
+    return bool(match) and match.group(1).lower() != "file"
+
+
+# One filesystem per protocol in each process (workers make their own). Credentials come from the backend's standard
+# chain (environment, profile, instance role); S3's endpoint from AWS_ENDPOINT_URL, which --endpoint-url sets.
+@functools.cache
+def storage(protocol: str):
+    options = {}
+    if protocol == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        options = {"config_kwargs": S3_CONFIG, "client_kwargs": {"endpoint_url": endpoint} if endpoint else {}}
+    try:
+        return fsspec.filesystem(protocol, **options)
+    except ImportError:
+        package = STORAGE_PACKAGES.get(protocol, "fsspec backend")
+        raise StorageError(f"{protocol}:// paths need the {package} package: pip install {package}") from None
+    except ValueError:
+        raise StorageError(f"{protocol}:// is not a storage protocol fsspec knows") from None
+
+
+def remote_storage(path: str):
+    return storage(REMOTE_URL.match(path).group(1).lower())
+
+
+# A storage call's failure as a StorageError naming the path and what went wrong (never a credential).
+@contextlib.contextmanager
+def storage_errors(path: str):
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError:
+        raise StorageError(f"{path} was not found (no such bucket, folder or object)") from None
+    except PermissionError as error:
+        raise StorageError(f"{path}: permission denied ({without_secrets(error)}); check the credentials") from None
+    except Exception as error:  # network and service errors come as many types (botocore, aiohttp, asyncio)
+        raise StorageError(f"{path} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
+
+
+def without_secrets(error: Exception) -> str:
+    text = URL_USER_INFO.sub("…@", str(error))
+    for name, value in os.environ.items():
+        if SECRET_VARIABLES.search(name) and len(value) >= 4:
+            text = text.replace(value, "…")
+    return shorten(text, 300)
+
+
+# The files and folders in a folder, sorted by name (hidden ones left out).
+def list_folder(folder: str) -> list[Entry]:
+    entries = []
+    if is_remote(folder):
+        remote = remote_storage(folder)
+        with storage_errors(folder):
+            listed = remote.ls(folder, detail=True, refresh=True)
+        for item in listed:
+            path = remote.unstrip_protocol(item["name"].rstrip("/"))
+            is_dir = item.get("type") == "directory"
+            status = None if is_dir else FileStatus(int(item.get("size") or 0), etag=str(item.get("ETag") or item.get("etag") or "").strip('"'))
+            entries.append(Entry(path.rsplit("/", 1)[-1], path, is_dir, status))
+    else:
+        with os.scandir(folder) as found:
+            for entry in found:
+                with contextlib.suppress(OSError):
+                    is_dir, is_file = entry.is_dir(), entry.is_file()
+                    status = entry.stat() if is_file else None
+                    if is_dir or is_file:
+                        entries.append(Entry(entry.name, entry.path, is_dir, status and local_status(status)))
+    return sorted((entry for entry in entries if not entry.name.startswith(".")), key=lambda entry: entry.name)
+
+
+def local_status(status: os.stat_result) -> FileStatus:
+    return FileStatus(status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
+
+
+def file_status(path: str) -> FileStatus:
+    if not is_remote(path):
+        return local_status(os.stat(path))
+    with storage_errors(path):
+        info = remote_storage(path).info(path, refresh=True)
+    return FileStatus(int(info.get("size") or 0), etag=str(info.get("ETag") or info.get("etag") or "").strip('"'))
+
+
+def is_folder(path: str) -> bool:
+    if not is_remote(path):
+        return Path(path).expanduser().is_dir()
+    with storage_errors(path):
+        return remote_storage(path).isdir(path)
+
+
+# A file or folder inside a folder, by name.
+def joined(folder: str, name: str) -> str:
+    if is_remote(folder):
+        return folder if name == "." else f"{folder.rstrip('/')}/{name}"
+    return str(Path(folder).expanduser() / name)
+
+
+# A run's history files on object storage, by their path in the run folder, from one listing of all its objects.
+def remote_history_files(run_dir: str) -> dict[str, FileStatus]:
+    remote = remote_storage(run_dir)
+    with storage_errors(run_dir):
+        found = remote.find(run_dir, detail=True)
+    prefix, files = remote._strip_protocol(run_dir).rstrip("/") + "/", {}
+    for name, info in sorted(found.items()):
+        relative = name[len(prefix) :] if name.startswith(prefix) else ""
+        folder, _, file = relative.rpartition("/")
+        top_level = not folder and (fnmatch.fnmatch(file, METRICS_FILES) or fnmatch.fnmatch(file, "rollout_meta*.json") or file in (TRAINING_LOG, TRAINER_STATE))
+        if top_level or (CHECKPOINT_FOLDER.fullmatch(folder) and file == TRAINER_STATE):
+            files[relative] = FileStatus(int(info.get("size") or 0), etag=str(info.get("ETag") or "").strip('"'))
+    return files
+
+
+# A run's history files on object storage, copied into a local folder (again only those that changed), to be read as
+# a local run's are.
+def mirrored_history(run_dir: str) -> Path:
+    folder = IndexCache().folder / "history" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
+    with contextlib.suppress(OSError):
+        wanted = remote_history_files(run_dir)
+        for path in folder.rglob("*"):
+            if path.is_file() and str(path.relative_to(folder)).removesuffix(".etag") not in wanted:
+                path.unlink()
+        for relative, status in wanted.items():
+            target, stamp = folder / relative, folder / f"{relative}.etag"
+            if target.is_file() and stamp.is_file() and stamp.read_text() == f"{status.size} {status.etag}":
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(read_file(joined(run_dir, relative)))
+            stamp.write_text(f"{status.size} {status.etag}")
+    return folder
+
+
+# Whole small files (metadata, another trainer's files to convert).
+def read_file(path: str) -> bytes:
+    if not is_remote(path):
+        return Path(path).read_bytes()
+    with storage_errors(path):
+        return remote_storage(path).cat_file(path)
+
+
+# Bytes [start, end) of an object, in one ranged request.
+def read_remote_range(path: str, start: int, end: int) -> bytes:
+    if end <= start:  # S3 would take an empty range for a suffix one
+        return b""
+    with storage_errors(path):
+        return remote_storage(path).cat_file(path, start=start, end=end)
+
+
+# The bytes of lines (each of its own file), in order: on disk one pread each; on object storage, lines of a file
+# close together are read in one request, and all requests run at once.
+def read_spans(paths: list[str], offsets: list[int], lengths: list[int]) -> list[bytes]:
+    spans = [b""] * len(offsets)
+    order = sorted(range(len(offsets)), key=lambda position: (paths[position], offsets[position]))
+    if not any(is_remote(path) for path in paths):
+        for path, positions in itertools.groupby(order, key=lambda position: paths[position]):
+            with open(path, "rb") as file:
+                for position in positions:
+                    spans[position] = os.pread(file.fileno(), lengths[position], offsets[position])
+        return spans
+    blocks = []  # [path, start, end, [span positions]]
+    for position in order:
+        path, start, end = paths[position], offsets[position], offsets[position] + lengths[position]
+        last = blocks[-1] if blocks else None
+        if last and last[0] == path and start - last[2] <= SPAN_GAP and end - last[1] <= SPAN_BLOCK:
+            last[2] = max(last[2], end)
+            last[3].append(position)
+        else:
+            blocks.append([path, start, end, [position]])
+    with storage_errors(paths[0]):
+        data = remote_storage(paths[0]).cat_ranges(*(list(column) for column in zip(*(block[:3] for block in blocks))), on_error="return")
+    for (path, start, _, positions), block in zip(blocks, data):
+        if isinstance(block, Exception):
+            with storage_errors(path):
+                raise block
+        for position in positions:
+            spans[position] = block[offsets[position] - start : offsets[position] - start + lengths[position]]
+    return spans
+
+
+# ====================================================================================================================
+# Reading, 9: other trainers' files, as they write them. TRL's completion logs (parquet) and verl's generation dumps
+# are converted once into the board's lines, kept in the cache folder beside the indexes (redone when a file
+# changes): the index, the step view, search and export then read them as they read rank files. The original board's
+# integrations (OpenRLHF's data_rank<r>.jsonl, the verl fork's rollout_data_rank0.jsonl) write the board's format.
+# ====================================================================================================================
+
+
+CONVERSION_FORMAT = 1  # a conversion made by another version of this code is made again
+
+
+TRL_COMPLETIONS_FILE = re.compile(r"completions_\d+\.parquet")
+TRL_COMPLETIONS_FOLDER = "completions"
+
+
+VERL_DUMP_FILE = re.compile(r"\d+\.jsonl")
+# verl's keys (RayPPOTrainer._dump_generations) as the board's; a key the line has already (a validation dump's
+# "reward", equal to its "score") keeps its own value and the verl key stays a field.
+VERL_KEYS = {"input": "prompt", "output": "response", "gts": "ground_truth", "score": "reward"}
+
+
+# How a run folder's files are read: which files, named how in the load report, converted by what (None: as they are).
+@dataclass(frozen=True)
+class RunFormat:
+    name: str
+    convert: Any = None  # (bytes of a source file, context) -> bytes of the board's JSONL lines
+    context: tuple = ()  # what a conversion depends on besides the file (TRL: the reward functions' names)
+    problems: tuple = ()  # load-report rows (file, line, kind, reason): notes, files that could not be converted
+    weights: tuple = ()  # TRL: (name, weight) of each reward function, from the logger's metadata (none: unknown)
+
+
+# A run's data files with their status, and their format, from one listing of the folder (and of its completions/
+# folder for a TRL output folder).
+def run_sources(run_dir: str) -> tuple[dict[str, FileStatus], RunFormat]:
+    entries = list_folder(run_dir)
+    files = [entry for entry in entries if not entry.is_dir and valid_text(entry.name) == entry.name]
+    parquet = [entry for entry in files if TRL_COMPLETIONS_FILE.fullmatch(entry.name)]
+    if not parquet and any(entry.is_dir and entry.name == TRL_COMPLETIONS_FOLDER for entry in entries):
+        parquet = [entry for entry in list_folder(joined(run_dir, TRL_COMPLETIONS_FOLDER)) if not entry.is_dir and TRL_COMPLETIONS_FILE.fullmatch(entry.name)]
+    if parquet:
+        parent = () if is_remote(run_dir) else history_signature(Path(run_dir).parent)  # (on object storage, only the folder's own is read)
+        return {entry.path: entry.status for entry in parquet}, trl_completions_format(run_dir, history_signature(run_dir), parent)
+    jsonl = [entry for entry in files if entry.name.endswith(".jsonl") and not fnmatch.fnmatch(entry.name, METRICS_FILES)]
+    sources = {entry.path: entry.status for entry in jsonl}
+    if jsonl and all(VERL_DUMP_FILE.fullmatch(entry.name) for entry in jsonl):
+        keys = first_line_keys(jsonl[0].path, jsonl[0].status)
+        if "input" in keys and "output" in keys and "prompt" not in keys:
+            validation = "val" in run_label(run_dir).lower() or "0.jsonl" in {entry.name for entry in jsonl} or "reward" in keys
+            kind = "validation" if validation else "training"
+            return sources, RunFormat(f"verl generations dump ({kind}: rollout_data_dir / validation_data_dir, <step>.jsonl)", verl_lines, (kind,))
+    names = [entry.name for entry in jsonl]
+    if any(LAUNCH_PATTERN.search(name) for name in names):
+        name = "rollout_logger JSONL (rollout_data_rank_<rank>_<launch>.jsonl)"
+    elif names and all(re.fullmatch(r"data_rank\d+\.jsonl", name) for name in names):
+        name = "OpenRLHF rank files (data_rank<r>.jsonl, the original board's format)"
+    elif names and all(re.fullmatch(r"rollout_data_rank\d+\.jsonl", name) for name in names):
+        name = "verl fork's rollout_data_rank<r>.jsonl (the original board's format)"
+    else:
+        name = "JSONL, the board's format"
+    return sources, RunFormat(name)
+
+
+# The keys of a file's first line (read from its first 64 KiB; none when that holds no whole line), per file version.
+@functools.lru_cache(maxsize=1024)
+def first_line_keys(path: str, status: FileStatus) -> set:
+    buffer, got = read_range(path, 0, 1 << 16)
+    line = bytes(buffer[:got]).split(b"\n", 1)[0]
+    try:
+        return set(LINE_FIELDS_DECODER.decode(line))
+    except (msgspec.DecodeError, ValueError):
+        return set()
+
+
+# TRL's completion logs: the reward functions' names come from the logger's metadata or TRL's logged
+# rewards/<name>/mean; without either, every float column between completion and advantage is taken as one. Made
+# again only when the files they come from change (the signatures of the folder and of its parent).
+@functools.lru_cache(maxsize=64)
+def trl_completions_format(run_dir: str, *signatures: tuple) -> RunFormat:
+    names = trl_reward_names(run_dir)
+    note = "no rollout_meta or trainer_state.json names the reward functions: every float column between completion and advantage is taken as one"
+    problems = () if names else (("", 0, "note", note),)
+    weights = tuple((meta_reward_weights(read_meta(run_dir)) or {}).items())
+    return RunFormat("TRL completion logs (log_completions=True: completions/completions_<step>.parquet)", trl_completion_lines, (tuple(names),), problems, weights)
+
+
+def trl_reward_names(run_dir: str) -> list[str]:
+    meta = read_meta(run_dir)
+    if meta and isinstance(meta.get("reward_funcs"), list):
+        return [str(name) for name in meta["reward_funcs"]]
+    folders = [mirrored_history(trl_output_folder(run_dir))] if is_remote(run_dir) else [Path(run_dir), Path(run_dir).parent]
+    for folder in folders:  # the output folder, or its completions/ folder
+        _, state = newest_trainer_state(folder, [])
+        if state is not None:
+            keys = (key for entry in state["log_history"] if isinstance(entry, dict) for key in entry)
+            return list(dict.fromkeys(key[len("rewards/") : -len("/mean")] for key in keys if key.startswith("rewards/") and key.endswith("/mean")))
+    return []
+
+
+# One parquet file of GRPOTrainer.log() (columns step, prompt, completion, a column per reward function, the
+# log_extra columns, advantage) as the board's lines: the reward functions' scores in rewards_per_func, their plain
+# sum (NaN-skipping, as TRL sums; the weights are applied when the run loads) as reward, the prompt's completions a
+# group, the other columns fields.
+def trl_completion_lines(data: bytes, context: tuple) -> bytes:
+    table = pyarrow.parquet.read_table(io.BytesIO(data))
+    columns = table.column_names
+    names = [name for name in context[0] if name in columns]
+    if not context[0] and "completion" in columns:  # TRL writes the scores as floats; log_extra columns follow them
+        between = columns[columns.index("completion") + 1 : columns.index("advantage") if "advantage" in columns else None]
+        names = [name for name in between if pa.types.is_floating(table.schema.field(name).type)]
+    lines = []
+    for row in table.to_pylist():
+        scores = {name: row.pop(name) for name in names}
+        finite = [score for score in scores.values() if score is not None and not math.isnan(score)]
+        line = {
+            "step": row.pop("step", None),
+            "prompt": row.pop("prompt", None),
+            "response": completion_text(row.pop("completion", None)),
+            "reward": math.fsum(finite) if finite else None,
+            "rewards_per_func": scores,
+            "advantage": row.pop("advantage", None),
+        }
+        line["group_id"] = group_of_prompt(line["prompt"])
+        line |= {(f"{name} (log_extra)" if name in line or name in FORMAT_KEYS else name): value for name, value in row.items()}
+        lines.append(msgspec.json.encode(line))
+    return b"".join(line + b"\n" for line in lines)
+
+
+# A completion as text: a chat completion of one assistant message is its content; others stay the message list.
+def completion_text(completion):
+    if isinstance(completion, list) and len(completion) == 1 and isinstance(completion[0], dict) and isinstance(completion[0].get("content"), str):
+        return completion[0]["content"]
+    return completion
+
+
+# A TRL output folder opened at its completions/ folder: the output folder, where the checkpoints are.
+def trl_output_folder(run_dir: str) -> str:
+    folder, _, name = run_dir.rstrip("/").rpartition("/" if is_remote(run_dir) else os.sep)
+    return folder if name == TRL_COMPLETIONS_FOLDER and folder else run_dir
+
+
+# The weights the logger's metadata gives the reward functions, by name (None: it names none).
+def meta_reward_weights(meta: dict | None) -> dict[str, float] | None:
+    names, weights = (meta or {}).get("reward_funcs"), (meta or {}).get("reward_weights")
+    if not isinstance(names, list) or not isinstance(weights, list) or len(names) != len(weights):
+        return None
+    if not all(type(weight) in (int, float) and math.isfinite(weight) for weight in weights):
+        return None
+    return {str(name): float(weight) for name, weight in zip(names, weights)}
+
+
+# Completions of one prompt in a step form a group (GRPO's): the prompt's hash names it.
+def group_of_prompt(prompt) -> str:
+    return hashlib.blake2b((as_text(prompt) or "").encode(), digest_size=8).hexdigest()
+
+
+# A verl dump (<step>.jsonl) with verl's keys renamed to the board's and each prompt's samples a group; line for line,
+# so the load report's line numbers are the file's (a line that is not a JSON object stays as it is, a bad line).
+def verl_lines(data: bytes, context: tuple) -> bytes:
+    return b"\n".join(verl_line(line) for line in data.split(b"\n"))
+
+
+def verl_line(line: bytes) -> bytes:
+    if not line.strip():
+        return line
+    try:
+        fields = LINE_FIELDS_DECODER.decode(line)
+        encode = msgspec.json.encode
+    except (msgspec.DecodeError, ValueError):  # NaN, bad UTF-8: Python's json keeps both as they are
+        try:
+            fields = json.loads(line.decode("utf-8", errors="surrogateescape"))
+        except (ValueError, RecursionError):
+            return line
+        encode = lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8", errors="surrogateescape")  # noqa: E731
+        if not isinstance(fields, dict):
+            return line
+    renamed = {(VERL_KEYS[key] if key in VERL_KEYS and VERL_KEYS[key] not in fields else key): value for key, value in fields.items()}
+    if "group_id" not in renamed and "prompt" in renamed:
+        prompt = renamed["prompt"]
+        renamed["group_id"] = group_of_prompt(raw_value(prompt) if isinstance(prompt, msgspec.Raw) else prompt)
+    return encode(renamed)
+
+
+# Where a run's conversions are kept: one folder per run in the cache folder.
+def conversions_folder(cache: "IndexCache", run_dir: str) -> Path:
+    return cache.folder / "converted" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
+
+
+# A source file's conversion, made when the file (or what the conversion depends on) changed since the last one; a
+# stamp beside it records what it was made from. Returns the conversion's path.
+def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: Path, known: dict) -> str:
+    name = source.rstrip("/").rsplit("/", 1)[-1]
+    target = folder / (name if name.endswith(".jsonl") else f"{name}.jsonl")
+    stamp_path = target.with_name(f"{target.name}.source")
+    stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(run_format.context))}
+    if known.get(source) == (stamp, str(target)) and target.is_file():
+        return str(target)
+    with contextlib.suppress(OSError, ValueError):
+        if target.is_file() and json.loads(stamp_path.read_bytes()) == stamp:
+            known[source] = (stamp, str(target))
+            return str(target)
+    data = run_format.convert(read_file(source), run_format.context)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, content in ((target, data), (stamp_path, json.dumps(stamp).encode())):
+        temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+        temporary.write_bytes(content)
+        os.replace(temporary, path)
+    known[source] = (stamp, str(target))
+    return str(target)
 
 
 if __name__ == "__main__":

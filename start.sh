@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Serve the board: bash start.sh [PORT] [ROOT]
 #   PORT  default 8901 (or $RL_LOGGING_BOARD_PORT)
-#   ROOT  folder whose sub-folders are runs; default the bundled rollout_samples/ (or $RL_LOGGING_BOARD_ROOT)
+#   ROOT  folder whose sub-folders are runs, or an s3:// (gs://, az://, hf://) URL; default the bundled
+#         rollout_samples/ (or $RL_LOGGING_BOARD_ROOT). S3: credentials from the usual AWS chain, AWS_ENDPOINT_URL for
+#         an S3-compatible store
 # It listens on 127.0.0.1 only; set RL_LOGGING_BOARD_ADDRESS=0.0.0.0 to serve other machines. Served so, the page asks
 # for RL_LOGGING_BOARD_TOKEN (made here and printed with the link when unset) and opens only folders under ROOT
 # (RL_LOGGING_BOARD_ALLOW_ANY_ROOT=1 lifts that).
@@ -12,7 +14,11 @@
 set -euo pipefail
 project="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 port="${1:-${RL_LOGGING_BOARD_PORT:-8901}}"
-root="$(realpath -m "${2:-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}")"
+root="${2:-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}"
+case "$root" in
+  *://*) ;;  # object storage (s3://bucket/prefix): a URL, not a path on this machine
+  *) root="$(realpath -m "$root")" ;;
+esac
 address="${RL_LOGGING_BOARD_ADDRESS:-127.0.0.1}"
 cd "$project"  # so Streamlit reads .streamlit/config.toml
 

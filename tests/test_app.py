@@ -108,7 +108,7 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     run_lines = lines_of(grpo_root / "grpo_run")
     assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
-    assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s): 0 bad line(s) skipped." in [c.value for c in app.caption]
+    assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s) (JSONL, the board's format): 0 bad line(s) skipped." in [c.value for c in app.caption]
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
     assert series.value == ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # GRPO: functions beside the total
@@ -268,7 +268,7 @@ def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, m
 def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "bad" / "r.jsonl", [sample(1), b"{oops\n", sample(1), b'{"step": 2}\n'])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    assert app.warning[0].value == "Loaded 2 sample(s) of 1 step(s) from 1 file(s): 2 bad line(s) skipped; 2 issue(s) listed in the load report."
+    assert app.warning[0].value == "Loaded 2 sample(s) of 1 step(s) from 1 file(s) (JSONL, the board's format): 2 bad line(s) skipped; 2 issue(s) listed in the load report."
     report = widget(app.expander, "Load report")
     assert [toast.value for toast in app.toast] == ["Loaded 2 sample(s), success: 2, error: 2"]  # one count: the samples shown
     assert not report.dataframe  # drawn only when opened
@@ -325,7 +325,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     root = Path(board.DEFAULT_ROOT)
     app = start(root, monkeypatch)
     run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
-    assert run_choice.options == ["generated_every_key", "grpo_tiny_example", "grpo_tiny_example_lr1e-4", "grpo_tiny_tools_example", "grpo_tiny_vlm_example"]
+    assert run_choice.options == ["from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data", "generated_every_key", "grpo_tiny_example", "grpo_tiny_example_lr1e-4", "grpo_tiny_tools_example", "grpo_tiny_vlm_example"]
     run_choice.set_value("grpo_tiny_example")
     app = load_and_view(app)
     run_dir = root / "grpo_tiny_example"

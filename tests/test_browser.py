@@ -71,10 +71,10 @@ def board_url(tmp_path_factory):
 
 
 # The board served by start.sh on a free port, from any working directory, with this Python: its URL until the test
-# module is done.
-def served_board(root: Path):
+# module is done. The index cache is in the root, or in `cache` (a root on S3).
+def served_board(root, cache: Path | None = None):
     port = free_port()
-    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(root / ".cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache or Path(root) / ".cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
     server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
@@ -278,7 +278,7 @@ def test_a_run_big_enough_for_the_worker_processes_loads(browser, board_url):
     fresh.get_by_role("option", name="a_big_run").click()
     fresh.get_by_role("button", name="Load & View").click()
     fresh.get_by_text("Step Index(12 total steps)").wait_for(timeout=120_000)
-    assert fresh.get_by_text("Loaded 1536 sample(s) of 12 step(s) from 4 file(s): 0 bad line(s) skipped").is_visible()
+    assert fresh.get_by_text("Loaded 1536 sample(s) of 12 step(s) from 4 file(s) (JSONL, the board's format): 0 bad line(s) skipped").is_visible()
     fresh.wait_for_function(CHARTS_DRAWN, timeout=60_000)
     assert fresh.locator('[data-testid="stException"]').count() == 0
     context.close()
