@@ -61,7 +61,7 @@ import time
 import uuid
 import warnings
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -346,6 +346,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     sidebar = st.sidebar
     sidebar.title("📖 RL Logging Board")
     root = sidebar.text_input("Log(s) Root Path", value=default_root)
+    root = REMOTE_URL.sub(lambda scheme: scheme.group(0).lower(), root, count=1) if is_remote(root) else root  # S3:// as s3://
     if allowed_root is not None and not is_within(root, allowed_root):
         sidebar.warning(f"Served to the network, this board opens only folders under {markdown_literal(allowed_root)}.")
         root = allowed_root
@@ -644,13 +645,14 @@ def draw_reward_weights(run: "RunSnapshot") -> "RunSnapshot":
     if not run.reward_note:
         return run
     names = [column[len("rewards/") :] for column in run.reward_function_columns]
+    defaults = {name: run.reward_weights.get(name, 1.0) for name in names}
     typed = st.text_input(
         "Reward weights",
         key=f"{StateKey.REWARD_WEIGHTS}:{run.run_dir}",
-        placeholder=", ".join(f"{name}=1" for name in names),
+        placeholder=", ".join(f"{name}={weight:g}" for name, weight in defaults.items()),
         help="The reward functions' weights of the training run (GRPOConfig's reward_weights), as name=weight pairs: reward becomes their weighted sum.",
     )
-    weights, problem = parsed_weights(typed, names)
+    weights, problem = parsed_weights(typed, defaults)
     if problem:
         st.warning(markdown_literal(problem))
     if not weights:
@@ -662,9 +664,9 @@ def draw_reward_weights(run: "RunSnapshot") -> "RunSnapshot":
     return dataclasses.replace(run, samples=samples, version=run.version + (tuple(weights.items()),), reward_note=reward_sum_note(weights, "Reward weights"))
 
 
-# Weights typed as "name=weight, ..." for the given reward functions (those not named weigh 1), and what is wrong with
-# the text, if anything (then no weights).
-def parsed_weights(text: str, names: list[str]) -> tuple[dict[str, float], str | None]:
+# Weights typed as "name=weight, ..." for the reward functions of `defaults` (those not named keep their default), and
+# what is wrong with the text, if anything (then no weights).
+def parsed_weights(text: str, defaults: dict[str, float]) -> tuple[dict[str, float], str | None]:
     weights = {}
     for part in filter(None, (part.strip() for part in text.split(","))):
         name, equals, value = part.rpartition("=")
@@ -673,10 +675,10 @@ def parsed_weights(text: str, names: list[str]) -> tuple[dict[str, float], str |
             weight = float(value)
         except ValueError:
             weight = math.nan
-        if not equals or name not in names or not math.isfinite(weight):
-            return {}, f"Reward weights: {part!r} is not name=weight for a reward function of this run ({', '.join(names)})"
+        if not equals or name not in defaults or not math.isfinite(weight):
+            return {}, f"Reward weights: {part!r} is not name=weight for a reward function of this run ({', '.join(defaults)})"
         weights[name] = weight
-    return ({name: weights.get(name, 1.0) for name in names} if weights else {}), None
+    return (defaults | weights if weights else {}), None
 
 
 # How much of the run loaded, and every line or entry that did not, with its reason. A fragment: opening the report
@@ -1526,10 +1528,18 @@ def open_sample(sample: int):
 # An image of a line (its path relative to the line's file) as the page gets it, or why it cannot be shown.
 def page_image(line_path: str, reference: dict, longest: int) -> tuple[bytes, str] | str:
     try:
-        file = image_file(os.path.dirname(line_path), reference["path"])
+        folder = os.path.dirname(line_path)
+        file = remote_image(folder, reference["path"], int(time.time() // REMOTE_LISTING_SECONDS)) if is_remote(folder) else image_file(folder, reference["path"])
         return image_check(*file) or cached_image(*file, longest)
     except ImageProblem as error:
         return str(error)
+
+
+# An image on object storage as image_file finds it, asked again every few seconds at most: a batch table's
+# thumbnails would otherwise cost a request each on every rerun.
+@st.cache_data(max_entries=4096, show_spinner=False)
+def remote_image(folder: str, path: str | None, period: int) -> tuple[str, int, int]:
+    return image_file(folder, path)
 
 
 # An image file re-encoded for the page, per file version and size: decoded once, whoever looks at it.
@@ -3335,6 +3345,7 @@ class RunStore:
         self.format = RunFormat("")
         self.built_format = self.format  # the format the snapshot was built with: its notes, skipped files and weights
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
+        self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
     # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
@@ -3343,15 +3354,24 @@ class RunStore:
         sources, self.format = run_sources(self.run_dir)
         if self.format.convert is None:
             return sources
-        folder, converted, problems = conversions_folder(self.cache, self.run_dir), [], []
-        for source, status in sources.items():
-            try:
-                converted.append(converted_file(source, status, self.format, folder, self.conversions))
-            except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
-                name = valid_text(source.rsplit("/", 1)[-1])
-                problems.append((name, 0, "skipped", f"could not be read as {self.format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"))
-        self.format = dataclasses.replace(self.format, problems=self.format.problems + tuple(problems))
-        return {path: file_status(path) for path in converted}
+        folder = conversions_folder(self.cache, self.run_dir)
+        with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:  # on object storage the files are fetched at once
+            results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, folder), sources.items()))
+        self.format = dataclasses.replace(self.format, problems=self.format.problems + tuple(problem for _, problem in results if problem))
+        return {path: file_status(path) for path, _ in results if path}
+
+    # A source file's conversion, or the problem that stops it (tried again only once the file changed).
+    def conversion(self, source: str, status: "FileStatus", folder: Path) -> tuple[str | None, tuple | None]:
+        failed = self.failures.get(source)
+        if failed and failed[0] == (status, self.format.context):
+            return None, failed[1]
+        try:
+            return converted_file(source, status, self.format, folder, self.conversions), None
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
+            reason = f"could not be read as {self.format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
+            problem = (valid_text(source.rsplit("/", 1)[-1]), 0, "skipped", reason)
+            self.failures[source] = ((status, self.format.context), problem)
+            return None, problem
 
     # Cheap: a listing. True when load() would read anything.
     def needs_work(self, max_samples: int) -> bool:
@@ -3634,6 +3654,7 @@ class RunSnapshot:
     format: str = ""  # how the files were read (RunFormat.name)
     reward_note: str = ""  # how reward was made from the reward functions' scores, where the board made it (TRL's files)
     history_dir: str = ""  # where its training history is: the run folder, or the output folder of TRL's completions/
+    reward_weights: dict = field(default_factory=dict)  # TRL's: the weights reward was summed with ({}: all 1)
 
     def step_rows(self, step: int) -> pd.DataFrame:
         return self.samples[self.samples["step"] == step].reset_index(drop=True)
@@ -3697,7 +3718,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         meta=meta,
         max_samples=max_samples,
         downsampled=bool(report["not loaded (Max Samples Each Step)"].sum()),
-        version=(run_dir, max_samples, tuple((path, index.identity and (index.identity.size, index.identity.mtime_ns, index.identity.etag)) for path, index in files.items())),
+        version=(run_dir, max_samples, run_format and run_format.weights, tuple((path, index.identity and (index.identity.size, index.identity.mtime_ns, index.identity.etag)) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
         extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX) and samples[column].notna().any()),
@@ -3706,6 +3727,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         format=run_format.name if run_format else "",
         reward_note=reward_note,
         history_dir=trl_output_folder(run_dir) if run_format is not None and run_format.convert is trl_completion_lines else run_dir,
+        reward_weights=dict(run_format.weights) if run_format else {},
     )
 
 
@@ -4699,7 +4721,8 @@ def read_spans(paths: list[str], offsets: list[int], lengths: list[int]) -> list
 # ====================================================================================================================
 
 
-CONVERSION_FORMAT = 1  # a conversion made by another version of this code is made again
+CONVERSION_FORMAT = 2  # a conversion made by another version of this code is made again
+CONVERSION_THREADS = 16  # files of a run on object storage fetched and converted at once
 
 
 TRL_COMPLETIONS_FILE = re.compile(r"completions_\d+\.parquet")
@@ -4707,9 +4730,12 @@ TRL_COMPLETIONS_FOLDER = "completions"
 
 
 VERL_DUMP_FILE = re.compile(r"\d+\.jsonl")
-# verl's keys (RayPPOTrainer._dump_generations) as the board's; a key the line has already (a validation dump's
-# "reward", equal to its "score") keeps its own value and the verl key stays a field.
+VERL_DUMP_KEYS = {"input", "output", "score", "step"}  # every line of RayPPOTrainer._dump_generations has them
+# verl's keys as the board's. A reward_extra_info key of the same name as one of these (a validation dump's "reward",
+# equal to its "score") is kept as a field, named VERL_EXTRA_SUFFIX after it.
 VERL_KEYS = {"input": "prompt", "output": "response", "gts": "ground_truth", "score": "reward"}
+VERL_EXTRA_SUFFIX = " (reward_extra_info)"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 # How a run folder's files are read: which files, named how in the load report, converted by what (None: as they are).
@@ -4730,14 +4756,18 @@ def run_sources(run_dir: str) -> tuple[dict[str, FileStatus], RunFormat]:
     parquet = [entry for entry in files if TRL_COMPLETIONS_FILE.fullmatch(entry.name)]
     if not parquet and any(entry.is_dir and entry.name == TRL_COMPLETIONS_FOLDER for entry in entries):
         parquet = [entry for entry in list_folder(joined(run_dir, TRL_COMPLETIONS_FOLDER)) if not entry.is_dir and TRL_COMPLETIONS_FILE.fullmatch(entry.name)]
-    if parquet:
-        parent = () if is_remote(run_dir) else history_signature(Path(run_dir).parent)  # (on object storage, only the folder's own is read)
-        return {entry.path: entry.status for entry in parquet}, trl_completions_format(run_dir, history_signature(run_dir), parent)
     jsonl = [entry for entry in files if entry.name.endswith(".jsonl") and not fnmatch.fnmatch(entry.name, METRICS_FILES)]
+    if parquet:
+        output = trl_output_folder(run_dir)
+        run_format = trl_completions_format(run_dir, history_signature(run_dir), history_signature(output) if output != run_dir else ())
+        if jsonl:
+            note = f"{len(jsonl)} .jsonl file(s) beside TRL's completions are not read: put them in a run folder of their own to open them"
+            run_format = dataclasses.replace(run_format, problems=run_format.problems + (("", 0, "note", note),))
+        return {entry.path: entry.status for entry in parquet}, run_format
     sources = {entry.path: entry.status for entry in jsonl}
     if jsonl and all(VERL_DUMP_FILE.fullmatch(entry.name) for entry in jsonl):
-        keys = first_line_keys(jsonl[0].path, jsonl[0].status)
-        if "input" in keys and "output" in keys and "prompt" not in keys:
+        keys = next(filter(None, (first_line_keys(entry.path, entry.status) for entry in jsonl[:3])), set())  # the first may be empty yet
+        if VERL_DUMP_KEYS <= keys:
             validation = "val" in run_label(run_dir).lower() or "0.jsonl" in {entry.name for entry in jsonl} or "reward" in keys
             kind = "validation" if validation else "training"
             return sources, RunFormat(f"verl generations dump ({kind}: rollout_data_dir / validation_data_dir, <step>.jsonl)", verl_lines, (kind,))
@@ -4753,11 +4783,15 @@ def run_sources(run_dir: str) -> tuple[dict[str, FileStatus], RunFormat]:
     return sources, RunFormat(name)
 
 
-# The keys of a file's first line (read from its first 64 KiB; none when that holds no whole line), per file version.
+# The top-level keys of a file's first line, however long (a reasoning model's line can be MBs), per file version;
+# none for an empty file or a line that is not a JSON object.
 @functools.lru_cache(maxsize=1024)
 def first_line_keys(path: str, status: FileStatus) -> set:
-    buffer, got = read_range(path, 0, 1 << 16)
-    line = bytes(buffer[:got]).split(b"\n", 1)[0]
+    line, size = b"", 1 << 16
+    while b"\n" not in line and len(line) < status.size:
+        line += bytes(read_range(path, len(line), min(len(line) + size, status.size))[0][: min(size, status.size - len(line))])
+        size *= 2
+    line = line.split(b"\n", 1)[0].removeprefix(UTF8_BOM)
     try:
         return set(LINE_FIELDS_DECODER.decode(line))
     except (msgspec.DecodeError, ValueError):
@@ -4780,12 +4814,11 @@ def trl_reward_names(run_dir: str) -> list[str]:
     meta = read_meta(run_dir)
     if meta and isinstance(meta.get("reward_funcs"), list):
         return [str(name) for name in meta["reward_funcs"]]
-    folders = [mirrored_history(trl_output_folder(run_dir))] if is_remote(run_dir) else [Path(run_dir), Path(run_dir).parent]
-    for folder in folders:  # the output folder, or its completions/ folder
-        _, state = newest_trainer_state(folder, [])
-        if state is not None:
-            keys = (key for entry in state["log_history"] if isinstance(entry, dict) for key in entry)
-            return list(dict.fromkeys(key[len("rewards/") : -len("/mean")] for key in keys if key.startswith("rewards/") and key.endswith("/mean")))
+    folder = trl_output_folder(run_dir)  # the output folder, also when its completions/ folder was opened
+    _, state = newest_trainer_state(mirrored_history(folder) if is_remote(folder) else Path(folder), [])
+    if state is not None:
+        keys = (key for entry in state["log_history"] if isinstance(entry, dict) for key in entry)
+        return list(dict.fromkeys(key[len("rewards/") : -len("/mean")] for key in keys if key.startswith("rewards/") and key.endswith("/mean")))
     return []
 
 
@@ -4849,7 +4882,7 @@ def group_of_prompt(prompt) -> str:
 # A verl dump (<step>.jsonl) with verl's keys renamed to the board's and each prompt's samples a group; line for line,
 # so the load report's line numbers are the file's (a line that is not a JSON object stays as it is, a bad line).
 def verl_lines(data: bytes, context: tuple) -> bytes:
-    return b"\n".join(verl_line(line) for line in data.split(b"\n"))
+    return b"\n".join(verl_line(line) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
 
 
 def verl_line(line: bytes) -> bytes:
@@ -4866,7 +4899,8 @@ def verl_line(line: bytes) -> bytes:
         encode = lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8", errors="surrogateescape")  # noqa: E731
         if not isinstance(fields, dict):
             return line
-    renamed = {(VERL_KEYS[key] if key in VERL_KEYS and VERL_KEYS[key] not in fields else key): value for key, value in fields.items()}
+    taken = {VERL_KEYS[key] for key in fields if key in VERL_KEYS}
+    renamed = {VERL_KEYS.get(key) or (key + VERL_EXTRA_SUFFIX if key in taken else key): value for key, value in fields.items()}
     if "group_id" not in renamed and "prompt" in renamed:
         prompt = renamed["prompt"]
         renamed["group_id"] = group_of_prompt(raw_value(prompt) if isinstance(prompt, msgspec.Raw) else prompt)

@@ -265,20 +265,25 @@ def test_verl_dumps_show_every_line_with_its_texts_score_and_extras(tmp_path, fo
         assert table["prompt"].tolist() == [line["input"] for line in lines]
         assert table["response"].tolist() == [line["output"] for line in lines]
         assert table["ground_truth"].tolist() == [line["gts"] for line in lines]
-        assert shown["reward"].tolist() == [line["reward" if kind == "validation" else "score"] for line in lines]
+        assert shown["reward"].tolist() == [line["score"] for line in lines]
         assert shown["extra/acc"].tolist() == [float(line["acc"]) for line in lines]
         assert shown["text/pred"].tolist() == [line["pred"] for line in lines]
         if kind == "validation":
-            assert shown["extra/score"].tolist() == [line["score"] for line in lines]
+            assert shown["extra/reward (reward_extra_info)"].tolist() == [line["reward"] for line in lines]
     assert any("计算 15 减去 8" in prompt for prompt in texts(run, run.steps[0])["prompt"])  # CJK compared above
 
 
-def test_verl_validation_keeps_its_own_reward_and_shows_score_as_a_field(tmp_path):
-    """In a validation dump, reward is the line's own reward key and score is shown beside it as a field."""
-    path = write_verl_dump(tmp_path / "validation", 0, ["q1", "q2"], ["a1", "a2"], ["1", "2"], [1.0, 0.0], {"reward": [0.75, -0.25]})
-    shown = load(path.parent).step_rows(0)
-    assert shown["reward"].tolist() == [line["reward"] for line in jsonl_rows(path)] == [0.75, -0.25]
-    assert shown["extra/score"].tolist() == [line["score"] for line in jsonl_rows(path)] == [1.0, 0.0]
+def test_verl_reward_extra_info_named_like_verl_s_own_keys_is_a_field(tmp_path):
+    """verl's own input/output/gts/score are the prompt, response, ground truth and reward; reward_extra_info keys named
+    reward or response (a validation dump's reward, a judge's response) are fields beside them."""
+    extras = {"reward": [0.75, -0.25], "response": ["judge: ok", "judge: no"]}
+    path = write_verl_dump(tmp_path / "validation", 0, ["q1", "q2"], ["a1", "a2"], ["1", "2"], [1.0, 0.0], extras)
+    run = load(path.parent)
+    shown, lines = run.step_rows(0), jsonl_rows(path)
+    assert shown["reward"].tolist() == [line["score"] for line in lines] == [1.0, 0.0]
+    assert shown["extra/reward (reward_extra_info)"].tolist() == [line["reward"] for line in lines] == [0.75, -0.25]
+    assert texts(run, 0)["response"].tolist() == [line["output"] for line in lines] == ["a1", "a2"]
+    assert shown["text/response (reward_extra_info)"].tolist() == [line["response"] for line in lines]
 
 
 def test_verl_training_groups_are_the_samples_of_one_prompt(tmp_path):
@@ -421,3 +426,66 @@ def test_trl_completions_folder_opened_alone_shows_the_output_folders_history():
     assert run.history_dir == str(trl_run())
     history = board.read_history(run.history_dir)
     assert history.sources and history.sources[0].startswith("checkpoint-") and len(history.train)
+
+
+@pytest.mark.parametrize("case", ["long first line", "empty first file", "byte order mark"])
+def test_verl_dumps_are_told_by_their_keys_however_their_first_file_starts(tmp_path, case):
+    """A dump whose first line is longer than any read-ahead (a reasoning model's), whose first file is still empty, or
+    which starts with a byte order mark, still opens as verl's, every line loaded."""
+    output = "x" * 300_000 if case == "long first line" else "a"
+    write_verl_dump(tmp_path, 1, ["q1", "q2"], [output, "b"], ["1", "2"], [1.0, 0.0], {})
+    write_verl_dump(tmp_path, 2, ["q3"], ["c"], ["3"], [0.5], {})
+    if case == "empty first file":
+        (tmp_path / "1.jsonl").write_bytes(b"")
+    if case == "byte order mark":
+        (tmp_path / "1.jsonl").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "1.jsonl").read_bytes())
+    run = load(tmp_path)
+    assert run.format.startswith("verl generations dump (training:")
+    assert len(run.samples) == (1 if case == "empty first file" else 3) and run.problems.empty
+    assert run.step_rows(run.steps[-1])["reward"].tolist() == [0.5]
+
+
+# A parquet file as GRPOTrainer.log() writes one (pandas' to_parquet of its table), for tests that need no training.
+def write_completions(folder: Path, step: int, accuracy: list[float]) -> Path:
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame({"step": step, "prompt": "p", "completion": [f"c{i}" for i in range(len(accuracy))], "accuracy": accuracy, "advantage": 0.0})
+    path = folder / f"completions_{step:05d}.parquet"
+    table.to_parquet(path)
+    return path
+
+
+def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
+    """A live check does not fetch a broken parquet again and again: once it changes, it is read (and shown)."""
+    write_completions(tmp_path / "completions", 1, [1.0])
+    broken = write_completions(tmp_path / "completions", 2, [0.5, 0.25])
+    data = broken.read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    reads = Counter()
+    read_file = board.read_file
+    monkeypatch.setattr(board, "read_file", lambda path: reads.update([Path(path).name]) or read_file(path))
+    store = board.RunStore(str(tmp_path))
+    assert [row[0] for row in problem_rows(store.load(MAX_SAMPLES), "skipped")] == [broken.name]
+    assert not store.needs_work(MAX_SAMPLES) and not store.needs_work(MAX_SAMPLES)
+    assert reads[broken.name] == 1
+    broken.write_bytes(data)
+    assert store.needs_work(MAX_SAMPLES)
+    assert store.load(MAX_SAMPLES).step_rows(2)["reward"].tolist() == [0.5, 0.25]
+
+
+def test_jsonl_files_beside_trl_completions_are_named_as_not_read(tmp_path):
+    """A folder holding TRL's completions and rank files shows the completions and says the rank files were not read."""
+    write_completions(tmp_path / "completions", 1, [1.0])
+    write_verl_dump(tmp_path, 1, ["q"], ["a"], ["1"], [1.0], {})
+    notes = [row[3] for row in problem_rows(load(tmp_path), "note")]
+    assert any(note.startswith("1 .jsonl file(s) beside TRL's completions are not read") for note in notes)
+
+
+def test_typed_reward_weights_keep_the_metadata_s_for_functions_not_typed():
+    """Typing one weight changes that function's alone; an unknown name or a bad number is refused with the names."""
+    assert board.parsed_weights("acc=2", {"acc": 1.0, "fmt": 0.5}) == ({"acc": 2.0, "fmt": 0.5}, None)
+    assert board.parsed_weights("", {"acc": 1.0}) == ({}, None)
+    for bad in ("nope=1", "acc=x", "acc", "acc=inf"):
+        weights, problem = board.parsed_weights(bad, {"acc": 1.0, "fmt": 0.5})
+        assert weights == {} and problem.startswith("Reward weights:") and "(acc, fmt)" in problem

@@ -342,3 +342,8 @@ def test_the_load_report_names_the_logger_s_files_as_the_logger_names_them(bucke
     remote, local = both(bucket, VLM)
     assert remote.format == local.format
     assert "rollout_data_rank_" in remote.format
+
+
+def test_an_upper_case_scheme_and_a_trailing_slash_open_the_same_runs(bucket, monkeypatch):
+    """S3://bucket/runs/ typed as it came from a console lists the same runs as s3://bucket/runs."""
+    assert widget(start(f"S3://{bucket}/runs/", monkeypatch).sidebar.selectbox, "Choose Log Name").options == RUNS
