@@ -1,12 +1,15 @@
 """RL Logging Board: per-sample and per-token views of RL (GRPO/PPO) rollouts.
 
 Run with `bash start.sh [PORT] [ROOT]`, or `streamlit run rl_logging_board.py -- --root <folder of runs>`. A run is a
-folder of JSONL files (one per data-parallel rank); every line is one sampled response. The README describes the format
-and each page area.
+folder of JSONL files (one per data-parallel rank); every line is one sampled response. Other trainers' files (TRL's
+completion parquet, verl's dumps) are converted into such lines once; a folder may be on object storage (s3://...).
+The README describes the format and each page area.
 
 The data path:
 
-    rank files (*.jsonl) ──> per-file index: each line's offset, length, step and summary numbers
+    run folder, on disk or object storage (list_folder, read_range, read_spans)
+    rank files (*.jsonl, or TRL's and verl's files converted: RunFormat, converted_file)
+        ──> per-file index: each line's offset, length, step and summary numbers
         │                     (FileIndex, built by worker processes, cached on disk by IndexCache; a grown file is read
         │                      on from where it was left)
         └──> run snapshot: the selected lines of every step with their numbers, the load report (RunSnapshot, made
@@ -26,9 +29,10 @@ Sections, in order (each one's constants and types at its top):
     Figures            Vega-Lite specs and the token heat map (no Streamlit)
     Metrics            KL estimators, per-step statistics, groups, table and token values (no Streamlit)
     Text and tokens    display text, escaping, tokens shown as text (no Streamlit)
-    Reading 1-7        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
-                       and read-back; the training history; images; texts for search and lines for export (no
-                       Streamlit: the workers import this file)
+    Reading 1-9        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
+                       and read-back; the training history; images; texts for search and lines for export; where
+                       files are (disk or object storage); other trainers' files (no Streamlit: the workers import
+                       this file)
 
 Beside the rollouts, the trainer's own numbers (TrainingHistory, read by read_history from the logger's
 rollout_metrics_*.jsonl, seed 004's training_log.json or Hugging Face's trainer_state.json) feed the Training metrics
@@ -4789,7 +4793,10 @@ def run_sources(run_dir: str) -> tuple[dict[str, FileStatus], RunFormat]:
 def first_line_keys(path: str, status: FileStatus) -> set:
     line, size = b"", 1 << 16
     while b"\n" not in line and len(line) < status.size:
-        line += bytes(read_range(path, len(line), min(len(line) + size, status.size))[0][: min(size, status.size - len(line))])
+        buffer, got = read_range(path, len(line), min(len(line) + size, status.size))
+        if not got:  # cut short since it was listed
+            break
+        line += bytes(buffer[:got])
         size *= 2
     line = line.split(b"\n", 1)[0].removeprefix(UTF8_BOM)
     try:
