@@ -4547,6 +4547,8 @@ def is_remote(path) -> bool:
 # chain (environment, profile, instance role); S3's endpoint from AWS_ENDPOINT_URL, which --endpoint-url sets.
 @functools.cache
 def storage(protocol: str):
+    if protocol not in STORAGE_PACKAGES:  # http://, ftp://...: not object storage, and a server should not fetch them
+        raise StorageError(f"{protocol}:// is not object storage the board reads: s3://, gs://, az:// or hf://")
     options = {}
     if protocol == "s3":
         endpoint = os.environ.get("AWS_ENDPOINT_URL")
@@ -4556,8 +4558,6 @@ def storage(protocol: str):
     except ImportError:
         package = STORAGE_PACKAGES.get(protocol, "fsspec backend")
         raise StorageError(f"{protocol}:// paths need the {package} package: pip install {package}") from None
-    except ValueError:
-        raise StorageError(f"{protocol}:// is not a storage protocol fsspec knows") from None
 
 
 def remote_storage(path: str):

@@ -347,3 +347,13 @@ def test_the_load_report_names_the_logger_s_files_as_the_logger_names_them(bucke
 def test_an_upper_case_scheme_and_a_trailing_slash_open_the_same_runs(bucket, monkeypatch):
     """S3://bucket/runs/ typed as it came from a console lists the same runs as s3://bucket/runs."""
     assert widget(start(f"S3://{bucket}/runs/", monkeypatch).sidebar.selectbox, "Choose Log Name").options == RUNS
+
+
+def test_a_url_that_is_not_object_storage_is_refused_without_a_request(monkeypatch):
+    """http:// (or any scheme but s3, gs, az, hf) in Log(s) Root Path is a message; the server fetches nothing."""
+    monkeypatch.setattr(board.fsspec, "filesystem", lambda *args, **kwargs: pytest.fail("a filesystem was made"))
+    board.storage.cache_clear()
+    with pytest.raises(board.StorageError, match=r"http:// is not object storage the board reads"):
+        board.list_runs("http://127.0.0.1:9/runs")
+    app = start("http://127.0.0.1:9/runs", monkeypatch)
+    assert [error.value for error in app.sidebar.error] == [board.markdown_literal("http:// is not object storage the board reads: s3://, gs://, az:// or hf://")]
