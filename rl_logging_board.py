@@ -662,10 +662,11 @@ def draw_reward_weights(run: "RunSnapshot") -> "RunSnapshot":
     if not weights:
         st.caption(markdown_literal(run.reward_note))
         return run
-    st.caption(markdown_literal(reward_sum_note(weights, "Reward weights")))
+    note = reward_sum_note(weights, "Reward weights")
+    st.caption(markdown_literal(note))
     reward = total_reward(run.samples, weights)
     samples = run.samples.assign(reward=reward, reward_gap=reward - run.samples["ref_reward"])
-    return dataclasses.replace(run, samples=samples, version=run.version + (tuple(weights.items()),), reward_note=reward_sum_note(weights, "Reward weights"))
+    return dataclasses.replace(run, samples=samples, version=run.version + (tuple(weights.items()),), reward_note=note)
 
 
 # Weights typed as "name=weight, ..." for the reward functions of `defaults` (those not named keep their default), and
@@ -1529,11 +1530,15 @@ def open_sample(sample: int):
 # ====================================================================================================================
 
 
+# Object storage is asked again at most this often by what each rerun of the page wants (runs, history, images).
+REMOTE_LISTING_SECONDS = 10
+
+
 # An image of a line (its path relative to the line's file) as the page gets it, or why it cannot be shown.
 def page_image(line_path: str, reference: dict, longest: int) -> tuple[bytes, str] | str:
     try:
         folder = os.path.dirname(line_path)
-        file = remote_image(folder, reference["path"], int(time.time() // REMOTE_LISTING_SECONDS)) if is_remote(folder) else image_file(folder, reference["path"])
+        file = remote_image(folder, reference["path"]) if is_remote(folder) else image_file(folder, reference["path"])
         return image_check(*file) or cached_image(*file, longest)
     except ImageProblem as error:
         return str(error)
@@ -1541,8 +1546,8 @@ def page_image(line_path: str, reference: dict, longest: int) -> tuple[bytes, st
 
 # An image on object storage as image_file finds it, asked again every few seconds at most: a batch table's
 # thumbnails would otherwise cost a request each on every rerun.
-@st.cache_data(max_entries=4096, show_spinner=False)
-def remote_image(folder: str, path: str | None, period: int) -> tuple[str, int, int]:
+@st.cache_data(ttl=REMOTE_LISTING_SECONDS, max_entries=4096, show_spinner=False)
+def remote_image(folder: str, path: str | None) -> tuple[str, int, int]:
     return image_file(folder, path)
 
 
@@ -1593,18 +1598,16 @@ def load_other_fields(index_id: str, path: str, offset: int, length: int) -> dic
 # seconds: each rerun of the page would otherwise ask the store again.
 def listed_runs(root: str) -> tuple[list[str], str | None]:
     if is_remote(root):
-        return listed_remote_runs(root, int(time.time() // REMOTE_LISTING_SECONDS))
+        return listed_remote_runs(root)
     return (list_runs(root), None) if Path(root).expanduser().is_dir() else ([], None)
 
 
-REMOTE_LISTING_SECONDS = 10
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def listed_remote_runs(root: str, period: int) -> tuple[list[str], str | None]:
+@st.cache_data(ttl=REMOTE_LISTING_SECONDS, max_entries=16, show_spinner=False)
+def listed_remote_runs(root: str) -> tuple[list[str], str | None]:
     try:
-        if not is_folder(root):
-            return [], f"{root} was not found (no such bucket or folder), or cannot be listed"
+        with storage_errors(root):
+            if not remote_storage(root).isdir(root):
+                return [], f"{root} was not found (no such bucket or folder), or cannot be listed"
         return list_runs(root), None
     except StorageError as error:
         return [], str(error)
@@ -1612,13 +1615,11 @@ def listed_remote_runs(root: str, period: int) -> tuple[list[str], str | None]:
 
 # A run's history signature: on object storage a listing, asked at most every few seconds (each rerun wants it).
 def current_history_signature(run_dir: str) -> tuple:
-    if is_remote(run_dir):
-        return remote_history_signature(run_dir, int(time.time() // REMOTE_LISTING_SECONDS))
-    return history_signature(run_dir)
+    return remote_history_signature(run_dir) if is_remote(run_dir) else history_signature(run_dir)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def remote_history_signature(run_dir: str, period: int) -> tuple:
+@st.cache_data(ttl=REMOTE_LISTING_SECONDS, max_entries=16, show_spinner=False)
+def remote_history_signature(run_dir: str) -> tuple:
     return history_signature(run_dir)
 
 
@@ -3346,52 +3347,53 @@ class RunStore:
         self.cache = IndexCache()
         self.lock = threading.Lock()
         self.snapshot: "RunSnapshot | None" = None
-        self.format = RunFormat("")
-        self.built_format = self.format  # the format the snapshot was built with: its notes, skipped files and weights
+        self.built_format = RunFormat("")  # the format the snapshot was built with: its notes, skipped files and weights
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
         self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
     # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
     # whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
-    def current_files(self) -> dict[str, "FileStatus"]:
-        sources, self.format = run_sources(self.run_dir)
-        if self.format.convert is None:
-            return sources
+    def current_files(self) -> tuple[dict[str, "FileStatus"], "RunFormat"]:
+        sources, run_format = run_sources(self.run_dir)
+        if run_format.convert is None:
+            return sources, run_format
         folder = conversions_folder(self.cache, self.run_dir)
         with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:  # on object storage the files are fetched at once
-            results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, folder), sources.items()))
-        self.format = dataclasses.replace(self.format, problems=self.format.problems + tuple(problem for _, problem in results if problem))
-        return {path: file_status(path) for path, _ in results if path}
+            results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
+        run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problem in results if problem))
+        return {path: file_status(path) for path, _ in results if path}, run_format
 
     # A source file's conversion, or the problem that stops it (tried again only once the file changed).
-    def conversion(self, source: str, status: "FileStatus", folder: Path) -> tuple[str | None, tuple | None]:
+    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: Path) -> tuple[str | None, tuple | None]:
         failed = self.failures.get(source)
-        if failed and failed[0] == (status, self.format.context):
+        if failed and failed[0] == (status, run_format.context):
             return None, failed[1]
         try:
-            return converted_file(source, status, self.format, folder, self.conversions), None
+            return converted_file(source, status, run_format, folder, self.conversions), None
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
-            reason = f"could not be read as {self.format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
+            reason = f"could not be read as {run_format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
             problem = (valid_text(source.rsplit("/", 1)[-1]), 0, "skipped", reason)
-            self.failures[source] = ((status, self.format.context), problem)
+            self.failures[source] = ((status, run_format.context), problem)
             return None, problem
 
-    # Cheap: a listing. True when load() would read anything.
+    # The run's files and format as listed now when load() would read anything, else None. Cheap: a listing.
+    def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
+        listing, run_format = self.current_files()
+        if self.snapshot is None or self.snapshot.max_samples != max_samples or list(listing) != list(self.files) or run_format != self.built_format:
+            return listing, run_format
+        return (listing, run_format) if any(self.files[path].change(status) != "same" for path, status in listing.items()) else None
+
     def needs_work(self, max_samples: int) -> bool:
-        if self.snapshot is None or self.snapshot.max_samples != max_samples:
-            return True
-        listing = self.current_files()
-        if list(listing) != list(self.files) or self.format != self.built_format:
-            return True
-        return any(self.files[path].change(status) != "same" for path, status in listing.items())
+        return self.pending(max_samples) is not None
 
     # Bring every file up to date, parse what the selection needs, and return an immutable snapshot.
     def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "RunSnapshot":
         with self.lock:
-            if not self.needs_work(max_samples):
+            pending = self.pending(max_samples)  # what is read: a write during the pass shows as a change next time
+            if pending is None:
                 return self.snapshot
-            listing = self.current_files()  # what is read: a write during the pass shows as a change next time
+            listing, run_format = pending
             self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
             changed = []
             for index in self.files.values():
@@ -3400,20 +3402,19 @@ class RunStore:
                     index.reset()
                 if change != "same":
                     changed.append(index)
-            jobs, stats = [], {}
+            jobs = []
             for index in changed:
-                stats[index.path] = listing[index.path]
-                size = stats[index.path].size
+                size = listing[index.path].size
                 jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
             if parallel is None:
                 parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
             self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
             selected = self.parse_selected(max_samples, parallel, samples_progress)
             for index in changed:
-                index.identity = read_identity(index.path, index.indexed_to, stats[index.path])
+                index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
                 self.cache.save(index)
-            self.built_format = self.format
-            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, self.cache.error, self.format)
+            self.built_format = run_format
+            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error)
             return self.snapshot
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
@@ -3671,7 +3672,7 @@ class RunSnapshot:
         return self.samples.groupby("step")[column].mean().to_dict()
 
 
-def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, cache_error: str | None = None, run_format: "RunFormat | None" = None) -> RunSnapshot:
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None) -> RunSnapshot:
     chosen, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.rows.get(path, np.array([], dtype=np.int64))
@@ -3685,7 +3686,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
     if cache_error:
         problems.append(["", 0, "note", cache_error])
-    problems += [list(problem) for problem in (run_format.problems if run_format else ())]
+    problems += [list(problem) for problem in run_format.problems]
     with contextlib.suppress(OSError):
         for entry in list_folder(run_dir):
             if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
@@ -3705,8 +3706,8 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
     samples["sample"] = samples.groupby("step").cumcount()  # its index in the step's batch
     meta = read_meta(run_dir)
-    reward_note = ""
-    if run_format is not None and run_format.convert is trl_completion_lines:
+    reward_note, trl = "", run_format.convert is trl_completion_lines
+    if trl:
         samples["reward"] = total_reward(samples, dict(run_format.weights))
         reward_note = reward_sum_note(dict(run_format.weights), "the logger's metadata")
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
@@ -3722,16 +3723,16 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         meta=meta,
         max_samples=max_samples,
         downsampled=bool(report["not loaded (Max Samples Each Step)"].sum()),
-        version=(run_dir, max_samples, run_format and run_format.weights, tuple((path, index.identity and (index.identity.size, index.identity.mtime_ns, index.identity.etag)) for path, index in files.items())),
+        version=(run_dir, max_samples, run_format.weights, tuple((path, index.identity and (index.identity.size, index.identity.mtime_ns, index.identity.etag)) for path, index in files.items())),
         steps=sorted(int(step) for step in samples["step"].unique()),
         reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
         extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX) and samples[column].notna().any()),
         facets=sorted(column for column in samples.columns if column.startswith(TEXT_PREFIX) and 1 <= samples[column].nunique() <= FACET_VALUES),
         image_problems=sum(kind == "image" for _, _, kind, _ in missing_images),
-        format=run_format.name if run_format else "",
+        format=run_format.name,
         reward_note=reward_note,
-        history_dir=trl_output_folder(run_dir) if run_format is not None and run_format.convert is trl_completion_lines else run_dir,
-        reward_weights=dict(run_format.weights) if run_format else {},
+        history_dir=trl_output_folder(run_dir) if trl else run_dir,
+        reward_weights=dict(run_format.weights),
     )
 
 
@@ -4620,13 +4621,6 @@ def file_status(path: str) -> FileStatus:
     with storage_errors(path):
         info = remote_storage(path).info(path, refresh=True)
     return FileStatus(int(info.get("size") or 0), etag=str(info.get("ETag") or info.get("etag") or "").strip('"'))
-
-
-def is_folder(path: str) -> bool:
-    if not is_remote(path):
-        return Path(path).expanduser().is_dir()
-    with storage_errors(path):
-        return remote_storage(path).isdir(path)
 
 
 # A file or folder inside a folder, by name.
