@@ -358,7 +358,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     if listing_error:
         sidebar.error(markdown_literal(listing_error))
     run_name = sidebar.selectbox(
-        "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=lambda name: "(this folder)" if name == "." else valid_text(name)
+        "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=lambda name: "(this folder)" if name == "." else one_line(name)
     )
     # Compared with the run shown: the loaded one, or the chosen one while none is (or while Load & View opens it; its
     # click is in the session state before the button is drawn).
@@ -370,7 +370,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         "Compare with",
         others,
         key=f"{StateKey.COMPARE_WITH}:{shown_dir}",
-        format_func=lambda name: "(this folder)" if name == "." else valid_text(name),
+        format_func=lambda name: "(this folder)" if name == "." else one_line(name),
         help="Other runs of this root drawn beside the loaded one on every step curve and training metric, one line each.",
     )
     max_samples = sidebar.number_input(
@@ -762,7 +762,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             # GRPO: each reward function beside the total, to see one traded for another.
             default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in function_columns]
             remembered_choice(key, options, default or options[:1])
-            chosen = st.multiselect("Reward series", options, key=key)
+            chosen = st.multiselect("Reward series", options, key=key, format_func=one_line)
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve))
         elif open_tab == "Step-Groups":
             draw_chart(st, cached_fraction_chart(curve["versions"], settings.smoothing, curve["_runs"]))
@@ -774,7 +774,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_kl_curve(settings, curve, runs, history)
         elif open_tab == "Step-Fields":
             remembered_choice(StateKey.FIELD_SERIES, field_columns, field_columns[:3])
-            chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
+            chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, format_func=one_line, help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
             draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve))
         elif open_tab == "Step-Facets":
             draw_facet_curve(runs[0][1], curve)
@@ -805,7 +805,7 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
         st.info("No number to draw per value: the loaded samples have no reward or other number.")
         return
     fit_state(StateKey.FACET_SERIES, numbers)
-    series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES)
+    series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES, format_func=one_line)
     values = run.samples[facet].dropna().unique().tolist()
     by_value = [(f"{facet.removeprefix(TEXT_PREFIX)} = {value}", run.samples[run.samples[facet] == value]) for value in sorted(values)]
     draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})))
@@ -881,10 +881,10 @@ def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all
         options = list(dict.fromkeys(metric_name(column) for _, shown in histories for frame in (shown.train, shown.eval) for column in frame.columns[1:]))
         key = StateKey.METRIC_SERIES  # one choice, kept while new metrics arrive (live) and across runs that log it
         remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
-        chosen = st.multiselect("Training metrics", options, key=key, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
+        chosen = st.multiselect("Training metrics", options, key=key, format_func=one_line, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
         versions = tuple((shown.run_dir, shown_history.signature) for shown, shown_history in zip([run, *compared], all_histories))
         if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
-            tabs = st.tabs(chosen, on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
+            tabs = st.tabs([markdown_literal(name) for name in chosen], on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
             name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
             draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories))
         details = st.expander("Training summary", on_change="rerun", key=StateKey.TRAINING_SUMMARY)
@@ -992,7 +992,7 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
         elif name in run.facets:
             values = sorted(samples[name].dropna().unique().tolist())
             fit_state(key, values)
-            picked = st.multiselect(label, values, key=key, placeholder="every value")
+            picked = st.multiselect(label, values, key=key, placeholder="every value", format_func=one_line)
             if picked:
                 facets.append((name, tuple(picked)))
     sample_filter = SampleFilter(tuple(steps), tuple(ranges), tuple(facets), "truncated" in chosen, "zero-signal group" in chosen)
@@ -1028,9 +1028,9 @@ def fit_range(key: str, low, high, options: list | None = None):
         st.session_state[key] = tuple(ends)
 
 
-# A filter as the search's controls name it: the two flags in words, columns by their names.
+# A filter as the search's controls name it: the two flags in words, columns by their names (on one line).
 def filter_label(column: str) -> str:
-    return {"truncated": "truncated only", "zero-signal group": "in a zero-signal group"}.get(column, column)
+    return {"truncated": "truncated only", "zero-signal group": "in a zero-signal group"}.get(column) or one_line(column)
 
 
 # How many samples were found and where, a chart of them per step, the results (a click shows one below) and downloads.
@@ -1692,6 +1692,10 @@ SUBTITLE_STYLE = {"subtitleColor": "#9a9aa6", "subtitlePadding": 4}
 ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
 
 
+# An axis title longer than the plot is tall would shrink the plot (to nothing, for a long field name): cut with "…".
+AXIS_TITLE_PIXELS = 200
+
+
 SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "title": "sample index", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
 
 
@@ -1757,12 +1761,12 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
     # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
     # chart's title off its canvas.
     return {
-        "title": {"text": title, "subtitle": band, **SUBTITLE_STYLE},
+        "title": {"text": one_line(title), "subtitle": band, **SUBTITLE_STYLE},
         "height": 330,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"values": points},
         "layer": [
-            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": unit, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
             raw_line_layer(x, colour),
             line,
             *([{
@@ -1903,7 +1907,7 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
     layer = [
         raw_line_layer(x, colour),
         {"transform": [{"filter": "datum.split == 'train'"}], "mark": {"type": "line"}, "params": ZOOM,
-         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": name, "scale": {"zero": False}}, "color": colour, "tooltip": tooltip}},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": None, "scale": {"zero": False}}, "color": colour, "tooltip": tooltip}},
         {"transform": [{"filter": "datum.split == 'train' && datum.single"}], "mark": {"type": "point", "filled": True},  # a line of one point draws nothing
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
         {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
@@ -1912,7 +1916,7 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
     if rules:
         layer.append({"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}})
     return {
-        "title": name,
+        "title": one_line(name),
         "height": 260,
         "padding": {"top": 12},
         "data": {"values": points},
@@ -2422,12 +2426,32 @@ IMAGE_PLACEHOLDER_RUN = re.compile(f"({IMAGE_PLACEHOLDER_NAME})\\1+")
 AUTOLINK_START = re.compile(r"(?<=:)(?=//)|(?i:(?<=www))(?=\.)|(?=@)")
 
 
-# Names from the data (group ids, reward functions, model, file and folder names) in a caption, warning or metric:
-# the Markdown characters of links, images, code, emphasis, maths, HTML entities and Streamlit's :colour[...] escaped,
-# so a name like ![x](http://host/x) or fn&amp;1 shows as written and loads nothing (".", "+" and "-" only matter at a
-# line's start). GitHub's autolinks (http://..., www.x.org, a@x.org) ignore escapes: an invisible space breaks each.
+# Characters that would take a name off its line or reorder it: line breaks (a newline and "===" under a caption made
+# it a heading), the other control characters and the bidirectional marks and overrides.
+NAME_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+VISIBLE_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+# A name from the data on one line, each of those characters shown as its escape (a newline as \n), as chart titles,
+# options and labels show it: readable as written, and nothing in it can start a line of Markdown. A chart whose axis
+# title held a line break was never drawn (Vega-Lite writes titles into expressions of the spec it compiles).
+def one_line(text) -> str:
+    return NAME_CONTROL.sub(lambda match: VISIBLE_CONTROL.get(match.group(), f"\\u{ord(match.group()):04x}"), valid_text(str(text)))
+
+
+# A list item or heading the text would start ("- x", "+ x", "1. x"): its first character escaped.
+LINE_START = re.compile(r"^(\s*)([-+]|\d{1,9}(?=\.))(?=\.?(\s|$))")
+
+
+# Names from the data (group ids, reward functions, metric keys, model, file and folder names) in a caption, warning,
+# tab, label or metric: on one line (one_line), with the Markdown characters of links, images, code, emphasis, maths,
+# HTML entities and Streamlit's :colour[...] escaped, so a name like ![x](http://host/x) or fn&amp;1 shows as written and
+# loads nothing. GitHub's autolinks (http://..., www.x.org, a@x.org) ignore escapes: an invisible space breaks each.
 def markdown_literal(text) -> str:
-    escaped = re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", valid_text(str(text)))
+    escaped = re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", one_line(text))
+    escaped = LINE_START.sub(lambda match: match.group(1) + (match.group(2) + "\\" if match.group(2)[0].isdigit() else "\\" + match.group(2)), escaped)
     return AUTOLINK_START.sub("\u200b", escaped)
 
 

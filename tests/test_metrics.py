@@ -328,6 +328,15 @@ def test_markdown_literal_keeps_html_entities_and_markdown_as_written():
     assert board.markdown_literal("www.x.org a@x.org") == "www\u200b.x.org a\u200b@x.org"
 
 
+# A name keeps to its line: a newline and "===" under it made a caption a heading, "- " or "1. " at its start a list.
+def test_markdown_literal_and_one_line_keep_a_name_on_its_line_as_written():
+    assert board.one_line("x\n===\r\t\x07\u202eabc\u2028") == "x\\n===\\r\\t\\u0007\\u202eabc\\u2028"
+    assert board.markdown_literal("x\n===") == "x\\\\n==="  # the escape's backslash escaped: it shows as \n
+    assert [board.markdown_literal(name) for name in ("- a", "+ b", "1. c", "12.", "  3. d")] == ["\\- a", "\\+ b", "1\\. c", "12\\.", "  3\\. d"]
+    assert [board.markdown_literal(name) for name in ("0.04", "-1", "2026-11-26", "a - b")] == ["0.04", "-1", "2026-11-26", "a - b"]
+    assert board.one_line("plain name/with: punctuation") == "plain name/with: punctuation"
+
+
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
     table = pd.DataFrame({
         "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
