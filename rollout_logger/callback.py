@@ -23,8 +23,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.data_utils import prepare_multimodal_messages
 
 from .images import ImageFiles
+from .metadata import FORMAT_KEYS, META_FILE, METRICS_FILE, PER_TOKEN_KEYS, RANK_FILE
 from .writer import JsonlWriter
-
 
 logger = logging.getLogger(__name__)
 
@@ -55,30 +55,8 @@ TRAINER_FIELDS = (
 )
 # Since TRL 1.15 a completion also ends at the generation config's EOS tokens; before, only at the tokenizer's.
 EOS_TOKEN_IDS_SINCE = Version("1.15")
-# Every key a line of the logger can have, in their order.
-LINE_KEYS = (
-    "prompt",
-    "images",
-    "response",
-    "response_tokens",
-    "tool_mask",
-    "logprobs",
-    "ref_logprobs",
-    "entropies",
-    "reward",
-    "rewards_per_func",
-    "advantage",
-    "group_id",
-    "truncated",
-    "rank",
-    "step",
-    "micro_batch",
-)
-# The keys of the board's line format, the logger's and the others (a `log_extra` column must not be read as one).
-FORMAT_KEYS = LINE_KEYS + (
-    "ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards", "image"
-)
-PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
+# The keys a log_extra column may not have: the line format's, and the dataset's image column (it becomes images).
+RESERVED_KEYS = FORMAT_KEYS | {"image"}
 # Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
 SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_key", re.IGNORECASE)
 
@@ -298,7 +276,7 @@ class RolloutLoggerCallback(TrainerCallback):
         for column, values in extras.items():
             values = [_plain(value) for value in values[:count]] + [None] * (count - len(values))
             column = str(column)
-            columns["extra_" + column if column in FORMAT_KEYS else column] = values
+            columns["extra_" + column if column in RESERVED_KEYS else column] = values
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]
         self._await_loss_pass(output, records, per_token)
 
@@ -392,12 +370,12 @@ class RolloutLoggerCallback(TrainerCallback):
         self.run_dir = Path(root) / _folder_name(name)
         accelerator = self.trainer.accelerator
         self.launch_id = _shared_launch_id(self.run_dir, accelerator.is_main_process)
-        path = self.run_dir / f"rollout_data_rank_{accelerator.process_index}_{self.launch_id}.jsonl"
+        path = self.run_dir / RANK_FILE.format(rank=accelerator.process_index, launch=self.launch_id)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._writer = JsonlWriter(path, self._warn_once, prepare=ImageFiles(self.run_dir, self._warn_once).resolve)
             if state.is_world_process_zero:
-                metrics_path = self.run_dir / f"rollout_metrics_{self.launch_id}.jsonl"
+                metrics_path = self.run_dir / METRICS_FILE.format(launch=self.launch_id)
                 self._metrics_writer = JsonlWriter(metrics_path, self._warn_once)
         except OSError as error:
             self._warn_once("io", f"cannot write rollout data to {path} ({error}); training goes on without it")
@@ -471,7 +449,7 @@ class RolloutLoggerCallback(TrainerCallback):
             "seed": args.seed,
             "trainer_config": _without_secrets(args.to_dict()),
         }
-        path = self.run_dir / f"rollout_meta_{self.launch_id}.json"
+        path = self.run_dir / META_FILE.format(launch=self.launch_id)
         try:
             path.write_text(json.dumps(_plain(meta), indent=2) + "\n", encoding="utf-8")
         except OSError as error:

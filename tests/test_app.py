@@ -11,6 +11,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import rl_logging_board as board
+from rl_board.reading.history import METRICS_FILES
+from rl_board.reading.workers import WORKERS
+from rl_board.text import BYTE_OF_CHARACTER, clean_text, markdown_literal
 from bench.generate_run import write_run
 from tests.test_loading import sample, write_lines
 
@@ -75,7 +78,7 @@ def chart_spec(element) -> dict:
 
 
 def lines_of(run_dir: Path) -> list[dict]:
-    paths = [path for path in sorted(run_dir.glob("*.jsonl")) if not path.match(board.METRICS_FILES)]
+    paths = [path for path in sorted(run_dir.glob("*.jsonl")) if not path.match(METRICS_FILES)]
     return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
@@ -134,7 +137,7 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     chosen = [line for line in run_lines if line["step"] == 3][2]
     texts = [t.value for t in app.text]
     assert chosen["response"] in texts
-    assert board.clean_text(chosen["prompt"], "<PAD>", "<endofsystem>") in texts
+    assert clean_text(chosen["prompt"], "<PAD>", "<endofsystem>") in texts
     assert chosen["ref_response"] in texts
     lengths = {m.label: m.value for m in app.metric}
     step_responses = [line["response"] for line in run_lines if line["step"] == 3]
@@ -333,7 +336,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     meta = json.loads(next(run_dir.glob("rollout_meta_*.json")).read_text())
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
-    assert metrics["model"] == board.markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
+    assert metrics["model"] == markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
     assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
     assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
 
@@ -373,7 +376,7 @@ def test_progress_bars_show_on_long_loads_only_redrawn_at_most_every_half_second
 
 
 def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
-    character_of = {byte: character for character, byte in board.BYTE_OF_CHARACTER.items()}
+    character_of = {byte: character for character, byte in BYTE_OF_CHARACTER.items()}
     pieces = [b" ", b"\xe4\xbd", b"\xa0", "好\n".encode()]  # " 你好\n" as a byte-level BPE tokenizer splits it
     tokens = ["".join(character_of[byte] for byte in piece) for piece in pieces]
     write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response=" 你好\n", response_tokens=tokens, logprobs=[-1.0] * 4)])
@@ -471,7 +474,7 @@ def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions
     assert sorted(groups["group"]) == list(range(len(group_of)))
     row = groups.set_index("group").loc[group]
     assert list(row["samples"]) == members and list(row["rewards"]) == [f"{step_lines[i]['reward']:.4g}" for i in members]
-    assert row["group_id"] == step_lines[5]["group_id"] and row["prompt"] == board.clean_text(step_lines[members[0]]["prompt"], "<PAD>", "<endofsystem>")[:200]
+    assert row["group_id"] == step_lines[5]["group_id"] and row["prompt"] == clean_text(step_lines[members[0]]["prompt"], "<PAD>", "<endofsystem>")[:200]
     assert not app.exception
 
 
@@ -591,4 +594,4 @@ def test_reruns_and_loads_share_one_pool_of_worker_processes(grpo_root, monkeypa
     for _ in range(3):
         load_and_view(app)
         app.run()
-    assert set(multiprocessing.active_children()) == workers and len(workers) >= board.WORKERS > 1
+    assert set(multiprocessing.active_children()) == workers and len(workers) >= WORKERS > 1

@@ -17,7 +17,7 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from bench.generate_run import write_run
-import rl_logging_board as board
+from rl_board.text import markdown_literal
 from tests.test_app import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
 from tests.test_loading import sample, write_lines
 
@@ -56,7 +56,7 @@ def metric_charts(app: AppTest) -> dict[str, dict]:
     chosen = widget(app.multiselect, "Training metrics").value
     charts = {}
     for name in chosen:
-        app.session_state["metric_tabs:" + "|".join(chosen)] = board.markdown_literal(name)  # the tab's label
+        app.session_state["metric_tabs:" + "|".join(chosen)] = markdown_literal(name)  # the tab's label
         app.run()
         assert not app.exception, app.exception
         charts[name] = charts_by_title(app)[name]

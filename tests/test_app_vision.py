@@ -13,6 +13,13 @@ import pytest
 from PIL import Image
 
 import rl_logging_board as board
+from rl_board.figures import TOOL_TOKEN_STYLE
+from rl_board.metrics import token_rows, trl_kl_by_step
+from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
+from rl_board.reading.lines import image_references
+from rl_board.reading.snapshot import SampleTokens
+from rl_board.reading.store import RunStore
+from rl_board.text import clean_text
 from tests.test_app import batch_table, load_and_view, open_token_view, running_text, start, widget
 from tests.vision_tool_runs import HOSTILE_PATHS, PLACEHOLDERS, write_tool_run, write_vision_run
 
@@ -47,7 +54,7 @@ def test_hostile_image_paths_are_refused_without_reading_anything_outside_the_ru
     line_file = str(root / "vlm" / "rollout_data_rank_0.jsonl")
     OPENED = []
     try:
-        answers = {path: board.page_image(line_file, {"path": path}, board.SHOWN_IMAGE_SIDE) for path in HOSTILE_PATHS}
+        answers = {path: board.page_image(line_file, {"path": path}, SHOWN_IMAGE_SIDE) for path in HOSTILE_PATHS}
     finally:
         opened, OPENED = OPENED, None
     for path, reason in HOSTILE_PATHS.items():
@@ -62,20 +69,20 @@ def test_hostile_image_paths_are_refused_without_reading_anything_outside_the_ru
 def test_images_are_decoded_and_reencoded_no_larger_than_shown(vision_root):
     root, _ = vision_root
     line_file = str(root / "vlm" / "rollout_data_rank_0.jsonl")
-    wide, mime = board.page_image(line_file, {"path": "images/wide.png"}, board.SHOWN_IMAGE_SIDE)
+    wide, mime = board.page_image(line_file, {"path": "images/wide.png"}, SHOWN_IMAGE_SIDE)
     assert mime == "image/jpeg" and decoded(wide).size == (768, 320)  # 1200 x 500 down to a longest side of 768
-    clear, mime = board.page_image(line_file, {"path": "images/clear.png"}, board.SHOWN_IMAGE_SIDE)
+    clear, mime = board.page_image(line_file, {"path": "images/clear.png"}, SHOWN_IMAGE_SIDE)
     assert mime == "image/png" and decoded(clear).mode == "RGBA" and decoded(clear).size == (90, 90)
-    thumbnail, _ = board.page_image(line_file, {"path": "./images/photo.jpg"}, board.THUMBNAIL_SIDE)
-    assert max(decoded(thumbnail).size) == board.THUMBNAIL_SIDE
+    thumbnail, _ = board.page_image(line_file, {"path": "./images/photo.jpg"}, THUMBNAIL_SIDE)
+    assert max(decoded(thumbnail).size) == THUMBNAIL_SIDE
     pixel = decoded(board.page_image(line_file, {"path": "images/photo.jpg"}, 768)[0]).getpixel((2, 2))
     assert np.allclose(pixel, (30, 120, 200), atol=6)  # the image's own colours, not a placeholder
 
 
 def test_image_references_take_the_loggers_dicts_bare_paths_and_junk():
-    assert board.image_references([{"path": "images/a.png", "width": 10, "height": 20}]) == [{"path": "images/a.png", "width": 10, "height": 20}]
-    assert board.image_references("images/b.jpg") == [{"path": "images/b.jpg", "width": None, "height": None}]
-    assert board.image_references([3, {"path": ["x"], "width": "10"}]) == [{"path": None, "width": None, "height": None}] * 2
+    assert image_references([{"path": "images/a.png", "width": 10, "height": 20}]) == [{"path": "images/a.png", "width": 10, "height": 20}]
+    assert image_references("images/b.jpg") == [{"path": "images/b.jpg", "width": None, "height": None}]
+    assert image_references([3, {"path": ["x"], "width": "10"}]) == [{"path": None, "width": None, "height": None}] * 2
 
 
 def test_the_page_shows_images_thumbnails_and_counts_those_it_cannot_show(vision_root, monkeypatch):
@@ -108,7 +115,7 @@ def test_the_page_shows_images_thumbnails_and_counts_those_it_cannot_show(vision
             assert not isinstance(url, str)  # no thumbnail for an image that cannot be shown
             continue
         prefix, data = url.split(",", 1)
-        assert prefix == "data:image/jpeg;base64" and max(decoded(base64.b64decode(data)).size) <= board.THUMBNAIL_SIDE
+        assert prefix == "data:image/jpeg;base64" and max(decoded(base64.b64decode(data)).size) <= THUMBNAIL_SIDE
 
     # The sample naming every hostile path: a note for each, the rest of the page as usual.
     app.session_state[board.StateKey.SAMPLE_INDEX] = 4
@@ -122,23 +129,23 @@ def test_the_page_shows_images_thumbnails_and_counts_those_it_cannot_show(vision
 
 def test_a_run_of_image_placeholders_is_one_marker_in_text_and_in_the_token_rows():
     text = "<|vision_start|>" + "<|image_pad|>" * 1024 + "<|vision_end|>Describe. <image><image> and <img>"
-    assert board.clean_text(text) == "<|vision_start|>[<|image_pad|> × 1024]<|vision_end|>Describe. [<image> × 2] and <img>"
+    assert clean_text(text) == "<|vision_start|>[<|image_pad|> × 1024]<|vision_end|>Describe. [<image> × 2] and <img>"
     names = ["Look", ":", *["<image>"] * 16, "done", "<image>"]
     count = len(names)
-    tokens = board.SampleTokens(
+    tokens = SampleTokens(
         response_tokens=names, logprobs=np.full(count, -1.0), ref_logprobs=np.full(count, -1.5), entropies=None,
         values=None, token_rewards=None, advantage=None, notes=[], tool=np.array([False, False] + [True] * 16 + [False, False]),
     )
-    rows = board.token_rows(tokens, "k1", None)
+    rows = token_rows(tokens, "k1", None)
     assert rows.tokens == ["Look", ":", "<image> × 16", "done", "<image>"]
     assert rows.positions.tolist() == [0, 1, 2, 18, 19] and rows.is_tool.tolist() == [False, False, True, False, False]
     # A tool's tokens have no value of any kind, not even the sample's advantage.
     assert np.isnan(rows.values["kl"][2]) and rows.values["kl"][[0, 1, 3, 4]].tolist() == pytest.approx([0.5] * 4)
     tokens.advantage = 0.25
-    assert np.isnan(board.token_rows(tokens, "k1", None).values["advantage"]).tolist() == [False, False, True, False, False]
+    assert np.isnan(token_rows(tokens, "k1", None).values["advantage"]).tolist() == [False, False, True, False, False]
     # A name that only looks like a placeholder's start costs linear time (no backtracking over a long run).
     hostile = "<" + "image" * 20_000
-    assert board.clean_text(hostile) == hostile
+    assert clean_text(hostile) == hostile
 
 
 def test_a_truncated_jpeg_is_counted_at_load_and_a_line_names_at_most_16_images(tmp_path):
@@ -149,7 +156,7 @@ def test_a_truncated_jpeg_is_counted_at_load_and_a_line_names_at_most_16_images(
     (run / "images" / "cut.jpg").write_bytes(data[: len(data) // 2])
     line = {"prompt": "p", "response": "r", "reward": 1.0, "step": 1, "images": ["images/photo.jpg"] * 19 + ["images/cut.jpg"]}
     (run / "data.jsonl").write_text(json.dumps(line) + "\n" + json.dumps({**line, "images": ["images/cut.jpg"]}) + "\n")
-    snapshot = board.RunStore(str(run)).load(max_samples=100)
+    snapshot = RunStore(str(run)).load(max_samples=100)
     assert json.loads(snapshot.samples["image_paths"][0]) == ["images/photo.jpg"] * 16  # the images a page shows
     [problem] = snapshot.problems[snapshot.problems["kind"] == "image"]["reason"].tolist()
     assert problem.startswith("'images/cut.jpg': corrupt") and snapshot.image_problems == 1
@@ -157,7 +164,7 @@ def test_a_truncated_jpeg_is_counted_at_load_and_a_line_names_at_most_16_images(
 
 def test_tool_tokens_have_no_values_and_no_part_in_any_statistic(tmp_path):
     lines = write_tool_run(tmp_path / "tools")
-    store = board.RunStore(str(tmp_path / "tools"))
+    store = RunStore(str(tmp_path / "tools"))
     samples = store.load(max_samples=1000).samples
     assert samples["tool_tokens"].tolist() == [4.0] * len(lines)
     for (_, sample), line in zip(samples.iterrows(), lines):
@@ -167,7 +174,7 @@ def test_tool_tokens_have_no_values_and_no_part_in_any_statistic(tmp_path):
         assert sample["sum_kl_k3"] == pytest.approx(np.sum(np.expm1(-log_ratio) + log_ratio), rel=1e-12)
         assert sample["avg_log_ratio"] == pytest.approx(log_ratio.mean(), rel=1e-12)
         assert sample["avg_entropy"] == pytest.approx(np.array(line["entropies"], dtype=float)[sampled].mean(), rel=1e-12)
-    for step, kl in board.trl_kl_by_step(samples).items():
+    for step, kl in trl_kl_by_step(samples).items():
         tokens = [
             np.expm1(-(r := np.array(line["logprobs"], dtype=float) - np.array(line["ref_logprobs"], dtype=float))) + r
             for line in lines if line["step"] == step
@@ -182,7 +189,7 @@ def test_a_tool_mask_that_is_not_zeros_and_ones_is_noted_and_ignored(tmp_path):
     base = {"prompt": "p", "response": "ab", "response_tokens": ["a", "b"], "logprobs": [-1.0, -2.0], "ref_logprobs": [-1.5, -2.0], "reward": 1.0, "step": 1}
     odd = [{**base, "tool_mask": mask} for mask in ([1, 2], "01", [[1], [0]], [1, 0, 1], [0], None)]
     (run / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in odd))
-    snapshot = board.RunStore(str(run)).load(max_samples=1000)
+    snapshot = RunStore(str(run)).load(max_samples=1000)
     assert len(snapshot.samples) == len(odd)
     reasons = snapshot.problems["reason"].tolist()
     assert sum("tool_mask is not a list of 0 and 1" in reason for reason in reasons) == 3
@@ -202,7 +209,7 @@ def test_the_token_area_marks_tool_tokens_and_colours_only_sampled_ones(tmp_path
     assert grid["tool"].tolist() == [False] * 3 + [True] * 4 + [False] * 3
     assert grid.loc[grid["tool"], "kl"].isna().all() and grid.loc[~grid["tool"], "kl"].notna().all()
     page = running_text(open_token_view(app, "Response tokens"))
-    assert page.count(board.TOOL_TOKEN_STYLE) == 4 + 1  # the four tool tokens and the legend
+    assert page.count(TOOL_TOKEN_STYLE) == 4 + 1  # the four tool tokens and the legend
     assert "written by a tool, not sampled: no values" in page
 
 

@@ -9,6 +9,9 @@ import uuid
 import pytest
 
 import rl_logging_board as board
+from rl_board.reading.images import SHOWN_IMAGE_SIDE
+from rl_board.reading.snapshot import read_step_batch
+from rl_board.reading.store import RunStore
 from tests.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
 from tests.test_browser import ARTIFACTS, CHARTS_DRAWN, PROJECT, browser, served_board  # noqa: F401  (browser: a fixture)
 
@@ -34,9 +37,9 @@ def board_url(s3_server, tmp_path_factory):
 # The prompt images of a step's first sample, as the page's server re-encodes them from the run on disk (the files
 # uploaded to S3).
 def expected_images(step: int) -> list[bytes]:
-    run = board.RunStore(str(PROJECT / "rollout_samples" / RUN)).load(128)
-    row = board.read_step_batch("local", run.step_rows(step)).table.iloc[0]
-    return [board.page_image(row["path"], reference, board.SHOWN_IMAGE_SIDE)[0] for reference in row["images"]]
+    run = RunStore(str(PROJECT / "rollout_samples" / RUN)).load(128)
+    row = read_step_batch("local", run.step_rows(step)).table.iloc[0]
+    return [board.page_image(row["path"], reference, SHOWN_IMAGE_SIDE)[0] for reference in row["images"]]
 
 
 # The prompt images once shown (and, with `other_than`, once the first is not that URL any more): fetched from the server.

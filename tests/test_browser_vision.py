@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-import rl_logging_board as board
+from rl_board.reading.images import THUMBNAIL_SIDE
 from tests.conftest import PROJECT
 from tests.test_browser import CHROMIUM, served_board
 from tests.vision_tool_runs import HOSTILE_PATHS, write_tool_run, write_vision_run
@@ -182,7 +182,7 @@ def test_prompt_images_are_media_the_server_reencoded_and_the_batch_table_draws_
     assert len(thumbnails) == 6 and thumbnails[HOSTILE_SAMPLE:] == ["", ""], [t[:40] for t in thumbnails]
     for url in thumbnails[:HOSTILE_SAMPLE]:
         thumbnail = decoded_data_url(url)
-        assert max(thumbnail.size) == board.THUMBNAIL_SIDE
+        assert max(thumbnail.size) == THUMBNAIL_SIDE
     assert table["blue"][HOSTILE_SAMPLE:] == [0, 0], table["blue"]
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "vlm_sample_0.png"), full_page=True)

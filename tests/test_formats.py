@@ -18,6 +18,12 @@ import pyarrow.parquet
 import pytest
 
 import rl_logging_board as board
+import rl_board.formats.conversion
+import rl_board.reading.storage
+from rl_board.reading.history import read_history
+from rl_board.reading.search import export_jsonl
+from rl_board.reading.snapshot import read_sample_tokens, read_step_batch, RunSnapshot
+from rl_board.reading.store import list_runs, RunStore
 from tests.other_trainers import verl_run, write_openrlhf_rank_files, write_verl_dump, write_verl_fork_run
 from tests.test_app import batch_table, load_and_view, start, widget
 from tests.test_app_history import curve_points, step_reward_chart
@@ -71,15 +77,15 @@ def jsonl_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
-def load(run_dir) -> board.RunSnapshot:
-    return board.RunStore(str(run_dir)).load(MAX_SAMPLES)
+def load(run_dir) -> RunSnapshot:
+    return RunStore(str(run_dir)).load(MAX_SAMPLES)
 
 
-def texts(run: board.RunSnapshot, step: int):
-    return board.read_step_batch(f"step {step}", run.step_rows(step)).table
+def texts(run: RunSnapshot, step: int):
+    return read_step_batch(f"step {step}", run.step_rows(step)).table
 
 
-def problem_rows(run: board.RunSnapshot, kind: str) -> list[list]:
+def problem_rows(run: RunSnapshot, kind: str) -> list[list]:
     return run.problems[run.problems["kind"] == kind].values.tolist()
 
 
@@ -186,7 +192,7 @@ def test_trl_training_history_is_the_newest_trainer_state():
     output = trl_run()
     newest = max(output.glob("checkpoint-*"), key=lambda folder: int(folder.name.split("-")[1]))
     entries = [entry for entry in json.loads((newest / "trainer_state.json").read_text())["log_history"] if "loss" in entry]
-    history = board.read_history(output)
+    history = read_history(output)
     assert history.sources == [f"{newest.name}/trainer_state.json"]
     assert history.train["step"].tolist() == [entry["step"] for entry in entries] == [1, 2, 3]
     for (_, shown), entry in zip(history.train.iterrows(), entries):
@@ -201,7 +207,7 @@ def test_trl_live_folder_skips_a_parquet_still_being_written_then_shows_its_step
     live.mkdir()
     for source in sources[:2]:
         shutil.copy(source, live)
-    store = board.RunStore(str(live))
+    store = RunStore(str(live))
     assert store.load(MAX_SAMPLES).steps == [1, 2]
     data = sources[2].read_bytes()
     (live / sources[2].name).write_bytes(data[: len(data) // 2])
@@ -223,7 +229,7 @@ def test_trl_live_load_report_names_a_parquet_still_being_written(tmp_path):
     live = tmp_path / "live"
     live.mkdir()
     shutil.copy(sources[0], live)
-    store = board.RunStore(str(live))
+    store = RunStore(str(live))
     store.load(MAX_SAMPLES)
     data = sources[1].read_bytes()
     (live / sources[1].name).write_bytes(data[: len(data) // 2])
@@ -234,7 +240,7 @@ def test_trl_live_load_report_names_a_parquet_still_being_written(tmp_path):
 def test_trl_reward_follows_metadata_written_after_the_folder_was_opened(tmp_path):
     """Reward weights written into the folder's rollout_meta after opening it apply at the next Load & View."""
     output = trl_copy(trl_run(), tmp_path / "run")
-    store = board.RunStore(str(output))
+    store = RunStore(str(output))
     store.load(MAX_SAMPLES)
     (output / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["same_digits", "sorted_digits"], "reward_weights": [0.5, 1.0]}))
     rows = parquet_steps(output / "completions")[2]
@@ -245,7 +251,7 @@ def test_trl_reward_follows_metadata_written_after_the_folder_was_opened(tmp_pat
 @pytest.mark.training
 def test_trl_output_folder_is_one_run():
     """Pointed at a TRL output folder, the run list holds the folder itself, not completions/ or checkpoint-*."""
-    assert board.list_runs(str(trl_run())) == ["."]
+    assert list_runs(str(trl_run())) == ["."]
 
 
 # ------------------------------------------------------------------------------------------------------ verl
@@ -255,7 +261,7 @@ def test_trl_output_folder_is_one_run():
 def test_verl_dumps_show_every_line_with_its_texts_score_and_extras(tmp_path, folder, kind):
     """A verl rollout or validation folder shows each line's input, output, ground truth and score, and acc/pred as fields."""
     run_dir = verl_run(tmp_path) / folder
-    assert board.list_runs(str(tmp_path)) == ["rollout", "validation"]
+    assert list_runs(str(tmp_path)) == ["rollout", "validation"]
     run = load(run_dir)
     assert run.format.startswith(f"verl generations dump ({kind}:")
     raw = {int(path.stem): jsonl_rows(path) for path in run_dir.glob("*.jsonl")}
@@ -317,14 +323,14 @@ def test_verl_dump_bad_line_keeps_its_line_number_and_a_nan_score_is_missing(tmp
     rewards = dict(zip(shown["line"], shown["reward"]))
     assert math.isnan(rewards[6]) and math.isnan(good[6]["score"])
     assert {number: reward for number, reward in rewards.items() if number != 6} == {number: line["score"] for number, line in good.items() if number != 6}
-    batch = board.read_step_batch("step 1", shown)
+    batch = read_step_batch("step 1", shown)
     assert not batch.problems and batch.table["response"].tolist() == [line["output"] for line in good.values()]
 
 
 def test_verl_jsonl_export_gives_the_converted_lines(tmp_path):
     """Downloading a verl step as JSONL gives the lines as the board converted them: the board's keys (prompt, response, ground_truth, reward), not verl's."""
     run_dir = verl_run(tmp_path, steps=1, validation_steps=()) / "rollout"
-    exported = [json.loads(line) for line in board.export_jsonl(load(run_dir).step_rows(1)).decode("utf-8").splitlines()]
+    exported = [json.loads(line) for line in export_jsonl(load(run_dir).step_rows(1)).decode("utf-8").splitlines()]
     expected = [
         {"prompt": line["input"], "response": line["output"], "ground_truth": line["gts"], "reward": line["score"], "step": line["step"],
          "acc": line["acc"], "pred": line["pred"], "group_id": hashlib.blake2b(line["input"].encode(), digest_size=8).hexdigest()}
@@ -348,7 +354,7 @@ def test_openrlhf_rank_files_show_every_line_and_their_token_values(tmp_path):
     for row in run.samples.itertuples():
         line = raw[Path(row.path).name][row.line - 1]
         assert row.reward == line["reward"] and row.step == line["step"]
-        tokens = board.read_sample_tokens(row.path, row.offset, row.length, row.step)
+        tokens = read_sample_tokens(row.path, row.offset, row.length, row.step)
         n = len(line["logprobs"])
         assert tokens.values.tolist() == line["values"] and tokens.token_rewards.tolist() == line["token_rewards"]
         assert tokens.logprobs.tolist() == line["logprobs"] and tokens.ref_logprobs.tolist() == line["ref_logprobs"]
@@ -363,7 +369,7 @@ def test_openrlhf_rank_files_show_every_line_and_their_token_values(tmp_path):
 def test_verl_fork_experiment_lists_opens_and_shows_rm_response(tmp_path):
     """A verl fork's <project>/<experiment> folder is listed, opens as the fork's format, and each line's rm_response is in Other fields."""
     experiment = write_verl_fork_run(tmp_path, "proj", "exp", steps=2)
-    assert board.list_runs(str(tmp_path / "proj")) == ["exp"]
+    assert list_runs(str(tmp_path / "proj")) == ["exp"]
     run = load(experiment)
     assert run.format.startswith("verl fork's rollout_data_rank<r>.jsonl")
     lines = jsonl_rows(experiment / "rollout_data_rank0.jsonl")
@@ -416,7 +422,7 @@ def test_page_opens_the_bundled_verl_runs_and_compares_them(monkeypatch):
 
 def test_bundled_samples_list_the_other_trainers_runs():
     """The bundled rollout_samples root lists the TRL and verl runs."""
-    assert {"from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data"} <= set(board.list_runs(str(SAMPLES)))
+    assert {"from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data"} <= set(list_runs(str(SAMPLES)))
 
 
 @pytest.mark.training
@@ -424,7 +430,7 @@ def test_trl_completions_folder_opened_alone_shows_the_output_folders_history():
     """Opened at its completions/ folder, a TRL run's training history is the output folder's checkpoints'."""
     run = load(trl_run() / "completions")
     assert run.history_dir == str(trl_run())
-    history = board.read_history(run.history_dir)
+    history = read_history(run.history_dir)
     assert history.sources and history.sources[0].startswith("checkpoint-") and len(history.train)
 
 
@@ -463,9 +469,9 @@ def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_pa
     data = broken.read_bytes()
     broken.write_bytes(data[: len(data) // 2])
     reads = Counter()
-    read_file = board.read_file
-    monkeypatch.setattr(board, "read_file", lambda path: reads.update([Path(path).name]) or read_file(path))
-    store = board.RunStore(str(tmp_path))
+    read_file = rl_board.reading.storage.read_file
+    monkeypatch.setattr(rl_board.formats.conversion, "read_file", lambda path: reads.update([Path(path).name]) or read_file(path))
+    store = RunStore(str(tmp_path))
     assert [row[0] for row in problem_rows(store.load(MAX_SAMPLES), "skipped")] == [broken.name]
     assert not store.needs_work(MAX_SAMPLES) and not store.needs_work(MAX_SAMPLES)
     assert reads[broken.name] == 1

@@ -31,6 +31,7 @@ import pandas.testing as pdt
 import pytest
 
 import rl_logging_board as board
+from rl_board.reading.history import read_history, TrainingHistory
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "history"
@@ -235,7 +236,7 @@ def assert_state_config(actual, expected):
 
 
 def assert_history(history, expected, state_config=False):
-    assert isinstance(history, board.TrainingHistory)
+    assert isinstance(history, TrainingHistory)
     assert history.sources == expected["sources"]
     assert_frame(history.train, expected["train"])
     assert_frame(history.eval, expected["eval"])
@@ -250,7 +251,7 @@ def assert_history(history, expected, state_config=False):
 
 
 def read(folder) -> "board.TrainingHistory":
-    return board.read_history(str(folder))
+    return read_history(str(folder))
 
 
 def copy_fixture(name, tmp_path) -> Path:

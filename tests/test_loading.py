@@ -5,6 +5,8 @@ Numbers are checked against `plain_parse`, an independent slow reading of the fi
 
 import hashlib
 import json
+
+import simdjson
 import math
 import os
 import shutil
@@ -14,11 +16,22 @@ import threading
 import types
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pyarrow.feather
 import pytest
 
 import rl_logging_board as board
+import rl_board.reading.lines
+import rl_board.reading.store
+import rl_board.reading.workers
+from rl_board.metrics import step_stats
+from rl_board.reading.history import read_meta
+from rl_board.reading.index import BAD, GOOD, UNPARSED, FileIndex, IndexCache
+from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
+from rl_board.reading.snapshot import lines_key, select_lines
+from rl_board.reading.store import list_runs, RunStore
+from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
 from bench.generate_run import write_run
 
 
@@ -35,7 +48,7 @@ def write_lines(path: Path, lines) -> Path:
 
 
 def load(run_dir, max_samples=10240, **kwargs):
-    return board.RunStore(str(run_dir)).load(max_samples, **kwargs)
+    return RunStore(str(run_dir)).load(max_samples, **kwargs)
 
 
 def sample_tokens(run, step, index):
@@ -133,14 +146,14 @@ def test_the_fast_first_pass_decodes_exactly_like_the_general_one(line):
     def outcome(decode):
         try:
             record, note = decode()[:2]
-        except board.BadLine as error:
+        except BadLine as error:
             return str(error)
-        fields = {name: getattr(record, name) for name in record.__struct_fields__ if name not in ("response_tokens", *board.TOKEN_KEYS)}
-        arrays = {key: board.float_array(getattr(record, key, None)) for key in ("logprobs", "ref_logprobs", "entropies")}
+        fields = {name: getattr(record, name) for name in record.__struct_fields__ if name not in ("response_tokens", *TOKEN_KEYS)}
+        arrays = {key: float_array(getattr(record, key, None)) for key in ("logprobs", "ref_logprobs", "entropies")}
         return fields, {key: None if array is None else array.tolist() for key, array in arrays.items()}, note
 
-    fast = outcome(lambda: board.decode_summary(line, board.simdjson.Parser()))
-    general = outcome(lambda: board.decode_line(line, board.SUMMARY_DECODER))
+    fast = outcome(lambda: decode_summary(line, simdjson.Parser()))
+    general = outcome(lambda: decode_line(line, SUMMARY_DECODER))
     assert repr(fast) == repr(general)  # repr: NaN equals NaN
 
 
@@ -148,24 +161,25 @@ def test_ordinary_lines_never_take_the_general_way(monkeypatch):
     def general(*args):
         raise AssertionError("decoded the general way")
 
-    monkeypatch.setattr(board, "decode_line", general)
-    record, note, _ = board.decode_summary(json.dumps(FAST_AND_GENERAL[0]).encode(), board.simdjson.Parser())
+    monkeypatch.setattr(rl_board.reading.lines, "decode_line", general)
+    record, note, _ = decode_summary(json.dumps(FAST_AND_GENERAL[0]).encode(), simdjson.Parser())
     assert record.logprobs.tolist() == [-0.5, -1.25e-3, -7.0] and record.entropies.tolist() == [1.5, 0.0, 2.0] and note is None
 
 
-# The workers only read lines: they start without Streamlit and plotly (their memory and start-up CPU are the page's).
-def test_worker_processes_start_without_the_page_libraries():
-    probe = "[type(__import__('sys').modules.get(name)).__name__ for name in ('streamlit', 'plotly.graph_objects')]"
-    assert board.worker_pool().submit(eval, probe).result(timeout=120) == ["PageLibraryStandIn", "PageLibraryStandIn"]
-    assert board.worker_pool().submit(board.summarize_lines, __file__, np.array([0]), np.array([3])).result(timeout=60).problems
+# The workers only read lines: they import the package's reading layer, never the page, Streamlit or plotly (their
+# memory and start-up CPU are the page's), also once they have run a task.
+def test_worker_processes_import_neither_the_page_nor_its_libraries():
+    probe = "sorted(name for name in __import__('sys').modules if name.split('.')[0] in ('streamlit', 'plotly', 'rl_logging_board'))"
+    assert worker_pool().submit(rl_board.reading.workers.summarize_lines, __file__, np.array([0]), np.array([3])).result(timeout=60).problems
+    assert worker_pool().submit(eval, probe).result(timeout=120) == []
 
 
 # Sessions opening the page at once (each in a thread of its own) start one pool of workers between them.
 def test_sessions_opening_at_once_start_one_pool_of_workers():
-    board.worker_pool().shutdown()
-    board.started_worker_pool.cache_clear()
+    worker_pool().shutdown()
+    started_worker_pool.cache_clear()
     pools = []
-    threads = [threading.Thread(target=lambda: pools.append(board.worker_pool())) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: pools.append(worker_pool())) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -181,9 +195,9 @@ def test_worker_processes_do_not_run_the_servers_main_module(tmp_path, monkeypat
     main = types.ModuleType("__main__")
     main.__file__, main.__spec__ = str(page), None
     monkeypatch.setitem(sys.modules, "__main__", main)
-    board.worker_pool().shutdown()
-    board.started_worker_pool.cache_clear()
-    assert board.worker_pool().submit(eval, "1 + 1").result(timeout=120) == 2
+    worker_pool().shutdown()
+    started_worker_pool.cache_clear()
+    assert worker_pool().submit(eval, "1 + 1").result(timeout=120) == 2
     assert not ran.exists() and main.__file__ == str(page)
 
 
@@ -201,7 +215,7 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
         lines = [sample(step, reward=rank * 100 + i) for step in (0, 1) for i in range(8)]
         lines[-1] = b'{"step": 1, "this line is broken\n'  # dropped by the selection: must not be parsed
         write_lines(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", lines)
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     run = store.load(6)
     assert run.samples.groupby("step").size().to_dict() == {0: 6, 1: 6}
     assert run.downsampled
@@ -209,7 +223,7 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
     assert sorted(step0["reward"]) == [0, 1, 100, 101, 200, 300]  # two from ranks 0-1, one from ranks 2-3
     assert not problems_of(run, "skipped")  # the broken line was never parsed
     assert int(run.report["not loaded (Max Samples Each Step)"].sum()) == 4 * 16 - 12 - 0
-    again = board.RunStore(str(tmp_path / "run")).load(6)
+    again = RunStore(str(tmp_path / "run")).load(6)
     assert again.samples[["path", "line"]].equals(run.samples[["path", "line"]])
     everything = store.load(10240)
     assert len(everything.samples) == 4 * 16 - 4 and len(problems_of(everything, "skipped")) == 4
@@ -256,7 +270,7 @@ def test_nan_infinity_and_null_are_accepted(tmp_path):
     run = load(tmp_path / "run")
     assert len(run.samples) == 6 and not problems_of(run, "skipped")
     assert np.isnan(run.samples["reward"].iloc[0]) and np.isnan(run.samples["reward"].iloc[1])
-    assert board.step_stats(run.samples, "reward")["mean"].tolist() == [7 / 3]  # finite values only
+    assert step_stats(run.samples, "reward")["mean"].tolist() == [7 / 3]  # finite values only
     assert run.samples["avg_log_ratio"].iloc[2] == -np.inf
     assert run.samples["avg_log_ratio"].iloc[3] == 1.0  # the null token is left out of the mean
     # NaN or Infinity in a line with response_tokens: the line is kept, and so are its tokens
@@ -270,7 +284,7 @@ def test_a_file_that_starts_with_a_byte_order_mark_loses_no_line(tmp_path):
     write_lines(tmp_path / "run" / "r.jsonl", [b"\xef\xbb\xbf" + json.dumps(sample(1)).encode() + b"\n", sample(2)])
     run = load(tmp_path / "run")
     assert sorted(run.samples["step"]) == [1, 2] and not problems_of(run)
-    assert board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1)).table["prompt"].tolist() == ["p1"]
+    assert board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1)).table["prompt"].tolist() == ["p1"]
 
 
 def test_length_mismatches_keep_the_sample_and_say_so(tmp_path):
@@ -297,7 +311,7 @@ def test_empty_files_blank_lines_and_non_utf8_bytes(tmp_path):
     assert sorted(run.samples["line"]) == [1, 4, 5]
     assert "invalid UTF-8" in problems_of(run, "note")[("r.jsonl", 4)]
     assert run.report.set_index("file").loc["empty.jsonl", "lines"] == 0
-    batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.table["response"].tolist() == ["r1", "caf\ufffd"]
 
 
@@ -306,7 +320,7 @@ def test_a_last_line_cut_mid_write_is_reported_then_picked_up_when_finished(tmp_
     whole = json.dumps(sample(3)).encode() + b"\n"
     with open(path, "ab") as file:
         file.write(whole[:20])
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     run = store.load(128)
     assert run.steps == [1, 2]
     assert run.report["incomplete last line"].tolist() == [1] and run.report["bad lines"].tolist() == [0]
@@ -321,7 +335,7 @@ def test_a_last_line_cut_mid_write_is_reported_then_picked_up_when_finished(tmp_
 def test_a_complete_last_line_without_newline_counts_once(tmp_path):
     path = tmp_path / "run" / "r.jsonl"
     write_lines(path, [sample(1), json.dumps(sample(2)).encode()])
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     assert store.load(128).steps == [1, 2]
     with open(path, "ab") as file:
         file.write(b"\n" + json.dumps(sample(3)).encode() + b"\n")
@@ -358,7 +372,7 @@ def test_steps_an_older_launch_logged_after_the_resume_are_left_out_and_counted(
 # its step; then per step the rank files in turn (each file's lines in file order) until max_samples.
 def plain_selection(files: dict, max_samples: int) -> dict:
     usable = [(path, row, step, index.launch) for path, index in files.items()
-              for row, (step, status) in enumerate(zip(index.lines["step"], index.lines["status"])) if status != board.BAD and not math.isnan(step)]
+              for row, (step, status) in enumerate(zip(index.lines["step"], index.lines["status"])) if status != BAD and not math.isnan(step)]
     first_step = {launch: min(s for _, _, s, l in usable if l == launch) for launch in {launch for *_, launch in usable}}
     usable = [line for line in usable if not any(launch > line[3] and first <= line[2] for launch, first in first_step.items())]
     chosen = {}
@@ -375,27 +389,27 @@ def test_the_selection_of_lines_follows_the_plain_rule():
     for _ in range(300):
         files = {}
         for position in range(int(rng.integers(0, 5))):
-            index = board.FileIndex(f"/nowhere/rollout_data_rank_{position}.jsonl")
+            index = FileIndex(f"/nowhere/rollout_data_rank_{position}.jsonl")
             index.launch = str(rng.choice(["", "20260101T000000Z", "20260102T000000Z"]))
             count = int(rng.integers(0, 30))
             steps = rng.integers(0, 6, count).astype(float)
             steps[rng.random(count) < 0.1] = np.nan
-            index.lines = {"step": steps, "status": rng.choice([board.GOOD, board.BAD, board.UNPARSED], count).astype(np.int8)}
+            index.lines = {"step": steps, "status": rng.choice([GOOD, BAD, UNPARSED], count).astype(np.int8)}
             files[index.path] = index
         max_samples = int(rng.integers(1, 20))
-        selected = {path: rows.tolist() for path, rows in board.select_lines(files, max_samples).rows.items() if len(rows)}
+        selected = {path: rows.tolist() for path, rows in select_lines(files, max_samples).rows.items() if len(rows)}
         assert selected == plain_selection(files, max_samples)
 
 
 def count_index_calls(monkeypatch):
     calls = []
-    original = board.index_chunk
+    original = index_chunk
 
     def counting(path, start, end, per_step):
         calls.append((Path(path).name, start, end))
         return original(path, start, end, per_step)
 
-    monkeypatch.setattr(board, "index_chunk", counting)
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", counting)
     return calls
 
 
@@ -437,7 +451,7 @@ def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_
     path = write_lines(tmp_path / "run" / "r.jsonl", lines)
     first = load(tmp_path / "run", parallel=False)
     kept = first.samples.copy()
-    restarted = board.RunStore(str(tmp_path / "run"))
+    restarted = RunStore(str(tmp_path / "run"))
     restarted.load(10240, parallel=False)
     index = restarted.files[str(path)]
     assert {name: column.dtype for name, column in index.lines.items() if name in ("status", "step", "group_id")} == {
@@ -455,7 +469,7 @@ def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_
 def test_a_damaged_index_cache_is_read_again_from_the_file(tmp_path, damage):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
     load(tmp_path / "run")
-    cached = board.IndexCache().path_of(str(path))
+    cached = IndexCache().path_of(str(path))
     table = pyarrow.feather.read_table(cached)
     meta = json.loads(table.schema.metadata[b"rl_logging_board"])
     if damage in ("garbage", "empty"):
@@ -505,11 +519,11 @@ def test_a_read_only_run_folder_loads(tmp_path, private_index_cache):
     os.chmod(run_dir, 0o555)
     try:
         before = folder_state(run_dir)
-        assert board.list_runs(str(tmp_path)) == ["run"] and board.read_meta(str(run_dir)) == {"model_name": "m"}
-        store = board.RunStore(str(run_dir))
+        assert list_runs(str(tmp_path)) == ["run"] and read_meta(str(run_dir)) == {"model_name": "m"}
+        store = RunStore(str(run_dir))
         run = store.load(128, parallel=False)
         rows = run.step_rows(1)
-        assert run.steps == [0, 1] and len(board.load_step_batch(board.lines_key(rows), rows).table) == len(rows)
+        assert run.steps == [0, 1] and len(board.load_step_batch(lines_key(rows), rows).table) == len(rows)
         assert sample_tokens(run, 1, 0) is not None
         assert folder_state(run_dir) == before
         assert list(private_index_cache.iterdir())  # the cache was written, only elsewhere
@@ -519,7 +533,7 @@ def test_a_read_only_run_folder_loads(tmp_path, private_index_cache):
         before = folder_state(run_dir)
         assert store.needs_work(128) and store.load(128, parallel=False).steps == [0, 1, 2]
         assert sample_tokens(store.snapshot, 2, 0) is not None
-        assert board.RunStore(str(run_dir)).load(128, parallel=False).steps == [0, 1, 2]
+        assert RunStore(str(run_dir)).load(128, parallel=False).steps == [0, 1, 2]
         assert folder_state(run_dir) == before
     finally:
         os.chmod(run_dir, 0o755)
@@ -527,7 +541,7 @@ def test_a_read_only_run_folder_loads(tmp_path, private_index_cache):
 
 def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
     write_run(tmp_path / "run", steps=2, samples=8, tokens=20, ranks=2, workers=1)
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     before = store.load(128)
     assert not store.needs_work(128)
     path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
@@ -537,22 +551,22 @@ def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
     after = store.load(128)
     assert after.steps == [0, 1, 7] and after.version != before.version
     assert after.samples[after.samples["step"] < 7].drop(columns="path").equals(before.samples.drop(columns="path"))
-    assert board.lines_key(after.step_rows(1)) == board.lines_key(before.step_rows(1))  # what the step view built is reused
+    assert lines_key(after.step_rows(1)) == lines_key(before.step_rows(1))  # what the step view built is reused
 
 
 @pytest.mark.parametrize("ranks_appended", [1, 4])
 def test_a_new_step_is_parsed_in_one_pass_and_no_more_than_max_samples(tmp_path, monkeypatch, ranks_appended):
     write_run(tmp_path / "run", steps=2, samples=8, tokens=20, ranks=4, workers=1)
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     store.load(8)
-    second_passes, summarize_lines = [], board.summarize_lines
-    monkeypatch.setattr(board, "summarize_lines", lambda *args: second_passes.append(args) or summarize_lines(*args))
+    second_passes, summarize_lines = [], rl_board.reading.workers.summarize_lines
+    monkeypatch.setattr(rl_board.reading.store, "summarize_lines", lambda *args: second_passes.append(args) or summarize_lines(*args))
     for rank in range(ranks_appended):
         with open(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", "ab") as file:
             file.write(b"".join(json.dumps(sample(7, reward=float(i))).encode() + b"\n" for i in range(8)))
     run = store.load(8)
     assert second_passes == []  # one rank: its share would be 2 of the 8, so the new lines are parsed in full at once
-    parsed = sum(int(((index.lines["step"] == 7) & (index.lines["status"] != board.UNPARSED)).sum()) for index in store.files.values())
+    parsed = sum(int(((index.lines["step"] == 7) & (index.lines["status"] != UNPARSED)).sum()) for index in store.files.values())
     assert parsed == 8  # all ranks: a share of 2 in each, not 8 in each
     assert len(run.step_rows(7)) == 8
 
@@ -562,65 +576,65 @@ def test_a_second_pass_reads_just_its_lines_and_reports_one_cut_short(tmp_path):
     path = write_lines(tmp_path / "r.jsonl", [line + b"\n" for line in lines])
     offsets = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
     lengths = np.array([len(line) for line in lines])
-    far_apart = board.summarize_lines(str(path), offsets[[0, 3]], lengths[[0, 3]])
+    far_apart = rl_board.reading.workers.summarize_lines(str(path), offsets[[0, 3]], lengths[[0, 3]])
     assert far_apart.good.tolist() == [True, True] and far_apart.numbers["reward"].tolist() == [0.0, 3.0]
     os.truncate(path, offsets[2] + 5)  # the file shrank after it was indexed
-    cut = board.summarize_lines(str(path), offsets, lengths)
+    cut = rl_board.reading.workers.summarize_lines(str(path), offsets, lengths)
     assert cut.good.tolist() == [True, True, False, False] and cut.numbers["reward"][:2].tolist() == [0.0, 1.0]
     assert [(row, kind) for row, kind, _ in cut.problems] == [(2, "skipped"), (3, "skipped")]
 
 
 def test_a_rewritten_file_never_reuses_what_was_built_from_its_old_lines(tmp_path):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1.0), sample(1, reward=2.0)])
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     rows = store.load(128).step_rows(1)
-    assert list(board.load_step_batch(board.lines_key(rows), rows).table["response"]) == ["r1", "r1"]
+    assert list(board.load_step_batch(lines_key(rows), rows).table["response"]) == ["r1", "r1"]
     write_lines(path, [sample(1, reward=5.0, response="s1"), sample(1, reward=6.0, response="t1")])  # same size and offsets
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     rewritten = store.load(128).step_rows(1)
-    assert board.lines_key(rewritten) != board.lines_key(rows)
-    assert list(board.load_step_batch(board.lines_key(rewritten), rewritten).table["response"]) == ["s1", "t1"]
+    assert lines_key(rewritten) != lines_key(rows)
+    assert list(board.load_step_batch(lines_key(rewritten), rewritten).table["response"]) == ["s1", "t1"]
 
 
 # A write that lands while a load is reading the file: the index describes what was read, so the next load sees the write.
 def write_during_the_pass(monkeypatch, write):
-    original = board.index_chunk
+    original = index_chunk
 
     def racing(*args):
         result = original(*args)
-        monkeypatch.setattr(board, "index_chunk", original)
+        monkeypatch.setattr(rl_board.reading.store, "index_chunk", original)
         write()
         return result
 
-    monkeypatch.setattr(board, "index_chunk", racing)
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", racing)
 
 
 def test_lines_appended_during_a_load_are_read_by_the_next(tmp_path, monkeypatch):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
     write_during_the_pass(monkeypatch, lambda: open(path, "ab").write(json.dumps(sample(2)).encode() + b"\n"))
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     assert store.load(128, parallel=False).steps == [1]
     assert store.needs_work(128) and store.load(128, parallel=False).steps == [1, 2]
 
 
 def test_a_file_rewritten_during_a_load_is_read_again(tmp_path, monkeypatch):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
-    store = board.RunStore(str(tmp_path / "run"))
+    store = RunStore(str(tmp_path / "run"))
     rows = store.load(128, parallel=False).step_rows(1)
-    assert list(board.load_step_batch(board.lines_key(rows), rows).table["response"]) == ["r1"]
+    assert list(board.load_step_batch(lines_key(rows), rows).table["response"]) == ["r1"]
     with open(path, "ab") as file:
         file.write(json.dumps(sample(2)).encode() + b"\n")
     write_during_the_pass(monkeypatch, lambda: path.write_bytes(path.read_bytes().replace(b'"r1"', b'"s1"')))
     store.load(128, parallel=False)
     rows = store.load(128, parallel=False).step_rows(1)
-    assert list(board.load_step_batch(board.lines_key(rows), rows).table["response"]) == ["s1"]
+    assert list(board.load_step_batch(lines_key(rows), rows).table["response"]) == ["s1"]
 
 
 def test_free_form_fields_from_other_tools_are_shown_as_text(tmp_path):
     chat = [{"role": "user", "content": "hi"}]
     write_lines(tmp_path / "run" / "r.jsonl", [dict(prompt=chat, response="ok", reward=1, step="3", ground_truth=[1, 2], extra={"x": 1})])
     run = load(tmp_path / "run")
-    batch = board.load_step_batch(board.lines_key(run.step_rows(3)), run.step_rows(3))
+    batch = board.load_step_batch(lines_key(run.step_rows(3)), run.step_rows(3))
     assert json.loads(batch.table["prompt"].iloc[0]) == chat
     assert batch.table["ground_truth"].iloc[0] == "[1, 2]"
 
@@ -637,7 +651,7 @@ def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
     assert len(run.samples) == 3 and not problems_of(run)
     assert run.samples["group_id"].iloc[0] == "\ufffd" and run.reward_function_columns == ["rewards/\ufffd"]
     assert run.samples["response_tokens_len"].iloc[0] == 2.0 and run.samples["response_tokens_len"].iloc[2] == 1.0
-    batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.table["prompt"].tolist() == ["p1", "\ufffd"] and batch.table["response"].iloc[1] == "x\ufffd"
     assert run.samples["response_len"].tolist()[:2] == [2.0, 2.0] and run.samples["ref_response_len"].iloc[1] == 1.0  # as shown
     assert sample_tokens(run, 1, 0).response_tokens == ["a", "\ufffd"]
@@ -694,10 +708,10 @@ def test_a_line_that_holds_another_step_when_read_back_is_reported(tmp_path):
     status = path.stat()
     path.write_bytes(path.read_bytes().replace(b'"step": 1', b'"step": 3'))  # same size and time: the index still holds
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
-    batch = board.load_step_batch(board.lines_key(run.step_rows(1)), run.step_rows(1))
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.problems == ["r.jsonl line 1 could not be read back (it now holds step 3, not 1); if the file was rewritten, press Load & View."]
     assert batch.table["prompt"].tolist() == [""]
-    with pytest.raises(board.BadLine, match="it now holds step 3, not 1"):  # nor are its tokens shown
+    with pytest.raises(BadLine, match="it now holds step 3, not 1"):  # nor are its tokens shown
         sample_tokens(run, 1, 0)
 
 
@@ -705,5 +719,15 @@ def test_steps_a_float_cannot_hold_exactly_are_read_back(tmp_path):
     write_lines(tmp_path / "run" / "r.jsonl", [sample(2**53 + 1), sample(2**53 + 1)])
     run = load(tmp_path / "run")
     [step] = run.steps
-    batch = board.load_step_batch(board.lines_key(run.step_rows(step)), run.step_rows(step))
+    batch = board.load_step_batch(lines_key(run.step_rows(step)), run.step_rows(step))
     assert not batch.problems and batch.table["prompt"].tolist() == [f"p{2**53 + 1}"] * 2
+
+
+# The logger's contract with the board (rollout_logger.metadata) is what the board's decoders read: a key added to one
+# and not the other would be read as a field, or never written.
+def test_the_decoders_read_exactly_the_line_format_of_the_contract():
+    from rl_board.reading.lines import Rollout, RolloutTexts
+    from rollout_logger.metadata import FORMAT_KEYS, LINE_KEYS
+
+    decoded = {field.encode_name for struct in (Rollout, RolloutTexts) for field in msgspec.structs.fields(struct)}
+    assert decoded | {"rank"} == FORMAT_KEYS and set(LINE_KEYS) <= FORMAT_KEYS

@@ -10,6 +10,13 @@ import pandas as pd
 import pytest
 
 import rl_logging_board as board
+from rl_board.figures import LABELLED_TOKENS, VALUE_LABELLED_TOKENS, batch_reward_chart, diverging_colours, reward_distribution_chart, reward_gap_chart, running_text_html, step_curve_chart, step_fraction_chart, token_heatmap_figure
+from rl_board.metrics import group_signal_by_step, group_table, normal_curve, smoothed, step_stats, token_rows, TokenRows, trl_kl_by_step, trl_pools_kl
+from rl_board.reading.history import read_history
+from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
+from rl_board.reading.snapshot import group_numbers, SampleTokens
+from rl_board.reading.store import RunStore
+from rl_board.text import clean_text, markdown_literal, one_line, readable_tokens, valid_text
 from tests.test_loading import load, sample, write_lines
 
 FORMULAS = {
@@ -20,23 +27,23 @@ FORMULAS = {
 }
 
 
-@pytest.mark.parametrize("estimator", list(board.KL_ESTIMATORS))
+@pytest.mark.parametrize("estimator", list(KL_ESTIMATORS))
 def test_kl_estimators(estimator):
     ratios = [-2.0, -0.3, -1e-9, 0.0, 1e-9, 0.4, 3.0]
-    got = board.kl_per_token(np.array(ratios), estimator)
+    got = kl_per_token(np.array(ratios), estimator)
     assert got.tolist() == pytest.approx([FORMULAS[estimator](r) for r in ratios], rel=1e-12, abs=1e-15)
 
 
 def test_segment_sums_and_means_skip_nan_and_empty_segments():
     values = np.array([[1.0, 2.0, np.nan, 4.0, 5.0]])
-    sums, means = board.segment_sums_and_means(values, np.array([2, 0, 3]))
+    sums, means = segment_sums_and_means(values, np.array([2, 0, 3]))
     assert sums[0].tolist()[0] == 3.0 and np.isnan(sums[0][1]) and sums[0][2] == 9.0
     assert means[0][0] == 1.5 and np.isnan(means[0][1]) and means[0][2] == 4.5
 
 
 def test_step_statistics_are_population_mean_and_std_in_step_order():
     samples = pd.DataFrame({"step": [3, 1, 3, 1, 3], "reward": [1.0, 2.0, 2.0, 4.0, np.inf]})
-    stats = board.step_stats(samples, "reward")
+    stats = step_stats(samples, "reward")
     assert stats.index.tolist() == [1, 3]
     assert stats["mean"].tolist() == [3.0, 1.5]
     assert stats["std"].tolist() == pytest.approx([statistics.pstdev([2, 4]), statistics.pstdev([1, 2])])
@@ -72,7 +79,7 @@ def test_zero_signal_groups_and_truncation_per_step():
         "reward": [1.0, 1.0, 0.0, 1.0, 0.5, 0.5],
         "truncated": [0.0, 1.0, 0.0, 0.0, np.nan, np.nan],
     })
-    fractions = board.group_signal_by_step(samples)
+    fractions = group_signal_by_step(samples)
     assert fractions["zero-signal groups"].tolist() == [0.5, 1.0]
     assert fractions["truncated"].iloc[0] == 0.25 and np.isnan(fractions["truncated"].iloc[1])
 
@@ -82,25 +89,25 @@ def test_group_table_sorts_by_reward_spread():
         "group_id": ["a", "a", "b", "b"], "prompt": ["pa", "pa", "pb", "pb"],
         "reward": [1.0, 1.0, 0.0, 2.0], "truncated": [0.0, 0.0, 1.0, 0.0],
     })
-    table["group"] = board.group_numbers(table["group_id"])
-    groups = board.group_table(table)
+    table["group"] = group_numbers(table["group_id"])
+    groups = group_table(table)
     assert groups["group"].tolist() == [1, 0] and groups["group_id"].tolist() == ["b", "a"]
     assert groups["reward spread"].tolist() == [2.0, 0.0]
     assert groups["zero signal"].tolist() == [False, True]
     assert groups["samples"].tolist() == [[2, 3], [0, 1]] and groups["rewards"].tolist() == [["0", "2"], ["1", "1"]]
-    assert np.isnan(board.group_numbers(pd.Series([None, "x", None, "x"]))).tolist() == [True, False, True, False]
+    assert np.isnan(group_numbers(pd.Series([None, "x", None, "x"]))).tolist() == [True, False, True, False]
 
 
 def test_group_prompts_are_shown_as_the_display_settings_say():
     table = pd.DataFrame({"group_id": ["a"], "prompt": ["system<endofsystem>question<PAD><PAD>"], "reward": [1.0], "truncated": [np.nan]})
-    table["group"] = board.group_numbers(table["group_id"])
-    assert board.group_table(table, "<PAD>", "<endofsystem>")["prompt"].tolist() == ["question"]
-    assert board.group_table(table)["prompt"].tolist() == ["system<endofsystem>question<PAD><PAD>"]
+    table["group"] = group_numbers(table["group_id"])
+    assert group_table(table, "<PAD>", "<endofsystem>")["prompt"].tolist() == ["question"]
+    assert group_table(table)["prompt"].tolist() == ["system<endofsystem>question<PAD><PAD>"]
 
 
 def test_normal_curve_is_the_fitted_density():
     values = np.array([0.0, 1.0, 2.0, 3.0])
-    x, density = board.normal_curve(values)
+    x, density = normal_curve(values)
     mean, std = 1.5, statistics.pstdev(values)
     assert density.max() == pytest.approx(1 / (std * math.sqrt(2 * math.pi)), rel=1e-3)
     assert np.trapezoid(density, x) == pytest.approx(1.0, abs=0.01)
@@ -108,13 +115,13 @@ def test_normal_curve_is_the_fitted_density():
 
 
 def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
-    tokens = board.SampleTokens(
+    tokens = SampleTokens(
         response_tokens=["a", "<PAD>", "b", "<PAD>", "<PAD>"],
         logprobs=np.log([0.5, 0.9, 0.25, 1.0, 1.0]),
         ref_logprobs=np.log([0.25, 0.9, 0.5, 1.0, 1.0]),
         token_rewards=None, values=np.arange(5.0), entropies=None, advantage=0.5, notes=[],
     )
-    rows = board.token_rows(tokens, "k3", "<PAD>")
+    rows = token_rows(tokens, "k3", "<PAD>")
     assert rows.tokens == ["a", "<PAD>", "b"]
     assert rows.is_pad.tolist() == [False, True, False]
     values = rows.values
@@ -125,27 +132,27 @@ def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
     assert values["token_value"].tolist() == [0.0, 1.0, 2.0]
     assert values["advantage"].tolist() == [0.5, 0.5, 0.5]
     assert set(values) == {"logp", "prob", "log_ratio", "kl", "ref_logp", "ref_prob", "token_value", "advantage"}
-    assert board.token_rows(tokens, "kl", None).tokens == tokens.response_tokens
+    assert token_rows(tokens, "kl", None).tokens == tokens.response_tokens
 
 
 def test_running_text_escapes_tokens_and_shows_values_on_hover():
     tokens = ["<script>alert(1)</script>", '" onmouseover="x', "ok"]
     values = {"logp": np.array([-1.0, -2.0, -0.5]), "kl": np.array([0.0, 0.4, -0.2])}
-    rows = board.TokenRows(tokens=tokens, is_pad=np.array([False, False, True]), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values=values)
-    page = board.running_text_html(rows, "kl")
+    rows = TokenRows(tokens=tokens, is_pad=np.array([False, False, True]), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values=values)
+    page = running_text_html(rows, "kl")
     assert "<script>" not in page and html.escape("<script>alert(1)</script>") in page
     assert 'onmouseover="x' not in page
     assert "kl=0.4" in page and "logp=-2" in page
     assert page.count("<span") == 3 and "opacity:0.35" in page
-    colours = board.diverging_colours(np.array([0.0, 0.4, -0.2, np.nan]))
+    colours = diverging_colours(np.array([0.0, 0.4, -0.2, np.nan]))
     assert colours[0].startswith("rgba(220,60,60,0.00") and colours[1] == "rgba(220,60,60,0.85)"
     assert colours[2] == "rgba(60,110,230,0.42)" and colours[3] == "transparent"
 
 
 def test_clean_text_drops_pads_and_the_system_prompt_only_when_asked():
     text = "<PAD>system rules<endofsystem>question<PAD>"
-    assert board.clean_text(text, "<PAD>", "<endofsystem>") == "question"
-    assert board.clean_text(text) == text
+    assert clean_text(text, "<PAD>", "<endofsystem>") == "question"
+    assert clean_text(text) == text
 
 
 def test_token_table_shades_each_metric_within_its_range():
@@ -158,7 +165,7 @@ def test_token_table_shades_each_metric_within_its_range():
 
 def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
     samples = pd.DataFrame({"step": [2, 2, 1, 1, 10], "reward": [1.0, 3.0, 0.0, 2.0, np.nan]})
-    chart = board.step_curve_chart([("run", samples)], ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
+    chart = step_curve_chart([("run", samples)], ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
     points = chart["data"]["values"]
     assert [(p["step"], p["centre"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
     assert [p["mean"] for p in points] == [1.0, 2.0]  # the hover keeps the unshifted mean
@@ -168,7 +175,7 @@ def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
 
 def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
     samples = pd.DataFrame({"step": [1] * 5, "kl": [0.1, 0.2, 0.3, 0.4, 1000.0]})
-    chart = board.step_curve_chart([("run", samples)], ["kl"], "t", "nats per token", median=True, log_scale=True)
+    chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats per token", median=True, log_scale=True)
     [point] = chart["data"]["values"]
     assert (point["centre"], point["low"], point["high"]) == (0.3, 0.2, 0.4) and point["mean"] == pytest.approx(200.2)
     assert chart["layer"][0]["encoding"]["y"]["scale"] == {"zero": False, "type": "symlog"}
@@ -176,7 +183,7 @@ def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
 
 def test_step_fractions_are_percent_per_step():
     fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
-    points = board.step_fraction_chart([("run", fractions)])["data"]["values"]
+    points = step_fraction_chart([("run", fractions)])["data"]["values"]
     assert [(p["series"], p["step"], p["percent"]) for p in points] == [("zero-signal groups (%)", 1, 50.0), ("zero-signal groups (%)", 3, 25.0)]
 
 
@@ -191,8 +198,8 @@ def test_smoothing_is_tensorboards_debiased_moving_average():
             continue
         state, seen = weight * state + (1 - weight) * value, seen + 1
         expected.append(state / (1 - weight**seen))
-    np.testing.assert_allclose(board.smoothed(values, weight), expected, rtol=1e-12)
-    np.testing.assert_array_equal(board.smoothed(values, 0.0), values)
+    np.testing.assert_allclose(smoothed(values, weight), expected, rtol=1e-12)
+    np.testing.assert_array_equal(smoothed(values, 0.0), values)
 
 
 # Compared runs: one line per run, named by run, each shifted to its own first point and smoothed alone; the raw
@@ -200,21 +207,21 @@ def test_smoothing_is_tensorboards_debiased_moving_average():
 def test_compared_runs_draw_one_line_each_shifted_and_smoothed_per_run():
     first = pd.DataFrame({"step": [1, 1, 2, 3], "reward": [1.0, 3.0, 4.0, 0.0]})
     second = pd.DataFrame({"step": [2, 3, 4], "reward": [10.0, 12.0, 11.0]})
-    chart = board.step_curve_chart([("a", first), ("b", second)], ["reward"], "t", "reward", zero_shift=True, smoothing=0.5)
+    chart = step_curve_chart([("a", first), ("b", second)], ["reward"], "t", "reward", zero_shift=True, smoothing=0.5)
     points = chart["data"]["values"]
     assert chart["layer"][1]["encoding"]["color"]["sort"] == {"field": "order", "op": "min"}  # colours in run order
     assert {(p["colour"], p["order"]) for p in points} == {("a", 0), ("b", 1)}
     for name, raw in (("a", [0.0, 2.0, -2.0]), ("b", [0.0, 2.0, 1.0])):
         mine = [p for p in points if p["series"] == name]
         assert [p["raw"] for p in mine] == raw
-        assert [p["centre"] for p in mine] == pytest.approx(board.smoothed(np.array(raw), 0.5).tolist())
+        assert [p["centre"] for p in mine] == pytest.approx(smoothed(np.array(raw), 0.5).tolist())
     assert chart["layer"][1]["encoding"]["y"]["field"] == "raw" and chart["layer"][1]["mark"]["opacity"] < 1
     assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 4]}
 
 
 def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
     table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan], "ref_reward": [np.nan] * 4})
-    chart = board.reward_distribution_chart(table)
+    chart = reward_distribution_chart(table)
     bars, curve = chart["datasets"]["bars"], chart["datasets"]["curves"]
     assert [layer["data"] for layer in chart["layer"]] == [{"name": "bars"}, {"name": "curves"}]
     density, edges = np.histogram([0.0, 1.0, 1.0], bins="auto", density=True)
@@ -231,7 +238,7 @@ def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
 def test_batch_charts_of_two_steps_differ_only_in_data():
     first = pd.DataFrame({"reward": [0.0, 1.0, 0.5], "ref_reward": [0.2, 0.4, 0.1], "reward_gap": [-0.2, 0.6, 0.4]})
     second = pd.DataFrame({"reward": [3.0, 1.0, -2.0, 7.0], "ref_reward": [0.0, 2.0, 1.0, 0.0], "reward_gap": [3.0, -1.0, -3.0, 7.0]})
-    for make in (board.batch_reward_chart, board.reward_gap_chart, board.reward_distribution_chart):
+    for make in (batch_reward_chart, reward_gap_chart, reward_distribution_chart):
         specs = [{key: value for key, value in make(table).items() if key not in ("data", "datasets")} for table in (first, second)]
         assert specs[0] == specs[1], make.__name__
         assert make(first) != make(second)
@@ -239,15 +246,15 @@ def test_batch_charts_of_two_steps_differ_only_in_data():
 
 def test_batch_charts_hold_the_table_and_json_has_no_nan():
     table = pd.DataFrame({"reward": [0.5, np.nan], "ref_reward": [0.25, 1.0], "reward_gap": [0.25, np.nan]})
-    bars = board.batch_reward_chart(table)["data"]["values"]
+    bars = batch_reward_chart(table)["data"]["values"]
     assert [(b["sample_index"], b["series"], b["reward"]) for b in bars] == [(0, "Reward", 0.5), (1, "Reward", None), (0, "Ref Reward", 0.25), (1, "Ref Reward", 1.0)]
-    assert [b["reward_gap"] for b in board.reward_gap_chart(table)["data"]["values"]] == [0.25, None]
-    json.dumps(board.batch_reward_chart(table), allow_nan=False)
+    assert [b["reward_gap"] for b in reward_gap_chart(table)["data"]["values"]] == [0.25, None]
+    json.dumps(batch_reward_chart(table), allow_nan=False)
 
 
 def test_heat_map_labels_are_escaped_for_plotly():
     grid = pd.DataFrame([[1.0]], index=["logp"], columns=['0 - <a href="x">t</a>'])
-    figure = board.token_heatmap_figure(grid)
+    figure = token_heatmap_figure(grid)
     assert list(figure.data[0].x) == ["0 - &lt;a href=&quot;x&quot;&gt;t&lt;/a&gt;"]
     assert json.loads(figure.to_json())["data"][0]["colorscale"][0][1] == "rgb(23, 28, 66)"  # balance
 
@@ -256,15 +263,15 @@ def test_long_heat_maps_index_tokens_instead_of_labelling_each():
     def grid(tokens: int) -> pd.DataFrame:
         return pd.DataFrame(np.ones((2, tokens)), index=["logp", "kl"], columns=[f"{i} - t" for i in range(tokens)])
 
-    short = grid(board.VALUE_LABELLED_TOKENS)
-    figure = board.token_heatmap_figure(short)
+    short = grid(VALUE_LABELLED_TOKENS)
+    figure = token_heatmap_figure(short)
     assert list(figure.data[0].x) == list(short.columns) and figure.data[0].texttemplate == "%{text}"
-    medium = grid(board.VALUE_LABELLED_TOKENS + 1)  # too narrow for values in the cells, wide enough for tokens
-    figure = board.token_heatmap_figure(medium)
+    medium = grid(VALUE_LABELLED_TOKENS + 1)  # too narrow for values in the cells, wide enough for tokens
+    figure = token_heatmap_figure(medium)
     assert list(figure.data[0].x) == list(medium.columns) and figure.data[0].text is None and figure.data[0].texttemplate is None
-    assert list(board.token_heatmap_figure(grid(board.LABELLED_TOKENS + 1)).data[0].x) == list(range(board.LABELLED_TOKENS + 1))
+    assert list(token_heatmap_figure(grid(LABELLED_TOKENS + 1)).data[0].x) == list(range(LABELLED_TOKENS + 1))
     long = pd.DataFrame(np.arange(2.0 * 4000).reshape(2, 4000), index=["logp", "kl"], columns=[f"{i} - t" for i in range(4000)])
-    figure = board.token_heatmap_figure(long)
+    figure = token_heatmap_figure(long)
     assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
     assert np.asarray(figure.data[0].z).shape == long.shape  # every value still drawn
     assert np.array_equal(np.asarray(figure.data[0].customdata), long.to_numpy())  # and shown on hover
@@ -277,7 +284,7 @@ def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
         index=["logp", "log_ratio", "advantage"],
         columns=["0 - a", "1 - b", "2 - c", "3 - d"],
     )
-    trace = board.token_heatmap_figure(grid).data[0]
+    trace = token_heatmap_figure(grid).data[0]
     z = np.asarray(trace.z)
     assert np.allclose(z[0, :3], [-1.0, -0.25, -0.5]) and np.isnan(z[0, 3])  # logp's own largest |value| is 12
     assert np.allclose(z[1, :3], [1.0, -0.5, 0.0]) and np.isnan(z[1, 3])  # infinity is no bound, and no colour
@@ -314,27 +321,27 @@ def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
     ],
 )
 def test_tokens_are_shown_as_the_text_they_stand_for(tokens, shown):
-    assert board.readable_tokens(tokens) == shown
+    assert readable_tokens(tokens) == shown
 
 
 def test_text_utf8_cannot_carry_is_shown_with_a_replacement_character():
-    assert board.valid_text("a\ud83db") == "a\ufffdb" and board.valid_text("r_\udcff.jsonl") == "r_\ufffd.jsonl"
-    assert board.valid_text("😀 ok") == "😀 ok"
+    assert valid_text("a\ud83db") == "a\ufffdb" and valid_text("r_\udcff.jsonl") == "r_\ufffd.jsonl"
+    assert valid_text("😀 ok") == "😀 ok"
 
 
 def test_markdown_literal_keeps_html_entities_and_markdown_as_written():
-    assert board.markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\:\u200b//h\\) \\:red\\[y\\]"
+    assert markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\:\u200b//h\\) \\:red\\[y\\]"
     # GitHub's autolinks, which escapes do not stop, are broken by an invisible space.
-    assert board.markdown_literal("www.x.org a@x.org") == "www\u200b.x.org a\u200b@x.org"
+    assert markdown_literal("www.x.org a@x.org") == "www\u200b.x.org a\u200b@x.org"
 
 
 # A name keeps to its line: a newline and "===" under it made a caption a heading, "- " or "1. " at its start a list.
 def test_markdown_literal_and_one_line_keep_a_name_on_its_line_as_written():
-    assert board.one_line("x\n===\r\t\x07\u202eabc\u2028") == "x\\n===\\r\\t\\u0007\\u202eabc\\u2028"
-    assert board.markdown_literal("x\n===") == "x\\\\n==="  # the escape's backslash escaped: it shows as \n
-    assert [board.markdown_literal(name) for name in ("- a", "+ b", "1. c", "12.", "  3. d")] == ["\\- a", "\\+ b", "1\\. c", "12\\.", "  3\\. d"]
-    assert [board.markdown_literal(name) for name in ("0.04", "-1", "2026-11-26", "a - b")] == ["0.04", "-1", "2026-11-26", "a - b"]
-    assert board.one_line("plain name/with: punctuation") == "plain name/with: punctuation"
+    assert one_line("x\n===\r\t\x07\u202eabc\u2028") == "x\\n===\\r\\t\\u0007\\u202eabc\\u2028"
+    assert markdown_literal("x\n===") == "x\\\\n==="  # the escape's backslash escaped: it shows as \n
+    assert [markdown_literal(name) for name in ("- a", "+ b", "1. c", "12.", "  3. d")] == ["\\- a", "\\+ b", "1\\. c", "12\\.", "  3\\. d"]
+    assert [markdown_literal(name) for name in ("0.04", "-1", "2026-11-26", "a - b")] == ["0.04", "-1", "2026-11-26", "a - b"]
+    assert one_line("plain name/with: punctuation") == "plain name/with: punctuation"
 
 
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
@@ -342,20 +349,20 @@ def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
         "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
         "reward": [1.0, np.nan, np.nan, np.nan, 0.0, 1.0], "truncated": [np.nan] * 6,
     })
-    table["group"] = board.group_numbers(table["group_id"])
-    groups = board.group_table(table).set_index("group_id")
+    table["group"] = group_numbers(table["group_id"])
+    groups = group_table(table).set_index("group_id")
     assert groups["zero signal"].to_dict() == {"a": True, "b": False, "c": False}
-    assert board.group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
+    assert group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
 
 
 def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
-    chart = board.reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}))
+    chart = reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}))
     assert {bar["series"] for bar in chart["datasets"]["bars"]} == {"Ref Rewards"}
 
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
-    rows = board.TokenRows(tokens=["\u202eabc", "", "end"], is_pad=np.zeros(3, dtype=bool), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values={"kl": np.array([0.1, 0.2, 0.3])})
-    page = board.running_text_html(rows, "kl")
+    rows = TokenRows(tokens=["\u202eabc", "", "end"], is_pad=np.zeros(3, dtype=bool), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values={"kl": np.array([0.1, 0.2, 0.3])})
+    page = running_text_html(rows, "kl")
     assert ".rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px" in board.PAGE_STYLE and "class='rl-running-text'" in page
     assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
 
@@ -390,8 +397,8 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
                 else:
                     passes.append(np.mean([np.concatenate([line[3] for line in chosen if line[2] == rank]).mean() for rank in ("r0", "r1")]))
             expected[step] = np.mean(passes)
-        assert board.trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
-    assert board.trl_pools_kl("1.16.0") and board.trl_pools_kl("1.9.0") and not board.trl_pools_kl("0.29.0") and board.trl_pools_kl(None)
+        assert trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
+    assert trl_pools_kl("1.16.0") and trl_pools_kl("1.9.0") and not trl_pools_kl("0.29.0") and trl_pools_kl(None)
 
 
 # The bundled logger runs (TRL, beta > 0, logging every step): TRL's kl recomputed from the lines, as Step-KL draws it,
@@ -399,9 +406,9 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
 @pytest.mark.parametrize("name", ["grpo_tiny_example", "grpo_tiny_example_lr1e-4"])
 def test_trl_kl_from_the_bundled_lines_equals_the_trainers_logged_kl(name):
     run_dir = str(board.DEFAULT_ROOT / name)
-    run = board.RunStore(run_dir).load(10240, parallel=False)
-    logged = board.read_history(run_dir).train.set_index("step")["kl"].dropna()
-    recomputed = board.trl_kl_by_step(run.samples, board.trl_pools_kl(run.meta["trl_version"]))
+    run = RunStore(run_dir).load(10240, parallel=False)
+    logged = read_history(run_dir).train.set_index("step")["kl"].dropna()
+    recomputed = trl_kl_by_step(run.samples, trl_pools_kl(run.meta["trl_version"]))
     assert not run.downsampled and run.samples["micro_batch"].notna().all()
     assert list(recomputed.index) == list(logged.index) == run.steps
     np.testing.assert_allclose(recomputed.to_numpy(), logged.to_numpy(), rtol=1e-5)

@@ -16,6 +16,11 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
 import rl_logging_board as board
+import rl_board.reading.search
+from rl_board.metrics import facet_table, filter_columns, filter_mask, SampleFilter
+from rl_board.reading.lines import FIELD_COLUMNS
+from rl_board.reading.search import SEARCH_PROGRAM, SNIPPET_AFTER, SNIPPET_BEFORE, export_csv, export_jsonl, export_parquet, export_table, match_snippets, RunTexts, search_pattern, search_samples, SearchResult
+from rl_board.text import markdown_literal
 from tests.test_app import batch_table, chart_spec, load_and_view, start, widget
 from tests.test_loading import load, sample, write_lines
 
@@ -135,8 +140,8 @@ def positions_of(rows: pd.DataFrame) -> set:
     return {(Path(path).name, int(line)) for path, line in zip(rows["path"], rows["line"])}
 
 
-def search(run, query: str, regex=False, match_case=False, places=EVERYWHERE) -> board.SearchResult:
-    return board.search_samples(board.RunTexts(), run.samples, board.search_pattern(query, regex, match_case), places)
+def search(run, query: str, regex=False, match_case=False, places=EVERYWHERE) -> SearchResult:
+    return search_samples(RunTexts(), run.samples, search_pattern(query, regex, match_case), places)
 
 
 def found(run, *args, **kwargs) -> set:
@@ -174,7 +179,7 @@ def test_a_match_is_placed_and_marked_as_written(needle_run):
         result = search(run, query, regex)
         hit = result.place > 0
         rows = run.samples[hit]
-        texts = board.match_snippets(board.RunTexts(), rows, result.place[hit], result.start[hit], result.end[hit])
+        texts = match_snippets(RunTexts(), rows, result.place[hit], result.start[hit], result.end[hit])
         return {(Path(path).name, int(line)): (int(place), text) for path, line, place, text in zip(rows["path"], rows["line"], result.place[hit], texts)}
 
     assert snippets("HAYSTACK")[positions["haystack_mixed"]] == (2, "looking for the ⟦HayStack⟧ here")
@@ -184,7 +189,7 @@ def test_a_match_is_placed_and_marked_as_written(needle_run):
     assert snippets("café")[positions["escapes"]] == (1, 'say "hi"\\nthen ⟦café⟧, 中文')
     assert snippets("prompt|response", True)[positions["anchors"]] == (2, "omega ⟦response⟧ here")  # the response first
     # so many bytes each side (3 a character here): the character cut at an edge is left out, not shown broken
-    before, after = (board.SNIPPET_BEFORE - 1) // 3, board.SNIPPET_AFTER // 3
+    before, after = (SNIPPET_BEFORE - 1) // 3, SNIPPET_AFTER // 3
     assert snippets("针在这里")[positions["long_cjk"]] == (2, "…" + "中" * before + "a⟦针在这里⟧" + "文" * after + "…")
 
 
@@ -264,7 +269,7 @@ def test_chat_prompts_nan_lines_and_escaped_texts_are_searched_as_shown(needle_r
     assert found(run, "a needle beside NaN", match_case=True, places="response") == {positions["nan"]}
     assert found(run, 'say "hi"\nthen café, 中文', match_case=True, places="prompt") == {positions["escapes"]}
     assert found(run, "\\u00e9") == set() and found(run, '\\"hi') == set()  # the escapes themselves are not the text
-    table = board.export_table(run.samples)
+    table = export_table(run.samples)
     lines = records(run_dir)
     assert table["prompt"].tolist() == [text_of(lines[(file, line)]["prompt"]) for file, line in zip(table["file"], table["line"])]
 
@@ -274,7 +279,7 @@ def test_chat_prompts_nan_lines_and_escaped_texts_are_searched_as_shown(needle_r
 def test_a_text_with_invalid_utf8_is_searched_as_shown(tmp_path):
     write_lines(tmp_path / "run" / "r.jsonl", [b'{"prompt": "p", "response": "answer \xff here", "reward": 1, "step": 1}\n', sample(1)])
     run = load(tmp_path / "run")
-    assert board.export_table(run.samples)["response"].tolist() == ["answer \ufffd here", "r1"]
+    assert export_table(run.samples)["response"].tolist() == ["answer \ufffd here", "r1"]
     assert found(run, "here") == {("r.jsonl", 1)}
     assert found(run, "answer \ufffd here") == {("r.jsonl", 1)}
 
@@ -283,7 +288,7 @@ def test_a_text_with_invalid_utf8_is_searched_as_shown(tmp_path):
 def test_an_invalid_regular_expression_is_explained_under_the_box(needle_run, monkeypatch):
     run_dir, _ = needle_run
     with pytest.raises(ValueError, match="missing"):
-        board.search_pattern("(unclosed", True, False)
+        search_pattern("(unclosed", True, False)
     app = load_and_view(start(run_dir.parent, monkeypatch))
     search_page(app, "(unclosed", regex=True)
     [error] = [element.value for element in app.error]
@@ -406,7 +411,7 @@ def test_facet_counts_and_means_equal_a_recount_of_the_lines(tmp_path):
         by_source = defaultdict(list)
         for line in lines.values():
             by_source[line["data_source"]].append(value_of(line))
-        table = board.facet_table(run.samples, "text/data_source", column)
+        table = facet_table(run.samples, "text/data_source", column)
         assert table["samples"].tolist() == sorted((len(values) for values in by_source.values()), reverse=True)
         assert dict(zip(table["text/data_source"], table["samples"])) == {source: len(values) for source, values in by_source.items()}
         assert dict(zip(table["text/data_source"], table[f"mean {column}"])) == pytest.approx({source: np.mean(values) for source, values in by_source.items()})
@@ -451,26 +456,26 @@ def test_each_filter_keeps_what_a_plain_reading_keeps(tmp_path):
         rewards[(line["step"], line["group_id"])].add(line["reward"])
     zero_signal = {position for position, line in lines.items() if len(rewards[(line["step"], line["group_id"])]) == 1}
     checks = [
-        (board.SampleFilter(steps=(1, 3)), lambda line: 1 <= line["step"] <= 3),
-        (board.SampleFilter(ranges=(("reward", 0.5, 1.0),)), lambda line: 0.5 <= line["reward"] <= 1.0),
-        (board.SampleFilter(ranges=(("extra/acc", 1.0, 1.0), ("avg_kl_kl", 0.002, 0.02))), lambda line: line["acc"] and 0.002 <= kl_of(line) <= 0.02),
-        (board.SampleFilter(facets=(("text/data_source", ("math", "code")),)), lambda line: line["data_source"] in ("math", "code")),
-        (board.SampleFilter(truncated=True), lambda line: line["truncated"]),
+        (SampleFilter(steps=(1, 3)), lambda line: 1 <= line["step"] <= 3),
+        (SampleFilter(ranges=(("reward", 0.5, 1.0),)), lambda line: 0.5 <= line["reward"] <= 1.0),
+        (SampleFilter(ranges=(("extra/acc", 1.0, 1.0), ("avg_kl_kl", 0.002, 0.02))), lambda line: line["acc"] and 0.002 <= kl_of(line) <= 0.02),
+        (SampleFilter(facets=(("text/data_source", ("math", "code")),)), lambda line: line["data_source"] in ("math", "code")),
+        (SampleFilter(truncated=True), lambda line: line["truncated"]),
     ]
     for sample_filter, keep in checks:
         expected = {position for position, line in lines.items() if keep(line)}
         assert 0 < len(expected) < len(lines), sample_filter  # a filter that keeps all or nothing proves little
-        assert positions_of(run.samples[board.filter_mask(run.samples, sample_filter)]) == expected, sample_filter
+        assert positions_of(run.samples[filter_mask(run.samples, sample_filter)]) == expected, sample_filter
     assert 0 < len(zero_signal) < len(lines)
-    assert positions_of(run.samples[board.filter_mask(run.samples, board.SampleFilter(zero_signal=True))]) == zero_signal
-    everything = board.SampleFilter(steps=(1, 4), ranges=(("reward", 0.5, 1.5),), facets=(("text/data_source", ("gsm8k", "code")),), truncated=True)
+    assert positions_of(run.samples[filter_mask(run.samples, SampleFilter(zero_signal=True))]) == zero_signal
+    everything = SampleFilter(steps=(1, 4), ranges=(("reward", 0.5, 1.5),), facets=(("text/data_source", ("gsm8k", "code")),), truncated=True)
     expected = {p for p, line in lines.items() if line["step"] >= 1 and 0.5 <= line["reward"] <= 1.5 and line["data_source"] in ("gsm8k", "code") and line["truncated"]}
     assert 0 < len(expected) < sum(line["truncated"] for line in lines.values())
-    assert positions_of(run.samples[board.filter_mask(run.samples, everything)]) == expected
-    assert board.filter_columns(run, "k3")[:9] == [
+    assert positions_of(run.samples[filter_mask(run.samples, everything)]) == expected
+    assert filter_columns(run, "k3")[:9] == [
         "reward", "rewards/accuracy_reward", "rewards/format_reward", "advantage", "response_tokens_len", "response_len", "avg_log_ratio", "avg_kl_k3", "avg_entropy",
     ]
-    assert board.filter_columns(run, "k3")[9:] == run.extra_columns == ["extra/acc", "extra/difficulty"]
+    assert filter_columns(run, "k3")[9:] == run.extra_columns == ["extra/acc", "extra/difficulty"]
 
 
 # A range keeps both its ends and leaves out a sample without the number (NaN reward).
@@ -480,18 +485,18 @@ def test_a_range_keeps_its_ends_and_leaves_out_missing_numbers(needle_run):
     for low, high in [(0.25, 0.5), (-math.inf, math.inf)]:
         expected = {position for position, line in lines.items() if low <= line["reward"] <= high}
         assert positions["nan"] not in expected and {0.25, 0.5} <= {lines[p]["reward"] for p in expected}
-        assert positions_of(run.samples[board.filter_mask(run.samples, board.SampleFilter(ranges=(("reward", low, high),)))]) == expected
+        assert positions_of(run.samples[filter_mask(run.samples, SampleFilter(ranges=(("reward", low, high),)))]) == expected
 
 
 # The texts read for search follow the files: lines appended since are read in, and a file rewritten in place is read
 # anew rather than answered from the old texts at the same offsets.
 def test_the_searched_texts_follow_appended_and_rewritten_files(tmp_path):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response="old words"), sample(1, response="more old words")])
-    texts = board.RunTexts()
+    texts = RunTexts()
 
     def found_now(query):
         run = load(tmp_path / "run")
-        return positions_of(run.samples[board.search_samples(texts, run.samples, board.search_pattern(query, False, False), EVERYWHERE).place > 0])
+        return positions_of(run.samples[search_samples(texts, run.samples, search_pattern(query, False, False), EVERYWHERE).place > 0])
 
     assert found_now("old") == {("r.jsonl", 1), ("r.jsonl", 2)}
     with open(path, "ab") as file:
@@ -510,7 +515,7 @@ def test_the_page_combines_search_filters_and_top_n_by_kl(tmp_path, monkeypatch)
     assert found_on_page(app) == phrase
     widget(app.multiselect, "Filter by").set_value(["steps", "text/data_source"]).run()
     widget(app.select_slider, "Steps").set_value((1, 3))
-    widget(app.multiselect, board.markdown_literal("text/data_source")).set_value(["math", "gsm8k"])  # a label from the data is escaped
+    widget(app.multiselect, markdown_literal("text/data_source")).set_value(["math", "gsm8k"])  # a label from the data is escaped
     app.run()
     expected = {p for p in phrase if 1 <= lines[p]["step"] <= 3 and lines[p]["data_source"] in ("math", "gsm8k")}
     assert 0 < len(expected) < len(phrase) and found_on_page(app) == expected
@@ -542,13 +547,13 @@ def test_the_jsonl_export_is_the_source_lines_byte_for_byte(needle_run):
     run = load(run_dir)
     source = raw_lines(run_dir)
     rows = run.samples
-    exported = board.export_jsonl(rows)
+    exported = export_jsonl(rows)
     assert exported == b"".join(source[position] + b"\n" for position in zip((Path(p).name for p in rows["path"]), rows["line"]))
     assert exported.count(b"\n") == len(records(run_dir)) == len(rows)
     for name in ("escapes", "nan", "chat_compact"):
         assert source[positions[name]] + b"\n" in exported
     some = rows[rows["step"] == 2].iloc[::-1]  # any rows, in their own order
-    assert board.export_jsonl(some).split(b"\n")[:-1] == [source[(Path(p).name, line)] for p, line in zip(some["path"], some["line"])]
+    assert export_jsonl(some).split(b"\n")[:-1] == [source[(Path(p).name, line)] for p, line in zip(some["path"], some["line"])]
 
 
 # CSV and Parquet exports read back equal the export table, and that table equals the lines: texts with CJK,
@@ -559,7 +564,7 @@ def test_csv_and_parquet_exports_read_back_equal_the_table_and_the_lines(needle_
     write_fields_run(fields_dir)
     for directory in (run_dir, fields_dir, bundled(tmp_path, "generated_every_key")):
         run, lines = load(directory), records(directory)
-        table = board.export_table(run.samples)
+        table = export_table(run.samples)
         ordered = [lines[(file, int(line))] for file, line in zip(table["file"], table["line"])]
         assert table["prompt"].tolist() == [text_of(line["prompt"]) for line in ordered]
         assert table["response"].tolist() == [text_of(line["response"]) for line in ordered]
@@ -573,15 +578,15 @@ def test_csv_and_parquet_exports_read_back_equal_the_table_and_the_lines(needle_
                 expected = [float(line[key]) if isinstance(line.get(key), (bool, int, float)) else math.nan for line in ordered]
                 assert table[column].tolist() == pytest.approx(expected, nan_ok=True), column
 
-        read = pd.read_csv(io.StringIO(board.export_csv(run.samples)), dtype=str, keep_default_na=False)
+        read = pd.read_csv(io.StringIO(export_csv(run.samples)), dtype=str, keep_default_na=False)
         assert read.columns.tolist() == table.columns.tolist()
         for column in table.columns:
             if pd.api.types.is_numeric_dtype(table[column]):
                 assert pd.to_numeric(read[column].replace("", np.nan)).tolist() == pytest.approx(table[column].astype(float).tolist(), nan_ok=True, rel=1e-15), column
             else:
                 assert read[column].tolist() == ["" if pd.isna(value) else str(value) for value in table[column]], column
-        pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(board.export_parquet(run.samples))), table)
-        step = board.export_table(run.step_rows(2))  # the step in view: its batch, in batch order
+        pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(export_parquet(run.samples))), table)
+        step = export_table(run.step_rows(2))  # the step in view: its batch, in batch order
         assert step["sample"].tolist() == list(range(len(step))) and list(zip(step["file"], step["line"])) == sorted(p for p, line in lines.items() if line["step"] == 2)
         if directory == run_dir:
             assert any(all(part in text for part in (',', '"quoted"', "\n", "\t", "中文")) for text in table["response"])
@@ -797,7 +802,7 @@ def test_texts_with_bad_bytes_are_searched_as_shown_with_escapes_and_in_chat_pro
         assert found(run, query, places=places) == plain_search(lines, query, False, False, places) != set(), query
     result = search(run, "needle", places="prompt")
     hit = result.place > 0
-    snippets = board.match_snippets(board.RunTexts(), run.samples[hit], result.place[hit], result.start[hit], result.end[hit])
+    snippets = match_snippets(RunTexts(), run.samples[hit], result.place[hit], result.start[hit], result.end[hit])
     assert sorted(snippets) == ['[{"role": "user", "content": "caf\ufffd ⟦needle⟧"}]', 'caf\ufffd "⟦needle⟧"']
 
 
@@ -835,7 +840,7 @@ def test_a_key_per_line_keeps_at_most_field_columns_columns(tmp_path):
     for _ in range(2):
         run, lines = load(run_dir), records(run_dir)
         columns = [column for column in run.samples.columns if column.startswith(("rewards/", "extra/", "text/"))]
-        assert len(columns) <= 256 and board.FIELD_COLUMNS == 256
+        assert len(columns) <= 256 and FIELD_COLUMNS == 256
         samples = run.samples.sort_values(["path", "line"])
         ordered = [lines[(Path(path).name, line)] for path, line in zip(samples["path"], samples["line"])]
         assert samples["extra/acc"].tolist() == [line["acc"] for line in ordered]
@@ -853,10 +858,10 @@ def test_a_key_per_line_keeps_at_most_field_columns_columns(tmp_path):
 def test_a_regular_expression_too_complex_for_re2_is_refused(tmp_path, monkeypatch):
     for query in [r"(.*a){1000}x", r"((.*.){30}){30}x", r"((\w|\s)*.){1000}!"]:
         with pytest.raises(ValueError, match="too complex"):
-            board.search_pattern(query, True, False)
-        assert board.search_pattern(query, False, False) is not None  # the same text, literally
-    assert board.search_pattern(r"tool_call>\s*\{", True, False).programsize <= board.SEARCH_PROGRAM
-    assert board.search_pattern("x" * 5000, False, True) is not None  # a long literal query is no repeat
+            search_pattern(query, True, False)
+        assert search_pattern(query, False, False) is not None  # the same text, literally
+    assert search_pattern(r"tool_call>\s*\{", True, False).programsize <= SEARCH_PROGRAM
+    assert search_pattern("x" * 5000, False, True) is not None  # a long literal query is no repeat
     write_run_lines(tmp_path / "runs", "run", [sample(1), sample(2)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     search_page(app, r"(.*a){1000}x", regex=True)
@@ -871,11 +876,11 @@ def test_the_search_checks_its_deadline_after_every_text(tmp_path, monkeypatch):
     run = load(run_dir)
     clock = iter(range(1, 1000))
     with monkeypatch.context() as patch:
-        patch.setattr(board, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: float(next(clock)))}))
-        patch.setattr(board, "SEARCH_SECONDS", 2.5)  # began at 1: looks at 2 and 3 pass, 4 is past the deadline
+        patch.setattr(rl_board.reading.search, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: float(next(clock)))}))
+        patch.setattr(rl_board.reading.search, "SEARCH_SECONDS", 2.5)  # began at 1: looks at 2 and 3 pass, 4 is past the deadline
         result = search(run, "needle")
     assert result.searched == 2 < len(run.samples) and (result.place > 0).tolist() == [True, True] + [False] * 10
-    monkeypatch.setattr(board, "SEARCH_SECONDS", 1e-9)
+    monkeypatch.setattr(rl_board.reading.search, "SEARCH_SECONDS", 1e-9)
     app = load_and_view(own_module_page(tmp_path, tmp_path / "runs", monkeypatch))
     search_page(app, "needle")
     [warning] = [element.value for element in app.warning if "loaded samples found" in element.value]
@@ -962,7 +967,7 @@ def test_facet_keys_named_samples_or_path_are_tabled(tmp_path, monkeypatch):
     run = load(run_dir)
     assert run.facets == ["text/path", "text/samples"] and run.samples.sort_values("line")["sample"].tolist() == [0, 1, 0, 1]
     for key in ("samples", "path"):
-        table = board.facet_table(run.samples, f"text/{key}", "reward")
+        table = facet_table(run.samples, f"text/{key}", "reward")
         assert table.columns.tolist() == [f"text/{key}", "samples", "mean reward", "samples with reward"]
         by_value = defaultdict(list)
         for line in lines:
@@ -1044,12 +1049,12 @@ def test_key_names_are_escaped_in_labels_captions_and_the_results_line(tmp_path,
     write_run_lines(tmp_path / "runs", "run", [sample(step, reward=i, **{MARKDOWN_KEY: i / 2, "_one_*": 1}) for step in (1, 2) for i in range(3)])
     column = "extra/" + MARKDOWN_KEY
     app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), [column, "extra/_one_*"])
-    slider = widget(app.slider, board.markdown_literal(column))
+    slider = widget(app.slider, markdown_literal(column))
     assert re.search(r"(?<!\\)[!\[\]()*]", slider.label) is None and (slider.min, slider.max) == (0.0, 1.0)  # nothing left to render
     assert re.sub(r"\\(.)", r"\1", slider.label).replace("\u200b", "") == column  # and the name as logged, read
-    assert f"{board.markdown_literal('extra/_one_*')}: every finite value is 1, nothing to filter." in [caption.value for caption in app.caption]
+    assert f"{markdown_literal('extra/_one_*')}: every finite value is 1, nothing to filter." in [caption.value for caption in app.caption]
     widget(app.selectbox, "Sort by").set_value(column)
     widget(app.number_input, "Top N").set_value(2)
     app.run()
-    assert not app.exception and f"the results are the top 2 by {board.markdown_literal(column)}" in results_line(app)
+    assert not app.exception and f"the results are the top 2 by {markdown_literal(column)}" in results_line(app)
     assert results_table(app)[column].tolist() == [1.0, 1.0]

@@ -30,14 +30,16 @@ def extra_requirements(metadata, extra):
 
 
 def board_imports():
-    """Top-level modules rl_logging_board.py imports, wherever in the file."""
+    """Top-level modules the page (rl_logging_board.py) and the engine (rl_board/) import, wherever in a file, but the
+    project's own."""
     names = set()
-    for node in ast.walk(ast.parse((PROJECT / "rl_logging_board.py").read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+    for path in [PROJECT / "rl_logging_board.py", *(PROJECT / "rl_board").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names - {"rl_board", "rollout_logger"}
 
 
 def test_board_extra_installs_every_module_the_board_imports(metadata):
@@ -47,7 +49,7 @@ def test_board_extra_installs_every_module_the_board_imports(metadata):
     assert third_party, "no third-party imports found: the parse is wrong"
     for module in third_party:
         distributions = {canonicalize_name(d) for d in provided_by.get(module, [])}
-        assert distributions, f"rl_logging_board.py imports {module}, which no installed distribution provides"
+        assert distributions, f"the board imports {module}, which no installed distribution provides"
         assert distributions & board, f"`pip install .[board]` does not install {module} (from {sorted(distributions)})"
 
 

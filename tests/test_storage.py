@@ -4,6 +4,7 @@ wrong (missing bucket, refused credentials, endpoint down) in a message that nev
 
 import contextlib
 import json
+import os
 import re
 import socket
 import sys
@@ -19,6 +20,17 @@ from google.protobuf.json_format import MessageToDict
 from streamlit.testing.v1 import AppTest
 
 import rl_logging_board as board
+import rl_board.reading.storage
+import rl_board.reading.store
+import rl_board.reading.workers
+from rl_board.reading.history import read_history
+from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
+from rl_board.reading.index import IndexCache
+from rl_board.reading.search import RunTexts, search_pattern, search_samples
+from rl_board.reading.snapshot import read_sample_tokens, read_step_batch, RunSnapshot
+from rl_board.reading.storage import storage, StorageError
+from rl_board.reading.store import list_runs, RunStore
+from rl_board.text import markdown_literal
 from tests.conftest import PROJECT
 from tests.s3_server import (  # noqa: F401  (s3_server: a fixture)
     append_object,
@@ -41,23 +53,23 @@ TEXTS = ["prompt", "response", "ref_response", "ground_truth", "images"]
 
 @pytest.fixture(scope="module")
 def bucket(s3_server):
-    board.storage.cache_clear()  # a filesystem made before the server's AWS_ENDPOINT_URL was set would ask AWS
+    storage.cache_clear()  # a filesystem made before the server's AWS_ENDPOINT_URL was set would ask AWS
     name = make_bucket(s3_server.endpoint_url, f"storage-{uuid.uuid4().hex[:12]}")
     for run in RUNS:
         upload_folder(s3_server.endpoint_url, SAMPLES / run, f"s3://{name}/runs/{run}")
     return name
 
 
-def loaded(run_dir) -> board.RunSnapshot:
-    return board.RunStore(str(run_dir)).load(128)
+def loaded(run_dir) -> RunSnapshot:
+    return RunStore(str(run_dir)).load(128)
 
 
 # A snapshot's samples without where they were read from (an object's URL, a file's path, the index's id).
-def numbers(snapshot: board.RunSnapshot) -> pd.DataFrame:
+def numbers(snapshot: RunSnapshot) -> pd.DataFrame:
     return snapshot.samples.drop(columns=["path", "index_id"])
 
 
-def both(bucket: str, run: str) -> tuple[board.RunSnapshot, board.RunSnapshot]:
+def both(bucket: str, run: str) -> tuple[RunSnapshot, RunSnapshot]:
     return loaded(f"s3://{bucket}/runs/{run}"), loaded(SAMPLES / run)
 
 
@@ -67,11 +79,11 @@ def both(bucket: str, run: str) -> tuple[board.RunSnapshot, board.RunSnapshot]:
 def fresh_storage(variables: dict):
     try:
         with environment(variables):
-            board.storage.cache_clear()
+            storage.cache_clear()
             s3fs.S3FileSystem.clear_instance_cache()
             yield
     finally:
-        board.storage.cache_clear()
+        storage.cache_clear()
         s3fs.S3FileSystem.clear_instance_cache()
 
 
@@ -95,7 +107,7 @@ def page_text(app) -> str:
 
 def test_the_root_lists_the_runs_uploaded(bucket):
     """Log(s) Root Path s3://bucket/runs offers the three runs uploaded there."""
-    assert board.list_runs(f"s3://{bucket}/runs") == RUNS
+    assert list_runs(f"s3://{bucket}/runs") == RUNS
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -113,8 +125,8 @@ def test_a_step_read_back_from_s3_has_the_same_texts(bucket, run):
     """The batch of the first and last steps shows the same prompts, responses and images from S3 as from disk."""
     remote, local = both(bucket, run)
     for step in (remote.steps[0], remote.steps[-1]):
-        remote_batch = board.read_step_batch("remote", remote.step_rows(step))
-        local_batch = board.read_step_batch("local", local.step_rows(step))
+        remote_batch = read_step_batch("remote", remote.step_rows(step))
+        local_batch = read_step_batch("local", local.step_rows(step))
         assert remote_batch.problems == [] and local_batch.problems == []
         pd.testing.assert_frame_equal(remote_batch.table[TEXTS], local_batch.table[TEXTS])
 
@@ -124,7 +136,7 @@ def test_a_sample_s_tokens_from_s3_are_the_same(bucket, run):
     """The token area of a sample shows the same tokens and per-token numbers from S3 as from disk."""
     remote, local = both(bucket, run)
     for position in (0, 5, len(remote.samples) - 1):
-        found = [board.read_sample_tokens(*snapshot.samples.loc[position, ["path", "offset", "length", "step"]]) for snapshot in (remote, local)]
+        found = [read_sample_tokens(*snapshot.samples.loc[position, ["path", "offset", "length", "step"]]) for snapshot in (remote, local)]
         assert found[0] is not None and len(found[0].logprobs) > 0
         np.testing.assert_equal(vars(found[0]), vars(found[1]))
 
@@ -132,8 +144,8 @@ def test_a_sample_s_tokens_from_s3_are_the_same(bucket, run):
 @pytest.mark.parametrize("run", RUNS)
 def test_a_search_of_a_run_on_s3_finds_the_same_samples(bucket, run):
     """Searching the run on S3 finds the same samples, at the same places, as searching it on disk."""
-    pattern = board.search_pattern(SEARCHES[run], regex=False, match_case=False)
-    found = [board.search_samples(board.RunTexts(), snapshot.samples, pattern, "prompt and response") for snapshot in both(bucket, run)]
+    pattern = search_pattern(SEARCHES[run], regex=False, match_case=False)
+    found = [search_samples(RunTexts(), snapshot.samples, pattern, "prompt and response") for snapshot in both(bucket, run)]
     assert 0 < (found[0].place > 0).sum() < len(found[0].place) and found[0].searched == len(found[0].place)
     for name in ("place", "start", "end"):
         np.testing.assert_array_equal(getattr(found[0], name), getattr(found[1], name))
@@ -142,7 +154,7 @@ def test_a_search_of_a_run_on_s3_finds_the_same_samples(bucket, run):
 @pytest.mark.parametrize("run", RUNS)
 def test_the_training_history_of_a_run_on_s3_is_the_same(bucket, run):
     """The training metrics of a run on S3 (its metrics file, or TRL's checkpoints' trainer_state.json) are the disk's."""
-    remote, local = board.read_history(f"s3://{bucket}/runs/{run}"), board.read_history(SAMPLES / run)
+    remote, local = read_history(f"s3://{bucket}/runs/{run}"), read_history(SAMPLES / run)
     assert len(remote.train) > 0 and remote.sources == local.sources
     pd.testing.assert_frame_equal(remote.train, local.train)
     pd.testing.assert_frame_equal(remote.eval, local.eval)
@@ -153,15 +165,15 @@ def test_the_prompt_s_image_of_a_run_on_s3_is_shown_as_from_disk(bucket):
     """The VLM run's prompt images, read from S3, are shown with the same bytes; one missing on S3 says so."""
     remote, local = both(bucket, VLM)
     step = remote.steps[-1]
-    rows = [board.read_step_batch(name, snapshot.step_rows(step)).table for name, snapshot in (("remote", remote), ("local", local))]
+    rows = [read_step_batch(name, snapshot.step_rows(step)).table for name, snapshot in (("remote", remote), ("local", local))]
     for (remote_path, references), local_path in zip(rows[0][["path", "images"]].itertuples(index=False), rows[1]["path"]):
-        for side in (board.SHOWN_IMAGE_SIDE, board.THUMBNAIL_SIDE):
+        for side in (SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE):
             shown = board.page_image(remote_path, references[0], side)
             assert not isinstance(shown, str), shown
             assert shown == board.page_image(local_path, references[0], side)
-    missing = board.page_image(rows[0]["path"][0], {"path": "images/missing.png"}, board.SHOWN_IMAGE_SIDE)
+    missing = board.page_image(rows[0]["path"][0], {"path": "images/missing.png"}, SHOWN_IMAGE_SIDE)
     assert missing == f"s3://{bucket}/runs/{VLM}/images/missing.png was not found (no such bucket, folder or object)"
-    assert "not read" in board.page_image(rows[0]["path"][0], {"path": "../grpo_tiny_example/rollout_meta.json"}, board.SHOWN_IMAGE_SIDE)
+    assert "not read" in board.page_image(rows[0]["path"][0], {"path": "../grpo_tiny_example/rollout_meta.json"}, SHOWN_IMAGE_SIDE)
 
 
 def test_a_second_store_loads_from_the_index_cache_kept_by_etag_without_reading_the_object(bucket, s3_server, monkeypatch):
@@ -170,15 +182,15 @@ def test_a_second_store_loads_from_the_index_cache_kept_by_etag_without_reading_
     first = loaded(url)
     [rank_file] = first.samples["path"].unique()
     head = s3_client(s3_server.endpoint_url).head_object(Bucket=bucket, Key=split_s3_url(rank_file)[1])
-    cached = pyarrow.feather.read_table(board.IndexCache().path_of(rank_file))
+    cached = pyarrow.feather.read_table(IndexCache().path_of(rank_file))
     identity = json.loads(cached.schema.metadata[b"rl_logging_board"])["identity"]
     assert (identity["etag"], identity["size"]) == (head["ETag"].strip('"'), head["ContentLength"])
 
     def refuse(*args):
         raise AssertionError(f"read again: {args[:3]}")
 
-    for name in ("index_chunk", "summarize_lines", "read_remote_range", "read_spans"):
-        monkeypatch.setattr(board, name, refuse)
+    for module, name in ((rl_board.reading.store, "index_chunk"), (rl_board.reading.store, "summarize_lines"), (rl_board.reading.storage, "read_remote_range")):
+        monkeypatch.setattr(module, name, refuse)
     pd.testing.assert_frame_equal(numbers(loaded(url)), numbers(first))
 
 
@@ -209,7 +221,7 @@ def write_both(s3_server, live_run, data: bytes):
 def test_a_rank_file_uploaded_again_with_a_new_step_is_read_from_where_it_was(s3_server, live_run, monkeypatch):
     """Live on S3: a step appended to a rank file shows after a refresh, and only the appended bytes are read."""
     url, local, name = live_run
-    store = board.RunStore(url)
+    store = RunStore(url)
     before = store.load(128)
     [index] = store.files.values()
     old_size, old_id = index.indexed_to, index.index_id
@@ -220,8 +232,8 @@ def test_a_rank_file_uploaded_again_with_a_new_step_is_read_from_where_it_was(s3
         file.write(added)
     assert store.needs_work(128)
     indexed = []
-    index_chunk = board.index_chunk
-    monkeypatch.setattr(board, "index_chunk", lambda path, start, end, per_step: indexed.append((start, end)) or index_chunk(path, start, end, per_step))
+    index_chunk = rl_board.reading.workers.index_chunk
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", lambda path, start, end, per_step: indexed.append((start, end)) or index_chunk(path, start, end, per_step))
     after = store.load(128)
     assert after.steps == before.steps + [before.steps[-1] + 1]
     assert indexed == [(old_size, old_size + len(added))]
@@ -232,7 +244,7 @@ def test_a_rank_file_uploaded_again_with_a_new_step_is_read_from_where_it_was(s3
 def test_a_rank_file_replaced_by_other_lines_is_indexed_anew(s3_server, live_run):
     """An object uploaded again with other lines, of the same size or larger, is read anew: the page shows the new lines."""
     url, local, name = live_run
-    store = board.RunStore(url)
+    store = RunStore(url)
     store.load(128)
     [index] = store.files.values()
     original = (local / name).read_bytes()
@@ -248,15 +260,15 @@ def test_a_rank_file_replaced_by_other_lines_is_indexed_anew(s3_server, live_run
 
 def test_a_missing_bucket_is_a_message(bucket):
     """A root in a bucket that does not exist is reported as not found."""
-    with pytest.raises(board.StorageError, match="was not found"):
-        board.list_runs(f"s3://missing-{uuid.uuid4().hex[:12]}/runs")
+    with pytest.raises(StorageError, match="was not found"):
+        list_runs(f"s3://missing-{uuid.uuid4().hex[:12]}/runs")
 
 
 def test_the_page_says_when_the_root_s_bucket_is_missing(bucket, monkeypatch):
     """Log(s) Root Path in a missing bucket: a sidebar error naming it, no run to choose, no exception."""
     root = f"s3://missing-{uuid.uuid4().hex[:12]}/x"
     app = start(root, monkeypatch)
-    assert [error.value for error in app.sidebar.error] == [board.markdown_literal(f"{root} was not found (no such bucket or folder), or cannot be listed")]
+    assert [error.value for error in app.sidebar.error] == [markdown_literal(f"{root} was not found (no such bucket or folder), or cannot be listed")]
     assert widget(app.sidebar.selectbox, "Choose Log Name").options == [] and not app.exception
 
 
@@ -272,12 +284,12 @@ def test_refused_credentials_are_a_message_without_the_secret(bucket, s3_server,
     """Credentials the store refuses: "permission denied" in the sidebar, and the secret key appears nowhere on the page."""
     root = f"s3://{bucket}/runs/{GRPO}"  # a root of its own: the page keeps a listing for a few seconds
     with wrong_credentials(s3_server.endpoint_url) as secret:
-        with pytest.raises(board.StorageError, match="permission denied") as raised:
-            board.list_runs(root)
+        with pytest.raises(StorageError, match="permission denied") as raised:
+            list_runs(root)
         assert secret not in str(raised.value)
         app = start(root, monkeypatch)
     [error] = app.sidebar.error
-    assert error.value.startswith(board.markdown_literal(f"{root}: permission denied")) and error.value.endswith("; check the credentials")
+    assert error.value.startswith(markdown_literal(f"{root}: permission denied")) and error.value.endswith("; check the credentials")
     assert error.value in page_text(app) and secret not in page_text(app)
     assert not app.exception
 
@@ -289,10 +301,10 @@ def test_an_unreachable_endpoint_fails_within_seconds_with_a_message(bucket):
         endpoint = f"http://127.0.0.1:{unused.getsockname()[1]}"  # bound, never listening: connections are refused
         with fresh_storage({"AWS_ENDPOINT_URL": endpoint}):
             began = time.monotonic()
-            with pytest.raises(board.StorageError, match="could not be read: EndpointConnectionError"):
-                board.list_runs(f"s3://{bucket}/runs")
+            with pytest.raises(StorageError, match="could not be read: EndpointConnectionError"):
+                list_runs(f"s3://{bucket}/runs")
             assert time.monotonic() - began < 15
-    assert board.list_runs(f"s3://{bucket}/runs") == RUNS  # the real endpoint again
+    assert list_runs(f"s3://{bucket}/runs") == RUNS  # the real endpoint again
 
 
 # The page on a root (each run reads RL_LOGGING_BOARD_ROOT: one page at a time) with a run loaded.
@@ -314,7 +326,7 @@ def test_the_trl_run_on_s3_says_its_format_as_on_disk(bucket, monkeypatch):
     """The TRL run from S3: the load report's caption names TRL's completion logs, word for word as from disk."""
     captions = [[caption.value for caption in opened(root, TRL, monkeypatch).caption if caption.value.startswith("Loaded ")] for root in (f"s3://{bucket}/runs", SAMPLES)]
     assert captions[0] == captions[1] and len(captions[0]) == 1
-    assert f"({board.markdown_literal('TRL completion logs (log_completions=True: completions/completions_<step>.parquet)')})" in captions[0][0]
+    assert f"({markdown_literal('TRL completion logs (log_completions=True: completions/completions_<step>.parquet)')})" in captions[0][0]
 
 
 def test_the_endpoint_url_option_sets_the_s3_endpoint(monkeypatch):
@@ -323,7 +335,7 @@ def test_the_endpoint_url_option_sets_the_s3_endpoint(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["rl_logging_board.py", "--root", "s3://b/runs", "--endpoint-url", "http://127.0.0.1:9000"])
     options = board.launch_options()
     assert (options.root, options.endpoint_url) == ("s3://b/runs", "http://127.0.0.1:9000")
-    assert board.os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
 
 
 def test_an_object_replaced_by_one_of_the_same_size_redraws_the_step_curves(s3_server, live_run, monkeypatch):
@@ -351,9 +363,9 @@ def test_an_upper_case_scheme_and_a_trailing_slash_open_the_same_runs(bucket, mo
 
 def test_a_url_that_is_not_object_storage_is_refused_without_a_request(monkeypatch):
     """http:// (or any scheme but s3, gs, az, hf) in Log(s) Root Path is a message; the server fetches nothing."""
-    monkeypatch.setattr(board.fsspec, "filesystem", lambda *args, **kwargs: pytest.fail("a filesystem was made"))
-    board.storage.cache_clear()
-    with pytest.raises(board.StorageError, match=r"http:// is not object storage the board reads"):
-        board.list_runs("http://127.0.0.1:9/runs")
+    monkeypatch.setattr(rl_board.reading.storage.fsspec, "filesystem", lambda *args, **kwargs: pytest.fail("a filesystem was made"))
+    storage.cache_clear()
+    with pytest.raises(StorageError, match=r"http:// is not object storage the board reads"):
+        list_runs("http://127.0.0.1:9/runs")
     app = start("http://127.0.0.1:9/runs", monkeypatch)
-    assert [error.value for error in app.sidebar.error] == [board.markdown_literal("http:// is not object storage the board reads: s3://, gs://, az:// or hf://")]
+    assert [error.value for error in app.sidebar.error] == [markdown_literal("http:// is not object storage the board reads: s3://, gs://, az:// or hf://")]

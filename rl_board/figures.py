@@ -1,0 +1,409 @@
+"""figures"""
+import html
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from rl_board.metrics import TokenRows, normal_curve, smoothed, step_stats
+from rl_board.reading.history import TrainingHistory, metric_name
+from rl_board.reading.lines import finite
+from rl_board.text import largest_magnitude, one_line
+
+STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
+
+
+# A chart's subtitle in a grey readable on the light and the dark theme (Vega's default is near-black), apart from the title.
+SUBTITLE_STYLE = {"subtitleColor": "#9a9aa6", "subtitlePadding": 4}
+
+
+# Scroll to zoom, drag to pan, double-click to reset, on every step chart.
+ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
+
+
+# An axis title longer than the plot is tall would shrink the plot (to nothing, for a long field name): cut with "…".
+AXIS_TITLE_PIXELS = 200
+
+
+SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "title": "sample index", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
+
+
+# The token grid as a heat map, tokens along x as the original had them. Each metric's row is coloured within
+# its own range, as the running text is (red above 0, blue below, stronger = larger |value| against the row's
+# largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
+# Up to LABELLED_TOKENS tokens every column is labelled with its token, and up to VALUE_LABELLED_TOKENS each cell with
+# its value; past those a label is too narrow to read (the axis shows token indices instead, the same "#index" as the
+# table and the running text), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
+# then lays the chart out once per redraw instead of measuring and placing its labels again.
+LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
+
+
+# One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
+# numeric order; smoothed, the raw centre line stays faint behind.
+def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
+    points, shown, line_points = [], [], []
+    by_run = len(runs) > 1 and len(columns) > 1  # several series of several runs: colour by run, dashes by series
+    for run_name, samples in runs:
+        for column in columns:
+            if column not in samples:
+                continue
+            stats = step_stats(samples, column)
+            if stats.empty:
+                continue
+            if median:
+                centre, low, high = (stats[name].to_numpy() for name in ("median", "q25", "q75"))
+            else:
+                centre, spread = stats["mean"].to_numpy(), stats["std"].to_numpy() * variance_scale
+                low, high = centre - spread, centre + spread
+            if zero_shift:
+                centre, low, high = centre - centre[0], low - centre[0], high - centre[0]
+            raw = centre
+            centre, low, high = (smoothed(values, smoothing) for values in (centre, low, high))
+            label = (names or {}).get(column, column)
+            name = series_name(run_name, label, len(runs), len(columns))
+            shown.append(run_name if by_run else name)
+            points += [
+                {"series": name, "colour": shown[-1], "order": list(dict.fromkeys(shown)).index(shown[-1]), "what": label, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
+                for step, c, r, a, b, m, md, sd, n in zip(stats.index, centre, raw, low, high, stats["mean"], stats["median"], stats["std"], stats["count"])
+            ]
+    for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
+        raw = np.array(values, dtype=float)
+        raw = raw - raw[0] if zero_shift and len(raw) else raw
+        shown.append(name)
+        line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
+    x = step_axis(pd.concat([samples["step"] for _, samples in runs if len(samples)]))
+    band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
+    y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
+    colour = series_colour("colour")
+    line = {
+        "mark": {"type": "line", "point": len(points) == len(shown)},
+        "params": ZOOM,
+        "encoding": {
+            "x": x,
+            "y": {"field": "centre", "type": "quantitative"},
+            "color": colour,
+            "detail": {"field": "series"},
+            **({"strokeDash": {"field": "what", "type": "nominal", "scale": {"domain": [(names or {}).get(column, column) for column in columns]}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
+            "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "median", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
+        },
+    }
+    # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
+    # chart's title off its canvas.
+    return {
+        "title": {"text": one_line(title), "subtitle": band, **SUBTITLE_STYLE},
+        "height": 330,
+        "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
+        "data": {"values": points},
+        "layer": [
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
+            raw_line_layer(x, colour),
+            line,
+            *([{
+                "data": {"values": line_points},
+                "mark": {"type": "line", "strokeDash": [6, 3], "point": len(line_points) < 60},
+                "encoding": {"x": x, "y": {"field": "centre", "type": "quantitative"}, "color": colour, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]},
+            }] if line_points else []),
+        ],
+    }
+
+
+# A curve's name: the series alone for one run, the run alone for one series, else both.
+def series_name(run_name: str, series: str, runs: int, columns: int) -> str:
+    if runs == 1:
+        return series
+    return run_name if columns == 1 else f"{run_name} · {series}"
+
+
+# Each series (or run) its own colour, the same on every layer, in the order of the points' "order" field; the legend
+# names them. The names are in the data, not the spec: adding a run then updates every chart instead of rebuilding it
+# (raw_line_layer).
+def series_colour(field_name: str = "series") -> dict:
+    legend = {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}
+    return {"field": field_name, "type": "nominal", "sort": {"field": "order", "op": "min"}, "scale": {"range": STEP_PALETTE}, "legend": legend}
+
+
+# Smoothed curves keep their raw values visible, faintly, behind the smoothed line. The layer is always there (without
+# values when nothing is smoothed): a chart whose spec keeps its shape is updated in place by the browser, where a
+# changed spec is built anew, which costs several times more with a few charts of several runs (bench/README.md).
+def raw_line_layer(x: dict, colour: dict) -> dict:
+    return {"mark": {"type": "line", "opacity": 0.25, "strokeWidth": 1}, "encoding": {"x": x, "y": {"field": "raw", "type": "quantitative"}, "color": colour, "detail": {"field": "series"}}}
+
+
+# A point's raw value for the faint line: only when the line beside it is smoothed.
+def faint(value: float, smoothing: float) -> float | None:
+    return json_number(value) if smoothing else None
+
+
+# The step axis spans the runs' steps exactly: a "nice" domain ran past the last step.
+def step_axis(steps: pd.Series) -> dict:
+    first, last = int(steps.min()), int(steps.max())
+    return {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"domain": [first, last]} if last > first else {"zero": False}}
+
+
+# Fractions per step (in %) of zero-signal groups and of truncated completions, one line each per run.
+def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float = 0.0) -> dict:
+    points, order = [], itertools.count()
+    for run_name, fractions in runs:
+        for column in ("zero-signal groups", "truncated"):
+            if column not in fractions or not fractions[column].notna().any():
+                continue
+            name, position = series_name(run_name, f"{column} (%)", len(runs), 2), next(order)
+            raw = fractions[column].to_numpy() * 100
+            points += [
+                {"series": name, "order": position, "step": int(step), "percent": json_number(value), "raw": faint(r, smoothing)}
+                for step, value, r in zip(fractions.index, smoothed(raw, smoothing), raw)
+            ]
+    x = step_axis(pd.concat([fractions.index.to_series() for _, fractions in runs if len(fractions)]))
+    colour = series_colour()
+    return {
+        "title": "👾 GRPO learning signal (Step level)",
+        "height": 330,
+        "padding": {"top": 12},
+        "data": {"values": points},
+        "layer": [
+            raw_line_layer(x, colour),
+            {
+                "mark": {"type": "line", "tooltip": True},
+                "params": ZOOM,
+                "encoding": {"x": x, "y": {"field": "percent", "type": "quantitative", "title": "% of groups / of completions"}, "color": colour},
+            },
+        ],
+    }
+
+
+# A prompt's completions over training: each completion's reward a point, their mean per step a line, per run.
+def prompt_reward_chart(table: pd.DataFrame) -> dict:
+    order = {run: position for position, run in enumerate(dict.fromkeys(table["run"]))}
+    points = [{"run": run, "order": order[run], "step": int(step), "reward": json_number(reward)} for run, step, reward in zip(table["run"], table["step"], table["reward"])]
+    means = table.groupby(["run", "step"])["reward"].mean().reset_index()
+    lines = [{"run": run, "order": order[run], "step": int(step), "mean reward": json_number(reward)} for run, step, reward in zip(means["run"], means["step"], means["reward"])]
+    x = step_axis(table["step"]) if len(table) else {"field": "step", "type": "quantitative"}
+    colour = series_colour("run")
+    return {
+        "title": "Rewards of this prompt's completions, per step",
+        "height": 260,
+        "layer": [
+            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"values": lines}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
+        ],
+    }
+
+
+# How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie.
+def matches_per_step_chart(per_step: pd.Series) -> dict:
+    return {
+        "title": "Samples found per step",
+        "height": 200,  # the title and axes included
+        "data": {"values": [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]},
+        "mark": {"type": "bar", "color": STEP_PALETTE[1], "tooltip": True},
+        "encoding": {
+            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},  # a bar for every step, none found or not
+            "y": {"field": "samples", "type": "quantitative", "title": "samples", "axis": {"tickMinStep": 1}},
+        },
+    }
+
+
+# One chart of a metric: per run (a colour) its train line, its eval line (eval_<name> or val_<name>, dashed, with
+# points) and its best checkpoint (a dashed rule).
+def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoothing: float = 0.0, zero_shift: bool = False) -> dict:
+    points, rules = [], []
+    for position, (run_name, history) in enumerate(histories):
+        for split, frame in (("train", history.train), ("eval", history.eval)):
+            column = next((column for column in frame.columns[1:] if metric_name(column) == name), None)
+            if column is None or not frame[column].notna().any():
+                continue
+            values = frame[["step", column]].dropna()
+            raw = values[column].to_numpy()
+            if zero_shift:
+                raw = raw - raw[0]
+            if split == "eval" and column in history.train:  # the same key in both (epoch): two series
+                column += " (eval)"
+            series = f"{run_name} · {column}" if len(histories) > 1 else column
+            points += [
+                {"series": series, "run": run_name, "order": position, "split": split, "single": len(raw) == 1, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing), "logged": json_number(r)}
+                for step, value, r in zip(values["step"], smoothed(raw, smoothing), raw)
+            ]
+        best = history.best
+        if best and best.get("step") is not None:
+            rules.append({"step": int(best["step"]), "best checkpoint": f"{run_name}: {best['path']}" if len(histories) > 1 else str(best["path"])})
+    x = step_axis(pd.Series([point["step"] for point in points + rules] or [0]))
+    colour = series_colour("run")
+    tooltip = [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]
+    layer = [
+        raw_line_layer(x, colour),
+        {"transform": [{"filter": "datum.split == 'train'"}], "mark": {"type": "line"}, "params": ZOOM,
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": None, "scale": {"zero": False}}, "color": colour, "tooltip": tooltip}},
+        {"transform": [{"filter": "datum.split == 'train' && datum.single"}], "mark": {"type": "point", "filled": True},  # a line of one point draws nothing
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
+        {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
+    ]
+    if rules:
+        layer.append({"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}})
+    return {
+        "title": one_line(name),
+        "height": 260,
+        "padding": {"top": 12},
+        "data": {"values": points},
+        "layer": layer,
+    }
+
+
+# Grouped bars of reward and ref_reward for each sample of the step.
+def batch_reward_chart(table: pd.DataFrame) -> dict:
+    series = [(column, name) for column, name in (("reward", "Reward"), ("ref_reward", "Ref Reward")) if table[column].notna().any()]
+    values = [
+        {"sample_index": int(index), "series": name, "reward": json_number(value)}
+        for column, name in series
+        for index, value in zip(table.index, table[column])
+    ]
+    return {
+        "title": "Reward in current batch samples",
+        "height": 320,
+        "data": {"values": values},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": SAMPLE_AXIS,
+            "xOffset": {"field": "series", "sort": [name for _, name in series]},
+            "y": {"field": "reward", "type": "quantitative", "title": "reward"},
+            "color": {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}},
+        },
+    }
+
+
+# Bars of reward - ref_reward per sample, coloured by the gap.
+def reward_gap_chart(table: pd.DataFrame) -> dict:
+    values = [{"sample_index": int(index), "reward_gap": json_number(gap)} for index, gap in zip(table.index, table["reward_gap"])]
+    return {
+        "title": "Reward Gap (r - ref_r) in current batch",
+        "height": 320,
+        "data": {"values": values},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": SAMPLE_AXIS,
+            "y": {"field": "reward_gap", "type": "quantitative", "title": "reward - ref_reward"},
+            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None}},
+        },
+    }
+
+
+# Histogram (as a density) with a fitted normal curve per series, both computed here with numpy. The data are
+# named datasets, not part of the layers, so the spec is the same for every step with the same series and the
+# browser swaps the data in the chart it has instead of building a new one.
+def reward_distribution_chart(table: pd.DataFrame) -> dict:
+    bars, curves, names, colours = [], [], [], []
+    for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
+        values = finite(table[column])
+        with np.errstate(over="ignore"):
+            if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
+                continue  # no finite values, or a spread beyond float range (1e308 and -1e308)
+        names += [name, f"{name} normal fit"]
+        colours += [colour, colour]
+        density, edges = np.histogram(values, bins="auto", density=True)
+        bars += [{"series": name, "start": float(a), "end": float(b), "density": float(d)} for a, b, d in zip(edges[:-1], edges[1:], density)]
+        x, fit = normal_curve(values)
+        curves += [{"series": f"{name} normal fit", "x": float(a), "density": float(d)} for a, d in zip(x, fit)]
+    colour = {
+        "field": "series",
+        "type": "nominal",
+        "scale": {"domain": names, "range": colours},
+        "legend": {"orient": "top", "title": None, "columns": 2, "labelLimit": 0},  # in one row, a third of the page cut it
+    }
+    return {
+        "title": "Reward Distribution in current batch",
+        "height": 320,
+        "datasets": {"bars": bars, "curves": curves},
+        "layer": [
+            {
+                "data": {"name": "bars"},
+                "mark": {"type": "bar", "opacity": 0.6, "tooltip": True},
+                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward"}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative", "title": "density (share per unit of reward)"}, "y2": {"datum": 0}, "color": colour},
+            },
+            {
+                "data": {"name": "curves"},
+                "mark": {"type": "line"},
+                "encoding": {"x": {"field": "x", "type": "quantitative"}, "y": {"field": "density", "type": "quantitative"}, "color": colour},
+            },
+        ],
+    }
+
+
+def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
+    labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
+    values = grid.to_numpy(dtype=float)
+    bounds = largest_magnitude(values)
+    labelled, valued = len(labels) <= LABELLED_TOKENS, len(labels) <= VALUE_LABELLED_TOKENS
+    figure = go.Figure(
+        go.Heatmap(
+            z=np.where(np.isfinite(values), values / np.where(bounds > 0, bounds, 1.0)[:, None], np.nan),
+            customdata=values,
+            zmin=-1,
+            zmax=1,
+            showscale=False,
+            x=labels if labelled else np.arange(len(labels)),
+            y=list(grid.index),
+            colorscale="balance",
+            text=[[f"{value:.3g}" for value in row] for row in values.tolist()] if valued else None,
+            texttemplate="%{text}" if valued else None,
+            hovertemplate="%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        height=(180 if labelled else 70) + 36 * len(grid.index),
+        margin=dict(l=110, r=20, t=20, b=160 if labelled else 50),
+        xaxis=dict(tickangle=-60, automargin=False) if labelled else dict(title="token index", automargin=False),
+        yaxis=dict(autorange="reversed", automargin=False),
+    )
+    return figure
+
+
+# JSON has no NaN: a missing number is null, which Vega leaves out.
+def json_number(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# Tokens a tool wrote: no colour (they have no values), a dashed frame inside the token's box and grey italics.
+TOOL_TOKEN_STYLE = "background:transparent;outline:1px dashed #8a8a99;outline-offset:-1px;padding:0 2px;color:#8a8a99;font-style:italic"
+
+
+# The response as running text, each token's background by a metric, value on hover; text escaped.
+def running_text_html(rows: "TokenRows", metric: str, shown: range | None = None) -> str:
+    colours = diverging_colours(rows.values[metric])  # scaled over the whole response, so windows compare
+    columns = {name: np.asarray(column, dtype=float).tolist() for name, column in rows.values.items()}  # Python floats format faster
+    spans = []
+    for index in shown or range(len(rows.tokens)):
+        token = rows.tokens[index]
+        if rows.is_tool[index]:
+            hover, style = f"#{rows.positions[index]} {token!r}  written by a tool, not sampled: no values", TOOL_TOKEN_STYLE
+        else:
+            hover = f"#{rows.positions[index]} {token!r}  " + "  ".join(f"{name}={column[index]:.4g}" for name, column in columns.items())
+            style = f"background:{colours[index]}" + (";opacity:0.35" if rows.is_pad[index] else "")
+        text = html.escape(token) or "\u200b"  # tokens are text already (readable_tokens); an empty one stays hoverable
+        style += ";padding:0 0.1em" if not token else ""
+        spans.append(f'<span title="{html.escape(hover)}" style="{style}">{text}</span>')
+    legend = f"colour: {html.escape(metric)} (red above 0, blue below, stronger = larger); hover a token for all its values"
+    if rows.is_tool.any():
+        legend += f"; <span style='{TOOL_TOKEN_STYLE}'>dashed grey</span>: written by a tool, not sampled by the policy (no values)"
+    return f"<div style='font-size:0.8em;opacity:0.7'>{legend}</div>" + "<div class='rl-running-text' style='white-space:break-spaces;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
+
+
+# Token colours: red for positive values, blue for negative, stronger the larger |value| is
+# relative to the response's largest (so a KL spike or a very unlikely token stands out).
+def diverging_colours(values: np.ndarray) -> list[str]:
+    values = np.asarray(values, dtype=float)
+    bound = largest_magnitude(values)
+    if bound == 0:
+        return ["transparent"] * len(values)
+    scaled = values / bound
+    colours = []
+    for level in scaled:
+        if not np.isfinite(level):
+            colours.append("transparent")
+        elif level >= 0:
+            colours.append(f"rgba(220,60,60,{0.85 * level:.2f})")
+        else:
+            colours.append(f"rgba(60,110,230,{-0.85 * level:.2f})")
+    return colours

@@ -1,0 +1,22 @@
+"""Trainers' rollout files, a module each, in a registry the store asks in order: the first whose recognise(folder)
+takes a run folder says which of its files are read and how (RunFormat: as they are, or converted into the board's
+JSONL by its convert function). Adding a format is a module here, its test and a row of the README's table.
+
+    trl          TRL's completion logs (completions/completions_<step>.parquet)
+    verl         verl's generation dumps (<step>.jsonl of rollout_data_dir / validation_data_dir)
+    openrlhf     OpenRLHF's data_rank<r>.jsonl
+    verl_fork    the verl fork's rollout_data_rank<r>.jsonl
+    board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
+    base         RunFormat, Folder and what detectors share; conversion: converted files and their cache
+"""
+from rl_board.formats import board_jsonl, openrlhf, trl, verl, verl_fork
+from rl_board.formats.base import Folder, RunFormat
+from rl_board.reading.storage import FileStatus
+
+FORMATS = (trl, verl, openrlhf, verl_fork, board_jsonl)
+
+
+# A run's data files with their status, and their format, from one listing of the folder.
+def run_sources(run_dir: str) -> tuple[dict[str, FileStatus], RunFormat]:
+    folder = Folder.listed(run_dir)
+    return next(found for found in (module.recognise(folder) for module in FORMATS) if found is not None)

@@ -1,0 +1,71 @@
+"""What every format module gives the registry, and what detectors share: RunFormat (how a run folder's files are
+read), Folder (one listing of a run folder) and first_line_keys (the keys a JSONL file's first line has)."""
+import fnmatch
+import functools
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from rl_board.reading.lines import LINE_FIELDS_DECODER, as_text
+from rl_board.reading.storage import Entry, FileStatus, list_folder, read_range
+from rl_board.text import valid_text
+from rollout_logger.metadata import METRICS_FILES
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+# How a run folder's files are read: which files, named how in the load report, converted by what (None: as they are).
+@dataclass(frozen=True)
+class RunFormat:
+    name: str
+    convert: Any = None  # (bytes of a source file, context) -> bytes of the board's JSONL lines
+    context: tuple = ()  # what a conversion depends on besides the file (TRL: the reward functions' names)
+    problems: tuple = ()  # load-report rows (file, line, kind, reason): notes, files that could not be converted
+    weights: tuple = ()  # (name, weight) of each reward function, from the logger's metadata (none: unknown)
+    sums_reward: bool = False  # reward is the functions' scores weighted by `weights`, summed when the run loads
+    history_dir: str = ""  # where the trainer's history is, when not in the run folder (TRL's output folder)
+
+
+# One listing of a run folder: its files whose names are valid UTF-8 (tables and caches need it; the others are in the
+# load report), its sub-folders' names, and its JSONL files that are not the logger's metrics files.
+@dataclass(frozen=True)
+class Folder:
+    run_dir: str
+    files: tuple[Entry, ...]
+    folders: frozenset[str]
+    jsonl: tuple[Entry, ...]
+
+    @classmethod
+    def listed(cls, run_dir: str) -> "Folder":
+        entries = list_folder(run_dir)
+        files = tuple(entry for entry in entries if not entry.is_dir and valid_text(entry.name) == entry.name)
+        jsonl = tuple(entry for entry in files if entry.name.endswith(".jsonl") and not fnmatch.fnmatch(entry.name, METRICS_FILES))
+        return cls(run_dir, files, frozenset(entry.name for entry in entries if entry.is_dir), jsonl)
+
+    def sources(self, entries) -> dict[str, FileStatus]:
+        return {entry.path: entry.status for entry in entries}
+
+
+# The top-level keys of a file's first line, however long (a reasoning model's line can be MBs), per file version;
+# none for an empty file or a line that is not a JSON object.
+@functools.lru_cache(maxsize=1024)
+def first_line_keys(path: str, status: FileStatus) -> set:
+    line, size = b"", 1 << 16
+    while b"\n" not in line and len(line) < status.size:
+        buffer, got = read_range(path, len(line), min(len(line) + size, status.size))
+        if not got:  # cut short since it was listed
+            break
+        line += bytes(buffer[:got])
+        size *= 2
+    line = line.split(b"\n", 1)[0].removeprefix(UTF8_BOM)
+    try:
+        return set(LINE_FIELDS_DECODER.decode(line))
+    except (msgspec.DecodeError, ValueError):
+        return set()
+
+
+# Completions of one prompt in a step form a group (GRPO's): the prompt's hash names it.
+def group_of_prompt(prompt) -> str:
+    return hashlib.blake2b((as_text(prompt) or "").encode(), digest_size=8).hexdigest()

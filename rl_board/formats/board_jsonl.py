@@ -1,0 +1,16 @@
+"""The board's own JSONL (README: "The line format"): the rollout logger's rank files,
+rollout_data_rank_<rank>_<launch>.jsonl, or any folder of JSONL files, one per rank, read as they are. Asked last: it
+takes every folder (one without JSONL has no sources)."""
+from rl_board.formats.base import Folder, RunFormat
+from rl_board.reading.storage import FileStatus
+from rollout_logger.metadata import RANK_FILE_PATTERN
+
+LOGGER_NAME = "rollout_logger JSONL (rollout_data_rank_<rank>_<launch>.jsonl)"
+
+
+NAME = "JSONL, the board's format"
+
+
+def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat]:
+    logger = any(RANK_FILE_PATTERN.search(entry.name) for entry in folder.jsonl)
+    return folder.sources(folder.jsonl), RunFormat(LOGGER_NAME if logger else NAME)

@@ -1,0 +1,45 @@
+"""Other trainers' files converted into the board's JSONL once, kept in the cache folder with a stamp of what each was
+made from (source, size, mtime or ETag, conversion version, context), and made again only when that changes."""
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+from rl_board.formats.base import RunFormat
+from rl_board.reading.index import IndexCache
+from rl_board.reading.storage import FileStatus, canonical_path, read_file
+
+CONVERSION_FORMAT = 2  # a conversion made by another version of this code is made again
+
+
+CONVERSION_THREADS = 16  # files of a run on object storage fetched and converted at once
+
+
+# Where a run's conversions are kept: one folder per run in the cache folder.
+def conversions_folder(cache: "IndexCache", run_dir: str) -> Path:
+    return cache.folder / "converted" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
+
+
+# A source file's conversion, made when the file (or what the conversion depends on) changed since the last one; a
+# stamp beside it records what it was made from. Returns the conversion's path.
+def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: Path, known: dict) -> str:
+    name = source.rstrip("/").rsplit("/", 1)[-1]
+    target = folder / (name if name.endswith(".jsonl") else f"{name}.jsonl")
+    stamp_path = target.with_name(f"{target.name}.source")
+    stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(run_format.context))}
+    if known.get(source) == (stamp, str(target)) and target.is_file():
+        return str(target)
+    with contextlib.suppress(OSError, ValueError):
+        if target.is_file() and json.loads(stamp_path.read_bytes()) == stamp:
+            known[source] = (stamp, str(target))
+            return str(target)
+    data = run_format.convert(read_file(source), run_format.context)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, content in ((target, data), (stamp_path, json.dumps(stamp).encode())):
+        temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+        temporary.write_bytes(content)
+        os.replace(temporary, path)
+    known[source] = (stamp, str(target))
+    return str(target)

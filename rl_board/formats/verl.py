@@ -1,0 +1,67 @@
+"""verl's generation dumps: RayPPOTrainer._dump_generations writes trainer.rollout_data_dir (and
+trainer.validation_data_dir) as one <global_step>.jsonl per step, a line per sample with input, output, gts, score,
+step and each reward_extra_info key (verl/trainer/ppo/ray_trainer.py @ b178a3c). Told by those keys, not by the file
+names alone."""
+import json
+import re
+
+import msgspec
+
+from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, first_line_keys, group_of_prompt
+from rl_board.reading.lines import LINE_FIELDS_DECODER, raw_value
+from rl_board.reading.storage import FileStatus, run_label
+
+DUMP_FILE = re.compile(r"\d+\.jsonl")
+
+
+DUMP_KEYS = {"input", "output", "score", "step"}  # every line of RayPPOTrainer._dump_generations has them
+
+
+# verl's keys as the board's. A reward_extra_info key of the same name as one of these (a validation dump's "reward",
+# equal to its "score") is kept as a field, named EXTRA_SUFFIX after it.
+KEYS = {"input": "prompt", "output": "response", "gts": "ground_truth", "score": "reward"}
+
+
+EXTRA_SUFFIX = " (reward_extra_info)"
+
+
+# Every JSONL file named <step>.jsonl and a first line with verl's keys (the first file may be empty yet). A validation
+# dump: its folder's name says val, or it has step 0, or its lines a reward (reward_extra_info's).
+def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
+    jsonl = folder.jsonl
+    if not jsonl or not all(DUMP_FILE.fullmatch(entry.name) for entry in jsonl):
+        return None
+    keys = next(filter(None, (first_line_keys(entry.path, entry.status) for entry in jsonl[:3])), set())
+    if not DUMP_KEYS <= keys:
+        return None
+    validation = "val" in run_label(folder.run_dir).lower() or "0.jsonl" in {entry.name for entry in jsonl} or "reward" in keys
+    kind = "validation" if validation else "training"
+    return folder.sources(jsonl), RunFormat(f"verl generations dump ({kind}: rollout_data_dir / validation_data_dir, <step>.jsonl)", dump_lines, (kind,))
+
+
+# A verl dump (<step>.jsonl) with verl's keys renamed to the board's and each prompt's samples a group; line for line,
+# so the load report's line numbers are the file's (a line that is not a JSON object stays as it is, a bad line).
+def dump_lines(data: bytes, context: tuple) -> bytes:
+    return b"\n".join(dump_line(line) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
+
+
+def dump_line(line: bytes) -> bytes:
+    if not line.strip():
+        return line
+    try:
+        fields = LINE_FIELDS_DECODER.decode(line)
+        encode = msgspec.json.encode
+    except (msgspec.DecodeError, ValueError):  # NaN, bad UTF-8: Python's json keeps both as they are
+        try:
+            fields = json.loads(line.decode("utf-8", errors="surrogateescape"))
+        except (ValueError, RecursionError):
+            return line
+        encode = lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8", errors="surrogateescape")  # noqa: E731
+        if not isinstance(fields, dict):
+            return line
+    taken = {KEYS[key] for key in fields if key in KEYS}
+    renamed = {KEYS.get(key) or (key + EXTRA_SUFFIX if key in taken else key): value for key, value in fields.items()}
+    if "group_id" not in renamed and "prompt" in renamed:
+        prompt = renamed["prompt"]
+        renamed["group_id"] = group_of_prompt(raw_value(prompt) if isinstance(prompt, msgspec.Raw) else prompt)
+    return encode(renamed)

@@ -1,0 +1,18 @@
+"""The verl fork's rank files, <project>/<experiment>/rollout_data_rank0.jsonl: the original board's format with the
+reward model's answer in rm_response (verl/utils/rl_logging_board_utils.py of zyang6/DeepEyes @ 3679418), read as they
+are."""
+import re
+
+from rl_board.formats.base import Folder, RunFormat
+from rl_board.reading.storage import FileStatus
+
+RANK_FILE = re.compile(r"rollout_data_rank\d+\.jsonl")
+
+
+NAME = "verl fork's rollout_data_rank<r>.jsonl (the original board's format)"
+
+
+def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
+    if folder.jsonl and all(RANK_FILE.fullmatch(entry.name) for entry in folder.jsonl):
+        return folder.sources(folder.jsonl), RunFormat(NAME)
+    return None

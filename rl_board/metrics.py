@@ -1,0 +1,263 @@
+"""metrics"""
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rl_board.reading.lines import EXTRA_PREFIX, KL_ESTIMATORS, TEXT_PREFIX, kl_per_token, segment_sums_and_means
+from rl_board.reading.snapshot import RunSnapshot, SampleTokens
+from rl_board.text import IMAGE_PLACEHOLDER, clean_text, shorten
+
+# Per-step series of the reward tab, in the original's order.
+REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
+
+
+# Rows of the token area: (name, what it is). Where the policy left the reference and was unsure come first, so the
+# token table shows them without scrolling; advantage, the same on every token, is not shown until chosen.
+TOKEN_ROWS = {
+    "kl": "per-token KL under the chosen estimator",
+    "log_ratio": "logp - ref_logp",
+    "logp": "logprobs: log-prob of the token under the policy that sampled it",
+    "ref_logp": "ref_logprobs: log-prob under the reference model",
+    "entropy": "entropies: the policy's entropy at each position",
+    "token_reward": "token_rewards: the per-token reward the policy was trained on",
+    "token_value": "values: the critic's value of each token",
+    "prob": "exp(logp)",
+    "ref_prob": "exp(ref_logp)",
+    "advantage": "the sample's advantage, the same on every token",
+}
+
+
+# Mean, std (population), median, quartiles and count of a column per step, over finite values only.
+def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
+    values = samples[["step", column]].replace([np.inf, -np.inf], np.nan).dropna().groupby("step")[column]
+    stats = values.agg(["mean", "median", "count"])
+    stats["std"] = values.std(ddof=0)
+    stats["q25"], stats["q75"] = values.quantile(0.25), values.quantile(0.75)
+    return stats.sort_index()
+
+
+# TensorBoard's smoothing: an exponential moving average debiased at the start (pandas' adjusted ewm is exactly that),
+# over the finite values only; a missing value stays missing.
+def smoothed(values: np.ndarray, weight: float) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    if not weight or not len(values):
+        return values
+    finite_values = np.where(np.isfinite(values), values, np.nan)
+    result = pd.Series(finite_values).ewm(alpha=1 - weight, adjust=True, ignore_na=True).mean().to_numpy()
+    return np.where(np.isnan(finite_values), np.nan, result)
+
+
+# The per-step columns the step curves draw, each as its chart names it.
+STEP_CURVE_COLUMNS = {
+    **{name: name for name in REWARD_SERIES},
+    "avg_log_ratio": "log_ratio",
+    **{f"avg_kl_{name}": f"kl ({name})" for name in KL_ESTIMATORS},
+    "response_tokens_len": "response tokens",
+    "avg_entropy": "entropy",
+}
+
+
+# The numbers behind the step curves, every run compared: one row per run, series and step.
+def step_statistics_table(runs: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    tables = []
+    for run_name, samples in runs:
+        columns = list(STEP_CURVE_COLUMNS) + sorted(column for column in samples.columns if column.startswith("rewards/"))
+        for column in columns:
+            if column in samples and samples[column].notna().any():
+                stats = step_stats(samples, column).reset_index()
+                tables.append(stats.assign(run=run_name, series=STEP_CURVE_COLUMNS.get(column, column)))
+        fractions = group_signal_by_step(samples)
+        for column in fractions.columns:
+            values = fractions[column].dropna()
+            tables.append(pd.DataFrame({"step": values.index, "mean": values.to_numpy(), "run": run_name, "series": f"{column} (fraction)"}))
+    order = ["run", "series", "step", "mean", "std", "median", "q25", "q75", "count"]
+    return pd.concat(tables, ignore_index=True).reindex(columns=order) if tables else pd.DataFrame(columns=order)
+
+
+# TRL logs kl per loss pass (micro-batch) as the token mean of k3 over the sampled tokens (a tool's are left out)
+# pooled over all ranks (since TRL 1.9; before, the mean of each rank's token mean), and per step the mean over its
+# passes. From lines that say their pass (micro_batch), per step; a rank is a file.
+def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Series:
+    lines = samples.dropna(subset=["micro_batch"])
+    has_kl = lines["sum_kl_k3"].notna()  # a line without log-probs (e.g. masked when truncated) adds no token
+    sampled = lines["response_tokens_len"] - lines["tool_tokens"].fillna(0)  # TRL's loss leaves tool tokens out
+    tokens = pd.DataFrame({
+        "kl": lines["sum_kl_k3"].where(has_kl, 0.0),
+        "count": sampled.where(has_kl, 0.0),
+        "step": lines["step"], "micro_batch": lines["micro_batch"], "path": lines["path"],
+    })
+    passes = tokens.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]))[["kl", "count"]].sum()
+    means = passes["kl"] / passes["count"].clip(lower=1)  # TRL: a pass without tokens counts as 0
+    if not pooled_ranks:
+        means = means.groupby(level=["step", "micro_batch"]).mean()
+    return means.groupby(level="step").mean()
+
+
+# TRL (1.9 on) pools each loss pass's kl over all ranks' tokens; before, it averaged each rank's token mean. Unknown: pooled.
+POOLED_KL_SINCE = (1, 9)
+
+
+def trl_pools_kl(trl_version) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", str(trl_version or ""))
+    return match is None or (int(match.group(1)), int(match.group(2))) >= POOLED_KL_SINCE
+
+
+# Per step, the share of groups with identical rewards and the share of truncated completions.
+def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
+    result = pd.DataFrame(index=pd.Index(sorted(samples["step"].unique()), name="step"))
+    grouped = samples.dropna(subset=["group_id"])
+    if len(grouped):
+        spread = grouped.groupby(["step", "group_id"])["reward"].agg(lambda r: np.nanmax(r) - np.nanmin(r) if r.notna().any() else np.nan)
+        result["zero-signal groups"] = (spread == 0).groupby(level="step").mean()
+    truncated = samples.dropna(subset=["truncated"])
+    if len(truncated):
+        result["truncated"] = truncated.groupby("step")["truncated"].mean()
+    return result
+
+
+# Per sample, whether its group (same step and group id) gave every completion the same reward: no learning signal,
+# as Step-Groups counts it.
+def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
+    rewards = samples.groupby(["step", "group_id"])["reward"]
+    return (rewards.transform("max") - rewards.transform("min") == 0).to_numpy()
+
+
+# The numbers a search can be filtered and sorted by, those the run has: rewards, advantage, length, log ratio, the
+# chosen KL estimator, entropy, and every number of a key outside the format.
+def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
+    columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
+    return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
+
+
+# What a search keeps besides its text: a step range, ranges of numbers, facet values, truncated completions, members
+# of zero-signal groups; the default keeps every sample.
+@dataclass(frozen=True)
+class SampleFilter:
+    steps: tuple = ()  # (first, last); () for all
+    ranges: tuple = ()  # (column, low, high), each kept inclusive; a sample without the number is left out
+    facets: tuple = ()  # (column, values)
+    truncated: bool = False
+    zero_signal: bool = False
+
+
+# Which samples pass every part of the filter.
+def filter_mask(samples: pd.DataFrame, chosen: SampleFilter) -> np.ndarray:
+    mask = np.ones(len(samples), dtype=bool)
+    if chosen.steps:
+        mask &= samples["step"].between(*chosen.steps).to_numpy()
+    for column, low, high in chosen.ranges:
+        mask &= samples[column].between(low, high).to_numpy()
+    for column, values in chosen.facets:
+        mask &= samples[column].isin(values).to_numpy()
+    if chosen.truncated:
+        mask &= samples["truncated"].to_numpy() == 1
+    if chosen.zero_signal:
+        mask &= zero_signal_members(samples)
+    return mask
+
+
+# Per value of a facet: how many samples, and the mean of a number over those that have it.
+def facet_table(samples: pd.DataFrame, facet: str, column: str) -> pd.DataFrame:
+    grouped = samples.groupby(facet)[column]
+    table = pd.DataFrame({"samples": samples.groupby(facet).size(), f"mean {column}": grouped.mean(), f"samples with {column}": grouped.count()})
+    return table.rename_axis(facet).reset_index().sort_values("samples", ascending=False, kind="stable")  # text/<key>: no clash
+
+
+# One row per prompt group of the step: the spread of its rewards (0: no learning signal) and its completions.
+def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt_end: str | None = None) -> pd.DataFrame:
+    rows = []
+    for group, members in table.groupby("group", sort=True):
+        rewards = members["reward"]
+        spread = rewards.max() - rewards.min()  # over the rewards there are, as the Step-Groups curve counts
+        rows.append({
+            "group": int(group),
+            "prompt": shorten(clean_text(members["prompt"].iloc[0], pad_token, system_prompt_end), 200),
+            "completions": len(members),
+            "reward spread": spread,
+            "reward std": rewards.std(ddof=0),
+            "mean reward": rewards.mean(),
+            "zero signal": bool(spread == 0),
+            "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
+            "samples": members.index.tolist(),
+            "rewards": [f"{reward:.4g}" for reward in rewards],  # as the other reward columns show them
+            "group_id": members["group_id"].iloc[0],
+        })
+    return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# The batch table's columns, the original's and GRPO's (absent ones hidden): first the short numbers that say which
+# samples matter (reward, advantage, group, KL, entropy, length), then the texts, then the rest; the wide texts first
+# would push them off-screen.
+def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | None, system_prompt_end: str | None) -> pd.DataFrame:
+    view = table.assign(
+        sample=np.arange(len(table)),
+        prompt=[shorten(clean_text(text, pad_token, system_prompt_end)) for text in table["prompt"]],
+        response=[shorten(clean_text(text, pad_token)) for text in table["response"]],
+        ref_response=[None if text is None else shorten(clean_text(text, pad_token)) for text in table["ref_response"]],
+        avg_kl=table[f"avg_kl_{kl_estimator}"],
+        sum_kl=table[f"sum_kl_{kl_estimator}"],
+    )
+    columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "tool_tokens", "truncated"]
+    columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
+    columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
+    return view[[c for c in columns if view[c].notna().any()]]
+
+
+# The token area's rows: the sample's tokens as shown, which are pads and which a tool wrote, where each starts in
+# the response (a run of image placeholders is one row), and each metric (TOKEN_ROWS) per row.
+@dataclass
+class TokenRows:
+    tokens: list[str]
+    is_pad: np.ndarray
+    is_tool: np.ndarray
+    positions: np.ndarray
+    values: dict[str, np.ndarray]
+
+
+# Token rows for the area: metrics by name, tokens clipped to the log-prob length, trailing pads dropped.
+def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) -> TokenRows:
+    logp = tokens.logprobs
+    values = {"logp": logp, "prob": np.exp(logp)}
+    if tokens.ref_logprobs is not None:
+        ref = tokens.ref_logprobs
+        log_ratio = logp - ref
+        values.update(log_ratio=log_ratio, kl=kl_per_token(log_ratio, estimator), ref_logp=ref, ref_prob=np.exp(ref))
+    for name, per_token in (("token_reward", tokens.token_rewards), ("token_value", tokens.values), ("entropy", tokens.entropies)):
+        if per_token is not None:
+            values[name] = per_token
+    if tokens.advantage is not None:
+        values["advantage"] = np.full(len(logp), tokens.advantage)
+    names = tokens.response_tokens
+    is_pad = np.array([pad_token is not None and name == pad_token for name in names], dtype=bool)
+    is_tool = np.zeros(len(names), dtype=bool) if tokens.tool is None else tokens.tool
+    if is_tool.any():  # a tool's tokens have no value of any kind (advantage, a critic's value...) in the token views
+        values = {name: np.where(is_tool, np.nan, array) for name, array in values.items()}
+    keep = len(names)
+    if pad_token is not None:
+        while keep and is_pad[keep - 1]:
+            keep -= 1
+    names = names[:keep]
+    # A row starts at each token but the second and later of a run of one image placeholder (<|image_pad|> x 1024).
+    starts = np.array([i for i, name in enumerate(names) if not (i and name == names[i - 1] and IMAGE_PLACEHOLDER.fullmatch(name))], dtype=np.int64)
+    counts = np.diff(np.append(starts, keep))
+    if len(starts) == keep:
+        return TokenRows(tokens=names, is_pad=is_pad[:keep], is_tool=is_tool[:keep], positions=starts, values={name: array[:keep] for name, array in values.items()})
+    labels = [names[start] if count == 1 else f"{names[start]} × {count}" for start, count in zip(starts.tolist(), counts.tolist())]
+    means = {name: segment_sums_and_means(np.asarray(array[:keep], dtype=float)[None], counts)[1][0] for name, array in values.items()}
+    return TokenRows(
+        tokens=labels, is_pad=np.logical_and.reduceat(is_pad[:keep], starts), is_tool=np.logical_and.reduceat(is_tool[:keep], starts),
+        positions=starts, values=means,
+    )
+
+
+# The normal density fitted (mean, population std) to values, on a grid spanning them.
+def normal_curve(values: np.ndarray, points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    mean, std = values.mean(), values.std()
+    if std == 0:
+        return np.array([mean]), np.array([0.0])
+    x = np.linspace(min(values.min(), mean - 3 * std), max(values.max(), mean + 3 * std), points)
+    return x, np.exp(-0.5 * ((x - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi))

@@ -1,0 +1,356 @@
+"""history"""
+import contextlib
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rl_board.reading.index import IndexCache
+from rl_board.reading.lines import as_float
+from rl_board.reading.storage import (
+    FileStatus,
+    canonical_path,
+    is_remote,
+    joined,
+    list_folder,
+    read_file,
+    remote_storage,
+    storage_errors,
+)
+from rl_board.text import shorten, valid_text
+from rollout_logger.metadata import META_FILES, METRICS_FILES
+
+
+# A logged metric's name without its eval prefix: eval_loss (HF Trainer) and val_reward (seed 004) are drawn with loss
+# and reward.
+def metric_name(column: str) -> str:
+    for prefix in ("eval_", "val_"):
+        if column.startswith(prefix) and len(column) > len(prefix):
+            return column[len(prefix):]
+    return column
+
+
+# The newest rollout_meta_*.json of the run, if the logger wrote one.
+def read_meta(run_dir: str) -> dict | None:
+    try:
+        entries = list_folder(run_dir)
+    except OSError:
+        return None
+    for entry in reversed(entries):
+        if entry.is_dir or not fnmatch.fnmatch(entry.name, META_FILES):  # list_folder lists regular files: a FIFO would block the page forever
+            continue
+        try:
+            value = json.loads(read_file(entry.path).decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+
+
+TRAINING_LOG, TRAINER_STATE = "training_log.json", "trainer_state.json"
+
+
+CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")
+
+
+PROBLEM_COLUMNS = ["file", "line", "kind", "reason"]
+
+
+# The trainer's numbers of a run: one row per logged step of each kind, its configuration and best checkpoint.
+@dataclass(frozen=True)
+class TrainingHistory:
+    sources: list  # the files read, relative to the folder
+    train: pd.DataFrame  # "step", then one float column per logged number
+    eval: pd.DataFrame
+    config: dict
+    best: dict  # {} or {"step", "path", "metrics": {name: value}} (+ "epoch")
+    problems: pd.DataFrame  # file, line, kind, reason
+    signature: tuple = ()  # history_signature of the files when read (set by load_history)
+
+    @property
+    def empty(self) -> bool:
+        return self.train.empty and self.eval.empty
+
+
+# Entries of one kind in file order. A step lower than one already seen starts a resumed run: what the earlier run
+# logged from that step on is dropped, the later entry stands; entries of the same step merge key by key.
+class HistorySeries:
+    def __init__(self):
+        self.rows: dict[int, dict] = {}
+
+    def add(self, step: int, numbers: dict):
+        if self.rows and step < max(self.rows):
+            self.drop_from(step)
+        self.rows.setdefault(step, {}).update(numbers)
+
+    def drop_from(self, step: int):
+        self.rows = {seen: row for seen, row in self.rows.items() if seen < step}
+
+    def frame(self) -> pd.DataFrame:
+        steps = sorted(self.rows)
+        table = pd.DataFrame.from_records([self.rows[step] for step in steps], index=range(len(steps)))
+        table.insert(0, "step", np.array(steps, dtype=np.int64))
+        return table.astype({column: float for column in table.columns if column != "step"})
+
+
+# The history of a run folder or training output folder, from the first source it holds (see this section's title).
+def read_history(folder) -> TrainingHistory:
+    if is_remote(folder):
+        folder = mirrored_history(str(folder))
+    folder, problems = Path(folder), []
+    metrics_files = sorted(path for path in folder.glob(METRICS_FILES) if path.is_file())
+    if metrics_files:
+        return history_from_metrics_files(folder, metrics_files, problems)
+    if (folder / TRAINING_LOG).is_file():
+        log = read_json_file(folder / TRAINING_LOG, folder, problems)
+        if log is not None:
+            return history_from_training_log(TRAINING_LOG, log, problems)
+    state_path, state = newest_trainer_state(folder, problems)
+    if state is not None:
+        return history_from_trainer_state(state_path, state, problems)
+    empty = pd.DataFrame({"step": np.array([], dtype=np.int64)})
+    return TrainingHistory([], empty, empty, {}, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# The files a history is read from, with their sizes and times: a cheap key that changes when any of them does.
+def history_signature(folder) -> tuple:
+    if is_remote(folder):
+        with contextlib.suppress(OSError):  # the rollouts' load says why a run cannot be read
+            return tuple((name, status.size, status.etag) for name, status in remote_history_files(str(folder)).items())
+        return ()
+    folder = Path(folder)
+    paths = [*folder.glob(METRICS_FILES), *folder.glob(META_FILES), folder / TRAINING_LOG, folder / TRAINER_STATE, *folder.glob(f"checkpoint-*/{TRAINER_STATE}")]
+    signature = []
+    for path in sorted(paths):
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            signature.append((str(path.relative_to(folder)), status.st_size, status.st_mtime_ns))
+    return tuple(signature)
+
+
+# A whole JSON file (NaN and Infinity allowed: the entries say which keys were left out); None with a problem row
+# when it cannot be read, e.g. while a trainer rewrites it.
+def read_json_file(path: Path, folder: Path, problems: list):
+    name = valid_text(str(path.relative_to(folder)))
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as error:
+        problems.append([name, 0, "skipped", f"not readable as JSON ({error}): nothing taken from it"])
+        return None
+    if not isinstance(value, dict):
+        problems.append([name, 0, "skipped", f"holds a JSON {type(value).__name__}, not an object: nothing taken from it"])
+        return None
+    return value
+
+
+# The folder's own trainer_state.json or a checkpoint's, whichever reached the latest global_step (the folder's own
+# wins a tie); checkpoints are tried newest first and an unreadable one is passed over.
+def newest_trainer_state(folder: Path, problems: list) -> tuple[str | None, dict | None]:
+    checkpoints = sorted(
+        (path for path in folder.glob(f"checkpoint-*/{TRAINER_STATE}") if CHECKPOINT_FOLDER.fullmatch(path.parent.name) and path.is_file()),
+        key=lambda path: int(path.parent.name.split("-")[1]),
+        reverse=True,
+    )
+    found = []
+    for path in ([folder / TRAINER_STATE] if (folder / TRAINER_STATE).is_file() else []) + checkpoints:
+        state = read_json_file(path, folder, problems)
+        if state is not None and not isinstance(state.get("log_history"), list):
+            problems.append([valid_text(str(path.relative_to(folder))), 0, "skipped", "no log_history list: not a Trainer state"])
+            state = None
+        if state is not None:
+            found.append((str(path.relative_to(folder)), state))
+            if path.parent != folder:
+                break
+    if not found:
+        return None, None
+    return max(found, key=lambda item: global_step(item[1]))  # max keeps the first of equals: the folder's own
+
+
+def global_step(state: dict) -> int:
+    step = state.get("global_step")
+    return step if type(step) is int else -1
+
+
+# The logger's metrics files in launch order: train and eval lines, and checkpoint lines that name the best one.
+def history_from_metrics_files(folder: Path, paths: list, problems: list) -> TrainingHistory:
+    train, evaluation, best = HistorySeries(), HistorySeries(), {}
+    for launch, path in enumerate(paths):
+        name, resumed_at = valid_text(path.name), None
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            problems.append([name, 0, "skipped", f"could not be read ({error})"])
+            continue
+        lines = data.split(b"\n")
+        if lines[-1].strip():
+            problems.append([name, len(lines), "incomplete", "the last line has no end yet: still being written, or cut off"])
+        for number, line in enumerate(lines[:-1], start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError) as error:
+                problems.append([name, number, "skipped", f"not valid JSON ({error})"])
+                continue
+            where = (name, number)
+            if isinstance(entry, dict) and entry.get("kind") == "checkpoint":
+                if isinstance(entry.get("best_model_checkpoint"), str):
+                    best = {"path": entry["best_model_checkpoint"], "value": entry.get("best_metric")}
+                continue
+            step = history_entry_step(entry, where, problems)
+            if step is None:
+                continue
+            evaluated = is_evaluation(entry)
+            # A later launch (a resume) replaces what earlier ones logged, of either kind, from its first trained step on.
+            if launch and resumed_at is None and not evaluated:
+                resumed_at = step
+                train.drop_from(step)
+                evaluation.drop_from(step)
+            (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems))
+    eval_frame = evaluation.frame()
+    if best:
+        best = best_from_checkpoint(best["path"], None, best["value"], eval_frame)
+    meta = read_meta(str(folder)) or {}
+    config = meta.get("trainer_config") if isinstance(meta.get("trainer_config"), dict) else {}
+    return TrainingHistory([path.name for path in paths], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# Seed 004's training_log.json: config, train_history, val_history, and best_checkpoint (GRPO, DPO) or final_metrics
+# (LoRA).
+def history_from_training_log(name: str, log: dict, problems: list) -> TrainingHistory:
+    frames = {}
+    for key in ("train_history", "val_history"):
+        series, entries = HistorySeries(), log.get(key, [])
+        if not isinstance(entries, list):
+            problems.append([name, 0, "skipped", f"{key} is not a list"])
+            entries = []
+        for position, entry in enumerate(entries):
+            where = (name, 0, f"{key}[{position}]")
+            step = history_entry_step(entry, where, problems)
+            if step is not None:
+                series.add(step, entry_numbers(entry, where, problems))
+        frames[key] = series.frame()
+    best, final = log.get("best_checkpoint"), log.get("final_metrics")
+    if isinstance(best, dict):
+        best = {
+            "step": history_entry_step(best, (name, 0, "best_checkpoint"), []),
+            "path": best.get("path") if isinstance(best.get("path"), str) else None,
+            "metrics": {key: value for key, value in entry_numbers(best, (name, 0, "best_checkpoint"), problems).items() if key not in ("epoch", "samples")},
+        } | ({"epoch": as_float(best["epoch"])} if type(best.get("epoch")) in (int, float) and math.isfinite(as_float(best["epoch"])) else {})
+    elif isinstance(final, dict) and isinstance(final.get("best_checkpoint"), str):
+        best = best_from_checkpoint(final["best_checkpoint"], None, final.get("best_metric"), frames["val_history"])
+    else:
+        best = {}
+    config = log.get("config") if isinstance(log.get("config"), dict) else {}
+    return TrainingHistory([name], frames["train_history"], frames["val_history"], config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# Hugging Face Trainer's state: log_history entries with eval_* keys are evaluations, the rest training.
+def history_from_trainer_state(name: str, state: dict, problems: list) -> TrainingHistory:
+    train, evaluation = HistorySeries(), HistorySeries()
+    for position, entry in enumerate(state["log_history"]):
+        where = (valid_text(name), 0, f"log_history[{position}]")
+        step = history_entry_step(entry, where, problems)
+        if step is not None:
+            (evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems))
+    eval_frame = evaluation.frame()
+    path = state.get("best_model_checkpoint")
+    best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
+    config = {key: value for key, value in state.items() if type(value) in (int, float, str, bool)}
+    return TrainingHistory([valid_text(name)], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# The best checkpoint from its path and metric value: the step is the checkpoint's number unless given, the metric is
+# named after the eval metric (eval_*, val_*) holding that value (at that step if it can be), else "best_metric".
+def best_from_checkpoint(path: str, step, value, eval_frame: pd.DataFrame) -> dict:
+    numbers = CHECKPOINT_FOLDER.findall(path)
+    step = step if type(step) is int else int(numbers[-1]) if numbers else None
+    metrics = {}
+    if type(value) in (int, float) and math.isfinite(as_float(value)):
+        at_step = eval_frame[eval_frame["step"] == step]
+        names = [column for column in eval_frame.columns[1:] if metric_name(column) != column]  # eval_*, val_*: not epoch
+        matching = [column for table in (at_step, eval_frame) for column in names if np.isclose(table[column], value, rtol=1e-12, atol=0).any()]
+        metrics[matching[0] if matching else "best_metric"] = float(value)
+    return {"step": step, "path": path, "metrics": metrics}
+
+
+# An evaluation's entry: the logger says so ("kind"); else its keys do: eval_* or, from Trainer.evaluate with another
+# metric_key_prefix (e.g. "test"), <prefix>_runtime.
+def is_evaluation(entry: dict) -> bool:
+    if entry.get("kind") in ("train", "eval"):
+        return entry["kind"] == "eval"
+    return any(str(key).startswith("eval_") or (str(key).endswith("_runtime") and key != "train_runtime") for key in entry)
+
+
+# An entry's step: an integer (2.0 is 2); None, with a problem row at where, for anything else.
+def history_entry_step(entry, where: tuple, problems: list) -> int | None:
+    step = entry.get("step") if isinstance(entry, dict) else None
+    if type(step) is float and step.is_integer() and abs(step) < 2**63:
+        step = int(step)
+    if type(step) is int and -(2**63) <= step < 2**63:
+        return step
+    file, line, *within = where
+    about = f"{within[0]}: " if within else ""
+    reason = "not a JSON object" if not isinstance(entry, dict) else "no step" if "step" not in entry else f"step {shorten(repr(step), 40)} is not an integer within int64"
+    problems.append([file, line, "skipped", f"{about}{reason}: entry left out"])
+    return None
+
+
+# The numbers of an entry (not step): other values (texts, lists) are not series; NaN and infinities are left out
+# with a note.
+def entry_numbers(entry: dict, where: tuple, problems: list) -> dict:
+    numbers = {}
+    for key, value in entry.items():
+        if key in ("step", "kind") or type(value) not in (int, float):
+            continue
+        value = as_float(value)
+        if math.isfinite(value):
+            numbers[valid_text(str(key))] = value
+        else:
+            file, line, *within = where
+            problems.append([file, line, "note", f"{within[0] + ': ' if within else ''}{key} is {value}: left out"])
+    return numbers
+
+
+# A run's history files on object storage, by their path in the run folder, from one listing of all its objects.
+def remote_history_files(run_dir: str) -> dict[str, FileStatus]:
+    remote = remote_storage(run_dir)
+    with storage_errors(run_dir):
+        found = remote.find(run_dir, detail=True)
+    prefix, files = remote._strip_protocol(run_dir).rstrip("/") + "/", {}
+    for name, info in sorted(found.items()):
+        relative = name[len(prefix) :] if name.startswith(prefix) else ""
+        folder, _, file = relative.rpartition("/")
+        top_level = not folder and (fnmatch.fnmatch(file, METRICS_FILES) or fnmatch.fnmatch(file, META_FILES) or file in (TRAINING_LOG, TRAINER_STATE))
+        if top_level or (CHECKPOINT_FOLDER.fullmatch(folder) and file == TRAINER_STATE):
+            files[relative] = FileStatus(int(info.get("size") or 0), etag=str(info.get("ETag") or "").strip('"'))
+    return files
+
+
+# A run's history files on object storage, copied into a local folder (again only those that changed), to be read as
+# a local run's are.
+def mirrored_history(run_dir: str) -> Path:
+    folder = IndexCache().folder / "history" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
+    with contextlib.suppress(OSError):
+        wanted = remote_history_files(run_dir)
+        for path in folder.rglob("*"):
+            if path.is_file() and str(path.relative_to(folder)).removesuffix(".etag") not in wanted:
+                path.unlink()
+        for relative, status in wanted.items():
+            target, stamp = folder / relative, folder / f"{relative}.etag"
+            if target.is_file() and stamp.is_file() and stamp.read_text() == f"{status.size} {status.etag}":
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(read_file(joined(run_dir, relative)))
+            stamp.write_text(f"{status.size} {status.etag}")
+    return folder

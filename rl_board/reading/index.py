@@ -1,0 +1,252 @@
+"""index"""
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather
+import pyarrow.parquet
+
+from rl_board.reading.lines import (
+    EXTRA_PREFIX,
+    FIELD_COLUMNS,
+    SUMMARY_NUMBERS,
+    SUMMARY_TEXTS,
+    TEXT_PREFIX,
+    IndexedChunk,
+    LineSummaries,
+    missing_values,
+    scan_lines,
+    summarize_buffer,
+)
+from rl_board.reading.storage import FileStatus, canonical_path, file_status, read_range
+from rollout_logger.metadata import RANK_FILE_PATTERN
+
+CACHE_FORMAT = 5
+
+
+LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
+
+
+UNPARSED, GOOD, BAD = 0, 1, 2
+
+
+INDEX_COLUMNS = list(LINE_COLUMNS) + SUMMARY_NUMBERS + SUMMARY_TEXTS
+
+
+# A file's identity when indexed: a replaced, truncated or rewritten file never matches it.
+@dataclass
+class FileIdentity:
+    size: int
+    mtime_ns: int
+    inode: int
+    device: int
+    indexed_to: int
+    head_hash: str
+    tail_hash: str
+    etag: str = ""  # an object's, on object storage (where mtime, inode and device are 0)
+
+
+# Hash the first and last 4 KiB of the indexed bytes: enough to tell an append from a rewrite.
+def read_identity(path: str, indexed_to: int, status: "FileStatus | None" = None) -> FileIdentity | None:
+    try:
+        status = status or file_status(path)
+        head = bytes(read_range(path, 0, min(indexed_to, 4096))[0][: min(indexed_to, 4096)])
+        tail_start = max(0, indexed_to - 4096)
+        tail = bytes(read_range(path, tail_start, indexed_to)[0][: indexed_to - tail_start])
+    except OSError:
+        return None
+    return FileIdentity(
+        size=status.size,
+        mtime_ns=status.mtime_ns,
+        inode=status.inode,
+        device=status.device,
+        indexed_to=indexed_to,
+        head_hash=hashlib.sha1(head).hexdigest(),
+        tail_hash=hashlib.sha1(tail).hexdigest(),
+        etag=status.etag,
+    )
+
+
+# One rank file: a row per line with where it is, its step and, once parsed, its numbers.
+class FileIndex:
+    def __init__(self, path: str):
+        self.path = path
+        self.launch = launch_of(path)
+        self.reset()
+
+    def reset(self):
+        self.index_id = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
+        self.identity: FileIdentity | None = None
+        self.indexed_to = 0
+        self.physical_lines = 0
+        self.incomplete_tail = 0
+        self.lines = {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()} | empty_summaries(0)
+        self.problems: list[tuple[int, str, str]] = []
+
+    # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed). An object on
+    # object storage is the same while its size and ETag are; one uploaded again with more bytes grew when the bytes
+    # indexed are unchanged.
+    def change(self, status: "FileStatus | None" = None) -> str:
+        old = self.identity
+        try:
+            status = status or file_status(self.path)
+        except OSError:
+            return "same"
+        if old is None or (status.inode, status.device) != (old.inode, old.device) or status.size < old.indexed_to:
+            return "new"
+        if (status.size, status.mtime_ns, status.etag) == (old.size, old.mtime_ns, old.etag):
+            return "same"
+        if status.size == old.size:  # touched or rewritten in place: appends always grow a file
+            return "new"
+        now = read_identity(self.path, old.indexed_to)
+        if now is None or (now.head_hash, now.tail_hash) != (old.head_hash, old.tail_hash):
+            return "new"
+        return "grew"
+
+    # Append indexed chunks (in file order) and settle what follows the last newline.
+    def add_chunks(self, chunks: list["IndexedChunk"], size: int):
+        first_rows = []
+        parts = []
+        rows = len(self.lines["offset"])
+        for chunk in chunks:
+            lines = chunk.lines
+            parts.append({
+                "line": lines.line_index + self.physical_lines + 1,
+                "offset": lines.offset,
+                "length": lines.length,
+                "step": lines.step_hint,
+                "status": np.full(len(lines.offset), UNPARSED, dtype=np.int8),
+            } | empty_summaries(len(lines.offset)))
+            first_rows.append(rows)
+            rows += len(lines.offset)
+            self.physical_lines += lines.physical_lines
+            self.indexed_to = lines.complete_end
+        if chunks:  # a rewards/<name> or extra column exists once a parsed line had it: missing in the new rows
+            self.lines = {
+                name: np.concatenate([column] + [part.get(name, missing_values(name, len(part["offset"]))) for part in parts])
+                for name, column in self.lines.items()
+            }
+        for first_row, chunk in zip(first_rows, chunks):
+            self.add_summaries(first_row + chunk.parsed_rows, chunk.summary)
+        self.take_tail(size)
+
+    # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
+    def take_tail(self, size: int):
+        self.incomplete_tail = 0
+        if size <= self.indexed_to:
+            return
+        tail = bytes(read_range(self.path, self.indexed_to, size)[0][: size - self.indexed_to])
+        if not tail.strip():
+            return
+        try:
+            json.loads(tail.decode("utf-8", errors="replace"))
+        except ValueError:
+            self.incomplete_tail = 1
+            return
+        data = tail + b"\n"
+        lines = dataclasses.replace(scan_lines(data, len(data), self.indexed_to), complete_end=size)
+        summary = summarize_buffer(data, self.indexed_to, lines.offset, lines.length)
+        self.add_chunks([IndexedChunk(lines, np.arange(len(lines.offset)), summary)], size)
+
+    # Store parse results for rows of self.lines, in place.
+    def add_summaries(self, rows: np.ndarray, result: "LineSummaries"):
+        lines, good = self.lines, result.good
+        lines["status"][rows] = np.where(good, GOOD, BAD)
+        lines["step"][rows[good]] = result.step[good]
+        fields = sum(name.startswith(("rewards/", EXTRA_PREFIX, TEXT_PREFIX)) for name in lines)
+        for name, values in (result.numbers | result.texts | result.fields).items():
+            if name not in lines and name in result.fields:
+                if fields >= FIELD_COLUMNS:
+                    continue
+                fields += 1
+            lines.setdefault(name, missing_values(name, len(lines["offset"])))[rows] = values
+        self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
+
+    # Where scanning resumes: past the newline that ends a last line taken without one.
+    def scan_start(self) -> int:
+        offsets, lengths = self.lines["offset"], self.lines["length"]
+        if self.indexed_to and offsets.size and offsets[-1] + lengths[-1] == self.indexed_to:
+            buffer, got = read_range(self.path, self.indexed_to, self.indexed_to + 1)
+            if got and buffer[0] == ord("\n"):
+                self.indexed_to += 1
+        return self.indexed_to
+
+
+# The summary columns of lines not parsed yet. Present from the start, so that storing a parse replaces columns
+# instead of inserting them, which dominated loading runs of many small files.
+def empty_summaries(count: int) -> dict:
+    return {name: missing_values(name, count) for name in SUMMARY_NUMBERS + SUMMARY_TEXTS}
+
+
+# Index files survive server restarts in a cache folder outside the run (which may be read-only). One file per
+# rank file, its facts in the table's own metadata: one atomic replace writes both, so a crash between two
+# writes, or two servers sharing the folder, can never pair a table with another write's facts.
+class IndexCache:
+    def __init__(self):
+        default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_logging_board"
+        self.folder = Path(os.environ.get("RL_LOGGING_BOARD_CACHE") or default)
+        self.error: str | None = None
+
+    def path_of(self, path: str) -> Path:
+        return self.folder / f"{hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]}.arrow"
+
+    # The cached index of path, or None when absent, damaged or from another version of the board.
+    def load(self, path: str) -> FileIndex | None:
+        try:
+            table = pyarrow.feather.read_table(self.path_of(path))
+            meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+            if meta["format"] != CACHE_FORMAT or meta["path"] != canonical_path(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
+                return None
+            index = FileIndex(path)
+            index.identity = FileIdentity(**meta["identity"])
+            index.indexed_to = int(meta["identity"]["indexed_to"])
+            index.physical_lines = int(meta["physical_lines"])
+            index.incomplete_tail = int(meta["incomplete_tail"])
+            index.problems = [tuple(problem) for problem in meta["problems"]]
+            index.lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return None
+        return index
+
+    # Write atomically; a cache that cannot be written costs speed, never data.
+    def save(self, index: FileIndex):
+        if index.identity is None:
+            return
+        meta = dict(
+            format=CACHE_FORMAT,
+            path=canonical_path(index.path),
+            identity=index.identity.__dict__,
+            physical_lines=index.physical_lines,
+            incomplete_tail=index.incomplete_tail,
+            problems=index.problems,
+        )
+        columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in index.lines.items()}
+        table = pa.table(columns).replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
+        target = self.path_of(index.path)
+        temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")  # each writer its own
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            pyarrow.feather.write_feather(table, temporary, compression="uncompressed")
+            os.replace(temporary, target)
+        except OSError as error:
+            self.error = f"index cache not written to {self.folder}: {error}"
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+
+
+def launch_of(path: str) -> str:
+    match = RANK_FILE_PATTERN.search(Path(path).name)
+    return match.group(2) if match else ""
+
+
+# "run_9" before "run_10": launch ids that are counters sort by number (the logger's timestamps sort either way).
+def natural_order(text: str) -> list:
+    return [int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", text)]  # "²" is a digit, not a number

@@ -1,0 +1,546 @@
+"""lines"""
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+import simdjson
+
+from rl_board.text import valid_text
+from rollout_logger.metadata import FORMAT_KEYS
+
+# KL estimators over log_ratio r = logp - ref_logp; the first is the original's, k3 the one TRL logs as kl.
+KL_ESTIMATORS = {
+    "kl": "exp(r) - 1 - r (the original board's kl)",
+    "k1": "r (log ratio)",
+    "k2": "r^2 / 2",
+    "k3": "exp(-r) + r - 1 = exp(ref-logp) - (ref-logp) - 1 (TRL GRPO loss)",
+}
+
+
+# Per-token KL under each estimator, from r = logp - ref_logp.
+def kl_per_token(log_ratio: np.ndarray, estimator: str) -> np.ndarray:
+    if estimator == "kl":
+        return np.expm1(log_ratio) - log_ratio
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        return np.expm1(-log_ratio) + log_ratio
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+# Sums and NaN-aware means over consecutive segments (one per sample) of each row of a 2-D array.
+def segment_sums_and_means(values: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sums = np.zeros((len(values), len(lengths)))
+    counts = np.zeros((len(values), len(lengths)))
+    nonempty = lengths > 0
+    if nonempty.any():
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[nonempty]
+        present = ~np.isnan(values)
+        if present.all():
+            sums[:, nonempty] = np.add.reduceat(values, starts, axis=1)
+            counts[:, nonempty] = lengths[nonempty]
+        else:
+            sums[:, nonempty] = np.add.reduceat(np.where(present, values, 0.0), starts, axis=1)
+            counts[:, nonempty] = np.add.reduceat(present, starts, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+    sums[counts == 0] = np.nan
+    return sums, means
+
+
+def finite(series: pd.Series) -> np.ndarray:
+    values = series.to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
+SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
+
+
+TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards")
+
+
+SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduces
+
+
+SUMMARY_NUMBERS = [
+    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
+    "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
+    "avg_log_ratio", "sum_log_ratio", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
+] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+# Per-line texts of the index besides the numbers: the group id, and the image paths as a JSON list (None: no images).
+SUMMARY_TEXTS = ["group_id", "image_paths"]
+
+
+# The per-token lists of values the policy had when sampling: none for tokens a tool wrote (tool_mask 0).
+POLICY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
+
+
+# `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
+STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
+
+
+# The keys the first pass reads from every loaded line (everything the charts need for all steps).
+# Tokens stay raw JSON there: counting them costs more than the rest of the line.
+class RolloutSummary(msgspec.Struct, gc=False):
+    prompt: Any
+    response: Any
+    reward: float | None
+    step: int | float
+    response_tokens: msgspec.Raw = msgspec.Raw()
+    logprobs: list[float | None] | None = None
+    ref_logprobs: list[float | None] | None = None
+    entropies: list[float | None] | None = None
+    ref_response: Any = None
+    ref_reward: float | None = None
+    valid_reward: float | None = None
+    ref_valid_reward: float | None = None
+    rewards_per_func: dict[str, float | None] | None = None
+    advantage: float | None = None
+    group_id: str | int | None = None
+    truncated: bool | None = None
+    micro_batch: Any = None  # which of its optimizer step's loss passes trained the line (rollout_logger), for TRL's kl
+    tool_mask: msgspec.Raw = msgspec.Raw()  # per completion token, 0 where a tool wrote it (TRL's tools=)
+    images: Any = None  # the prompt's images: paths in the run folder, or {"path", "width", "height"}
+
+
+# The first pass's usual case: per-token lists kept raw, then parsed by simdjson straight into float arrays,
+# without a Python float per token.
+class RolloutSummaryRawArrays(RolloutSummary, gc=False):
+    logprobs: msgspec.Raw = msgspec.Raw()
+    ref_logprobs: msgspec.Raw = msgspec.Raw()
+    entropies: msgspec.Raw = msgspec.Raw()
+
+
+# The texts of a line, for the tables of the step in view (its per-token lists are skipped, not parsed).
+class RolloutTexts(msgspec.Struct, gc=False):
+    prompt: Any
+    response: Any
+    step: int | float
+    ref_response: Any = None
+    ground_truth: Any = None
+    images: Any = None
+
+
+# A whole line, read only for the sample in view.
+class Rollout(RolloutSummary):
+    response_tokens: list[Any] | None = None
+    values: list[float | None] | None = None
+    token_rewards: list[float | None] | None = None
+    ground_truth: Any = None
+
+
+SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
+
+
+TEXTS_DECODER = msgspec.json.Decoder(RolloutTexts, strict=False)
+
+
+ROLLOUT_DECODER = msgspec.json.Decoder(Rollout, strict=False)
+
+
+# A line as its top-level keys with their values still raw JSON: the first pass reads the summary's keys from it and
+# keeps the others (EXTRA_PREFIX) at the cost of one skim of the line, as a struct alone would skim it.
+LINE_FIELDS_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+SUMMARY_FIELDS = {field.encode_name: field.type for field in msgspec.structs.fields(RolloutSummaryRawArrays)}
+
+
+SUMMARY_FIELD_DECODERS = {name: msgspec.json.Decoder(kind, strict=False) for name, kind in SUMMARY_FIELDS.items() if kind is not msgspec.Raw}
+
+
+# The keys of the line format (FORMAT_KEYS, the logger's contract with the board, which the decoders above read); any
+# other key is a field of the data the board keeps too: numbers (booleans as 0/1) as extra/<key> columns, short strings
+# as text/<key> (facets when few distinct values); nested and long values are shown only in the sample view.
+
+
+EXTRA_PREFIX, TEXT_PREFIX = "extra/", "text/"
+
+
+EXTRA_FIELDS = 32  # kept per line, in the line's order
+
+
+TEXT_FIELD_CHARACTERS = 64  # a longer string is a long value
+
+
+# Columns of keys only some lines have (rewards/, extra/, text/) a file keeps: a key per line (an id used as the key)
+# would otherwise make a column per line.
+FIELD_COLUMNS = 256
+
+
+# The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
+@dataclass
+class ScannedLines:
+    line_index: np.ndarray  # of each non-blank line among the range's lines, from 0
+    offset: np.ndarray  # in the file
+    length: np.ndarray  # without its newline
+    step_hint: np.ndarray  # NaN where the regex finds no integer step
+    physical_lines: int  # newlines in the range, blank lines included
+    complete_end: int  # the file offset past the range's last newline
+
+
+# The numbers the charts need of some lines, in the order asked; problems are (position, kind, reason).
+@dataclass
+class LineSummaries:
+    good: np.ndarray  # bool: the line decoded into a sample
+    step: np.ndarray
+    numbers: dict[str, np.ndarray]  # SUMMARY_NUMBERS
+    texts: dict[str, list]  # SUMMARY_TEXTS
+    fields: dict[str, np.ndarray]  # columns of the keys some lines have: rewards/<function>, extra/<key>, text/<key>
+    problems: list[tuple[int, str, str]]
+
+
+class BadLine(ValueError):
+    """A line that cannot be loaded; the message says why."""
+
+
+# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
+def scan_lines(data, size: int, base: int) -> "ScannedLines":
+    newlines = []
+    position = data.find(b"\n", 0, size)
+    while position >= 0:
+        newlines.append(position)
+        position = data.find(b"\n", position + 1, size)
+    newlines = np.array(newlines, dtype=np.int64)
+    starts = np.concatenate([[0], newlines[:-1] + 1]).astype(np.int64) if len(newlines) else newlines
+    lengths = newlines - starts
+    step_hints = np.full(len(newlines), np.nan)
+    for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
+        key = data.rfind(b'"step"', start, end)
+        match = STEP_PATTERN.match(data, key, end) if key >= 0 else None
+        if match and match.group(1):
+            step_hints[i] = float(match.group(1).strip().rstrip(b",}"))  # a step too big for int64 becomes inf
+    blank = np.zeros(len(newlines), dtype=bool)
+    for i in np.flatnonzero(lengths < 256):
+        blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
+    return ScannedLines(
+        line_index=np.flatnonzero(~blank),
+        offset=starts[~blank] + base,
+        length=lengths[~blank],
+        step_hint=step_hints[~blank],
+        physical_lines=len(newlines),
+        complete_end=base + (int(newlines[-1]) + 1 if len(newlines) else 0),
+    )
+
+
+# Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
+# A record is reduced as soon as it is decoded: its floats are freed at once and their memory reused.
+def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
+    view, count = memoryview(data), len(offsets)
+    numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
+    steps, good, texts = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), {name: [None] * count for name in SUMMARY_TEXTS}
+    fields: dict[str, np.ndarray] = {}
+    token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
+    problems, parser = [], simdjson.Parser()
+    for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
+        try:
+            record, note, line = decode_summary(view[offset : offset + length], parser)
+        except BadLine as error:
+            problems.append((row, "skipped", str(error)))
+            continue
+        if note:
+            problems.append((row, "note", note))
+        good[row], steps[row] = True, record.step
+        for name in SCALAR_KEYS:
+            value = getattr(record, name)
+            if value is not None:
+                numbers[name][row] = value
+        numbers["response_len"][row] = text_length(record.response)
+        numbers["prompt_key"][row] = prompt_key(record.prompt)
+        if type(record.micro_batch) is int and abs(record.micro_batch) < 2**53:
+            numbers["micro_batch"][row] = record.micro_batch
+        if record.ref_response is not None:
+            numbers["ref_response_len"][row] = text_length(record.ref_response)
+        if record.group_id is not None:
+            texts["group_id"][row] = valid_text(str(record.group_id))
+        if record.images is not None:
+            texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)[:IMAGES_SHOWN]])
+        for name, score in (record.rewards_per_func or {}).items():
+            fields.setdefault(f"rewards/{valid_text(name)}", np.full(count, np.nan))[row] = np.nan if score is None else score
+        numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
+        for name in ("prompt", "response"):  # where the texts are, for search to read them alone (valid UTF-8: no note)
+            if note is None and isinstance(line.get(name), msgspec.Raw):
+                numbers[f"{name}_at"][row] = raw_offset(data, bytes(line[name]), offset, offset + length)
+                numbers[f"{name}_bytes"][row] = len(line[name])
+        for name, value in extra_fields(line).items():
+            column = (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name
+            if column in fields or len(fields) < FIELD_COLUMNS:
+                fields.setdefault(column, missing_values(column, count))[row] = value
+        arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
+        problems.extend((row, "note", text) for text in notes)
+        if arrays["tool"] is not None:
+            numbers["tool_tokens"][row] = arrays["tool"].sum()
+        if arrays["logprobs"] is not None:
+            for key, collected in token_arrays.items():
+                if arrays[key] is not None:
+                    collected.append((row, arrays[key], arrays["logprobs"]))
+    add_token_statistics(numbers, token_arrays)
+    return LineSummaries(good=good, step=steps, numbers=numbers, texts=texts, fields=fields, problems=problems)
+
+
+# Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers, bad UTF-8 and a byte order mark
+# (a file written by a Windows tool starts with one).
+def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
+    note = None
+    try:
+        record = decoder.decode(raw)
+    except (msgspec.DecodeError, ValueError, RecursionError):  # malformed, NaN/Infinity, huge numbers, bad UTF-8, BOM, deep nesting
+        raw = bytes(raw)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            text = raw.decode("utf-8", errors="replace")
+            note = f"invalid UTF-8 at byte {error.start} shown as �"
+        try:
+            value = json.loads(text.removeprefix("\ufeff"))
+        except (ValueError, RecursionError) as error:
+            raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
+        if not isinstance(value, dict):
+            raise BadLine(f"a JSON {type(value).__name__}, not an object")
+        try:
+            record = msgspec.convert(with_raw_fields(value, decoder.type), decoder.type, strict=False)
+        except (msgspec.ValidationError, TypeError, OverflowError) as error:
+            raise BadLine(str(error)) from None
+    return integer_step(record), note
+
+
+# msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
+# the value's JSON (json's, which writes a lone surrogate as an escape where msgspec's encoder raises).
+def with_raw_fields(value: dict, struct_type) -> dict:
+    for field_info in msgspec.structs.fields(struct_type):
+        if field_info.type is msgspec.Raw and field_info.encode_name in value:
+            value[field_info.encode_name] = msgspec.Raw(json.dumps(value[field_info.encode_name]).encode())
+    return value
+
+
+# A line's summary and its fields outside the format, the fast way where simdjson takes its per-token lists as they
+# are (flat lists of finite numbers); any other line (null, NaN or a nested list in a list, huge numbers, bad JSON, a
+# key missing or of the wrong type...) is decoded the general way, so both give the same record.
+def decode_summary(raw, parser: simdjson.Parser):
+    fields = None
+    try:
+        fields = LINE_FIELDS_DECODER.decode(raw)
+        record = RolloutSummaryRawArrays(**{
+            name: value if SUMMARY_FIELDS[name] is msgspec.Raw else SUMMARY_FIELD_DECODERS[name].decode(value)
+            for name, value in fields.items() if name in SUMMARY_FIELDS
+        })
+        arrays = {key: flat_float_list(getattr(record, key), parser) for key in SUMMARY_TOKEN_KEYS}
+    except (msgspec.DecodeError, ValueError, TypeError, AttributeError, RuntimeError, RecursionError):
+        record, note = decode_line(raw, SUMMARY_DECODER)
+        return record, note, line_fields(raw) if fields is None else fields  # a line with nulls in its lists was split already
+    for key, array in arrays.items():
+        setattr(record, key, array)
+    return integer_step(record), None, fields
+
+
+# Where a line's raw value is, from the line's start: the first place in data[start:end] holding the same bytes
+# (found by its first 16 bytes, which is several times faster than looking for all of them).
+def raw_offset(data, raw: bytes, start: int, end: int) -> int:
+    at = data.find(raw[:16], start, end)
+    if data[at : at + len(raw)] != raw:  # another place starts alike
+        at = data.find(raw, start, end)
+    return at - start
+
+
+# A line's top-level keys and values (raw JSON, or Python values where msgspec refuses the line: NaN, bad UTF-8...).
+def line_fields(raw) -> dict:
+    try:
+        return LINE_FIELDS_DECODER.decode(raw)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        try:
+            value = json.loads(bytes(raw).decode("utf-8", errors="replace").removeprefix("\ufeff"))
+        except (ValueError, RecursionError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+# The fields outside the format the index keeps: numbers (booleans as 0/1) and short strings, the first EXTRA_FIELDS.
+def extra_fields(fields: dict) -> dict[str, float | str]:
+    kept = {}
+    for name, value in fields.items():
+        if name in FORMAT_KEYS:
+            continue
+        if isinstance(value, msgspec.Raw):  # nested values are not parsed: the sample view reads them
+            if bytes(memoryview(value)[:1]) in b"[{":
+                continue
+            value = raw_value(value)
+        if isinstance(value, (bool, int, float)):
+            kept[valid_text(name)] = as_float(value)
+        elif isinstance(value, str) and len(value) <= TEXT_FIELD_CHARACTERS:
+            kept[valid_text(name)] = valid_text(value)
+        if len(kept) == EXTRA_FIELDS:
+            break
+    return kept
+
+
+# A raw JSON list of numbers as a float array (None when the key is absent); raises on anything else.
+# simdjson would flatten a nested list, so one is refused here.
+def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | None:
+    if not raw:
+        return None
+    text = bytes(raw)
+    if text.find(b"[", 1) >= 0:
+        raise ValueError("a nested list")
+    return np.frombuffer(parser.parse(text).as_buffer(of_type="d"))
+
+
+# A step is an integer (2.0 is 2) within int64.
+def integer_step(record):
+    if isinstance(record.step, float):
+        if not record.step.is_integer():
+            raise BadLine(f"step {record.step} is not an integer")
+        record.step = int(record.step)
+    if not -(2**63) <= record.step < 2**63:
+        raise BadLine(f"step {str(record.step)[:12]}… ({len(str(abs(record.step)))} digits) is out of range")
+    return record
+
+
+# Per-token arrays of a record cut to one common length, with a note for every mismatch; "tool" marks the tokens a
+# tool wrote (None: no tool_mask), whose policy values are left out (NaN) whatever the line holds.
+def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
+    arrays = {key: float_array(getattr(record, key)) for key in keys}
+    lengths = [len(array) for array in arrays.values() if array is not None]
+    if 0 in lengths and any(lengths):  # an empty list beside others means absent
+        arrays = {key: None if array is not None and not len(array) else array for key, array in arrays.items()}
+    tokens = record.response_tokens
+    if isinstance(tokens, msgspec.Raw):
+        tokens = None if arrays["logprobs"] is not None or not tokens else raw_value(tokens)
+    tool, notes = tool_flags(record.tool_mask)
+    if arrays["logprobs"] is None:
+        length = float(len(tokens)) if isinstance(tokens, list) else np.nan
+        return dict.fromkeys(keys) | {"tool": tool}, length, notes
+    length = len(arrays["logprobs"])
+    for key in keys[1:]:
+        if arrays[key] is not None and len(arrays[key]) != length:
+            notes.append(f"{key} has {len(arrays[key])} values, logprobs {len(arrays['logprobs'])}: token values use the first {min(length, len(arrays[key]))}")
+            length = min(length, len(arrays[key]))
+    if tokens is not None and len(tokens) > length:
+        notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: tokens clipped to {length}")
+    elif tokens is not None and len(tokens) < length:
+        notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: missing tokens shown as '?'")
+    arrays = {key: None if array is None else array[:length] for key, array in arrays.items()}
+    if tool is not None:
+        if len(tool) != length:
+            notes.append(f"tool_mask has {len(tool)} entries, log-probs {length}: " + ("the rest are taken as sampled" if len(tool) < length else f"the first {length} are used"))
+            tool = np.concatenate([tool, np.zeros(length, dtype=bool)])[:length]
+        for key in POLICY_TOKEN_KEYS:
+            if arrays.get(key) is not None:
+                arrays[key] = np.where(tool, np.nan, arrays[key])
+    return arrays | {"tool": tool}, float(length), notes
+
+
+# A line's tool_mask (1: sampled by the policy, 0: written by a tool) as flags of tool tokens, or None without one;
+# a mask that is not a flat list of 0/1 is ignored, with a note.
+def tool_flags(raw: msgspec.Raw) -> tuple[np.ndarray | None, list[str]]:
+    value = raw_value(raw) if raw else None
+    if value is None:
+        return None, []
+    try:
+        mask = np.asarray(value)
+    except ValueError:  # a ragged list
+        mask = np.asarray(None)
+    if mask.ndim != 1 or mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
+        return None, ["tool_mask is not a list of 0 and 1: ignored, every token taken as sampled"]
+    return mask == 0, []
+
+
+# Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.
+def add_token_statistics(numbers: dict, token_arrays: dict):
+    def flat(key):
+        owners = np.array([owner for owner, _, _ in token_arrays[key]], dtype=np.int64)
+        lengths = np.array([len(values) for _, values, _ in token_arrays[key]], dtype=np.int64)
+        return owners, lengths, np.concatenate([values for _, values, _ in token_arrays[key]])
+
+    if token_arrays["logprobs"]:
+        owners, lengths, logp = flat("logprobs")
+        numbers["avg_logp"][owners] = segment_sums_and_means(logp[None], lengths)[1][0]
+    if token_arrays["entropies"]:
+        owners, lengths, entropy = flat("entropies")
+        numbers["avg_entropy"][owners] = segment_sums_and_means(entropy[None], lengths)[1][0]
+    if token_arrays["ref_logprobs"]:
+        owners, lengths, ref_logp = flat("ref_logprobs")
+        log_ratio = np.concatenate([logp for _, _, logp in token_arrays["ref_logprobs"]]) - ref_logp
+        columns = [("log_ratio", "k1")] + [(f"kl_{name}", name) for name in KL_ESTIMATORS]
+        for column, estimator in columns:  # one estimator at a time: stacking them copied 5 floats per token
+            with np.errstate(over="ignore", invalid="ignore"):
+                per_token = kl_per_token(log_ratio, estimator)
+            sums, means = segment_sums_and_means(per_token[None], lengths)
+            numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
+
+
+# A line's images as {"path", "width", "height"} (None where unknown): the logger writes dicts, other tools may write
+# paths; one image alone may stand without a list. A path that is no string is None (shown as a problem).
+def image_references(value) -> list[dict]:
+    references = []
+    for item in value if isinstance(value, list) else [value]:
+        item = item if isinstance(item, dict) else {"path": item}
+        size = {key: item.get(key) if type(item.get(key)) is int else None for key in ("width", "height")}
+        path = item.get("path")
+        references.append({"path": valid_text(path) if isinstance(path, str) else None, **size})
+    return references
+
+
+# The same prompt text gives the same key, held exactly by a float (53 bits): the lines of one prompt across the run
+# are found from the index alone, then their texts compared.
+def prompt_key(prompt) -> float:
+    text = as_text(prompt)
+    if text is None:
+        return np.nan
+    return float(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 11)
+
+
+# Text of a free-form field: strings as they are, anything else as JSON.
+def as_text(value) -> str | None:
+    if value is None:
+        return None
+    return valid_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+# Characters in a free-form field as shown. A string's count needs no check: valid_text puts one � for each lone
+# surrogate, and checking every response would be a noticeable share of the first pass.
+def text_length(value) -> int:
+    return len(value) if isinstance(value, str) else len(as_text(value) or "")
+
+
+# A raw JSON value the first pass kept (it is valid JSON): msgspec refuses a lone surrogate escape, Python's json takes it.
+def raw_value(raw: msgspec.Raw):
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, ValueError):  # a lone surrogate escape, or bytes that are not UTF-8 (shown as �)
+        return json.loads(bytes(raw).decode(errors="replace"))
+
+
+def float_array(values) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=float)
+
+
+# An index column of count missing values: None in a column of texts, NaN in a column of numbers.
+def missing_values(name: str, count: int) -> np.ndarray:
+    texts = name in SUMMARY_TEXTS or name.startswith(TEXT_PREFIX)
+    return np.full(count, None, dtype=object) if texts else np.full(count, np.nan)
+
+
+# A byte range indexed in one read: its lines, and the summaries of the rows parsed on the way.
+@dataclass
+class IndexedChunk:
+    lines: ScannedLines
+    parsed_rows: np.ndarray
+    summary: LineSummaries
+
+
+# A JSON number as a float (a boolean as 0/1); an integer too big for one is infinite.
+def as_float(value: int | float) -> float:
+    return value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf if value > 0 else -math.inf
+
+
+IMAGES_SHOWN = 16  # of a line's images, beside its prompt (and kept in the index, for the load report's check)

@@ -1,0 +1,246 @@
+"""search"""
+import contextlib
+import io
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+import re2
+
+from rl_board.reading.lines import (
+    EXTRA_PREFIX,
+    KL_ESTIMATORS,
+    TEXT_PREFIX,
+    TEXTS_DECODER,
+    BadLine,
+    as_text,
+    decode_line,
+    raw_value,
+)
+from rl_board.reading.snapshot import read_line, read_step_batch
+from rl_board.reading.storage import read_spans
+from rl_board.reading.workers import PARALLEL_MIN_BYTES, WORKERS, batches_of_rows, run_tasks
+from rl_board.text import valid_text, visible_whitespace
+
+SEARCH_PLACES = {"prompt and response": ("response", "prompt"), "response": ("response",), "prompt": ("prompt",)}  # looked at in this order
+
+
+SEARCH_SECONDS = 10.0  # a search stops after this long and says so (RE2 runs in linear time: only a huge run gets there)
+
+
+SEARCH_MEMORY = 64 << 20  # RE2's memory for one pattern: a larger one is refused as too complex
+
+
+SEARCH_PROGRAM = 2_000  # RE2's size of a regular expression at most (ordinary ones are under 100): a larger one can take seconds per text
+
+
+SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
+
+
+EXPORT_ROWS = 10_000  # of an export; more, and the page asks to narrow the filter
+
+
+EXPORT_BYTES = 100 << 20  # of original lines in a JSONL export
+
+
+EXPORT_NUMBERS = [
+    "reward", "ref_reward", "valid_reward", "ref_valid_reward", "reward_gap", "advantage", "group_id", "truncated", "response_len",
+    "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy", "avg_log_ratio", "sum_log_ratio",
+] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
+
+
+# A file's searched texts as UTF-8 in one buffer: a Python string per text would take several times the memory.
+# The line at offsets[i] has its prompt at data[bounds[i, 0]:bounds[i, 1]] and its response at data[bounds[i, 1]:bounds[i, 2]].
+@dataclass
+class FileTexts:
+    index_id: str
+    offsets: np.ndarray
+    bounds: np.ndarray
+    data: bytes
+
+
+# A run's texts, read on its first search and added to as more lines are loaded; shared by sessions.
+class RunTexts:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.files: dict[str, FileTexts] = {}
+
+    # For each sample: the buffer its texts are in (an index into the list) and their bounds there.
+    def of(self, samples: pd.DataFrame) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+        buffers, owner, bounds = [], np.zeros(len(samples), dtype=np.int64), np.zeros((len(samples), 3), dtype=np.int64)
+        lines = samples[TEXT_SPAN_COLUMNS].to_numpy(dtype=float)
+        with self.lock:
+            for path, rows in samples.groupby("path", sort=False).indices.items():
+                texts = self.updated(path, samples["index_id"].iat[rows[0]], lines[rows])
+                owner[rows] = len(buffers)
+                buffers.append(texts.data)
+                bounds[rows] = texts.bounds[np.searchsorted(texts.offsets, lines[rows, 0])]
+        return buffers, owner, bounds
+
+    # The file's texts with those of the given lines (TEXT_SPAN_COLUMNS) read in; a file indexed anew starts over.
+    def updated(self, path: str, index_id: str, lines: np.ndarray) -> FileTexts:
+        known = self.files.get(path)
+        if known is None or known.index_id != index_id:
+            known = FileTexts(index_id, np.array([], dtype=np.int64), np.zeros((0, 3), dtype=np.int64), b"")
+        lines = lines[~np.isin(lines[:, 0], known.offsets)]
+        lines = lines[np.unique(lines[:, 0], return_index=True)[1]]
+        if not len(lines):
+            return known
+        spans = lines[:, 3] + lines[:, 5]
+        sizes = np.where(np.isnan(spans), lines[:, 1], spans).astype(np.int64)  # bytes each line's texts take to read
+        parallel = WORKERS > 1 and int(sizes.sum()) > PARALLEL_MIN_BYTES
+        tasks = [(read_texts, (path, lines[part])) for part in batches_of_rows(np.arange(len(lines)), sizes)]
+        parts, text_sizes = [known.data], []
+        for data, part_sizes in run_tasks(tasks, parallel):
+            parts.append(data)
+            text_sizes.append(part_sizes)
+        ends = len(known.data) + np.cumsum(np.concatenate(text_sizes).ravel())  # prompt end, response end, prompt end, ...
+        bounds = np.column_stack([np.r_[len(known.data), ends[1::2][:-1]], ends[0::2], ends[1::2]])
+        offsets = np.concatenate([known.offsets, lines[:, 0].astype(np.int64)])
+        order = np.argsort(offsets, kind="stable")
+        self.files[path] = FileTexts(index_id, offsets[order], np.concatenate([known.bounds, bounds])[order], b"".join(parts))
+        return self.files[path]
+
+
+# Where a line's texts are: the line, then its prompt's and response's JSON values within it (NaN: not known).
+TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
+
+
+# The prompt and response of lines as UTF-8, one after the other, and their sizes (0 for a line that cannot be read).
+# Where the index knows them, only the two values are read, not the whole line (whose token lists are most of it).
+def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
+    parts, sizes = [], np.zeros((len(lines), 2), dtype=np.int64)
+    whole = np.isnan(lines[:, 2:]).any(axis=1)
+    starts = np.where(whole[:, None], lines[:, [0]], lines[:, [0, 0]] + lines[:, [2, 4]]).astype(np.int64)
+    lengths = np.where(whole[:, None], lines[:, 1:2] * [1, 0], lines[:, [3, 5]]).astype(np.int64)  # a whole line, then nothing
+    try:
+        raw = read_spans([path] * starts.size, starts.ravel().tolist(), lengths.ravel().tolist())
+    except OSError:  # gone since it was loaded: the step view says so
+        return b"", sizes
+    for row, is_whole in enumerate(whole.tolist()):
+        try:
+            if is_whole:
+                record, _ = decode_line(raw[2 * row], TEXTS_DECODER)
+                texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
+            else:
+                texts = [json_text(raw[2 * row]), json_text(raw[2 * row + 1])]
+        except (BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
+            continue
+        parts += texts
+        sizes[row] = [len(text) for text in texts]
+    return b"".join(parts), sizes
+
+
+# A field's text as UTF-8 from its raw JSON value (of a line that was valid UTF-8 when indexed): a string without
+# escapes is its own bytes.
+def json_text(raw: bytes) -> bytes:
+    if raw[:1] == b'"' and raw[-1:] == b'"' and b"\\" not in raw:
+        return raw[1:-1]
+    value = raw_value(raw)
+    try:
+        return value.encode() if isinstance(value, str) else (as_text(value) or "").encode()
+    except UnicodeEncodeError:  # a lone surrogate escape
+        return valid_text(value).encode()
+
+
+# A search's pattern in RE2 (linear time, so no pattern can stall the server): the text as it is, or a regular
+# expression; case-insensitive unless match_case. Raises ValueError with RE2's reason for an invalid one.
+def search_pattern(query: str, regex: bool, match_case: bool):
+    options = re2.Options()
+    options.literal, options.case_sensitive, options.max_mem = not regex, match_case, SEARCH_MEMORY
+    options.log_errors = False
+    try:
+        pattern = re2.compile(valid_text(query).encode(), options)
+    except re2.error as error:
+        reason = error.args[0] if error.args else ""
+        raise ValueError(reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) from None
+    if regex and pattern.programsize > SEARCH_PROGRAM:
+        raise ValueError(f"too complex ({pattern.programsize:,} steps to RE2, at most {SEARCH_PROGRAM:,}): repeat less")
+    return pattern
+
+
+# Where the samples' texts match: per sample 0 (nowhere), 1 (its prompt) or 2 (its response, looked at first), with
+# the match's byte span in that text; `searched` samples were searched, in step order, all unless SEARCH_SECONDS ran out.
+@dataclass
+class SearchResult:
+    place: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    searched: int
+    seconds: float
+
+
+# Each text is searched on its own, so ^ and $ are its start and end and no match runs from one text into the next.
+def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str) -> SearchResult:
+    began = time.perf_counter()
+    buffers, owner, bounds = texts.of(samples)
+    views = [memoryview(buffer) for buffer in buffers]
+    where = {"response": (2, 1, 2), "prompt": (1, 0, 1)}  # code, and the bounds the text lies between
+    fields = [where[name] for name in SEARCH_PLACES[places]]
+    place, start, end = np.zeros(len(samples), dtype=np.int8), np.zeros(len(samples), dtype=np.int64), np.zeros(len(samples), dtype=np.int64)
+    searched, deadline = len(samples), began + SEARCH_SECONDS
+    for row, (buffer, text_bounds) in enumerate(zip(owner.tolist(), bounds.tolist())):
+        if time.perf_counter() > deadline:
+            searched = row
+            break
+        view = views[buffer]
+        for code, first, last in fields:
+            match = pattern.search(view[text_bounds[first] : text_bounds[last]])
+            if match:
+                place[row], (start[row], end[row]) = code, match.span()
+                break
+    return SearchResult(place, start, end, searched, time.perf_counter() - began)
+
+
+# The text around each sample's match, on one line, the match between ⟦ ⟧ (shown as plain text, never as HTML).
+def match_snippets(texts: RunTexts, samples: pd.DataFrame, place: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[str]:
+    buffers, owner, bounds = texts.of(samples)
+    snippets = []
+    for buffer, text_bounds, code, match_start, match_end in zip(owner.tolist(), bounds.tolist(), place.tolist(), start.tolist(), end.tolist()):
+        if not code:
+            snippets.append("")
+            continue
+        first, last = text_bounds[code - 1], text_bounds[code]
+        text = buffers[buffer]
+        parts = [
+            text[max(first, first + match_start - SNIPPET_BEFORE) : first + match_start],
+            text[first + match_start : first + match_end],
+            text[first + match_end : min(last, first + match_end + SNIPPET_AFTER)],
+        ]
+        before, match, after = (part.decode("utf-8", errors="ignore") for part in parts)  # a character cut at the edge is left out
+        snippet = ("…" if match_start > SNIPPET_BEFORE else "") + f"{before}⟦{match}⟧{after}" + ("…" if first + match_end + SNIPPET_AFTER < last else "")
+        snippets.append(visible_whitespace(snippet))
+    return snippets
+
+
+# The rows as a table to export: the numbers the page shows of each sample, then its texts, read back (empty for a
+# line that cannot be: the step view says why).
+def export_table(rows: pd.DataFrame) -> pd.DataFrame:
+    table = read_step_batch("export", rows).table.assign(file=[Path(path).name for path in rows["path"]])
+    fields = sorted(column for column in table.columns if column.startswith(("rewards/", EXTRA_PREFIX, TEXT_PREFIX)))
+    numbers = [column for column in EXPORT_NUMBERS + fields if table[column].notna().any()]
+    texts = ["prompt", "response"] + [column for column in ("ref_response", "ground_truth") if table[column].notna().any()]
+    return table[["step", "sample", "file", "line"] + numbers + texts].reset_index(drop=True)
+
+
+def export_csv(rows: pd.DataFrame) -> str:
+    return export_table(rows).to_csv(index=False)
+
+
+def export_parquet(rows: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    export_table(rows).to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+# The rows' lines as they are in their files, byte for byte, one a line (a line that cannot be read is left out).
+def export_jsonl(rows: pd.DataFrame) -> bytes:
+    lines = []
+    for path, offset, length in zip(rows["path"], rows["offset"].tolist(), rows["length"].tolist()):
+        with contextlib.suppress(OSError):
+            lines.append(read_line(path, offset, length) + b"\n")
+    return b"".join(lines)

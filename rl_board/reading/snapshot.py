@@ -1,0 +1,291 @@
+"""snapshot"""
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from rl_board.formats.base import RunFormat
+from rl_board.reading.history import read_meta
+from rl_board.reading.images import image_problems
+from rl_board.reading.index import BAD, LINE_COLUMNS, FileIndex, natural_order
+from rl_board.reading.lines import (
+    EXTRA_PREFIX,
+    ROLLOUT_DECODER,
+    SUMMARY_NUMBERS,
+    SUMMARY_TEXTS,
+    TEXT_PREFIX,
+    TEXTS_DECODER,
+    BadLine,
+    aligned_token_arrays,
+    as_text,
+    decode_line,
+    image_references,
+    missing_values,
+)
+from rl_board.reading.storage import list_folder, read_spans
+from rl_board.text import markdown_literal, readable_tokens, valid_text
+
+
+# TRL's reward of a sample: the reward functions' scores times their weights (1 where none is given), summed
+# skipping NaN (a function that did not score the sample); NaN where no function scored it.
+def total_reward(samples: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
+    columns = [column for column in samples.columns if column.startswith("rewards/")]
+    if not columns:
+        return samples["reward"].to_numpy(dtype=float)
+    scores = samples[columns].to_numpy(dtype=float) * np.array([weights.get(column[len("rewards/") :], 1.0) for column in columns])
+    return np.where(np.isnan(scores).all(axis=1), np.nan, np.nansum(scores, axis=1))
+
+
+# What reward is, in words, for the page: the weighted sum and where the weights came from, or the plain sum.
+def reward_sum_note(weights: dict[str, float] | None, source: str) -> str:
+    if not weights:
+        return "reward = the plain sum of the reward functions' scores (their weights are not known: type them in Reward weights)"
+    return "reward = " + " + ".join(f"{weight:g} × {name}" for name, weight in weights.items()) + f" (weights from {source})"
+
+
+# Groups numbered 0, 1, ... in batch order (NaN: no group): the ids as logged are long and alike.
+def group_numbers(group_ids: pd.Series) -> np.ndarray:
+    codes = pd.factorize(group_ids)[0]
+    return np.where(codes >= 0, codes, np.nan)
+
+
+FACET_VALUES = 50  # a short text field with more distinct values is a column, not a facet
+
+
+REPORT_COLUMNS = [
+    "file", "lines", "loaded", "bad lines", "not loaded (Max Samples Each Step)", "replaced by a newer launch", "incomplete last line",
+]
+
+
+# The lines a load shows, per file, and how many usable lines each file has that a newer launch replaced.
+class Selection(NamedTuple):
+    rows: dict[str, np.ndarray]
+    replaced: dict[str, int]
+
+
+# Which rows each file contributes. A resumed run starts a new launch at its checkpoint's step: every step an older
+# launch logged from the newer launch's first step on was abandoned by training (re-logged, or a trajectory the resume
+# dropped), so it is left out and counted. Then up to max_samples per step, taken round-robin over the rank files.
+def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
+    file_of, row, step, launch_of_row = [], [], [], []
+    launches = sorted({index.launch for index in files.values()}, key=lambda launch: (natural_order(launch), launch))
+    for position, index in enumerate(files.values()):
+        lines = index.lines
+        usable = np.flatnonzero((lines["status"] != BAD) & ~np.isnan(lines["step"]))
+        file_of.append(np.full(len(usable), position))
+        row.append(usable)
+        step.append(lines["step"][usable])
+        launch_of_row.append(np.full(len(usable), launches.index(index.launch)))
+    paths = list(files)
+    if not row:
+        return Selection({}, {})
+    file_of, row, step, launch_of_row = (np.concatenate(parts) for parts in (file_of, row, step, launch_of_row))
+    first_step = np.full(len(launches), np.inf)
+    np.minimum.at(first_step, launch_of_row, step)
+    # A launch's lines end where any newer launch begins.
+    ends = np.minimum.accumulate(first_step[::-1])[::-1]
+    ends = np.append(ends[1:], np.inf)
+    current = step < ends[launch_of_row]
+    replaced = {paths[position]: int(count) for position, count in enumerate(np.bincount(file_of[~current], minlength=len(paths))) if count}
+    file_of, row, step = file_of[current], row[current], step[current]
+    _, step_of_row = np.unique(step, return_inverse=True)
+    turn = position_in_group(np.lexsort((row, file_of, step_of_row)), step_of_row * len(files) + file_of)
+    chosen = position_in_group(np.lexsort((file_of, turn, step_of_row)), step_of_row) < max_samples
+    rows = {paths[position]: np.sort(row[chosen][file_of[chosen] == position]) for position in np.unique(file_of[chosen])}
+    return Selection(rows, replaced)
+
+
+# For each element, its position among the elements of the same group when taken in the given order
+# (an order that keeps each group together: sorted by group first).
+def position_in_group(order: np.ndarray, group: np.ndarray) -> np.ndarray:
+    ordered = group[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    positions = np.empty(len(order), dtype=np.int64)
+    positions[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    return positions
+
+
+# What the page draws: the selected, parsed samples of every step, and the load report.
+@dataclass(frozen=True)
+class RunSnapshot:
+    run_dir: str
+    samples: pd.DataFrame
+    report: pd.DataFrame
+    problems: pd.DataFrame
+    meta: dict | None
+    max_samples: int
+    downsampled: bool
+    version: tuple
+    steps: list = field(default_factory=list)
+    reward_function_columns: list = field(default_factory=list)
+    extra_columns: list = field(default_factory=list)  # extra/<key>: numbers of keys outside the format
+    facets: list = field(default_factory=list)  # text/<key> with at most FACET_VALUES distinct values
+    image_problems: int = 0  # images named by the loaded lines that cannot be shown (rows of problems)
+    format: str = ""  # how the files were read (RunFormat.name)
+    reward_note: str = ""  # how reward was made from the reward functions' scores, where the board made it (TRL's files)
+    history_dir: str = ""  # where its training history is: the run folder, or the output folder of TRL's completions/
+    reward_weights: dict = field(default_factory=dict)  # TRL's: the weights reward was summed with ({}: all 1)
+
+    def step_rows(self, step: int) -> pd.DataFrame:
+        return self.samples[self.samples["step"] == step].reset_index(drop=True)
+
+    def previous_step(self, step: int) -> int | None:
+        position = self.steps.index(step)
+        return self.steps[position - 1] if position else None
+
+    def step_mean(self, column: str) -> dict:
+        return self.samples.groupby("step")[column].mean().to_dict()
+
+
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None) -> RunSnapshot:
+    chosen, report, problems = [], [], []
+    for path, index in files.items():
+        rows = selected.rows.get(path, np.array([], dtype=np.int64))
+        chosen.append(rows)
+        status = index.lines["status"]
+        name = valid_text(Path(path).name)
+        bad, replaced = int((status == BAD).sum()), selected.replaced.get(path, 0)
+        report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad - replaced, replaced, index.incomplete_tail])
+        problems += [[name, line, kind, valid_text(text)] for line, kind, text in index.problems]
+        if index.incomplete_tail:
+            problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
+    if cache_error:
+        problems.append(["", 0, "note", cache_error])
+    problems += [list(problem) for problem in run_format.problems]
+    with contextlib.suppress(OSError):
+        for entry in list_folder(run_dir):
+            if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
+                problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
+    names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
+    samples = pd.DataFrame({
+        name: np.concatenate([index.lines[name][rows] if name in index.lines else missing_values(name, len(rows)) for index, rows in zip(files.values(), chosen)])
+        for name in names
+    }) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
+    counts = [len(rows) for rows in chosen]
+    samples["path"] = np.repeat(np.array(list(files), dtype=object), counts)  # one column each, not one per file
+    samples["index_id"] = np.repeat(np.array([index.index_id for index in files.values()], dtype=object), counts)
+    for column in SUMMARY_NUMBERS + SUMMARY_TEXTS:
+        if column not in samples:
+            samples[column] = np.nan
+    samples["step"] = samples["step"].astype(np.int64)
+    samples = samples.sort_values(["step", "path", "offset"], kind="stable").reset_index(drop=True)
+    samples["sample"] = samples.groupby("step").cumcount()  # its index in the step's batch
+    meta = read_meta(run_dir)
+    reward_note = ""
+    if run_format.sums_reward:
+        samples["reward"] = total_reward(samples, dict(run_format.weights))
+        reward_note = reward_sum_note(dict(run_format.weights), "the logger's metadata")
+    samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
+    samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
+    report = pd.DataFrame(report, columns=REPORT_COLUMNS)
+    missing_images = image_problems(samples)
+    problems += missing_images
+    return RunSnapshot(
+        run_dir=run_dir,
+        samples=samples,
+        report=report,
+        problems=pd.DataFrame(problems, columns=["file", "line", "kind", "reason"]),
+        meta=meta,
+        max_samples=max_samples,
+        downsampled=bool(report["not loaded (Max Samples Each Step)"].sum()),
+        version=(run_dir, max_samples, run_format.weights, tuple((path, index.identity and (index.identity.size, index.identity.mtime_ns, index.identity.etag)) for path, index in files.items())),
+        steps=sorted(int(step) for step in samples["step"].unique()),
+        reward_function_columns=sorted(column for column in samples.columns if column.startswith("rewards/")),
+        extra_columns=sorted(column for column in samples.columns if column.startswith(EXTRA_PREFIX) and samples[column].notna().any()),
+        facets=sorted(column for column in samples.columns if column.startswith(TEXT_PREFIX) and 1 <= samples[column].nunique() <= FACET_VALUES),
+        image_problems=sum(kind == "image" for _, _, kind, _ in missing_images),
+        format=run_format.name,
+        reward_note=reward_note,
+        history_dir=run_format.history_dir or run_dir,
+        reward_weights=dict(run_format.weights),
+    )
+
+
+# Which lines a step shows, as a short key: the same key means the same bytes (as far as FileIndex.change
+# can tell), so a live refresh that only appended to the files reuses the step's texts, charts and tables. The rewards
+# are in it too: typed reward weights change them and not the lines.
+def lines_key(rows: pd.DataFrame) -> str:
+    lines = zip(rows["path"], rows["index_id"].tolist(), rows["offset"].tolist(), rows["length"].tolist(), rows["reward"].tolist())
+    return hashlib.sha1(repr(list(lines)).encode()).hexdigest()
+
+
+# A step's lines with their texts read back, for the tables and the samples pair; problems say which lines could not be.
+@dataclass
+class StepBatch:
+    key: str
+    table: pd.DataFrame
+    problems: list[str]
+
+
+# Read back the texts of a step's lines (the index keeps only numbers), each line checked to hold its step still.
+def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
+    texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
+    images, problems, raw_lines = [], [], None
+    with contextlib.suppress(OSError):  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
+        raw_lines = read_spans(rows["path"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
+    for position, (path, offset, length, line, step) in enumerate(zip(rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"])):
+        try:
+            record, _ = decode_line(raw_lines[position] if raw_lines else read_line(path, offset, length), TEXTS_DECODER)
+            ensure_same_step(record, step)
+        except (OSError, BadLine) as error:
+            problems.append(read_back_problem(path, line, error))
+            record = None
+        for name in texts:
+            text = as_text(getattr(record, name)) if record else None
+            texts[name].append(text or "" if name in ("prompt", "response") else text)
+        images.append(image_references(record.images) if record and record.images is not None else [])
+    if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
+        key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
+    return StepBatch(key=key, table=rows.assign(**texts, images=images, group=group_numbers(rows["group_id"])), problems=problems)
+
+
+# The per-token arrays of the sample in view, cut to one length (notes say where they did not match), and its tokens
+# as text.
+@dataclass
+class SampleTokens:
+    logprobs: np.ndarray
+    ref_logprobs: np.ndarray | None
+    entropies: np.ndarray | None
+    values: np.ndarray | None
+    token_rewards: np.ndarray | None
+    response_tokens: list[str]
+    advantage: float | None
+    notes: list[str]
+    tool: np.ndarray | None = None  # which tokens a tool wrote (tool_mask 0); None: no tool_mask
+
+
+# The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
+def read_sample_tokens(path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
+    record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
+    ensure_same_step(record, step)
+    return token_detail(record)
+
+
+# The aligned per-token arrays of one sample, or None without logprobs.
+def token_detail(record) -> "SampleTokens | None":
+    arrays, length, notes = aligned_token_arrays(record)
+    if arrays["logprobs"] is None:
+        return None
+    length = int(length)
+    names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
+    names += ["?"] * (length - len(names))
+    return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes)
+
+
+# A line read back must still hold the step it was indexed with (as a float, as the index holds steps): a file
+# rewritten in place with the same layout would otherwise mix new lines into old numbers.
+def ensure_same_step(record, step: int):
+    if float(record.step) != float(step):
+        raise BadLine(f"it now holds step {record.step}, not {step}")
+
+
+def read_line(path: str, offset: int, length: int) -> bytes:
+    return read_spans([path], [offset], [length])[0]
+
+
+def read_back_problem(path: str, line: int, error: Exception) -> str:
+    return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."

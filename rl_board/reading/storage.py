@@ -1,0 +1,243 @@
+"""storage"""
+import contextlib
+import functools
+import itertools
+import os
+import posixpath
+import re
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+import fsspec
+
+from rl_board.text import shorten, valid_text
+
+
+# Whether path lies inside folder once symbolic links and ".." are resolved. A URL is within a URL of the same store
+# only; never within a local folder, nor a path within a URL.
+def is_within(path, folder) -> bool:
+    if is_remote(path) or is_remote(folder):
+        if not (is_remote(path) and is_remote(folder)):
+            return False
+        normal = [posixpath.normpath(str(url).split("://", 1)[1]) for url in (path, folder)]
+        same_store = str(path).split("://", 1)[0].lower() == str(folder).split("://", 1)[0].lower()
+        return same_store and (normal[0] == normal[1] or normal[0].startswith(normal[1].rstrip("/") + "/"))
+    return Path(os.path.realpath(Path(path).expanduser())).is_relative_to(os.path.realpath(Path(folder).expanduser()))
+
+
+# A run's name on charts and in tables: its folder's name.
+def run_label(run_dir: str) -> str:
+    return valid_text(Path(run_dir).name) or valid_text(run_dir)
+
+
+_read_buffers = threading.local()
+
+
+# Bytes [start, end) of a file in a buffer reused per thread: allocating 100 MB anew costs more than reading it.
+def read_range(path: str, start: int, end: int) -> tuple[bytearray, int]:
+    if is_remote(path):
+        data = read_remote_range(path, start, end)
+        return data, len(data)
+    wanted = end - start
+    buffer = getattr(_read_buffers, "buffer", None)
+    if buffer is None or len(buffer) < wanted:
+        buffer = _read_buffers.buffer = bytearray(wanted + wanted // 8)  # headroom: the next chunk is a few lines longer
+    view, got = memoryview(buffer), 0
+    with open(path, "rb", buffering=0) as file:
+        file.seek(start)
+        while got < wanted:
+            count = file.readinto(view[got:wanted])
+            if not count:
+                break
+            got += count
+    return buffer, got
+
+
+# A file as the index cache knows it: its real path, or its URL (with the S3 endpoint: two stores may share names).
+def canonical_path(path: str) -> str:
+    if not is_remote(path):
+        return os.path.realpath(path)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") if path.lower().startswith("s3://") else None
+    return f"{path} at {endpoint}" if endpoint else path
+
+
+REMOTE_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+# The fsspec backend each protocol needs, named when it is not installed.
+STORAGE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
+
+
+# S3 requests fail in seconds, not minutes, when the endpoint is down (botocore retries for long by default).
+S3_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+
+
+# Lines closer than SPAN_GAP bytes are read from object storage in one request of at most SPAN_BLOCK bytes.
+SPAN_GAP, SPAN_BLOCK = 1 << 16, 2 << 20
+
+
+# Environment variables that hold secrets: their values are blanked out of any message shown.
+SECRET_VARIABLES = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|ACCOUNT_KEY|CREDENTIAL|SAS", re.IGNORECASE)
+
+
+URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+class StorageError(OSError):
+    """Object storage could not be listed or read: the message says why, without any credential."""
+
+
+# A file's size and version as listed: a local file's stat, or an object's size and ETag (mtime, inode and device 0).
+class FileStatus(NamedTuple):
+    size: int
+    mtime_ns: int = 0
+    inode: int = 0
+    device: int = 0
+    etag: str = ""
+
+
+# A listed file or folder of a folder.
+class Entry(NamedTuple):
+    name: str
+    path: str
+    is_dir: bool
+    status: FileStatus | None
+
+
+def is_remote(path) -> bool:
+    match = REMOTE_URL.match(str(path))
+    return bool(match) and match.group(1).lower() != "file"
+
+
+# One filesystem per protocol in each process (workers make their own). Credentials come from the backend's standard
+# chain (environment, profile, instance role); S3's endpoint from AWS_ENDPOINT_URL, which --endpoint-url sets.
+@functools.cache
+def storage(protocol: str):
+    if protocol not in STORAGE_PACKAGES:  # http://, ftp://...: not object storage, and a server should not fetch them
+        raise StorageError(f"{protocol}:// is not object storage the board reads: s3://, gs://, az:// or hf://")
+    options = {}
+    if protocol == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        options = {"config_kwargs": S3_CONFIG, "client_kwargs": {"endpoint_url": endpoint} if endpoint else {}}
+    try:
+        return fsspec.filesystem(protocol, **options)
+    except ImportError:
+        package = STORAGE_PACKAGES.get(protocol, "fsspec backend")
+        raise StorageError(f"{protocol}:// paths need the {package} package: pip install {package}") from None
+
+
+def remote_storage(path: str):
+    return storage(REMOTE_URL.match(path).group(1).lower())
+
+
+# A storage call's failure as a StorageError naming the path and what went wrong (never a credential).
+@contextlib.contextmanager
+def storage_errors(path: str):
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError:
+        raise StorageError(f"{path} was not found (no such bucket, folder or object)") from None
+    except PermissionError as error:
+        raise StorageError(f"{path}: permission denied ({without_secrets(error)}); check the credentials") from None
+    except Exception as error:  # network and service errors come as many types (botocore, aiohttp, asyncio)
+        raise StorageError(f"{path} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
+
+
+def without_secrets(error: Exception) -> str:
+    text = URL_USER_INFO.sub("…@", str(error))
+    for name, value in os.environ.items():
+        if SECRET_VARIABLES.search(name) and len(value) >= 4:
+            text = text.replace(value, "…")
+    return shorten(text, 300)
+
+
+# The files and folders in a folder, sorted by name (hidden ones left out).
+def list_folder(folder: str) -> list[Entry]:
+    entries = []
+    if is_remote(folder):
+        remote = remote_storage(folder)
+        with storage_errors(folder):
+            listed = remote.ls(folder, detail=True, refresh=True)
+        for item in listed:
+            path = remote.unstrip_protocol(item["name"].rstrip("/"))
+            is_dir = item.get("type") == "directory"
+            status = None if is_dir else FileStatus(int(item.get("size") or 0), etag=str(item.get("ETag") or item.get("etag") or "").strip('"'))
+            entries.append(Entry(path.rsplit("/", 1)[-1], path, is_dir, status))
+    else:
+        with os.scandir(folder) as found:
+            for entry in found:
+                with contextlib.suppress(OSError):
+                    is_dir, is_file = entry.is_dir(), entry.is_file()
+                    status = entry.stat() if is_file else None
+                    if is_dir or is_file:
+                        entries.append(Entry(entry.name, entry.path, is_dir, status and local_status(status)))
+    return sorted((entry for entry in entries if not entry.name.startswith(".")), key=lambda entry: entry.name)
+
+
+def local_status(status: os.stat_result) -> FileStatus:
+    return FileStatus(status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
+
+
+def file_status(path: str) -> FileStatus:
+    if not is_remote(path):
+        return local_status(os.stat(path))
+    with storage_errors(path):
+        info = remote_storage(path).info(path, refresh=True)
+    return FileStatus(int(info.get("size") or 0), etag=str(info.get("ETag") or info.get("etag") or "").strip('"'))
+
+
+# A file or folder inside a folder, by name.
+def joined(folder: str, name: str) -> str:
+    if is_remote(folder):
+        return folder if name == "." else f"{folder.rstrip('/')}/{name}"
+    return str(Path(folder).expanduser() / name)
+
+
+# Whole small files (metadata, another trainer's files to convert).
+def read_file(path: str) -> bytes:
+    if not is_remote(path):
+        return Path(path).read_bytes()
+    with storage_errors(path):
+        return remote_storage(path).cat_file(path)
+
+
+# Bytes [start, end) of an object, in one ranged request.
+def read_remote_range(path: str, start: int, end: int) -> bytes:
+    if end <= start:  # S3 would take an empty range for a suffix one
+        return b""
+    with storage_errors(path):
+        return remote_storage(path).cat_file(path, start=start, end=end)
+
+
+# The bytes of lines (each of its own file), in order: on disk one pread each; on object storage, lines of a file
+# close together are read in one request, and all requests run at once.
+def read_spans(paths: list[str], offsets: list[int], lengths: list[int]) -> list[bytes]:
+    spans = [b""] * len(offsets)
+    order = sorted(range(len(offsets)), key=lambda position: (paths[position], offsets[position]))
+    if not any(is_remote(path) for path in paths):
+        for path, positions in itertools.groupby(order, key=lambda position: paths[position]):
+            with open(path, "rb") as file:
+                for position in positions:
+                    spans[position] = os.pread(file.fileno(), lengths[position], offsets[position])
+        return spans
+    blocks = []  # [path, start, end, [span positions]]
+    for position in order:
+        path, start, end = paths[position], offsets[position], offsets[position] + lengths[position]
+        last = blocks[-1] if blocks else None
+        if last and last[0] == path and start - last[2] <= SPAN_GAP and end - last[1] <= SPAN_BLOCK:
+            last[2] = max(last[2], end)
+            last[3].append(position)
+        else:
+            blocks.append([path, start, end, [position]])
+    with storage_errors(paths[0]):
+        data = remote_storage(paths[0]).cat_ranges(*(list(column) for column in zip(*(block[:3] for block in blocks))), on_error="return")
+    for (path, start, _, positions), block in zip(blocks, data):
+        if isinstance(block, Exception):
+            with storage_errors(path):
+                raise block
+        for position in positions:
+            spans[position] = block[offsets[position] - start : offsets[position] - start + lengths[position]]
+    return spans

@@ -1,0 +1,174 @@
+"""store"""
+import dataclasses
+import math
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rl_board.formats import run_sources, trl
+from rl_board.formats.base import RunFormat
+from rl_board.formats.conversion import CONVERSION_THREADS, conversions_folder, converted_file
+from rl_board.reading.history import CHECKPOINT_FOLDER, history_signature
+from rl_board.reading.index import UNPARSED, FileIndex, IndexCache, read_identity
+from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
+from rl_board.reading.storage import FileStatus, file_status, is_remote, list_folder
+from rl_board.reading.workers import (
+    PARALLEL_MIN_BYTES,
+    WORKERS,
+    batches_of_rows,
+    index_chunk,
+    line_aligned_chunks,
+    run_tasks,
+    summarize_lines,
+)
+from rl_board.text import shorten, valid_text
+
+
+# A run folder, indexed incrementally: each load reads only what changed on disk since the last.
+class RunStore:
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.files: dict[str, FileIndex] = {}
+        self.cache = IndexCache()
+        self.lock = threading.Lock()
+        self.snapshot: "RunSnapshot | None" = None
+        self.built_format = RunFormat("")  # the format the snapshot was built with: its notes, skipped files and weights
+        self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
+        self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
+
+    # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
+    # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
+    # whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
+    def current_files(self) -> tuple[dict[str, "FileStatus"], "RunFormat"]:
+        sources, run_format = run_sources(self.run_dir)
+        if run_format.convert is None:
+            return sources, run_format
+        folder = conversions_folder(self.cache, self.run_dir)
+        with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:  # on object storage the files are fetched at once
+            results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
+        run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problem in results if problem))
+        return {path: file_status(path) for path, _ in results if path}, run_format
+
+    # A source file's conversion, or the problem that stops it (tried again only once the file changed).
+    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: Path) -> tuple[str | None, tuple | None]:
+        failed = self.failures.get(source)
+        if failed and failed[0] == (status, run_format.context):
+            return None, failed[1]
+        try:
+            return converted_file(source, status, run_format, folder, self.conversions), None
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
+            reason = f"could not be read as {run_format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
+            problem = (valid_text(source.rsplit("/", 1)[-1]), 0, "skipped", reason)
+            self.failures[source] = ((status, run_format.context), problem)
+            return None, problem
+
+    # The run's files and format as listed now when load() would read anything, else None. Cheap: a listing.
+    def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
+        listing, run_format = self.current_files()
+        if self.snapshot is None or self.snapshot.max_samples != max_samples or list(listing) != list(self.files) or run_format != self.built_format:
+            return listing, run_format
+        return (listing, run_format) if any(self.files[path].change(status) != "same" for path, status in listing.items()) else None
+
+    def needs_work(self, max_samples: int) -> bool:
+        return self.pending(max_samples) is not None
+
+    # Bring every file up to date, parse what the selection needs, and return an immutable snapshot.
+    def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "RunSnapshot":
+        with self.lock:
+            pending = self.pending(max_samples)  # what is read: a write during the pass shows as a change next time
+            if pending is None:
+                return self.snapshot
+            listing, run_format = pending
+            self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
+            changed = []
+            for index in self.files.values():
+                change = index.change(listing[index.path])
+                if change == "new":
+                    index.reset()
+                if change != "same":
+                    changed.append(index)
+            jobs = []
+            for index in changed:
+                size = listing[index.path].size
+                jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
+            if parallel is None:
+                parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
+            self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
+            selected = self.parse_selected(max_samples, parallel, samples_progress)
+            for index in changed:
+                index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
+                self.cache.save(index)
+            self.built_format = run_format
+            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error)
+            return self.snapshot
+
+    # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
+    # share of Max Samples Each Step per step: new lines are only in the changed files of a launch, so a step appended
+    # to one rank file is parsed there in full, and one appended to every rank file a share in each.
+    def index_files(self, jobs: list, max_samples: int, parallel: bool, files_progress, samples_progress):
+        changed_per_launch = Counter(index.launch for index, _, _ in jobs)
+        tasks = [
+            (index_chunk, (index.path, start, end, math.ceil(max_samples / changed_per_launch[index.launch])))
+            for index, _, chunks in jobs
+            for start, end in chunks
+        ]
+        results = run_tasks(tasks, parallel)
+        total_bytes = max(sum(end - start for _, _, chunks in jobs for start, end in chunks), 1)
+        files_done, bytes_done, lines_done = len(self.files) - len(jobs), 0, 0
+        for index, size, chunks in jobs:
+            indexed = []
+            for start, end in chunks:
+                indexed.append(next(results))
+                bytes_done += end - start
+                lines_done += len(indexed[-1].lines.offset)
+                if samples_progress:
+                    samples_progress(bytes_done / total_bytes, f"Processing {lines_done} samples...")
+            index.add_chunks(indexed, size)
+            files_done += 1
+            if files_progress:
+                files_progress(files_done / len(self.files), f"Loading {files_done} / {len(self.files)} files...")
+        if files_progress and not jobs:
+            files_progress(1.0, f"Loading {len(self.files)} / {len(self.files)} files...")
+
+    # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
+    # (a line that turns out bad makes room for the next one of its step); returns the selection.
+    def parse_selected(self, max_samples: int, parallel: bool, progress) -> "Selection":
+        unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
+        self.parse_rows(unknown, parallel, progress)
+        while True:
+            wanted = select_lines(self.files, max_samples)
+            todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.rows.items()}
+            if not any(len(rows) for rows in todo.values()):
+                return wanted
+            self.parse_rows(todo, parallel, progress)
+
+    def parse_rows(self, todo: dict, parallel: bool, progress):
+        tasks, owners = [], []
+        for path, rows in todo.items():
+            lines = self.files[path].lines
+            offsets, lengths = lines["offset"], lines["length"]
+            for part in batches_of_rows(rows, lengths):
+                tasks.append((summarize_lines, (path, offsets[part], lengths[part])))
+                owners.append((path, part))
+        total, done = sum(len(part) for _, part in owners), 0
+        for (path, part), result in zip(owners, run_tasks(tasks, parallel)):
+            self.files[path].add_summaries(part, result)
+            done += len(part)
+            if progress:
+                progress(done / total, f"Processing {done} / {total} more samples...")
+
+
+# Runs are the root's sub-folders; the root itself is one too when it holds rank files or a training history (a user
+# pointed it at a run or at a training output folder, whose checkpoint-* folders are not runs of their own).
+# On object storage, a folder is a run when it holds rank files or TRL's completions.
+def list_runs(root: str) -> list[str]:
+    entries = list_folder(root if is_remote(root) else str(Path(root).expanduser()))
+    data = any(not entry.is_dir and (entry.name.endswith(".jsonl") or trl.COMPLETIONS_FILE.fullmatch(entry.name)) for entry in entries)
+    is_run = data or any(entry.is_dir and entry.name == trl.COMPLETIONS_FOLDER for entry in entries)
+    is_run = is_run or (not is_remote(root) and history_signature(Path(root).expanduser()) != ())
+    part_of_run = lambda name: CHECKPOINT_FOLDER.fullmatch(name) or name == trl.COMPLETIONS_FOLDER  # noqa: E731
+    return (["."] if is_run else []) + [entry.name for entry in entries if entry.is_dir and not (is_run and part_of_run(entry.name))]

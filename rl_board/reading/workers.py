@@ -1,0 +1,132 @@
+"""workers"""
+import contextlib
+import functools
+import gc
+import math
+import multiprocessing
+import os
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from rl_board.reading.lines import IndexedChunk, LineSummaries, scan_lines, summarize_buffer
+from rl_board.reading.storage import read_range, read_spans
+
+PARALLEL_MIN_BYTES = 48 << 20
+
+
+CHUNK_BYTES = 32 << 20
+
+
+WORKERS = os.cpu_count() or 1
+
+
+# Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the
+# lines that will likely be shown (the first parse_per_step of each step: a file's share of
+# Max Samples Each Step), all in one read.
+def index_chunk(path: str, start: int, end: int, parse_per_step: int) -> "IndexedChunk":
+    gc.disable()  # decoding makes millions of short-lived objects and no cycles: collections only cost time
+    try:
+        return index_chunk_bytes(*read_range(path, start, end), start, parse_per_step)
+    finally:
+        gc.enable()
+
+
+def index_chunk_bytes(buffer, size: int, start: int, parse_per_step: int) -> "IndexedChunk":
+    lines = scan_lines(buffer, size, start)
+    seen: dict[float, int] = {}
+    parse = []
+    for row, step in enumerate(lines.step_hint.tolist()):
+        seen[step] = seen.get(step, 0) + 1
+        if math.isnan(step) or seen[step] <= parse_per_step:
+            parse.append(row)
+    parse = np.array(parse, dtype=np.int64)
+    return IndexedChunk(lines, parse, summarize_buffer(buffer, start, lines.offset[parse], lines.length[parse]))
+
+
+# Worker: the numbers of some lines of a file (those a new selection wants and the first pass skipped), read one
+# by one: the lines may lie far apart in a big file.
+def summarize_lines(path: str, offsets: np.ndarray, lengths: np.ndarray) -> "LineSummaries":
+    data = b"".join(read_spans([path] * len(offsets), offsets.tolist(), lengths.tolist()))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return summarize_buffer(data, 0, starts, lengths)
+
+
+# Split bytes [start, end) into ~CHUNK_BYTES pieces that begin at line starts, for workers to scan alone.
+def line_aligned_chunks(path: str, start: int, end: int) -> list[tuple[int, int]]:
+    bounds, position = [start], start + CHUNK_BYTES
+    while position < end:
+        buffer, got = read_range(path, position, min(position + (1 << 16), end))
+        newline = buffer.find(b"\n", 0, got)
+        if newline < 0:
+            position += got
+            if not got:
+                break
+            continue
+        position += newline + 1
+        if position >= end:
+            break
+        bounds.append(position)
+        position += CHUNK_BYTES
+    bounds.append(end)
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+# Rows to parse in batches of about 8 MB, so the progress bar moves and workers share the load.
+def batches_of_rows(rows: np.ndarray, lengths: np.ndarray, batch_bytes: int = 8 << 20) -> list[np.ndarray]:
+    if not len(rows):
+        return []
+    sizes = np.cumsum(lengths[rows])
+    cuts = np.searchsorted(sizes, np.arange(batch_bytes, sizes[-1], batch_bytes))
+    return [part for part in np.split(rows, cuts) if len(part)]
+
+
+# Run (function, args) tasks on the worker processes, or here when small; yields results in task order. A task's
+# function is a module-level function of this package: it pickles by name, and a worker imports its module once.
+def run_tasks(tasks: list, parallel: bool):
+    if not parallel or len(tasks) < 2:
+        for function, args in tasks:
+            yield function(*args)
+        return
+    futures = [worker_pool().submit(function, *args) for function, args in tasks]
+    for future in futures:
+        yield future.result()
+
+
+WORKER_POOL_LOCK = threading.Lock()
+
+
+# One pool of worker processes per server (the lock keeps sessions opening at once from starting one each), started
+# before the user presses Load & View. Spawned, never forked: forked from the server they would share its sockets and
+# threads (the page's charts then sometimes never drew).
+def worker_pool() -> ProcessPoolExecutor:
+    with WORKER_POOL_LOCK:
+        return started_worker_pool()
+
+
+@functools.cache
+def started_worker_pool() -> ProcessPoolExecutor:
+    pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"))
+    with page_not_rerun():
+        for _ in range(WORKERS):  # they all start on these first tasks, long before one is idle
+            pool.submit(int)
+    return pool
+
+
+# A spawned process first runs its parent's __main__ again (multiprocessing's spawn), and in the server __main__ is the
+# page: Streamlit installs each run of the page as sys.modules["__main__"]. While the workers start, that module shows
+# no spec and no file, so they run nothing of it: a worker imports only the modules of the functions it is sent (this
+# package's reading layer), never the page, Streamlit or plotly.
+@contextlib.contextmanager
+def page_not_rerun():
+    main_module = sys.modules["__main__"]
+    spec, file = main_module.__spec__, main_module.__dict__.pop("__file__", None)
+    main_module.__spec__ = None
+    try:
+        yield
+    finally:
+        main_module.__spec__ = spec
+        if file is not None:
+            main_module.__file__ = file

@@ -1,0 +1,43 @@
+"""What the rollout logger writes and the board reads, agreed in one place: the keys of a line and the names of a run
+folder's files. Plain Python, so the board imports it without torch or TRL (`rl_board` reads lines by it; the logger
+writes them by it)."""
+
+import re
+
+# Every key a line of the logger can have, in their order.
+LINE_KEYS = (
+    "prompt",
+    "images",
+    "response",
+    "response_tokens",
+    "tool_mask",
+    "logprobs",
+    "ref_logprobs",
+    "entropies",
+    "reward",
+    "rewards_per_func",
+    "advantage",
+    "group_id",
+    "truncated",
+    "rank",
+    "step",
+    "micro_batch",
+)
+# The keys of the board's line format: the logger's and the others the board reads (README: "The line format"). Any
+# other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
+# key is written as extra_<name>.
+FORMAT_KEYS = frozenset(LINE_KEYS + ("ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards"))
+# The per-token lists of log-probabilities and entropies, one value per response token.
+PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
+
+# A rank's lines: rollout_data_rank_<rank>_<launch id>.jsonl; the launch id orders a resumed run's launches.
+RANK_FILE = "rollout_data_rank_{rank}_{launch}.jsonl"
+RANK_FILE_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
+# The run's settings, written once per launch.
+META_FILE = "rollout_meta_{launch}.json"
+META_FILES = "rollout_meta*.json"
+# The trainer's own logged numbers (rank 0), one event a line.
+METRICS_FILE = "rollout_metrics_{launch}.jsonl"
+METRICS_FILES = "rollout_metrics_*.jsonl"
+# The prompts' images, named by their content's hash; a line lists them as {"path": "images/<hash>.<png|jpg>", ...}.
+IMAGES_FOLDER = "images"
