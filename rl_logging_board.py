@@ -5,38 +5,17 @@ folder of JSONL files (one per data-parallel rank); every line is one sampled re
 completion parquet, verl's dumps) are converted into such lines once; a folder may be on object storage (s3://...).
 The README describes the format and each page area.
 
-The data path:
+This file is the page only: main() as its outline, one draw_* function per region (each returns the user's choices),
+the cached loaders that feed one another (run_store -> load_step_batch / load_sample_tokens -> cached tables and
+charts), widgets and session state. Everything beneath it, without Streamlit, is the rl_board package: its
+__init__ docstring is the map (reading, formats, history, search, metrics, figures).
 
-    run folder, on disk or object storage (list_folder, read_range, read_spans)
-    rank files (*.jsonl, or TRL's and verl's files converted: RunFormat, converted_file)
-        ──> per-file index: each line's offset, length, step and summary numbers
-        │                     (FileIndex, built by worker processes, cached on disk by IndexCache; a grown file is read
-        │                      on from where it was left)
-        └──> run snapshot: the selected lines of every step with their numbers, the load report (RunSnapshot, made
-              by RunStore.load, one store per run folder shared by every session)
-               ├──> step curves and metrics from the snapshot's numbers
-               ├──> search: the texts of every loaded line, read once on the first search (RunTexts, only the prompt
-               │     and response bytes the index located), filtered and sorted with the snapshot's numbers
-               └──> step read-back: the texts of the step in view (StepBatch), the per-token lists of the sample in
-                     view (SampleTokens), each read from its line's offset ──> tables, samples pair, token area
-
-Sections, in order (each one's constants and types at its top):
+Sections, in order:
 
     Page outline       main(): sidebar, load, metadata, load report, step curves, training metrics, search, step area;
                        launch options, network guard
     Page areas         one draw_* function per region; Settings (the sidebar's choices), StateKey (session-state keys)
-    Cached loaders     run_store -> load_step_batch / load_sample_tokens -> cached tables and charts
-    Figures            Vega-Lite specs and the token heat map (no Streamlit)
-    Metrics            KL estimators, per-step statistics, groups, table and token values (no Streamlit)
-    Text and tokens    display text, escaping, tokens shown as text (no Streamlit)
-    Reading 1-9        decoding lines; the per-file index and its cache; the store and its workers; the run snapshot
-                       and read-back; the training history; images; texts for search and lines for export; where
-                       files are (disk or object storage); other trainers' files (no Streamlit: the workers import
-                       this file)
-
-Beside the rollouts, the trainer's own numbers (TrainingHistory, read by read_history from the logger's
-rollout_metrics_*.jsonl, seed 004's training_log.json or Hugging Face's trainer_state.json) feed the Training metrics
-area; runs chosen in Compare with are loaded through their own stores and drawn on the same step curves.
+    Cached loaders     shared by reruns and sessions: stores, step batches, sample tokens, charts and tables
 """
 import argparse
 import base64
@@ -155,6 +134,11 @@ from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import WORKERS, worker_pool
 from rl_board.text import as_written, clean_text, markdown_literal, one_line, shorten, valid_text, visible_whitespace
 from rollout_logger.metadata import METRICS_FILES
+
+# ====================================================================================================================
+# Page outline: what the page shows, in order, and the fragments that let one part redraw alone.
+# ====================================================================================================================
+
 
 PROJECT_DIR = Path(__file__).resolve().parent
 
@@ -292,6 +276,11 @@ def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "
     draw_token_area(batch, sample, settings)
     draw_sample_group(batch, sample, settings)
     draw_prompt_history(run, compared, batch.table.iloc[sample], settings)
+
+
+# ====================================================================================================================
+# Page areas: one function per region, which draws it and returns the user's choices.
+# ====================================================================================================================
 
 
 # Every session-state key of the page, widgets' included, named once. remembered_choice adds ":chosen" and ":drawn"
@@ -568,15 +557,15 @@ def load_selected_run(settings: "Settings"):
 # A run's snapshot from its shared store, brought up to date when asked (or first needed), with progress bars.
 def load_run(run_dir: str, max_samples: int, refresh: bool) -> "RunSnapshot":
     store = run_store(run_dir)
-    refresh = refresh or store.snapshot is None or store.snapshot.max_samples != max_samples
-    if refresh and store.needs_work(max_samples):
+    snapshot = store.snapshots.get(max_samples)
+    if (refresh or snapshot is None) and store.needs_work(max_samples):
         bars = [ProgressBar(), ProgressBar()]
         try:
-            store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
+            snapshot = store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
         finally:
             for bar in bars:
                 bar.clear()
-    return store.snapshot
+    return snapshot or store.load(max_samples)  # another session's load may have just replaced it
 
 
 # The runs chosen to compare, loaded as the shown one is (from their index caches once indexed).
@@ -641,7 +630,7 @@ def watch_runs(shown: list["RunSnapshot"], histories: list["TrainingHistory"], m
         for run, history in zip(shown, histories):
             store = run_store(run.run_dir)
             try:
-                changed = store.snapshot is not run or store.needs_work(max_samples) or current_history_signature(run.history_dir) != history.signature
+                changed = store.snapshots.get(max_samples) is not run or store.needs_work(max_samples) or current_history_signature(run.history_dir) != history.signature
             except OSError as error:  # object storage out of reach for now: said, and asked again next time
                 st.caption(f"Live: {markdown_literal(error)}")
                 continue
@@ -1566,6 +1555,11 @@ def pick_group_from_table(key: str, samples_of_rows: list):
 
 def open_sample(sample: int):
     st.session_state[StateKey.SAMPLE_INDEX] = sample
+
+
+# ====================================================================================================================
+# Cached loaders: shared by reruns and sessions, each feeding the next (run store -> step batch -> tables and charts).
+# ====================================================================================================================
 
 
 # Object storage is asked again at most this often by what each rerun of the page wants (runs, history, images).

@@ -100,10 +100,10 @@ def generated_runs() -> list[Path]:
 # Every run indexed into CACHE by the board's own loader, in a process of its own (its worker pool ends with it).
 INDEX_RUNS = """
 import sys, time
-import rl_logging_board as board
+from rl_board.reading.store import RunStore
 for run_dir in sys.argv[1:]:
     started = time.perf_counter()
-    samples = len(board.RunStore(run_dir).load(128).samples)
+    samples = len(RunStore(run_dir).load(128).samples)
     print(f"indexed {run_dir}: {samples} samples in {time.perf_counter() - started:.1f} s", file=sys.stderr)
 """
 
@@ -242,17 +242,21 @@ def measure(repeats: int) -> Results:
 def server_timings(repeats: int):
     os.environ["RL_LOGGING_BOARD_CACHE"] = str(CACHE)  # read when a store is made
     import rl_logging_board as board
+    from rl_board.figures import metric_chart, step_curve_chart
+    from rl_board.metrics import step_stats
+    from rl_board.reading.history import read_history
+    from rl_board.reading.store import RunStore
 
     run_dirs = [str(ROOT / name) for name in [SHOWN, *COMPARED]]
-    runs = [(Path(run_dir).name, board.RunStore(run_dir).load(128, parallel=False).samples) for run_dir in run_dirs]
-    histories = [(Path(run_dir).name, board.read_history(run_dir)) for run_dir in run_dirs]
+    runs = [(Path(run_dir).name, RunStore(run_dir).load(128, parallel=False).samples) for run_dir in run_dirs]
+    histories = [(Path(run_dir).name, read_history(run_dir)) for run_dir in run_dirs]
     metrics = [name for name in board.DEFAULT_METRICS if name in histories[0][1].train]
     calls = {
-        "RunStore(run).load: a run new to the server, from its index cache on disk": lambda k: board.RunStore(run_dirs[k - 1]).load(128, parallel=False),
-        "read_history: a run's trainer_state.json": lambda k: board.read_history(run_dirs[k - 1]),
-        "step_curve_chart: reward + ref_reward, smoothing 0.02": lambda k: board.step_curve_chart(runs[:k], ["reward", "ref_reward"], "t", "reward", 0.2, False, 0.02),
-        "  of which step_stats (2 columns per run)": lambda k: [board.step_stats(samples, column) for _, samples in runs[:k] for column in ("reward", "ref_reward")],
-        f"metric_chart x {len(metrics)} ({', '.join(metrics)}), smoothing 0.02": lambda k: [board.metric_chart(name, histories[:k], 0.02) for name in metrics],
+        "RunStore(run).load: a run new to the server, from its index cache on disk": lambda k: RunStore(run_dirs[k - 1]).load(128, parallel=False),
+        "read_history: a run's trainer_state.json": lambda k: read_history(run_dirs[k - 1]),
+        "step_curve_chart: reward + ref_reward, smoothing 0.02": lambda k: step_curve_chart(runs[:k], ["reward", "ref_reward"], "t", "reward", 0.2, False, 0.02),
+        "  of which step_stats (2 columns per run)": lambda k: [step_stats(samples, column) for _, samples in runs[:k] for column in ("reward", "ref_reward")],
+        f"metric_chart x {len(metrics)} ({', '.join(metrics)}), smoothing 0.02": lambda k: [metric_chart(name, histories[:k], 0.02) for name in metrics],
     }
     print(f"\n| server function (median of {repeats}) | 1 run (s) | 4 runs (s) |\n|---|---|---|")
     for name, call in calls.items():

@@ -232,12 +232,12 @@ def measure(root: Path, repeats: int) -> dict[str, list[float]]:
 # What the server does per image on a first view, in this process: the board's decode + re-encode (the samples pair
 # and the group view show the same bytes). Streamlit sends them as they are.
 def server_image_costs(run: Path, repeats: int) -> dict[str, float]:
-    import rl_logging_board as board
+    from rl_board.reading.images import SHOWN_IMAGE_SIDE, encoded_image
 
     costs = []
     for path in sorted((run / "images").glob("*.png"))[:IMAGES * repeats]:
         started = time.perf_counter()
-        data, _ = board.encoded_image(str(path), board.SHOWN_IMAGE_SIDE)
+        data, _ = encoded_image(str(path), SHOWN_IMAGE_SIDE)
         costs.append(time.perf_counter() - started)
         assert Image.open(io.BytesIO(data)).size == SIZE
     return {"board: decode + re-encode an image (first view only)": statistics.median(costs)}

@@ -101,35 +101,40 @@ SERVER_ROWS = [
 def server_side(size: str, repeats: int) -> dict:
     import resource
 
-    import rl_logging_board as board
     from streamlit.dataframe_util import convert_pandas_df_to_arrow_bytes
+
+    import rl_logging_board as board
+    from rl_board.metrics import SampleFilter, filter_columns, filter_mask
+    from rl_board.reading.search import RunTexts, match_snippets, search_pattern, search_samples
+    from rl_board.reading.store import RunStore
+    from rl_board.reading.workers import WORKERS, worker_pool
 
     run_dir = str((generated_run(size) / "run").resolve())  # as start.sh names it to the server (the index cache is per path)
     started = time.perf_counter()
-    run = board.RunStore(run_dir).load(MAX_SAMPLES[size])  # indexes the run into the cache the first time
+    run = RunStore(run_dir).load(MAX_SAMPLES[size])  # indexes the run into the cache the first time
     print(f"{size}: run indexed/loaded in-process in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     samples = run.samples
     estimator = board.default_kl_estimator(str(Path(run_dir).parent), Path(run_dir).name)  # the page's KL estimator
-    sort_column = next(column for column in board.filter_columns(run, estimator) if column.startswith("avg_kl"))
-    if board.WORKERS > 1:  # the server starts its workers before Load & View: here they are ready before timing
-        pool = board.worker_pool()
-        for future in [pool.submit(int) for _ in range(4 * board.WORKERS)]:
+    sort_column = next(column for column in filter_columns(run, estimator) if column.startswith("avg_kl"))
+    if WORKERS > 1:  # the server starts its workers before Load & View: here they are ready before timing
+        pool = worker_pool()
+        for future in [pool.submit(int) for _ in range(4 * WORKERS)]:
             future.result()
     queries = [(FIRST, False), *((query, False) for query in REFINED), *((pattern, True) for pattern in REGEXES)]
     rows = {name: [] for name in SERVER_ROWS}
     counts = {}
     for _ in range(repeats):
         started = time.perf_counter()
-        run = board.RunStore(run_dir).load(MAX_SAMPLES[size])
+        run = RunStore(run_dir).load(MAX_SAMPLES[size])
         rows["in-process: RunStore.load from the index cache (s)"].append(time.perf_counter() - started)
-        texts = board.RunTexts()
+        texts = RunTexts()
         started = time.perf_counter()
         buffers, _, _ = texts.of(samples)
         rows["in-process: texts read, RunTexts.of -> read_texts on the workers (s)"].append(time.perf_counter() - started)
         rows["in-process: texts held (MB)"].append(sum(len(buffer) for buffer in buffers) / 1e6)
         seconds, found = {}, {}
         for query, regex in queries:
-            found[query] = board.search_samples(texts, samples, board.search_pattern(query, regex, False), "prompt and response")
+            found[query] = search_samples(texts, samples, search_pattern(query, regex, False), "prompt and response")
             seconds[query] = found[query].seconds
             steps = samples["step"].to_numpy()[found[query].place > 0]
             counts[query] = {int(step): int(count) for step, count in zip(*np.unique(steps, return_counts=True))}
@@ -140,12 +145,12 @@ def server_side(size: str, repeats: int) -> dict:
         # snippets of the rows shown, the table as Arrow.
         found = found[REFINED[-1]]
         started = time.perf_counter()
-        mask = board.filter_mask(samples, board.SampleFilter(steps=(run.steps[NARROWED], run.steps[-1]))) & (found.place > 0)
+        mask = filter_mask(samples, SampleFilter(steps=(run.steps[NARROWED], run.steps[-1]))) & (found.place > 0)
         ordered = samples[mask].sort_values(sort_column, ascending=False, na_position="last", kind="stable").head(board.RESULTS_SHOWN)
         rows["in-process: filter_mask + sort, steps filter, sort by avg_kl (s)"].append(time.perf_counter() - started)
         shown = ordered.head(board.RESULTS_SHOWN)
         started = time.perf_counter()
-        snippets = board.match_snippets(texts, shown, found.place[shown.index], found.start[shown.index], found.end[shown.index])
+        snippets = match_snippets(texts, shown, found.place[shown.index], found.start[shown.index], found.end[shown.index])
         rows["in-process: match_snippets, the 1,000 rows shown (s)"].append(time.perf_counter() - started)
         table = shown[["step", "sample", "reward", sort_column]].copy()
         table["found in"] = np.where(found.place[shown.index] == 1, "prompt", "response")

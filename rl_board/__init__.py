@@ -1,0 +1,32 @@
+"""RL Logging Board's engine: everything beneath the page (rl_logging_board.py), without Streamlit. The Python API:
+
+    import rl_board
+    run = rl_board.open_run("rollout_samples/grpo_tiny_example")  # run.samples, run.step(s), run.tokens(s, i), run.history
+
+The map, by the data path (each module's docstring says more; only the page imports Streamlit):
+
+    run folder, on disk or object storage      reading/storage.py   list_folder, read_range, read_spans, StorageError
+    which files, in which trainer's format     formats/             a module per format in a registry (trl, verl,
+                                                                    openrlhf, verl_fork, board_jsonl); conversion.py
+                                                                    turns other trainers' files into the board's JSONL
+    what a line holds                          reading/lines.py     decoding: the first pass's numbers, texts, tokens;
+                                                                    KL estimators per token (the line format itself is
+                                                                    rollout_logger/metadata.py, shared with the logger)
+    where each line is                         reading/index.py     FileIndex (offset, step, numbers), IndexCache on disk
+    indexed on worker processes                reading/workers.py   the spawned pool, index_chunk, run_tasks
+    a run folder kept up to date               reading/store.py     RunStore.load -> RunSnapshot; list_runs
+    the samples the page draws, read back      reading/snapshot.py  RunSnapshot, StepBatch (a step's texts),
+                                                                    SampleTokens (a sample's per-token lists)
+    the trainer's own numbers                  reading/history.py   TrainingHistory from the logger's metrics files,
+                                                                    training_log.json, trainer_state.json
+    the prompts' images                        reading/images.py    checked inside the run folder, decoded by Pillow
+    search and export                          reading/search.py    RunTexts, RE2 search, CSV/JSONL/Parquet exports
+    numbers for the charts and tables          metrics.py           step statistics, groups, filters, token rows
+    the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
+    text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
+    the API                                    run.py               open_run, list_runs, Run
+"""
+
+from rl_board.run import Run, list_runs, open_run
+
+__all__ = ["Run", "list_runs", "open_run"]

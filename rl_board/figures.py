@@ -1,4 +1,6 @@
-"""figures"""
+"""The charts, built from numbers and names as data (no Streamlit): Vega-Lite specs for the step curves, the training
+metrics, the batch charts and search matches; the plotly token heat map; the running text of a response as escaped
+HTML spans coloured by a token metric."""
 import html
 import itertools
 import math

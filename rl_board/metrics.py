@@ -1,4 +1,6 @@
-"""metrics"""
+"""Numbers for the page's charts and tables, from a snapshot's samples (no Streamlit): per-step statistics and
+smoothing, TRL's kl recomputed per loss pass, GRPO groups and their learning signal, the search's filters, the batch
+and group tables, and a sample's token rows (logp, KL by estimator, entropy...)."""
 import math
 import re
 from dataclasses import dataclass

@@ -1,4 +1,6 @@
-"""text"""
+"""Text as the page shows it, never as HTML from the data: names escaped for Markdown (markdown_literal) and kept on
+one line (one_line), texts shortened and cleaned (pad tokens, system prompt, image placeholder runs), tokens made
+readable (byte-level and SentencePiece bytes decoded, special tokens kept), invalid UTF-8 shown as U+FFFD."""
 import codecs
 import re
 

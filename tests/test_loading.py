@@ -3,6 +3,7 @@
 Numbers are checked against `plain_parse`, an independent slow reading of the files with json and math.
 """
 
+import functools
 import hashlib
 import json
 
@@ -33,6 +34,7 @@ from rl_board.reading.snapshot import lines_key, select_lines
 from rl_board.reading.store import list_runs, RunStore
 from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
 from bench.generate_run import write_run
+from tests.worker_faults import index_chunk_killed_once
 
 
 def sample(step, reward=1.0, **extra):
@@ -532,7 +534,7 @@ def test_a_read_only_run_folder_loads(tmp_path, private_index_cache):
             file.write(json.dumps(sample(2, response_tokens=["a"], logprobs=[-0.5])).encode() + b"\n")
         before = folder_state(run_dir)
         assert store.needs_work(128) and store.load(128, parallel=False).steps == [0, 1, 2]
-        assert sample_tokens(store.snapshot, 2, 0) is not None
+        assert sample_tokens(store.snapshots[128], 2, 0) is not None
         assert RunStore(str(run_dir)).load(128, parallel=False).steps == [0, 1, 2]
         assert folder_state(run_dir) == before
     finally:
@@ -731,3 +733,30 @@ def test_the_decoders_read_exactly_the_line_format_of_the_contract():
 
     decoded = {field.encode_name for struct in (Rollout, RolloutTexts) for field in msgspec.structs.fields(struct)}
     assert decoded | {"rank"} == FORMAT_KEYS and set(LINE_KEYS) <= FORMAT_KEYS
+
+
+# A worker killed while it indexes (out of memory, a signal) broke the pool until the server restarted: the pool is
+# started again and the run read again, once, and the load report says so.
+def test_a_worker_killed_mid_index_is_replaced_and_the_load_retried(tmp_path, monkeypatch):
+    write_run(tmp_path / "run", steps=3, samples=8, tokens=10, ranks=2, workers=1)
+    marker = tmp_path / "killed"
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", functools.partial(index_chunk_killed_once, str(marker)))
+    run = RunStore(str(tmp_path / "run")).load(128, parallel=True)
+    assert marker.exists() and len(run.samples) == 3 * 8
+    assert run.problems["reason"].tolist()[0] == rl_board.reading.store.WORKER_LOST
+    assert worker_pool().submit(int).result(timeout=120) == 0  # the new pool works
+    assert len(RunStore(str(tmp_path / "run")).load(128, parallel=True).samples) == 3 * 8
+
+
+# Two sessions watching a run with different Max Samples Each Step each keep their snapshot: neither reloads the other's.
+def test_snapshots_of_different_max_samples_are_kept_side_by_side(tmp_path):
+    write_run(tmp_path / "run", steps=3, samples=8, tokens=10, ranks=2, workers=1)
+    store = RunStore(str(tmp_path / "run"))
+    small, whole = store.load(4, parallel=False), store.load(128, parallel=False)
+    assert (len(small.samples), len(whole.samples)) == (3 * 4, 3 * 8)
+    assert not store.needs_work(4) and not store.needs_work(128)
+    assert store.load(4, parallel=False) is small and store.load(128, parallel=False) is whole
+    with open(tmp_path / "run" / "rollout_data_rank_0.jsonl", "a") as file:  # a new step: both are out of date
+        file.write(json.dumps(sample(3)) + "\n")
+    assert store.needs_work(4) and store.needs_work(128)
+    assert store.load(4, parallel=False).steps == [0, 1, 2, 3]

@@ -33,10 +33,12 @@ from rl_board.reading.store import list_runs, RunStore
 from rl_board.text import markdown_literal
 from tests.conftest import PROJECT
 from tests.s3_server import (  # noqa: F401  (s3_server: a fixture)
+    FAKE_CREDENTIALS,
     append_object,
     enforced_auth,
     environment,
     make_bucket,
+    running_moto,
     s3_client,
     s3_server,
     split_s3_url,
@@ -369,3 +371,22 @@ def test_a_url_that_is_not_object_storage_is_refused_without_a_request(monkeypat
         list_runs("http://127.0.0.1:9/runs")
     app = start("http://127.0.0.1:9/runs", monkeypatch)
     assert [error.value for error in app.sidebar.error] == [markdown_literal("http:// is not object storage the board reads: s3://, gs://, az:// or hf://")]
+
+
+# A store kept from an earlier rerun raised the StorageError class of the rerun that made it, when the page was one
+# file that Streamlit executes anew each rerun: the page's `except StorageError` missed it, and a stopped server showed
+# a traceback on the next Load & View instead of the message (the same error was caught before the first load).
+def test_load_and_view_again_after_the_server_stopped_is_a_message(monkeypatch):
+    with contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(running_moto())
+        stack.enter_context(fresh_storage({**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}))
+        name = make_bucket(endpoint, f"stopped-{uuid.uuid4().hex[:12]}")
+        upload_folder(endpoint, SAMPLES / GRPO, f"s3://{name}/runs/{GRPO}")
+        app = opened(f"s3://{name}/runs", GRPO, monkeypatch)
+        assert len(batch_table(app)) > 0
+        stack.pop_all().close()  # the server stops; the store it filled stays in the page's cache
+        with fresh_storage({**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}):
+            next(button for button in app.sidebar.button if button.label == "Load & View").click()
+            app.run()
+    assert not app.exception, app.exception
+    assert any(markdown_literal(f"s3://{name}/runs/{GRPO}") in error.value and "could not be read" in error.value for error in app.error), [e.value for e in app.error]

@@ -1,4 +1,6 @@
-"""images"""
+"""The prompts' images: a line names image files inside its run folder; each is checked (inside the folder, a raster
+format, size and pixel limits), decoded by Pillow and encoded again before the page shows it, so no file's own bytes
+(an SVG, HTML named .png) ever reach the browser."""
 import contextlib
 import functools
 import hashlib

@@ -1,4 +1,6 @@
-"""index"""
+"""The per-file index: where each line is (offset, length), its step and the summary numbers the charts need, built by
+one pass over the file (on the workers) and read on from where it stopped when the file grows (FileIndex); kept on
+disk as Arrow files per rank file, keyed by the file's identity (IndexCache), so a restarted server opens a run at once."""
 import contextlib
 import dataclasses
 import hashlib

@@ -1,4 +1,7 @@
-"""lines"""
+"""Decoding lines (runs in the worker processes): the first pass's scan for line ends and step hints, the summary
+numbers of a line (rewards, lengths, mean log-prob, entropy, KL per estimator, fields outside the format), the texts
+and the per-token lists read back later, and the KL estimators themselves. The line format's keys are the logger's
+contract (rollout_logger/metadata.py)."""
 import hashlib
 import json
 import math

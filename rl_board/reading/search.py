@@ -1,4 +1,6 @@
-"""search"""
+"""Search and export: the texts of every loaded line read once on the first search (only the prompt and response bytes
+the index located, held as UTF-8 in one buffer per file), searched with RE2 in linear time under a deadline, with
+snippets of the matches; the found lines exported as CSV, Parquet or the original JSONL bytes."""
 import contextlib
 import io
 import threading

@@ -1,4 +1,7 @@
-"""snapshot"""
+"""The run snapshot the page draws: which lines each step shows (Max Samples Each Step, round-robin over the rank
+files, a resumed launch replacing older steps), their numbers in one frame with the load report (RunSnapshot, made by
+RunStore.load); and the lines read back on demand: a step's texts (StepBatch), a sample's per-token lists
+(SampleTokens), each checked to still hold its step."""
 import contextlib
 import hashlib
 from dataclasses import dataclass, field

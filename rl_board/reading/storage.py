@@ -1,4 +1,6 @@
-"""storage"""
+"""Where the files are: a path on this machine, or a URL of object storage (s3://, gs://, az://, hf://) read through
+fsspec by byte ranges, with listings, file status (size, mtime or ETag), coalesced span reads, and errors turned into
+messages without credentials (StorageError)."""
 import contextlib
 import functools
 import itertools

@@ -1,12 +1,17 @@
-"""store"""
+"""The store of a run folder (RunStore), shared by every session: each load lists the folder, indexes only what changed
+(on the worker processes when there is much), parses what the selection wants and returns an immutable snapshot per
+Max Samples Each Step; a worker that dies is replaced and the load read again. list_runs says which folders under a
+root are runs."""
 import dataclasses
 import math
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from rl_board.formats import run_sources, trl
@@ -22,10 +27,19 @@ from rl_board.reading.workers import (
     batches_of_rows,
     index_chunk,
     line_aligned_chunks,
+    restart_worker_pool,
     run_tasks,
     summarize_lines,
 )
 from rl_board.text import shorten, valid_text
+
+SNAPSHOTS_KEPT = 4  # of one run, for different Max Samples Each Step
+
+
+WORKER_LOST = (
+    "a worker process stopped (killed, or out of memory) while this run was read: the workers were started again and "
+    "the run read again"
+)
 
 
 # A run folder, indexed incrementally: each load reads only what changed on disk since the last.
@@ -35,8 +49,10 @@ class RunStore:
         self.files: dict[str, FileIndex] = {}
         self.cache = IndexCache()
         self.lock = threading.Lock()
-        self.snapshot: "RunSnapshot | None" = None
-        self.built_format = RunFormat("")  # the format the snapshot was built with: its notes, skipped files and weights
+        # The snapshots of the files as indexed, one per Max Samples Each Step asked for (sessions may differ), the
+        # latest SNAPSHOTS_KEPT; dropped when a file changes.
+        self.snapshots: dict[int, RunSnapshot] = {}
+        self.built_format = RunFormat("")  # the format the snapshots were built with: its notes, skipped files and weights
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
         self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
 
@@ -69,42 +85,59 @@ class RunStore:
     # The run's files and format as listed now when load() would read anything, else None. Cheap: a listing.
     def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
         listing, run_format = self.current_files()
-        if self.snapshot is None or self.snapshot.max_samples != max_samples or list(listing) != list(self.files) or run_format != self.built_format:
+        if max_samples not in self.snapshots or list(listing) != list(self.files) or run_format != self.built_format:
             return listing, run_format
         return (listing, run_format) if any(self.files[path].change(status) != "same" for path, status in listing.items()) else None
 
     def needs_work(self, max_samples: int) -> bool:
         return self.pending(max_samples) is not None
 
-    # Bring every file up to date, parse what the selection needs, and return an immutable snapshot.
+    # Bring every file up to date, parse what the selection needs, and return an immutable snapshot. A worker process
+    # that dies (killed, out of memory) breaks the pool: it is started again and the run read again, once, with a note.
     def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "RunSnapshot":
         with self.lock:
-            pending = self.pending(max_samples)  # what is read: a write during the pass shows as a change next time
-            if pending is None:
-                return self.snapshot
-            listing, run_format = pending
-            self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
-            changed = []
-            for index in self.files.values():
-                change = index.change(listing[index.path])
-                if change == "new":
-                    index.reset()
-                if change != "same":
-                    changed.append(index)
-            jobs = []
-            for index in changed:
-                size = listing[index.path].size
-                jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
-            if parallel is None:
-                parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
-            self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
-            selected = self.parse_selected(max_samples, parallel, samples_progress)
-            for index in changed:
-                index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
-                self.cache.save(index)
-            self.built_format = run_format
-            self.snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error)
-            return self.snapshot
+            try:
+                return self.updated(max_samples, files_progress, samples_progress, parallel)
+            except BrokenProcessPool:
+                restart_worker_pool()
+                self.files, self.snapshots = {}, {}
+                snapshot = self.updated(max_samples, files_progress, samples_progress, parallel)
+                note = pd.DataFrame([["", 0, "note", WORKER_LOST]], columns=snapshot.problems.columns)
+                snapshot = dataclasses.replace(snapshot, problems=pd.concat([note, snapshot.problems], ignore_index=True))
+                self.snapshots[max_samples] = snapshot
+                return snapshot
+
+    def updated(self, max_samples: int, files_progress, samples_progress, parallel: bool | None) -> "RunSnapshot":
+        pending = self.pending(max_samples)  # what is read: a write during the pass shows as a change next time
+        if pending is None:
+            return self.snapshots[max_samples]
+        listing, run_format = pending
+        same_files = list(listing) == list(self.files) and run_format == self.built_format
+        self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
+        changed = []
+        for index in self.files.values():
+            change = index.change(listing[index.path])
+            if change == "new":
+                index.reset()
+            if change != "same":
+                changed.append(index)
+        jobs = []
+        for index in changed:
+            size = listing[index.path].size
+            jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
+        if parallel is None:
+            parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
+        self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
+        selected = self.parse_selected(max_samples, parallel, samples_progress)
+        for index in changed:
+            index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
+            self.cache.save(index)
+        if changed or not same_files:
+            self.snapshots = {}
+        self.built_format = run_format
+        snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error)
+        self.snapshots = dict(list(self.snapshots.items())[-(SNAPSHOTS_KEPT - 1) :]) | {max_samples: snapshot}
+        return snapshot
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
     # share of Max Samples Each Step per step: new lines are only in the changed files of a launch, so a step appended

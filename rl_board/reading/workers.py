@@ -1,4 +1,6 @@
-"""workers"""
+"""The worker processes that index big runs: one spawned pool per server, started before Load & View; tasks are this
+package's functions (index_chunk, summarize_lines, read_texts), pickled by name, so a worker imports only the reading
+layer. Also how files are cut into line-aligned chunks and rows into batches for them."""
 import contextlib
 import functools
 import gc
@@ -104,6 +106,13 @@ WORKER_POOL_LOCK = threading.Lock()
 def worker_pool() -> ProcessPoolExecutor:
     with WORKER_POOL_LOCK:
         return started_worker_pool()
+
+
+# After a worker died (the pool is then broken for good): a new pool, started on the next task.
+def restart_worker_pool():
+    with WORKER_POOL_LOCK:
+        started_worker_pool().shutdown(wait=False, cancel_futures=True)
+        started_worker_pool.cache_clear()
 
 
 @functools.cache

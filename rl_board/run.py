@@ -1,0 +1,104 @@
+"""A run opened from a notebook or a script, with the same reading layer, index cache and numbers as the page:
+
+    import rl_board
+    rl_board.list_runs("rollout_samples")                 # the runs the sidebar lists, as paths open_run takes
+    run = rl_board.open_run("rollout_samples/grpo_tiny_example")   # or s3://bucket/prefix/run
+    run.samples                                           # a row per loaded sample: step, sample, reward, ...
+    run.step(12)                                          # that step's rows with prompt, response and the other texts
+    run.tokens(12, 3)                                     # a row per token of sample 3 of step 12
+    run.history.train                                     # the trainer's own logged numbers
+"""
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rl_board.metrics import token_rows
+from rl_board.reading import store
+from rl_board.reading.history import TrainingHistory, read_history
+from rl_board.reading.snapshot import RunSnapshot, lines_key, read_sample_tokens, read_step_batch
+from rl_board.reading.storage import is_remote, joined
+
+ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample of every step
+
+
+# The columns of a snapshot's samples that are the index's bookkeeping (where a line and its texts are, its parse
+# status): the API says file and line instead.
+LOCATION_COLUMNS = ["path", "index_id", "offset", "length", "status", "prompt_key", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
+
+
+# A loaded run: its samples, and the texts and tokens read back from the files on demand.
+@dataclass(frozen=True)
+class Run:
+    snapshot: RunSnapshot
+    history: TrainingHistory
+
+    @property
+    def run_dir(self) -> str:
+        return self.snapshot.run_dir
+
+    @property
+    def format(self) -> str:
+        return self.snapshot.format
+
+    @property
+    def problems(self) -> pd.DataFrame:
+        """The load report's problems: bad lines, skipped files, images, notes (file, line, kind, reason)."""
+        return self.snapshot.problems
+
+    @property
+    def samples(self) -> pd.DataFrame:
+        """A row per loaded sample, in the page's order: step, sample (its index in the step's batch, as the page
+        numbers it), reward, rewards/<function>, advantage, group_id, avg_kl_<estimator>, lengths, fields; file and
+        line say where it is."""
+        samples = self.snapshot.samples
+        return samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]).assign(file=samples["path"])
+
+    @property
+    def steps(self) -> list[int]:
+        return list(self.snapshot.steps)
+
+    def step(self, step: int) -> pd.DataFrame:
+        """The step's rows as samples has them, with prompt, response, ref_response and ground_truth read back from
+        the files (a line that cannot be read back has none, and a warning names it)."""
+        rows = self.snapshot.step_rows(step)
+        if rows.empty:
+            raise KeyError(f"step {step} is not among the loaded steps ({len(self.snapshot.steps)} steps)")
+        batch = read_step_batch(lines_key(rows), rows)
+        for problem in batch.problems:
+            warnings.warn(problem, stacklevel=2)
+        table = batch.table.drop(columns=[column for column in LOCATION_COLUMNS if column in batch.table])
+        return table.assign(file=rows["path"].to_numpy())
+
+    def tokens(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
+        """A row per token of the sample (its index in the step's batch): token, logp, prob, ref_logp, ref_prob,
+        log_ratio, kl (by kl_estimator: kl, k1, k2 or k3, TRL's), entropy, token_reward, token_value, advantage where
+        the line has them, and tool (a token a tool wrote, which has no values). Empty without logprobs."""
+        rows = self.snapshot.step_rows(step)
+        if not 0 <= sample < len(rows):
+            raise IndexError(f"step {step} has {len(rows)} loaded sample(s), no sample {sample}")
+        row = rows.iloc[sample]
+        detail = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+        if detail is None:
+            return pd.DataFrame({"token": pd.Series(dtype=object)})
+        shown = token_rows(detail, kl_estimator, pad_token=None)
+        frame = pd.DataFrame({"position": shown.positions, "token": shown.tokens, **shown.values})
+        frame["tool"] = np.asarray(shown.is_tool, dtype=bool)
+        return frame
+
+
+# The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for ".").
+def list_runs(root) -> list[str]:
+    root = str(root)
+    return [root if name == "." else joined(root, name) for name in store.list_runs(root)]
+
+
+# Open a run folder (on disk or s3://...) in any format the board reads; max_samples is Max Samples Each Step (None:
+# every sample). The index cache is the page's: a run the page opened opens at once. parallel indexes a big run on
+# worker processes (spawned: a script that calls this must guard its top level with `if __name__ == "__main__":`).
+def open_run(path, max_samples: int | None = None, parallel: bool = False) -> Run:
+    path = path if is_remote(str(path)) else str(Path(path).expanduser())
+    snapshot = store.RunStore(path).load(max_samples or ALL_SAMPLES, parallel=parallel)
+    return Run(snapshot, read_history(snapshot.history_dir))

@@ -1,0 +1,95 @@
+"""The Python API (rl_board.open_run, list_runs) against the raw files and the page's own numbers: samples, a step's
+texts, a sample's tokens and the history, for the logger's JSONL, TRL's parquet and verl's dumps; no Streamlit imported."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rl_board
+from rl_board.reading.store import RunStore
+from tests.conftest import PROJECT
+
+SAMPLES = PROJECT / "rollout_samples"
+
+
+# Every line of the run's rank files by (file, line number).
+def raw_lines(run_dir: Path) -> dict[tuple[str, int], dict]:
+    return {
+        (str(path), number): json.loads(line)
+        for path in sorted(run_dir.glob("rollout_data_rank_*.jsonl"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if line.strip()
+    }
+
+
+def test_list_runs_gives_the_sidebar_s_runs_as_paths_open_run_takes():
+    runs = rl_board.list_runs(SAMPLES)
+    assert [Path(run).name for run in runs] == sorted(path.name for path in SAMPLES.iterdir() if path.is_dir())
+    assert all(Path(run).is_dir() for run in runs)
+
+
+def test_samples_step_texts_and_tokens_equal_the_raw_lines():
+    run_dir = SAMPLES / "grpo_tiny_example"
+    run = rl_board.open_run(str(run_dir))
+    lines = raw_lines(run_dir)
+    assert len(run.samples) == len(lines) and run.steps == sorted({line["step"] for line in lines.values()})
+    assert not {"path", "offset", "length", "index_id", "status"} & set(run.samples.columns)
+    step = run.steps[-1]
+    table = run.step(step)
+    assert len(table) == sum(line["step"] == step for line in lines.values()) and table["sample"].tolist() == list(range(len(table)))
+    for row in table.itertuples():
+        line = lines[(row.file, row.line)]  # every text read back as written
+        assert (row.prompt, row.response, row.step) == (line["prompt"], line["response"], step)
+        assert math.isclose(row.reward, line["reward"], rel_tol=1e-12)
+    tokens = run.tokens(step, 2)
+    line = lines[(table["file"].iloc[2], table["line"].iloc[2])]
+    ratio = np.array(line["logprobs"]) - np.array(line["ref_logprobs"])
+    assert tokens["logp"].tolist() == line["logprobs"][: len(tokens)]
+    np.testing.assert_allclose(tokens["log_ratio"], ratio[: len(tokens)], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tokens["kl"], np.exp(-ratio) + ratio - 1, rtol=1e-9, atol=1e-12)  # k3, TRL's
+    np.testing.assert_allclose(run.tokens(step, 2, "k1")["kl"], ratio, rtol=0, atol=1e-12)
+    assert run.samples.loc[(run.samples["step"] == step) & (run.samples["sample"] == 2), "avg_kl_k3"].item() == pytest.approx(float(np.mean(np.exp(-ratio) + ratio - 1)), rel=1e-9)
+    assert not tokens["tool"].any()
+    events = [json.loads(line) for line in next(run_dir.glob("rollout_metrics_*.jsonl")).read_text().splitlines()]
+    losses = {event["step"]: event["loss"] for event in events if event["kind"] == "train" and "loss" in event}
+    history = run.history.train.dropna(subset=["loss"])
+    assert dict(zip(history["step"], history["loss"])) == losses  # the trainer's logged loss, step by step
+
+
+def test_the_api_gives_the_numbers_the_page_draws():
+    run_dir = str(SAMPLES / "grpo_tiny_tools_example")
+    page = RunStore(run_dir).load(128, parallel=False)  # what load_run gives the page, Max Samples Each Step 128
+    api = rl_board.open_run(run_dir, max_samples=128)
+    for column in ("step", "sample", "reward", "advantage", "avg_kl_k3", "response_tokens_len", "group_id"):
+        assert api.samples[column].equals(page.samples[column]), column
+
+
+@pytest.mark.parametrize("name", ["from_trl_log_completions", "from_verl_rollout_data"])
+def test_other_trainers_runs_open_the_same_way(name):
+    run = rl_board.open_run(str(SAMPLES / name))
+    assert len(run.samples) and run.format.startswith(("TRL", "verl"))
+    step = run.step(run.steps[0])
+    assert step["response"].notna().all() and step["prompt"].notna().all()
+
+
+def test_a_step_or_sample_not_loaded_is_an_error_that_says_so():
+    run = rl_board.open_run(str(SAMPLES / "grpo_tiny_example"), max_samples=2)
+    with pytest.raises(KeyError, match="not among the loaded steps"):
+        run.step(10**9)
+    with pytest.raises(IndexError, match="2 loaded sample"):
+        run.tokens(run.steps[0], 5)
+
+
+def test_importing_the_api_and_opening_a_run_imports_no_streamlit_plotly_or_torch():
+    code = (
+        "import sys, rl_board; run = rl_board.open_run(sys.argv[1]); run.step(run.steps[0]); run.tokens(run.steps[0], 0);"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'plotly', 'torch', 'trl', 'rl_logging_board')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(SAMPLES / "grpo_tiny_example")], cwd=PROJECT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
