@@ -227,7 +227,8 @@ def launch_options() -> argparse.Namespace:
 
 
 # Served beyond this machine, anyone who reaches the port could read every JSONL file the server can: the page then
-# asks for the access token (RL_LOGGING_BOARD_TOKEN, in the URL as ?token=... or typed once per session) and opens
+# asks for the access token (RL_LOGGING_BOARD_TOKEN, in the URL as ?token=..., dropped from it once accepted, or typed
+# once per session) and opens
 # only folders under the launch root, unless --allow-any-root says otherwise. Returns the folder runs must be under
 # (None: any), or stops the page.
 def guard_network_access(options: argparse.Namespace) -> str | None:
@@ -238,12 +239,17 @@ def guard_network_access(options: argparse.Namespace) -> str | None:
         st.error(f"This board is served beyond this machine without an access token: set {TOKEN_VARIABLE} (bash start.sh makes one) or serve it on 127.0.0.1.")
         st.stop()
     if not st.session_state.get(StateKey.TOKEN_ACCEPTED):
-        given = st.query_params.get("token") or st.text_input("Access token", type="password", help=f"The server's {TOKEN_VARIABLE}; start.sh prints a link with it.")
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            if given:
-                st.error("Wrong access token.")
-            st.stop()
+        linked = st.query_params.get("token", "")
+        if not (linked and hmac.compare_digest(linked.encode(), token.encode())):
+            if linked:
+                st.error("Wrong access token in the link.")
+            typed = st.text_input("Access token", type="password", help=f"The server's {TOKEN_VARIABLE}; start.sh prints a link with it.")
+            if not hmac.compare_digest(typed.encode(), token.encode()):
+                if typed:
+                    st.error("Wrong access token.")
+                st.stop()
         st.session_state[StateKey.TOKEN_ACCEPTED] = True
+        st.query_params.pop("token", None)  # accepted: out of the address bar and the browser's history
         st.rerun()  # drawn anew without the token box
     return None if options.allow_any_root else options.root
 

@@ -6,7 +6,7 @@
 #         an S3-compatible store
 # It listens on 127.0.0.1 only; set RL_LOGGING_BOARD_ADDRESS=0.0.0.0 to serve other machines. Served so, the page asks
 # for RL_LOGGING_BOARD_TOKEN (made here and printed with the link when unset) and opens only folders under ROOT
-# (RL_LOGGING_BOARD_ALLOW_ANY_ROOT=1 lifts that).
+# (RL_LOGGING_BOARD_ALLOW_ANY_ROOT=1 lifts that); the link names RL_LOGGING_BOARD_HOST, else this machine's name.
 # Python: the active virtual environment ($VIRTUAL_ENV) if there is one, else the project's .venv, created on
 # the first run. requirements.txt is installed into it on the first run and again only when the file changes
 # (a stamp file in the environment), so later starts install nothing. RL_LOGGING_BOARD_PYTHON=/path/to/python
@@ -50,6 +50,10 @@ else
   fi
 fi
 
+# Served beyond this machine, Streamlit would look up the machine's external address for its start-up banner (a DNS
+# query, then a request to checkip.amazonaws.com): the address users open is given instead (browser.serverAddress:
+# RL_LOGGING_BOARD_HOST, else this machine's name), so the server makes no outbound call.
+served=()
 case "$address" in
   127.0.0.1 | localhost | ::1) ;;
   *)
@@ -57,10 +61,12 @@ case "$address" in
       RL_LOGGING_BOARD_TOKEN="$("$python" -c 'import secrets; print(secrets.token_urlsafe(18))')"
       export RL_LOGGING_BOARD_TOKEN
     fi
-    echo "start.sh: served beyond this machine; open http://$(hostname):$port/?token=$RL_LOGGING_BOARD_TOKEN" >&2
+    host="${RL_LOGGING_BOARD_HOST:-$(hostname)}"
+    served=(--browser.serverAddress "$host")
+    echo "start.sh: served beyond this machine; open http://$host:$port/?token=$RL_LOGGING_BOARD_TOKEN" >&2
     ;;
 esac
 
 exec "$python" -m streamlit run rl_logging_board.py \
   --server.port "$port" --server.address "$address" --server.headless true \
-  --browser.gatherUsageStats false -- --root "$root"
+  --browser.gatherUsageStats false ${served[@]+"${served[@]}"} -- --root "$root"

@@ -595,3 +595,21 @@ def test_reruns_and_loads_share_one_pool_of_worker_processes(grpo_root, monkeypa
         load_and_view(app)
         app.run()
     assert set(multiprocessing.active_children()) == workers and len(workers) >= WORKERS > 1
+
+
+# The token in the link (start.sh prints ?token=...) is accepted and then dropped from the address, so it does not
+# stay in the address bar or the browser's history; a wrong one in the link still offers the box.
+def test_served_to_the_network_a_token_in_the_link_is_accepted_and_dropped(grpo_root, monkeypatch, served_to_the_network):
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "s3cret-token")
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(grpo_root))
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.query_params["token"] = "s3cret-token"
+    app.run()
+    assert not app.exception and app.sidebar.button and not [t for t in app.text_input if t.label == "Access token"]
+    assert "token" not in app.query_params
+    wrong = AppTest.from_file(APP, default_timeout=120)
+    wrong.query_params["token"] = "not-it"
+    wrong.run()
+    assert [error.value for error in wrong.error] == ["Wrong access token in the link."] and not wrong.sidebar.button
+    widget(wrong.text_input, "Access token").input("s3cret-token").run()
+    assert wrong.sidebar.button and not wrong.error and "token" not in wrong.query_params

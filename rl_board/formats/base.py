@@ -48,6 +48,14 @@ class Folder:
         return {entry.path: entry.status for entry in entries}
 
 
+# A format whose files are JSONL rank files named by a pattern, read as they are: it takes a folder whose every JSONL
+# file is so named.
+def named_rank_files(folder: Folder, pattern, name: str) -> tuple[dict[str, FileStatus], RunFormat] | None:
+    if folder.jsonl and all(pattern.fullmatch(entry.name) for entry in folder.jsonl):
+        return folder.sources(folder.jsonl), RunFormat(name)
+    return None
+
+
 # The top-level keys of a file's first line, however long (a reasoning model's line can be MBs), per file version;
 # none for an empty file or a line that is not a JSON object.
 @functools.lru_cache(maxsize=1024)

@@ -2,7 +2,7 @@
 token in its texts), read as they are."""
 import re
 
-from rl_board.formats.base import Folder, RunFormat
+from rl_board.formats.base import Folder, RunFormat, named_rank_files
 from rl_board.reading.storage import FileStatus
 
 RANK_FILE = re.compile(r"data_rank\d+\.jsonl")
@@ -12,6 +12,4 @@ NAME = "OpenRLHF rank files (data_rank<r>.jsonl, the original board's format)"
 
 
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
-    if folder.jsonl and all(RANK_FILE.fullmatch(entry.name) for entry in folder.jsonl):
-        return folder.sources(folder.jsonl), RunFormat(NAME)
-    return None
+    return named_rank_files(folder, RANK_FILE, NAME)

@@ -3,7 +3,7 @@ reward model's answer in rm_response (verl/utils/rl_logging_board_utils.py of zy
 are."""
 import re
 
-from rl_board.formats.base import Folder, RunFormat
+from rl_board.formats.base import Folder, RunFormat, named_rank_files
 from rl_board.reading.storage import FileStatus
 
 RANK_FILE = re.compile(r"rollout_data_rank\d+\.jsonl")
@@ -13,6 +13,4 @@ NAME = "verl fork's rollout_data_rank<r>.jsonl (the original board's format)"
 
 
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
-    if folder.jsonl and all(RANK_FILE.fullmatch(entry.name) for entry in folder.jsonl):
-        return folder.sources(folder.jsonl), RunFormat(NAME)
-    return None
+    return named_rank_files(folder, RANK_FILE, NAME)
