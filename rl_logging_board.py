@@ -59,6 +59,7 @@ from rl_board.metrics import (
     facet_table,
     filter_columns,
     filter_mask,
+    finite,
     group_signal_by_step,
     group_table,
     step_statistics_table,
@@ -90,13 +91,10 @@ from rl_board.reading.lines import (
     TEXT_FIELD_CHARACTERS,
     TEXT_PREFIX,
     BadLine,
-    finite,
     line_fields,
     raw_value,
 )
 from rl_board.reading.search import (
-    EXPORT_BYTES,
-    EXPORT_ROWS,
     SEARCH_PLACES,
     SEARCH_SECONDS,
     RunTexts,
@@ -380,6 +378,12 @@ RUNNING_TEXT_TOKENS = 2000
 
 # Search results listed at most (the downloads hold up to EXPORT_ROWS).
 RESULTS_SHOWN = 1000
+
+
+EXPORT_ROWS = 10_000  # of a download; more, and the page asks to narrow the filter
+
+
+EXPORT_BYTES = 100 << 20  # of original lines in a JSONL download
 
 
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5

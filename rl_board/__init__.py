@@ -27,6 +27,14 @@ The map, by the data path (each module's docstring says more; only the page impo
     the API                                    run.py               open_run, list_runs, Run
 """
 
-from rl_board.run import Run, list_runs, open_run
-
 __all__ = ["Run", "list_runs", "open_run"]
+
+
+# The API is imported when first asked for: a worker process imports rl_board.reading.workers, and with it this
+# module, and needs none of it (the store, the formats, pyarrow and Pillow stay out of its memory and start-up).
+def __getattr__(name: str):
+    if name in __all__:
+        from rl_board import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from rl_board.metrics import TokenRows, normal_curve, smoothed, step_stats
+from rl_board.metrics import TokenRows, finite, normal_curve, smoothed, step_stats
 from rl_board.reading.history import TrainingHistory, metric_name
-from rl_board.reading.lines import finite
 from rl_board.text import largest_magnitude, one_line
 
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]

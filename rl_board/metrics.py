@@ -16,6 +16,12 @@ from rl_board.text import IMAGE_PLACEHOLDER, clean_text, shorten
 REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
 
 
+# A column's finite values (no NaN, no infinity), as floats.
+def finite(series: pd.Series) -> np.ndarray:
+    values = series.to_numpy(dtype=float)
+    return values[np.isfinite(values)]
+
+
 # Rows of the token area: (name, what it is). Where the policy left the reference and was unsure come first, so the
 # token table shows them without scrolling; advantage, the same on every token, is not shown until chosen.
 TOKEN_ROWS = {

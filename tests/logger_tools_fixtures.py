@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 import transformers
+import trl
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-import trl
 from trl import GRPOTrainer, chat_template_utils
 
 from examples.train_grpo_tiny_tools import (
@@ -30,7 +30,6 @@ from examples.train_grpo_tiny_tools import (
     save_warm_model,
     tool_call_text,
 )
-
 
 WARMUP_STEPS = 150  # enough for most completions sampled at temperature 1 to hold a well-formed call
 

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import torch.distributed
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.logger_fixtures import add_logger, make_trainer  # noqa: E402
-
 
 if __name__ == "__main__":
     model_dir, output_dir = sys.argv[1:3]

@@ -2,7 +2,6 @@
 
 import rl_logging_board as board
 
-
 if __name__ == "__main__":  # spawned worker processes import this file as their main module: nothing to run there
     defaults = board.PROGRESS_AFTER_S, board.PROGRESS_EVERY_S
     try:

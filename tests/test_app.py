@@ -11,10 +11,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import rl_logging_board as board
+from bench.generate_run import write_run
 from rl_board.reading.history import METRICS_FILES
 from rl_board.reading.workers import WORKERS
 from rl_board.text import BYTE_OF_CHARACTER, clean_text, markdown_literal
-from bench.generate_run import write_run
 from tests.test_loading import sample, write_lines
 
 APP = str(Path(board.__file__))

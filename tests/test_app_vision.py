@@ -23,7 +23,6 @@ from rl_board.text import clean_text
 from tests.test_app import batch_table, load_and_view, open_token_view, running_text, start, widget
 from tests.vision_tool_runs import HOSTILE_PATHS, PLACEHOLDERS, write_tool_run, write_vision_run
 
-
 OPENED: list[str] | None = None  # while a list, every file Python opens is added to it (an audit hook stays for good)
 
 

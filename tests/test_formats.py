@@ -17,13 +17,13 @@ from pathlib import Path
 import pyarrow.parquet
 import pytest
 
-import rl_logging_board as board
 import rl_board.formats.conversion
 import rl_board.reading.storage
+import rl_logging_board as board
 from rl_board.reading.history import read_history
 from rl_board.reading.search import export_jsonl
-from rl_board.reading.snapshot import read_sample_tokens, read_step_batch, RunSnapshot
-from rl_board.reading.store import list_runs, RunStore
+from rl_board.reading.snapshot import RunSnapshot, read_sample_tokens, read_step_batch
+from rl_board.reading.store import RunStore, list_runs
 from tests.other_trainers import verl_run, write_openrlhf_rank_files, write_verl_dump, write_verl_fork_run
 from tests.test_app import batch_table, load_and_view, start, widget
 from tests.test_app_history import curve_points, step_reward_chart

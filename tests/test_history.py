@@ -31,8 +31,7 @@ import pandas.testing as pdt
 import pytest
 
 import rl_logging_board as board
-from rl_board.reading.history import read_history, TrainingHistory
-
+from rl_board.reading.history import TrainingHistory, read_history
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "history"
 PROJECT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,6 @@ Numbers are checked against `plain_parse`, an independent slow reading of the fi
 import functools
 import hashlib
 import json
-
-import simdjson
 import math
 import os
 import shutil
@@ -21,19 +19,20 @@ import msgspec
 import numpy as np
 import pyarrow.feather
 import pytest
+import simdjson
 
-import rl_logging_board as board
 import rl_board.reading.lines
 import rl_board.reading.store
 import rl_board.reading.workers
+import rl_logging_board as board
+from bench.generate_run import write_run
 from rl_board.metrics import step_stats
 from rl_board.reading.history import read_meta
 from rl_board.reading.index import BAD, GOOD, UNPARSED, FileIndex, IndexCache
 from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
 from rl_board.reading.snapshot import lines_key, select_lines
-from rl_board.reading.store import list_runs, RunStore
+from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
-from bench.generate_run import write_run
 from tests.worker_faults import index_chunk_killed_once
 
 

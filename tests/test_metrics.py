@@ -10,11 +10,32 @@ import pandas as pd
 import pytest
 
 import rl_logging_board as board
-from rl_board.figures import LABELLED_TOKENS, VALUE_LABELLED_TOKENS, batch_reward_chart, diverging_colours, reward_distribution_chart, reward_gap_chart, running_text_html, step_curve_chart, step_fraction_chart, token_heatmap_figure
-from rl_board.metrics import group_signal_by_step, group_table, normal_curve, smoothed, step_stats, token_rows, TokenRows, trl_kl_by_step, trl_pools_kl
+from rl_board.figures import (
+    LABELLED_TOKENS,
+    VALUE_LABELLED_TOKENS,
+    batch_reward_chart,
+    diverging_colours,
+    reward_distribution_chart,
+    reward_gap_chart,
+    running_text_html,
+    step_curve_chart,
+    step_fraction_chart,
+    token_heatmap_figure,
+)
+from rl_board.metrics import (
+    TokenRows,
+    group_signal_by_step,
+    group_table,
+    normal_curve,
+    smoothed,
+    step_stats,
+    token_rows,
+    trl_kl_by_step,
+    trl_pools_kl,
+)
 from rl_board.reading.history import read_history
 from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
-from rl_board.reading.snapshot import group_numbers, SampleTokens
+from rl_board.reading.snapshot import SampleTokens, group_numbers
 from rl_board.reading.store import RunStore
 from rl_board.text import clean_text, markdown_literal, one_line, readable_tokens, valid_text
 from tests.test_loading import load, sample, write_lines

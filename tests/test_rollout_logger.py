@@ -31,13 +31,12 @@ from tests.logger_fixtures import (
     GenerationRecorder,
     Rescorer,
     add_logger,
+    assert_step_kl_is_trls,
     make_trainer,
     max_difference,
-    assert_step_kl_is_trls,
     read_records,
     sample_key,
 )
-
 
 FILE_NAME = re.compile(r"rollout_data_rank_0_(\d{8}T\d{6}Z)\.jsonl")
 GRPO_KEYS = {

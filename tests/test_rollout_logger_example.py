@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-
 PROJECT = Path(__file__).resolve().parents[1]
 SAMPLES = PROJECT / "rollout_samples"
 BUNDLED = SAMPLES / "grpo_tiny_example"

@@ -20,7 +20,6 @@ from tests.logger_fixtures import (
     trl_step_kl,
 )
 
-
 SECRETS = dict(hub_token="hf_hub_secret", model_init_kwargs={"token": "hf_model_secret", "dtype": "float32"})
 
 

@@ -29,7 +29,6 @@ from tests.logger_tools_fixtures import (
     why_trl_runs_no_tools,
 )
 
-
 PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
 STEPS = [1, 2, 3]
 

@@ -15,7 +15,6 @@ import pytest
 
 from tests.logger_fixtures import KL_ROUNDING, TRL_POOLS_RANKS, read_records, tiny_model_dir, trl_step_kl
 
-
 PROJECT = Path(__file__).resolve().parents[1]
 # What a rank prints when gloo's threads abort it (std::terminate on a still-joinable thread), seen mid-training and at
 # exit, now and then, on a busy 2-core machine, with no error of ours: the run is tried once more.

@@ -31,7 +31,6 @@ from rollout_logger.images import ImageFiles, content_hash
 from rollout_logger.writer import JsonlWriter, json_line
 from tests.logger_fixtures import GenerationRecorder, Rescorer, make_trainer, max_difference, read_records
 
-
 PROJECT = Path(__file__).resolve().parents[1]
 BUNDLED = PROJECT / "rollout_samples" / "grpo_tiny_vlm_example"
 IMAGE_PATH = re.compile(r"images/[0-9a-f]{32}\.(png|jpg)")

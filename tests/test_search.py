@@ -15,11 +15,24 @@ import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
-import rl_logging_board as board
 import rl_board.reading.search
-from rl_board.metrics import facet_table, filter_columns, filter_mask, SampleFilter
+import rl_logging_board as board
+from rl_board.metrics import SampleFilter, facet_table, filter_columns, filter_mask
 from rl_board.reading.lines import FIELD_COLUMNS
-from rl_board.reading.search import SEARCH_PROGRAM, SNIPPET_AFTER, SNIPPET_BEFORE, export_csv, export_jsonl, export_parquet, export_table, match_snippets, RunTexts, search_pattern, search_samples, SearchResult
+from rl_board.reading.search import (
+    SEARCH_PROGRAM,
+    SNIPPET_AFTER,
+    SNIPPET_BEFORE,
+    RunTexts,
+    SearchResult,
+    export_csv,
+    export_jsonl,
+    export_parquet,
+    export_table,
+    match_snippets,
+    search_pattern,
+    search_samples,
+)
 from rl_board.text import markdown_literal
 from tests.test_app import batch_table, chart_spec, load_and_view, start, widget
 from tests.test_loading import load, sample, write_lines

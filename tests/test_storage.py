@@ -19,17 +19,17 @@ import s3fs
 from google.protobuf.json_format import MessageToDict
 from streamlit.testing.v1 import AppTest
 
-import rl_logging_board as board
 import rl_board.reading.storage
 import rl_board.reading.store
 import rl_board.reading.workers
+import rl_logging_board as board
 from rl_board.reading.history import read_history
 from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
 from rl_board.reading.index import IndexCache
 from rl_board.reading.search import RunTexts, search_pattern, search_samples
-from rl_board.reading.snapshot import read_sample_tokens, read_step_batch, RunSnapshot
-from rl_board.reading.storage import storage, StorageError
-from rl_board.reading.store import list_runs, RunStore
+from rl_board.reading.snapshot import RunSnapshot, read_sample_tokens, read_step_batch
+from rl_board.reading.storage import StorageError, storage
+from rl_board.reading.store import RunStore, list_runs
 from rl_board.text import markdown_literal
 from tests.conftest import PROJECT
 from tests.s3_server import (  # noqa: F401  (s3_server: a fixture)

@@ -11,7 +11,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 import simdjson
 
 from rl_board.text import valid_text
@@ -57,11 +56,6 @@ def segment_sums_and_means(values: np.ndarray, lengths: np.ndarray) -> tuple[np.
         means = sums / counts
     sums[counts == 0] = np.nan
     return sums, means
-
-
-def finite(series: pd.Series) -> np.ndarray:
-    values = series.to_numpy(dtype=float)
-    return values[np.isfinite(values)]
 
 
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")

@@ -43,12 +43,6 @@ SEARCH_PROGRAM = 2_000  # RE2's size of a regular expression at most (ordinary o
 SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
 
 
-EXPORT_ROWS = 10_000  # of an export; more, and the page asks to narrow the filter
-
-
-EXPORT_BYTES = 100 << 20  # of original lines in a JSONL export
-
-
 EXPORT_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "reward_gap", "advantage", "group_id", "truncated", "response_len",
     "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy", "avg_log_ratio", "sum_log_ratio",
