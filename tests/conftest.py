@@ -41,27 +41,34 @@ def pytest_collection_modifyitems(config, items):
 
 
 IDENTIFIER = r"(?:\w|[:+\-.\[\]\\/])+"  # a marker name as pytest's -m grammar spells it
+KEYWORDS = {"and", "or", "not"}
+
+
+def marker_expression_holds(markexpr: str, present: set[str]) -> bool:
+    """Whether `-m markexpr` (names joined by and, or, not and parentheses) holds for a test with these markers: each
+    name becomes True or False and what is left is evaluated as Python's own and/or/not, which have -m's precedence."""
+    tokens = re.findall(f"\\(|\\)|{IDENTIFIER}", markexpr)
+    if "".join(tokens) != re.sub(r"\s+", "", markexpr):
+        raise ValueError(f"not a marker expression: {markexpr!r}")
+    python = " ".join(token if token in KEYWORDS or token in "()" else str(token in present) for token in tokens)
+    return bool(eval(python, {"__builtins__": {}}))  # only True, False, and, or, not and parentheses are left
 
 
 def deselects_every_test_marked(markexpr: str, marker: str) -> bool:
     """Whether `-m markexpr` leaves out every test marked `marker`, whatever other markers it has."""
-    names = set(re.findall(IDENTIFIER, markexpr)) - {"and", "or", "not"}
+    names = set(re.findall(IDENTIFIER, markexpr)) - KEYWORDS
     if not markexpr or names & set(re.findall(f"({IDENTIFIER})\\s*\\(", markexpr)):
         return False  # no -m, or a marker with arguments: never assume
-    try:
-        from _pytest.mark.expression import Expression
-
-        expression = Expression.compile(markexpr)
-    except Exception:  # a private API of pytest, or an expression pytest itself will report
-        return False
     others = sorted(names - {marker})
     if len(others) > 8:
         return False
-    for values in itertools.product((False, True), repeat=len(others)):
-        present = {marker, *(name for name, value in zip(others, values) if value)}
-        if expression.evaluate(lambda name, /, **kwargs: name in present):
-            return False
-    return True
+    try:
+        return not any(
+            marker_expression_holds(markexpr, {marker, *(name for name, value in zip(others, values) if value)})
+            for values in itertools.product((False, True), repeat=len(others))
+        )
+    except (ValueError, SyntaxError):  # an expression pytest itself will report
+        return False
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -75,3 +75,25 @@ def test_run_sh_finds_installed_chromium_and_fonts_every_time():
     result = subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("markexpr", "marker", "deselected"),
+    [
+        ("not browser and not training and not slow", "browser", True),
+        ("not browser and not training", "training", True),
+        ("not (browser or training)", "browser", True),
+        ("slow and not browser", "browser", True),
+        ("not browser", "training", False),
+        ("browser or slow", "training", False),
+        ("not browser or training", "browser", False),
+        ("training", "browser", False),  # a browser test that is also marked training is chosen
+        ("", "browser", False),
+        ("not browser(x)", "browser", False),  # a marker with arguments: never assumed
+    ],
+)
+def test_a_file_is_skipped_only_when_m_deselects_every_test_of_its_marker(markexpr, marker, deselected):
+    """conftest.py leaves unimported the files whose marker `-m` rules out for any other markers a test may have."""
+    from tests.conftest import deselects_every_test_marked
+
+    assert deselects_every_test_marked(markexpr, marker) is deselected

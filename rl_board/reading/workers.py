@@ -120,8 +120,14 @@ def started_worker_pool() -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(max_workers=WORKERS, mp_context=multiprocessing.get_context("spawn"))
     with page_not_rerun():
         for _ in range(WORKERS):  # they all start on these first tasks, long before one is idle
-            pool.submit(int)
+            pool.submit(ready)
     return pool
+
+
+# A worker's first task, while the user picks a run: unpickling it imports this module, the reading layer its indexing
+# tasks need, so the first Load & View does not wait for it.
+def ready() -> int:
+    return os.getpid()
 
 
 # A spawned process first runs its parent's __main__ again (multiprocessing's spawn), and in the server __main__ is the
