@@ -567,15 +567,14 @@ def load_selected_run(settings: "Settings"):
 # A run's snapshot from its shared store, brought up to date when asked (or first needed), with progress bars.
 def load_run(run_dir: str, max_samples: int, refresh: bool) -> "RunSnapshot":
     store = run_store(run_dir)
-    snapshot = store.snapshots.get(max_samples)
-    if (refresh or snapshot is None) and store.needs_work(max_samples):
+    if (refresh or max_samples not in store.snapshots) and store.needs_work(max_samples):
         bars = [ProgressBar(), ProgressBar()]
         try:
-            snapshot = store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
+            store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
         finally:
             for bar in bars:
                 bar.clear()
-    return snapshot or store.load(max_samples)  # another session's load may have just replaced it
+    return store.snapshots.get(max_samples) or store.load(max_samples)  # the newest: another session may have loaded meanwhile
 
 
 # The runs chosen to compare, loaded as the shown one is (from their index caches once indexed).

@@ -52,7 +52,8 @@ fi
 
 # Served beyond this machine, Streamlit would look up the machine's external address for its start-up banner (a DNS
 # query, then a request to checkip.amazonaws.com): the address users open is given instead (browser.serverAddress:
-# RL_LOGGING_BOARD_HOST, else this machine's name), so the server makes no outbound call.
+# RL_LOGGING_BOARD_HOST, else this machine's name). Pages opened at that address, or at any address of this server
+# (same origin), make it look nothing up; only a page of another origin opening the board's socket would.
 served=()
 case "$address" in
   127.0.0.1 | localhost | ::1) ;;

@@ -18,7 +18,8 @@ import pandas as pd
 from rl_board.metrics import token_rows
 from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
-from rl_board.reading.snapshot import RunSnapshot, lines_key, read_sample_tokens, read_step_batch
+from rl_board.reading.lines import KL_ESTIMATORS, BadLine
+from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
 
 ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample of every step
@@ -73,14 +74,21 @@ class Run:
         return table.assign(file=rows["path"].to_numpy())
 
     def tokens(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
-        """A row per token of the sample (its index in the step's batch): token, logp, prob, ref_logp, ref_prob,
-        log_ratio, kl (by kl_estimator: kl, k1, k2 or k3, TRL's), entropy, token_reward, token_value, advantage where
-        the line has them, and tool (a token a tool wrote, which has no values). Empty without logprobs."""
+        """A row per token of the sample (its index in the step's batch), as the page's token table has them: position,
+        token, logp, prob, ref_logp, ref_prob, log_ratio, kl (by kl_estimator: kl, k1, k2 or k3, TRL's), entropy,
+        token_reward, token_value, advantage where the line has them, and tool (a token a tool wrote, which has no
+        values); a run of an image placeholder token is one row, its values averaged. Empty without logprobs. A line
+        rewritten since the run was opened raises ValueError saying so."""
+        if kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, not {kl_estimator!r}")
         rows = self.snapshot.step_rows(step)
         if not 0 <= sample < len(rows):
             raise IndexError(f"step {step} has {len(rows)} loaded sample(s), no sample {sample}")
         row = rows.iloc[sample]
-        detail = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+        try:
+            detail = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+        except (OSError, BadLine) as error:
+            raise ValueError(read_back_problem(row["path"], row["line"], error)) from error
         if detail is None:
             return pd.DataFrame({"token": pd.Series(dtype=object)})
         shown = token_rows(detail, kl_estimator, pad_token=None)
@@ -100,5 +108,5 @@ def list_runs(root) -> list[str]:
 # worker processes (spawned: a script that calls this must guard its top level with `if __name__ == "__main__":`).
 def open_run(path, max_samples: int | None = None, parallel: bool = False) -> Run:
     path = path if is_remote(str(path)) else str(Path(path).expanduser())
-    snapshot = store.RunStore(path).load(max_samples or ALL_SAMPLES, parallel=parallel)
+    snapshot = store.RunStore(path).load(ALL_SAMPLES if max_samples is None else max_samples, parallel=parallel)
     return Run(snapshot, read_history(snapshot.history_dir))

@@ -93,3 +93,10 @@ def test_importing_the_api_and_opening_a_run_imports_no_streamlit_plotly_or_torc
     result = subprocess.run([sys.executable, "-c", code, str(SAMPLES / "grpo_tiny_example")], cwd=PROJECT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_an_unknown_estimator_and_every_sample_are_said_plainly():
+    run = rl_board.open_run(str(SAMPLES / "grpo_tiny_example"), max_samples=None)
+    with pytest.raises(ValueError, match="kl_estimator must be one of kl, k1, k2, k3"):
+        run.tokens(run.steps[0], 0, "k4")
+    assert len(run.samples) == len(raw_lines(SAMPLES / "grpo_tiny_example"))

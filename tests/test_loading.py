@@ -759,3 +759,13 @@ def test_snapshots_of_different_max_samples_are_kept_side_by_side(tmp_path):
         file.write(json.dumps(sample(3)) + "\n")
     assert store.needs_work(4) and store.needs_work(128)
     assert store.load(4, parallel=False).steps == [0, 1, 2, 3]
+
+
+# A second session whose tasks broke on the same dead pool must not shut down the pool the first has just started.
+def test_only_the_broken_pool_is_replaced():
+    broken = worker_pool()
+    rl_board.reading.workers.replace_broken_pool(broken)
+    fresh = worker_pool()
+    assert fresh is not broken
+    rl_board.reading.workers.replace_broken_pool(broken)  # the second session's late call
+    assert worker_pool() is fresh and fresh.submit(int).result(timeout=120) == 0

@@ -5,6 +5,7 @@ import contextlib
 import io
 import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,8 +91,12 @@ class RunTexts:
         sizes = np.where(np.isnan(spans), lines[:, 1], spans).astype(np.int64)  # bytes each line's texts take to read
         parallel = WORKERS > 1 and int(sizes.sum()) > PARALLEL_MIN_BYTES
         tasks = [(read_texts, (path, lines[part])) for part in batches_of_rows(np.arange(len(lines)), sizes)]
+        try:
+            results = list(run_tasks(tasks, parallel))
+        except BrokenProcessPool:  # a worker died: run_tasks replaced the pool; read them again, once
+            results = list(run_tasks(tasks, parallel))
         parts, text_sizes = [known.data], []
-        for data, part_sizes in run_tasks(tasks, parallel):
+        for data, part_sizes in results:
             parts.append(data)
             text_sizes.append(part_sizes)
         ends = len(known.data) + np.cumsum(np.concatenate(text_sizes).ravel())  # prompt end, response end, prompt end, ...

@@ -27,7 +27,6 @@ from rl_board.reading.workers import (
     batches_of_rows,
     index_chunk,
     line_aligned_chunks,
-    restart_worker_pool,
     run_tasks,
     summarize_lines,
 )
@@ -85,9 +84,10 @@ class RunStore:
     # The run's files and format as listed now when load() would read anything, else None. Cheap: a listing.
     def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
         listing, run_format = self.current_files()
-        if max_samples not in self.snapshots or list(listing) != list(self.files) or run_format != self.built_format:
+        files = self.files  # read once: a load may replace it meanwhile (this runs outside the lock)
+        if max_samples not in self.snapshots or list(listing) != list(files) or run_format != self.built_format:
             return listing, run_format
-        return (listing, run_format) if any(self.files[path].change(status) != "same" for path, status in listing.items()) else None
+        return (listing, run_format) if any(files[path].change(status) != "same" for path, status in listing.items()) else None
 
     def needs_work(self, max_samples: int) -> bool:
         return self.pending(max_samples) is not None
@@ -98,10 +98,13 @@ class RunStore:
         with self.lock:
             try:
                 return self.updated(max_samples, files_progress, samples_progress, parallel)
-            except BrokenProcessPool:
-                restart_worker_pool()
+            except BrokenProcessPool:  # run_tasks replaced the pool
                 self.files, self.snapshots = {}, {}
-                snapshot = self.updated(max_samples, files_progress, samples_progress, parallel)
+                try:
+                    snapshot = self.updated(max_samples, files_progress, samples_progress, parallel)
+                except BrokenProcessPool:  # again: read in this process, without workers
+                    self.files, self.snapshots = {}, {}
+                    snapshot = self.updated(max_samples, files_progress, samples_progress, False)
                 note = pd.DataFrame([["", 0, "note", WORKER_LOST]], columns=snapshot.problems.columns)
                 snapshot = dataclasses.replace(snapshot, problems=pd.concat([note, snapshot.problems], ignore_index=True))
                 self.snapshots[max_samples] = snapshot
@@ -110,6 +113,7 @@ class RunStore:
     def updated(self, max_samples: int, files_progress, samples_progress, parallel: bool | None) -> "RunSnapshot":
         pending = self.pending(max_samples)  # what is read: a write during the pass shows as a change next time
         if pending is None:
+            self.snapshots[max_samples] = self.snapshots.pop(max_samples)  # the most recently used is kept longest
             return self.snapshots[max_samples]
         listing, run_format = pending
         same_files = list(listing) == list(self.files) and run_format == self.built_format
@@ -136,7 +140,8 @@ class RunStore:
             self.snapshots = {}
         self.built_format = run_format
         snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error)
-        self.snapshots = dict(list(self.snapshots.items())[-(SNAPSHOTS_KEPT - 1) :]) | {max_samples: snapshot}
+        kept = [item for item in self.snapshots.items() if item[0] != max_samples]
+        self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
         return snapshot
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's

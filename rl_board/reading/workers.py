@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -86,15 +87,22 @@ def batches_of_rows(rows: np.ndarray, lengths: np.ndarray, batch_bytes: int = 8 
 
 
 # Run (function, args) tasks on the worker processes, or here when small; yields results in task order. A task's
-# function is a module-level function of this package: it pickles by name, and a worker imports its module once.
+# function is a module-level function of this package: it pickles by name, and a worker imports its module once. A
+# worker that dies (killed, out of memory) breaks its pool for good: that pool is replaced, and BrokenProcessPool
+# raised for the caller to run its tasks again.
 def run_tasks(tasks: list, parallel: bool):
     if not parallel or len(tasks) < 2:
         for function, args in tasks:
             yield function(*args)
         return
-    futures = [worker_pool().submit(function, *args) for function, args in tasks]
-    for future in futures:
-        yield future.result()
+    pool = worker_pool()
+    try:
+        futures = [pool.submit(function, *args) for function, args in tasks]
+        for future in futures:
+            yield future.result()
+    except BrokenProcessPool:
+        replace_broken_pool(pool)
+        raise
 
 
 WORKER_POOL_LOCK = threading.Lock()
@@ -108,11 +116,13 @@ def worker_pool() -> ProcessPoolExecutor:
         return started_worker_pool()
 
 
-# After a worker died (the pool is then broken for good): a new pool, started on the next task.
-def restart_worker_pool():
+# A pool a worker of which died: the next task starts a new one. Only that pool is replaced: sessions whose tasks broke
+# on it at once must not shut down the pool another has just started.
+def replace_broken_pool(broken: ProcessPoolExecutor):
     with WORKER_POOL_LOCK:
-        started_worker_pool().shutdown(wait=False, cancel_futures=True)
-        started_worker_pool.cache_clear()
+        if started_worker_pool.cache_info().currsize and started_worker_pool() is broken:
+            started_worker_pool.cache_clear()
+    broken.shutdown(wait=False, cancel_futures=True)
 
 
 @functools.cache
