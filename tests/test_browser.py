@@ -40,6 +40,30 @@ CHARTS_DRAWN = (
 )
 
 
+# The Vega view of a chart element (`chart`), as `view` (null when none): a chart is drawn on canvas, so its marks and
+# legend are in Vega's scene graph, not the DOM. Streamlit keeps the view in a React hook of the chart's component,
+# found from the element's React fiber, upwards. JavaScript to put at the start of a function that has `chart`.
+VEGA_VIEW = """
+  const isView = v => v && typeof v === 'object' && typeof v.scenegraph === 'function' && typeof v.runAsync === 'function';
+  const seen = new Set();
+  const search = (value, depth) => {
+    if (!value || typeof value !== 'object' || seen.has(value) || depth > 4) return null;
+    seen.add(value);
+    if (isView(value)) return value;
+    for (const key of Object.keys(value)) {
+      let found = null;
+      try { found = search(value[key], depth + 1); } catch (error) {}
+      if (found) return found;
+    }
+    return null;
+  };
+  let view = null;
+  let fiber = chart[Object.keys(chart).find(key => key.startsWith('__reactFiber'))];
+  for (; fiber && !view; fiber = fiber.return)
+    for (let hook = fiber.memoizedState; hook && typeof hook === 'object' && !view; hook = hook.next) view = search(hook.memoizedState, 0);
+"""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

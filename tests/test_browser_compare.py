@@ -5,7 +5,7 @@ canvas: its marks and legend are in Vega's scene graph, not the DOM)."""
 import pytest
 
 from bench.generate_run import write_run
-from tests.test_browser import ARTIFACTS, CHARTS_DRAWN, browser, served_board  # noqa: F401  (browser: a fixture)
+from tests.test_browser import ARTIFACTS, CHARTS_DRAWN, VEGA_VIEW, browser, served_board  # noqa: F401  (browser: a fixture)
 
 RUNS = ["alpha", "beta", "gamma"]  # gamma, the last, is the one Load & View opens
 LOADED, PICKED = "gamma", ["alpha", "beta"]
@@ -20,24 +20,7 @@ STEP_REWARD_SCENE = """() => {
   const panel = tab && document.getElementById(tab.getAttribute('aria-controls'));
   const chart = panel && panel.querySelector('.vega-embed');
   if (!chart) return null;
-  const isView = v => v && typeof v === 'object' && typeof v.scenegraph === 'function' && typeof v.runAsync === 'function';
-  const seen = new Set();
-  const search = (value, depth) => {
-    if (!value || typeof value !== 'object' || seen.has(value) || depth > 4) return null;
-    seen.add(value);
-    if (isView(value)) return value;
-    for (const key of Object.keys(value)) {
-      let found = null;
-      try { found = search(value[key], depth + 1); } catch (error) {}
-      if (found) return found;
-    }
-    return null;
-  };
-  let view = null;
-  let fiber = chart[Object.keys(chart).find(key => key.startsWith('__reactFiber'))];
-  for (; fiber && !view; fiber = fiber.return)
-    for (let hook = fiber.memoizedState; hook && typeof hook === 'object' && !view; hook = hook.next) view = search(hook.memoizedState, 0);
-  if (!view) return null;
+""" + VEGA_VIEW + """  if (!view) return null;
   const scene = {labels: [], symbols: [], lines: []};
   const walk = node => {
     const items = node.items || [];

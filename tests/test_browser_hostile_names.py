@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, browser, served_board  # noqa: F401  (browser: a fixture)
+from tests.test_browser import ARTIFACTS, VEGA_VIEW, browser, served_board  # noqa: F401  (browser: a fixture)
 from tests.test_loading import sample
 
 # Each a name that did harm somewhere: an image and a bare URL fetched or linked from a tab label, a javascript link,
@@ -49,26 +49,9 @@ def board_url(tmp_path_factory):
 
 
 # The plot height and the points of each line a chart drew, from the Vega view in the chart element's React fiber (the
-# chart is on canvas; see tests/test_browser_compare.py).
+# chart is on canvas: VEGA_VIEW finds its view).
 CHART_DRAWN = """chart => {
-  const isView = v => v && typeof v === 'object' && typeof v.scenegraph === 'function' && typeof v.runAsync === 'function';
-  const seen = new Set();
-  const search = (value, depth) => {
-    if (!value || typeof value !== 'object' || seen.has(value) || depth > 4) return null;
-    seen.add(value);
-    if (isView(value)) return value;
-    for (const key of Object.keys(value)) {
-      let found = null;
-      try { found = search(value[key], depth + 1); } catch (error) {}
-      if (found) return found;
-    }
-    return null;
-  };
-  let view = null;
-  let fiber = chart[Object.keys(chart).find(key => key.startsWith('__reactFiber'))];
-  for (; fiber && !view; fiber = fiber.return)
-    for (let hook = fiber.memoizedState; hook && typeof hook === 'object' && !view; hook = hook.next) view = search(hook.memoizedState, 0);
-  if (!view) return null;
+""" + VEGA_VIEW + """  if (!view) return null;
   const lines = [];
   const walk = node => {
     const items = node.items || [];

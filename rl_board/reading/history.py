@@ -1,7 +1,7 @@
 """The trainer's own numbers (training history): from the logger's rollout_metrics_*.jsonl, seed 004's
 training_log.json or Hugging Face's trainer_state.json (the newest checkpoint's), read as JSON only (a run folder is
-untrusted: training_args.bin is never unpickled), into train and eval frames with the configuration and the best
-checkpoint; a remote run's history files mirrored into the cache folder; the logger's rollout_meta*.json."""
+untrusted: the Trainer's pickled arguments are never read), into train and eval frames with the configuration and the
+best checkpoint; a remote run's history files mirrored into the cache folder; the logger's rollout_meta*.json."""
 import contextlib
 import fnmatch
 import hashlib
