@@ -3,7 +3,7 @@
 Run with `bash start.sh [PORT] [ROOT]`, or `streamlit run rl_logging_board.py -- --root <folder of runs>`. A run is a
 folder of JSONL files (one per data-parallel rank); every line is one sampled response. Other trainers' files (TRL's
 completion parquet, verl's dumps) are converted into such lines once; a folder may be on object storage (s3://...).
-The README describes the format and each page area.
+docs/data-format.md describes the format, and docs/page.md each page area.
 
 This file is the page only: main() as its outline, one draw_* function per region (each returns the user's choices),
 the cached loaders that feed one another (run_store -> load_step_batch / load_sample_tokens -> cached tables and

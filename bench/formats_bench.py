@@ -3,11 +3,11 @@
 The medium run of run_bench.py (100 steps x 128 samples, 4 rank files, 500-token responses) is written again, its
 prompts, responses and rewards, as the other trainers write them, into bench/runs/formats/:
   - jsonl: the run as it is (the board's format, 551 MB);
-  - verl: verl's generation dump, one <step>.jsonl per step (tests/other_trainers.py's write_verl_dump, which is
+  - verl: verl's generation dump, one <step>.jsonl per step (tests/support/other_trainers.py's write_verl_dump, which is
     verl's RayPPOTrainer._dump_generations), with acc and pred;
   - trl: TRL's completion logs, completions/completions_<step:05d>.parquet (written as GRPOTrainer.log() writes
     them, pandas' to_parquet), two reward functions, a log_extra column and advantage;
-  - s3: the jsonl run uploaded to a moto S3 server on 127.0.0.1 (tests/s3_server.py), opened as s3://bench/formats.
+  - s3: the jsonl run uploaded to a moto S3 server on 127.0.0.1 (tests/support/s3_server.py), opened as s3://bench/formats.
 For each, per repeat: a fresh server (start.sh) and Chromium page, then Load & View on a cold index cache (the first
 open: for verl and trl it includes the conversion), the same after a server restart (index cache warm), and 5 step
 changes (median), timed as run_bench.py times them (Board.timed). S3's network is the loopback here: its numbers are
@@ -31,8 +31,8 @@ from playwright.sync_api import sync_playwright
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 from bench.run_bench import CHROMIUM, SIZES, Board, generated_run  # noqa: E402
-from tests.other_trainers import write_verl_dump  # noqa: E402
-from tests.s3_server import FAKE_CREDENTIALS, environment, make_bucket, running_moto, upload_folder  # noqa: E402
+from tests.support.other_trainers import write_verl_dump  # noqa: E402
+from tests.support.s3_server import FAKE_CREDENTIALS, environment, make_bucket, running_moto, upload_folder  # noqa: E402
 
 FORMATS = ["jsonl", "verl", "trl", "s3"]
 FOLDER = PROJECT / "bench" / "runs" / "formats"

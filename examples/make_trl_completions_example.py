@@ -1,6 +1,6 @@
 """Makes rollout_samples/from_trl_log_completions/: what TRL's own completion logging writes, from a real GRPO run.
 
-The tiny offline sorting run of tests/trl_completions_run.py (plain-text prompts; reward functions sorted_digits and
+The tiny offline sorting run of tests/support/trl_completions_run.py (plain-text prompts; reward functions sorted_digits and
 same_digits weighted 1.0 and 0.5; same_digits also logs the columns `words` and `verdict` through TRL's `log_extra`)
 trains into a temporary folder with `GRPOConfig(log_completions=True)`. Only TRL's
 completions/completions_<step:05d>.parquet files and each checkpoint-<step>/trainer_state.json are copied, in the

@@ -3,7 +3,7 @@
 verl writes one `<global_step>.jsonl` per step into `trainer.rollout_data_dir` (training, from step 1) and
 `trainer.validation_data_dir` (validation, step 0 before training, then every test_freq steps), with the keys input,
 output, gts, score, step and each reward_extra_info list (`RayPPOTrainer._dump_generations`). The writer here,
-tests/other_trainers.py's `write_verl_dump`, is that function line for line; the run is a toy math task with `acc`
+tests/support/other_trainers.py's `write_verl_dump`, is that function line for line; the run is a toy math task with `acc`
 and `pred` extras. verl itself needs GPUs and Ray, which this project's machine does not have.
 
     python examples/make_verl_dump_example.py --steps 12

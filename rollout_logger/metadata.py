@@ -23,7 +23,7 @@ LINE_KEYS = (
     "step",
     "micro_batch",
 )
-# The keys of the board's line format: the logger's and the others the board reads (README: "The line format"). Any
+# The keys of the board's line format: the logger's and the others the board reads (docs/data-format.md). Any
 # other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
 # key is written as extra_<name>.
 FORMAT_KEYS = frozenset(LINE_KEYS + ("ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards"))

@@ -1,7 +1,6 @@
 """Shared set-up: the project root on sys.path, offline Hugging Face, a private index cache per test, and the
-markers by file (browser, training; see pytest.ini)."""
+markers by folder (browser, training; see pytest.ini). What tests share is in tests/support/."""
 
-import fnmatch
 import itertools
 import os
 import re
@@ -25,17 +24,21 @@ def private_index_cache(tmp_path, monkeypatch):
     return cache
 
 
-# Whole files that share one kind of cost are marked here, by file name; a single slow test elsewhere carries @pytest.mark.slow.
-MARKERS_BY_FILE = {"test_browser*.py": "browser", "test_rollout_logger*.py": "training"}
+# The folders whose tests share one kind of cost are marked here; a single test elsewhere that trains carries
+# @pytest.mark.training, a slow one @pytest.mark.slow.
+MARKERS_BY_FOLDER = {"browser": "browser", "logger": "training"}
 
 
-def file_marker(path) -> str | None:
-    return next((marker for pattern, marker in MARKERS_BY_FILE.items() if fnmatch.fnmatch(path.name, pattern)), None)
+def folder_marker(path: Path) -> str | None:
+    """The marker of the folder of tests/ that `path` is or lies in."""
+    tests = PROJECT / "tests"
+    folder = next((folder for folder in (path, *path.parents) if folder.parent == tests), None)
+    return folder and MARKERS_BY_FOLDER.get(folder.name)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        marker = file_marker(item.path)
+        marker = folder_marker(item.path)
         if marker:
             item.add_marker(marker)
 
@@ -72,9 +75,9 @@ def deselects_every_test_marked(markexpr: str, marker: str) -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Files whose tests `-m` deselects are not even imported: torch and trl alone take over 10 s to import, so
+    """Folders whose tests `-m` deselects are not even imported: torch and trl alone take over 10 s to import, so
     `-m "not browser and not training and not slow"` stays a matter of seconds."""
-    marker = collection_path.is_file() and file_marker(collection_path)
+    marker = folder_marker(collection_path)
     if marker and deselects_every_test_marked(config.getoption("markexpr", ""), marker):
         return True
     return None

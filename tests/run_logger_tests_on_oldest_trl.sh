@@ -27,4 +27,4 @@ import sys, trl
 assert trl.__file__.startswith(sys.argv[1]), f"TRL {trl.__version__} is imported from {trl.__file__}"
 print(f"TRL {trl.__version__} from {trl.__file__}", file=sys.stderr)
 EOF
-python -m pytest tests/test_rollout_logger*.py "$@"
+python -m pytest tests/logger "$@"

@@ -1,4 +1,4 @@
-"""The board's own JSONL (README: "The line format"): the rollout logger's rank files,
+"""The board's own JSONL (docs/data-format.md): the rollout logger's rank files,
 rollout_data_rank_<rank>_<launch>.jsonl, or any folder of JSONL files, one per rank, read as they are. Asked last: it
 takes every folder (one without JSONL has no sources)."""
 from rl_board.formats.base import Folder, RunFormat

@@ -1,0 +1,89 @@
+"""Comparing runs in a real headless Chromium, served by start.sh: the loaded run and the two runs picked in "Compare
+with" each get their own line on the Step-Reward chart, read from the Vega view the browser drew (the chart is on
+canvas: its marks and legend are in Vega's scene graph, not the DOM)."""
+
+import pytest
+
+from bench.generate_run import write_run
+from tests.support import ARTIFACTS
+from tests.support.browser import CHARTS_DRAWN, VEGA_VIEW, browser, served_board  # noqa: F401  (browser: a fixture)
+
+RUNS = ["alpha", "beta", "gamma"]  # gamma, the last, is the one Load & View opens
+LOADED, PICKED = "gamma", ["alpha", "beta"]
+STEPS = 6
+REWARD_SERIES = ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # a GRPO run's default
+
+# The open Step-Reward chart's scene as Vega drew it: its legends' labels and symbol colours, and each line mark's
+# colour, dash and number of points drawn (null until the chart is drawn). Streamlit keeps the chart's Vega view in a React
+# hook of the chart's component: it is found from the chart element's React fiber, upwards.
+STEP_REWARD_SCENE = """() => {
+  const tab = [...document.querySelectorAll('[role="tab"]')].find(t => t.innerText.trim() === 'Step-Reward');
+  const panel = tab && document.getElementById(tab.getAttribute('aria-controls'));
+  const chart = panel && panel.querySelector('.vega-embed');
+  if (!chart) return null;
+""" + VEGA_VIEW + """  if (!view) return null;
+  const scene = {labels: [], symbols: [], lines: []};
+  const walk = node => {
+    const items = node.items || [];
+    if (node.role === 'legend-label') scene.labels.push(...items.map(item => item.text));
+    if (node.role === 'legend-symbol') scene.symbols.push(...items.map(item => item.stroke || item.fill));
+    const drawn = items.filter(item => item.defined !== false && Number.isFinite(item.y)).length;  // the faint raw line has none unsmoothed
+    if (node.marktype === 'line' && node.role === 'mark' && drawn)
+      scene.lines.push({stroke: items[0].stroke, dash: String(items[0].strokeDash || ''), points: drawn});
+    for (const item of items) for (const child of item.items || []) walk(child);
+  };
+  walk(view.scenegraph().root);
+  return scene;
+}"""
+
+
+@pytest.fixture(scope="module")
+def board_url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    for seed, name in enumerate(RUNS):
+        write_run(root / name, steps=STEPS, samples=8, tokens=10, ranks=1, seed=seed, grpo=True, workers=1)
+    yield from served_board(root)
+
+
+def wait_for_scene(page, condition: str) -> dict:
+    """The Step-Reward scene once `condition` (JavaScript over `scene`) holds: the rerun has been drawn."""
+    page.wait_for_function(f"() => {{ const scene = ({STEP_REWARD_SCENE})(); return scene !== null && ({condition}); }}", timeout=60_000)
+    return page.evaluate(f"({STEP_REWARD_SCENE})()")
+
+
+def test_runs_picked_in_compare_with_each_draw_a_line_on_step_reward(browser, board_url):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.goto(board_url)
+    page.get_by_role("button", name="Load & View").click(timeout=60_000)
+    page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
+    alone = page.evaluate(f"({STEP_REWARD_SCENE})()")
+    assert alone is not None, "no Vega view found from the Step-Reward chart's React fiber (Streamlit's internals changed?)"
+    assert alone["labels"] == REWARD_SERIES and len(alone["lines"]) == len(REWARD_SERIES)  # one run: a line per series
+
+    page.get_by_role("combobox", name="Compare with").click()
+    assert page.get_by_role("option", name="gamma", exact=True).count() == 0  # the loaded run is not offered
+    for name in PICKED:
+        page.get_by_role("option", name=name, exact=True).click()
+    page.keyboard.press("Escape")
+
+    # Several series of several runs: a colour per run, a dash per series.
+    scene = wait_for_scene(page, "['alpha', 'beta'].every(name => scene.labels.includes(name))")
+    assert scene["labels"][:3] == [LOADED, *PICKED] and sorted(scene["labels"][3:]) == sorted(REWARD_SERIES)  # dashes: Vega's order
+    assert len(scene["lines"]) == len(RUNS) * len(REWARD_SERIES)
+    assert len({line["stroke"] for line in scene["lines"]}) == len(RUNS)
+    assert len({line["dash"] for line in scene["lines"]}) == len(REWARD_SERIES)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "compare_series.png"))
+
+    # One series: a line per run, named by run.
+    for series in REWARD_SERIES[1:]:
+        page.get_by_role("button", name=f"Remove {series}", exact=True).click()
+        wait_for_scene(page, f"!scene.labels.includes({series!r})")
+    scene = page.evaluate(f"({STEP_REWARD_SCENE})()")
+    assert scene["labels"] == [LOADED, *PICKED]
+    assert len(scene["lines"]) == len(RUNS) and all(line["points"] == STEPS for line in scene["lines"])
+    assert len({line["stroke"] for line in scene["lines"]}) == len(RUNS)
+    assert set(scene["symbols"]) == {line["stroke"] for line in scene["lines"]}  # the legend's colours are the lines'
+    page.screenshot(path=str(ARTIFACTS / "compare.png"))
+    context.close()

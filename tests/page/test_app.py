@@ -1,0 +1,569 @@
+"""The board driven through Streamlit's AppTest: sidebar, tabs, step selector, batch table, samples pair, token area."""
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.ipc
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import rl_logging_board as board
+from bench.generate_run import write_run
+from rl_board.reading.workers import WORKERS
+from rl_board.text import BYTE_OF_CHARACTER, clean_text, markdown_literal
+from tests.support import PROJECT
+from tests.support.page import (
+    APP,
+    batch_table,
+    chart_spec,
+    curve_tabs,
+    lines_of,
+    load_and_view,
+    open_token_view,
+    running_text,
+    start,
+    widget,
+)
+from tests.support.runs import sample, write_lines
+
+SIDEBAR_LABELS = [
+    "Log(s) Root Path", "Choose Log Name", "Max Samples Each Step", "Reward 曲线图", "Variance Scaling",
+    "Zero Shift", "Response 对比", "Use LogP as KL", "Drop Padding Token", "Pad Token", "Drop System Prompt",
+    "End Token of System Prompt", "Show Charts", "Show Batch Samples", "Show Samples Pair", "Show Heat Map",
+]
+
+
+@pytest.fixture
+def grpo_root(tmp_path):
+    write_run(tmp_path / "runs" / "grpo_run", steps=5, samples=8, tokens=24, ranks=2, grpo=True, workers=1)
+    return tmp_path / "runs"
+
+
+def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, monkeypatch):
+    app = start(grpo_root, monkeypatch)
+    labels = [w.label for kind in ("text_input", "selectbox", "number_input", "checkbox", "slider") for w in getattr(app.sidebar, kind)]
+    for label in SIDEBAR_LABELS:
+        assert label in labels
+    assert app.sidebar.title[0].value == "📖 RL Logging Board"
+    assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_run"
+    assert widget(app.sidebar.number_input, "Max Samples Each Step").value == 128
+    assert [e.label for e in app.sidebar.expander] == ["🧩 module setting", "⚙️ show details setting"]
+    assert app.info[0].value == "Please Press 「Load & View」Button to load log."
+    # Off-screen samples of the chart kinds, so the browser has their code before Load & View: not in the page's
+    # first run, which they would keep from painting, but in the next (the warm-up's timer), and gone after it.
+    assert not app.get("vega_lite_chart") and not app.get("plotly_chart") and not app.dataframe
+    app.run()
+    assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1 and len(app.dataframe) == 1
+    load_and_view(app)
+    assert len(app.get("vega_lite_chart")) == 1 + 3 and not app.get("plotly_chart")  # the token table is the open view
+
+
+def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    run_lines = lines_of(grpo_root / "grpo_run")
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s) (JSONL, the board's format): 0 bad line(s) skipped." in [c.value for c in app.caption]
+    series = widget(app.multiselect, "Reward series")
+    assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
+    assert series.value == ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # GRPO: functions beside the total
+    assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
+    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples", "Groups", "Token table", "Heat map", "Response tokens"]
+    series.set_value(["valid_reward", "rewards/format_reward"]).run()
+    for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
+        app.session_state["curve_tabs"] = name
+        app.run()
+        assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [int(tab.label == name) for tab in curve_tabs(app)], name
+    assert widget(app.multiselect, "Reward series").value == ["valid_reward", "rewards/format_reward"]  # kept while hidden
+    curves = chart_spec(app.get("vega_lite_chart")[0])
+    assert {point["series"] for point in curves["data"]["values"]} == {"valid_reward", "rewards/format_reward"}
+
+    step_slider = widget(app.slider, "Step Index(5 total steps)")
+    step_slider.set_value(3).run()
+    table = batch_table(app)
+    expected_rewards = [line["reward"] for line in run_lines if line["step"] == 3]
+    assert table["reward"].tolist() == expected_rewards
+    assert {"rewards/accuracy_reward", "advantage", "group_id", "avg_kl", "sum_kl", "avg_log_ratio"} <= set(table.columns)
+
+    widget(app.number_input, "Sample index in current step batch").set_value(2).run()
+    chosen = [line for line in run_lines if line["step"] == 3][2]
+    texts = [t.value for t in app.text]
+    assert chosen["response"] in texts
+    assert clean_text(chosen["prompt"], "<PAD>", "<endofsystem>") in texts
+    assert chosen["ref_response"] in texts
+    lengths = {m.label: m.value for m in app.metric}
+    step_responses = [line["response"] for line in run_lines if line["step"] == 3]
+    assert lengths["Response Average Length"] == f"{np.mean([len(r) for r in step_responses]):.0f} chars"
+
+    token_rows = widget(app.multiselect, "Select show value(s)")
+    assert token_rows.options == ["kl", "log_ratio", "logp", "ref_logp", "entropy", "token_reward", "token_value", "prob", "ref_prob", "advantage"]
+    assert token_rows.value == token_rows.options[:-1]  # advantage, the same on every token, only when chosen
+    token_rows.set_value(["logp", "kl"]).run()
+    grid = app.dataframe[-1].value
+    assert list(grid.columns) == ["logp", "kl"]
+    assert grid["logp"].tolist() == pytest.approx(chosen["logprobs"])
+    assert list(grid.index[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
+
+
+def test_only_the_open_token_view_is_drawn_and_it_stays_open(tmp_path, monkeypatch):
+    tokens = {"response_tokens": ["a", "b", "c"], "logprobs": [-0.5, -1.0, -2.0], "ref_logprobs": [-0.4, -1.5, -2.0]}
+    lines = [sample(1, **tokens), sample(1), sample(1, **tokens), sample(2, **tokens)]  # the second has no logprobs
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+
+    def drawn() -> tuple:
+        token_tables = [frame for frame in app.dataframe if frame.value.index.name == "token"]
+        texts = [html for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
+        return len(token_tables), len(app.get("plotly_chart")), len(texts)
+
+    views = ["Token table", "Heat map", "Response tokens"]
+    assert [tab.label for tab in app.tabs if tab.label in views] == views and drawn() == (1, 0, 0)
+    assert open_token_view(app, "Heat map") and drawn() == (0, 1, 0)
+    widget(app.number_input, "Sample index in current step batch").set_value(1).run()  # no logprobs: no tabs
+    assert not [tab for tab in app.tabs if tab.label in views] and drawn() == (0, 0, 0)
+    widget(app.number_input, "Sample index in current step batch").set_value(2).run()
+    assert drawn() == (0, 1, 0)  # the heat map again, as chosen before
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    assert drawn() == (0, 1, 0)
+    assert open_token_view(app, "Response tokens") and drawn() == (0, 0, 1)
+    widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view stays open as the tabs change
+    assert [tab.label for tab in app.tabs if tab.label in views] == ["Token table", "Response tokens"] and drawn() == (0, 0, 1)
+    widget(app.checkbox, "Show Heat Map").check().run()
+    open_token_view(app, "Heat map")
+    widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view is gone: the table opens
+    assert drawn() == (1, 0, 0)
+    widget(app.checkbox, "Show Heat Map").check().run()  # and the heat map comes back, as chosen
+    assert drawn() == (0, 1, 0)
+    assert not app.exception
+
+
+def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.selectbox, "KL estimator").set_value("k3").run()
+    first = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 0][0]
+    ratio = np.array(first["logprobs"]) - np.array(first["ref_logprobs"])
+    k3 = np.exp(-ratio) + ratio - 1
+    assert batch_table(app)["avg_kl"].iloc[0] == pytest.approx(k3.mean())
+    widget(app.multiselect, "Select show value(s)").set_value(["kl"]).run()
+    assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(k3.tolist())
+
+
+def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
+    lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
+    write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen"]
+    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples"]  # no groups
+    assert any(i.value.startswith("No token area: this sample has no `logprobs`.") for i in app.info)
+    assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
+    for name, note in (("Step-KL", "No KL: the run has no `logprobs` with `ref_logprobs`."), ("Step-RespLen", "No token counts: the run has neither `response_tokens` nor `logprobs`.")):
+        app.session_state["curve_tabs"] = name
+        app.run()
+        assert note in [i.value for i in app.info]
+    assert not app.get("plotly_chart")  # no token area, no heat map
+    assert "ref 1 0" in [t.value for t in app.text]
+    assert batch_table(app).columns.tolist() == ["sample", "reward", "prompt", "response", "ref_response", "ref_reward", "reward_gap"]
+
+
+def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root, monkeypatch):
+    write_run(grpo_root / "plain_run", steps=3, samples=4, tokens=8, ranks=1, workers=1)  # no entropies, no rewards/*
+    app = start(grpo_root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
+    app = load_and_view(app)
+    widget(app.multiselect, "Reward series").set_value(["rewards/format_reward"]).run()
+    app.session_state["curve_tabs"] = "Step-Entropy"
+    app.run()
+    assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [0, 0, 0, 0, 1]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
+    app = load_and_view(app)
+    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in curve_tabs(app)] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
+    assert widget(app.multiselect, "Reward series").value == ["reward", "ref_reward"]
+
+
+def test_the_step_selector_follows_the_original(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "uneven" / "r.jsonl", [sample(step, reward=step) for step in (10, 2, 1)])
+    write_lines(tmp_path / "runs" / "one_step" / "r.jsonl", [sample(7), sample(7)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))  # the last run, uneven, is preselected
+    selector = widget(app.selectbox, "Step Index(3 total steps)")  # unevenly spaced: a select box, in numeric order
+    assert selector.options == ["1", "2", "10"]
+    selector.set_value(10).run()
+    assert "reward 10" in [m.value for m in app.markdown if m.value.startswith(":green")][0]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("one_step").run()
+    app = load_and_view(app)
+    assert "r7" in [t.value for t in app.text]
+    assert not [w for w in [*app.slider, *app.selectbox] if w.label.startswith("Step Index")]  # one step: no selector
+    assert "Step Index" not in " ".join(m.value for m in app.markdown)
+
+
+def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
+    app = start(tmp_path / "nowhere", monkeypatch)
+    assert "does not exist" in app.warning[0].value
+    (tmp_path / "empty").mkdir()
+    app = start(tmp_path / "empty", monkeypatch)
+    assert "No run in" in app.warning[0].value and "rollout_data_rank_0.jsonl" in app.code[0].value
+
+
+def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, monkeypatch):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    (tmp_path / "run" / "notes").mkdir()  # a sub-folder that is not a run
+    (tmp_path / "run" / "checkpoint-1").mkdir()  # a checkpoint of the run in the root: not listed
+    app = start(tmp_path / "run", monkeypatch)
+    run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
+    assert run_choice.options == ["(this folder)", "notes"] and run_choice.value == "."
+    run_choice.set_value("notes")
+    app = load_and_view(app)
+    assert app.warning[0].value.startswith("No `.jsonl` file and no training history in ") and not app.tabs
+    run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
+    run_choice.set_value(".")
+    app = load_and_view(app)
+    assert not app.warning and "Loaded 2 sample(s)" in app.toast[0].value
+    assert widget(app.slider, "Step Index(2 total steps)").value == 1
+
+
+def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "bad" / "r.jsonl", [sample(1), b"{oops\n", sample(1), b'{"step": 2}\n'])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert app.warning[0].value == "Loaded 2 sample(s) of 1 step(s) from 1 file(s) (JSONL, the board's format): 2 bad line(s) skipped; 2 issue(s) listed in the load report."
+    report = widget(app.expander, "Load report")
+    assert [toast.value for toast in app.toast] == ["Loaded 2 sample(s), success: 2, error: 2"]  # one count: the samples shown
+    assert not report.dataframe  # drawn only when opened
+    app.session_state["load_report_details"] = True
+    app.run()
+    files, problems = (frame.value for frame in widget(app.expander, "Load report").dataframe)
+    assert files["bad lines"].tolist() == [2]
+    assert problems["line"].tolist() == [2, 4] and problems["kind"].tolist() == ["skipped", "skipped"]
+
+
+def test_a_line_that_cannot_be_read_back_is_tried_again(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1), sample(2)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    good, status = path.read_bytes(), path.stat()
+    path.write_bytes(good.replace(b'{"prompt": "p2"', b'["prompt": "p2"'))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    texts, tokens = (w.value for w in app.warning)
+    assert texts.startswith("r.jsonl line 2 could not be read back (not valid JSON")
+    assert tokens.startswith("r.jsonl line 2: no token area, the line cannot be read in full (not valid JSON")
+    path.write_bytes(good)  # a passing failure (a network file system, say) is not kept
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    app.run()
+    assert not app.warning
+    assert batch_table(app)["response"].tolist() == ["r2"]
+
+
+def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    open_token_view(app, "Heat map")
+    widget(app.checkbox, "Show Charts").uncheck().run()
+    assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1
+    widget(app.checkbox, "Show Heat Map").uncheck().run()
+    assert not app.get("plotly_chart")
+    widget(app.checkbox, "Reward 曲线图").uncheck().run()
+    assert not curve_tabs(app)
+    widget(app.checkbox, "Response 对比").uncheck().run()
+    assert not [s for s in app.slider if s.label.startswith("Step Index")]
+    assert not app.exception
+
+
+def test_live_mode_pulls_in_new_steps_and_keeps_the_selection(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.slider, "Step Index(5 total steps)").set_value(2).run()
+    widget(app.toggle, "Live mode").set_value(True).run()
+    with open(grpo_root / "grpo_run" / "rollout_data_rank_1.jsonl", "a") as file:
+        file.write(json.dumps(sample(5, reward=9.0)) + "\n")
+    app.run()
+    slider = widget(app.slider, "Step Index(6 total steps)")
+    assert slider.value == 2 and slider.max == 5
+
+
+def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
+    root = Path(board.DEFAULT_ROOT)
+    app = start(root, monkeypatch)
+    run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
+    assert run_choice.options == ["from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data", "generated_every_key", "grpo_tiny_example", "grpo_tiny_example_lr1e-4", "grpo_tiny_tools_example", "grpo_tiny_vlm_example"]
+    run_choice.set_value("grpo_tiny_example")
+    app = load_and_view(app)
+    run_dir = root / "grpo_tiny_example"
+    run_lines = lines_of(run_dir)
+    meta = json.loads(next(run_dir.glob("rollout_meta_*.json")).read_text())
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
+    assert metrics["model"] == markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
+
+    # Which groups had no learning signal at the step in view: the caption's count is a recomputation from the file.
+    step = widget(app.slider, f"Step Index({len({line['step'] for line in run_lines})} total steps)").value
+    groups = {}
+    for line in run_lines:
+        if line["step"] == step:
+            groups.setdefault(line["group_id"], set()).add(line["reward"])
+    zero = sum(len(rewards) == 1 for rewards in groups.values())
+    assert {"rewards/sorted_digits", "rewards/same_digits", "advantage", "group", "group_id"} <= set(batch_table(app).columns)
+    app.session_state["step_table"] = "Groups"
+    app.run()
+    assert [c.value for c in app.caption if "prompt group(s)" in c.value][0].startswith(f"{len(groups)} prompt group(s), {zero} with no learning signal")
+
+    # Which tokens had the highest KL and entropy: the token rows hold them, per token, from the file.
+    chosen = [line for line in run_lines if line["step"] == step][0]
+    rows = widget(app.multiselect, "Select show value(s)")
+    assert {"entropy", "advantage", "kl", "logp"} <= set(rows.options)
+    rows.set_value(["kl", "entropy"]).run()
+    grid = app.dataframe[-1].value
+    assert grid["entropy"].tolist() == pytest.approx(chosen["entropies"])
+    ratio = np.array(chosen["logprobs"]) - np.array(chosen["ref_logprobs"])
+    assert widget(app.sidebar.selectbox, "KL estimator").value == "k3"  # the logger's run: TRL's kl by default
+    assert grid["kl"].tolist() == pytest.approx((np.expm1(-ratio) + ratio).tolist())
+    assert widget(open_token_view(app, "Response tokens").selectbox, "Colour tokens by").value == "kl"
+    assert not app.exception
+
+
+def test_progress_bars_show_on_long_loads_only_redrawn_at_most_every_half_second_and_at_the_end():
+    app = AppTest.from_file(str(PROJECT / "tests" / "support" / "progress_bars_app.py"))
+    app.run()
+    assert not app.exception, app.exception
+    finished, interrupted = app.get("progress")  # the short load drew no bar
+    assert (finished.proto.value, finished.proto.text) == (100, "[100%] Loading 4 / 4 files...")
+    assert (interrupted.proto.value, interrupted.proto.text) == (10, "[10%] Processing samples...")  # 0.2 and 0.3 came too soon
+
+
+def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
+    character_of = {byte: character for character, byte in BYTE_OF_CHARACTER.items()}
+    pieces = [b" ", b"\xe4\xbd", b"\xa0", "好\n".encode()]  # " 你好\n" as a byte-level BPE tokenizer splits it
+    tokens = ["".join(character_of[byte] for byte in piece) for piece in pieces]
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response=" 你好\n", response_tokens=tokens, logprobs=[-1.0] * 4)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert app.dataframe[-1].value.index.tolist() == ["0 -  ", "1 - ", "2 - 你", "3 - 好\\n"]
+    assert ">你</span>" in running_text(open_token_view(app, "Response tokens"))
+
+
+def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "run"
+    write_lines(run_dir / "r.jsonl", [sample(1), sample(2)])
+    os.mkfifo(run_dir / "rollout_meta_z.json")  # would block a reader forever
+    (run_dir / "rollout_meta_a.json").write_text(json.dumps({"model_name": "m", "reward_funcs": ["f", "g"], "reward_weights": ["1", None]}))
+    (run_dir / "rollout_meta_b.json").write_text('{"model_name": "m", "reward_funcs": ["f", "g"], "reward_weights": [1e999, ' + "9" * 400 + "]}")
+    os.mkdir(os.path.join(os.fsencode(tmp_path / "runs"), b"junk_\xff"))  # a folder whose name is not UTF-8
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app = start("~/runs", monkeypatch)
+    assert widget(app.sidebar.selectbox, "Choose Log Name").options == ["junk_\ufffd", "run"]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("run")
+    app = load_and_view(app)
+    assert [caption.value for caption in app.caption if caption.value.startswith("Reward =")] == ["Reward = f + g"]
+    assert app.tabs and widget(app.slider, "Step Index(2 total steps)").value == 1
+
+
+def test_steps_beyond_the_sliders_range_get_a_select_box(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(2**60), sample(2**61)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert widget(app.selectbox, "Step Index(2 total steps)").value == 2**60
+    assert not [slider for slider in app.slider if slider.label.startswith("Step Index")]
+
+
+def test_lines_of_a_step_that_cannot_be_read_back_make_one_warning(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1)] + [sample(2)] * 5)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    status = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'{"prompt": "p2"', b'["prompt": "p2"'))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    texts = [w.value for w in app.warning if "could not be read back" in w.value]
+    assert len(texts) == 1 and texts[0].endswith("4 more line(s) of this step could not be read back either.")
+
+
+def test_a_run_of_only_files_named_in_another_encoding_says_why_it_is_empty(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "run"
+    run_dir.mkdir(parents=True)
+    with open(os.path.join(os.fsencode(run_dir), b"rank_\xff.jsonl"), "wb") as file:
+        file.write(json.dumps(sample(1)).encode() + b"\n")
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert [w.value for w in app.warning] == ["No loadable sample in this run: open the load report above to see why."]
+    app.session_state["load_report_details"] = True
+    app.run()
+    problems = widget(app.expander, "Load report").dataframe[-1].value
+    assert problems["reason"].tolist() == ["the file name is not valid UTF-8: rename the file to load it"]
+
+
+def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, monkeypatch):
+    count = board.RUNNING_TEXT_TOKENS * 2 + 10
+    tokens = [f"t{i} " for i in range(count)]
+    logprobs = [-(i % 7) / 7 for i in range(count)]
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response="".join(tokens), response_tokens=tokens, logprobs=logprobs)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert len(app.dataframe[-1].value) == count  # the table has every token
+    window = widget(open_token_view(app, "Response tokens").select_slider, "Tokens shown")
+    assert window.options == [f"0–{board.RUNNING_TEXT_TOKENS - 1}", f"{board.RUNNING_TEXT_TOKENS}–{2 * board.RUNNING_TEXT_TOKENS - 1}", f"{2 * board.RUNNING_TEXT_TOKENS}–{count - 1}"]
+    assert running_text(app).count("<span") == board.RUNNING_TEXT_TOKENS and ">t0 </span>" in running_text(app)
+    window.set_value(range(2 * board.RUNNING_TEXT_TOKENS, count)).run()
+    assert running_text(app).count("<span") == 10 and f"#{count - 1} " in running_text(app) and ">t0 </span>" not in running_text(app)
+    widget(app.selectbox, "Colour tokens by").set_value("prob").run()
+    open_token_view(open_token_view(app, "Token table"), "Response tokens")  # both choices outlive the closed tab
+    assert widget(app.select_slider, "Tokens shown").value == range(2 * board.RUNNING_TEXT_TOKENS, count)
+    assert widget(app.selectbox, "Colour tokens by").value == "prob" and running_text(app).count("<span") == 10
+    # texts keep their spaces and newlines, wrapped by the page style rather than Streamlit's slower pre-wrap
+    assert any("break-spaces" in html.proto.body and "stText" in html.proto.body for html in app.get("html"))
+
+
+# The researcher's path: a sample picked in the table is shown right under it, followed by its group's other
+# completions, each a click away from the samples pair.
+def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    step_lines = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 0]  # batch order: file, line
+    group_of = list(dict.fromkeys(line["group_id"] for line in step_lines))
+    widget(app.number_input, "Sample index in current step batch").set_value(5).run()
+    group = group_of.index(step_lines[5]["group_id"])
+    members = [i for i, line in enumerate(step_lines) if line["group_id"] == step_lines[5]["group_id"]]
+    assert batch_table(app)["group"].tolist() == [group_of.index(line["group_id"]) for line in step_lines]
+    assert f"**Group {group} of this step**: {len(members)} completion(s) of the prompt of sample #5." in [m.value for m in app.markdown]
+    other = next(i for i in members if i != 5)
+    assert sorted([int(b.label[1:]) for b in app.button if b.label.startswith("#")]) == [i for i in members if i != 5]
+    next(b for b in app.button if b.label == f"#{other}").click().run()
+    assert widget(app.number_input, "Sample index in current step batch").value == other
+    assert step_lines[other]["response"] in [t.value for t in app.text]
+    app.session_state["step_table"] = "Groups"
+    app.run()
+    groups = next(frame.value for frame in app.dataframe if "reward spread" in frame.value.columns)
+    assert sorted(groups["group"]) == list(range(len(group_of)))
+    row = groups.set_index("group").loc[group]
+    assert list(row["samples"]) == members and list(row["rewards"]) == [f"{step_lines[i]['reward']:.4g}" for i in members]
+    assert row["group_id"] == step_lines[5]["group_id"] and row["prompt"] == clean_text(step_lines[members[0]]["prompt"], "<PAD>", "<endofsystem>")[:200]
+    assert not app.exception
+
+
+def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    app.session_state["curve_tabs"] = "Step-KL"
+    app.run()
+
+    def chart() -> dict:  # Streamlit sends a chart's data apart from its spec, as Arrow
+        proto = app.get("vega_lite_chart")[0].proto
+        values = pyarrow.ipc.open_stream(proto.data.data).read_all().to_pylist()
+        return json.loads(proto.spec) | {"data": {"values": values}}
+
+    assert "mean log ratio, logp - ref_logp (Use LogP as KL)" in chart()["title"]["text"]
+    assert {p["series"] for p in chart()["data"]["values"]} == {"log_ratio (logp - ref_logp)"}
+    widget(app.checkbox, "Use LogP as KL").uncheck().run()
+    widget(app.selectbox, "KL estimator").set_value("k3").run()
+    assert chart()["title"]["text"].endswith("mean KL per token, estimator k3")
+    lines = lines_of(grpo_root / "grpo_run")
+
+    def k3_means(line) -> float:
+        ratio = np.array(line["logprobs"]) - np.array(line["ref_logprobs"])
+        return float(np.mean(np.expm1(-ratio) + ratio))
+
+    per_step = {step: [k3_means(line) for line in lines if line["step"] == step] for step in range(5)}
+    points = chart()["data"]["values"]
+    assert [p["centre"] for p in points] == pytest.approx([np.mean(per_step[step]) for step in range(5)])
+    widget(app.radio, "Per step").set_value("median (25-75 %)").run()
+    points = chart()["data"]["values"]
+    assert [p["centre"] for p in points] == pytest.approx([np.median(per_step[step]) for step in range(5)])
+    assert [p["high"] for p in points] == pytest.approx([np.percentile(per_step[step], 75) for step in range(5)])
+    widget(app.toggle, "Log scale").set_value(True).run()
+    assert chart()["layer"][0]["encoding"]["y"]["scale"]["type"] == "symlog"
+    app.session_state["curve_tabs"] = "Step-Reward"  # kept while the tab is closed
+    app.run()
+    app.session_state["curve_tabs"] = "Step-KL"
+    app.run()
+    assert widget(app.radio, "Per step").value == "median (25-75 %)" and widget(app.toggle, "Log scale").value
+
+
+def test_live_mode_announces_new_steps_or_follows_them(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    widget(app.slider, "Step Index(5 total steps)").set_value(2).run()
+    widget(app.toggle, "Live mode").set_value(True).run()
+    run_file = grpo_root / "grpo_run" / "rollout_data_rank_1.jsonl"
+    with open(run_file, "a") as file:
+        file.write(json.dumps(sample(5, reward=9.0)) + "\n")
+    app.run()
+    assert "1 new step(s) since you chose step 2; the latest is 5." in [i.value for i in app.info]
+    next(b for b in app.button if b.label == "Show the latest step").click().run()
+    assert widget(app.slider, "Step Index(6 total steps)").value == 5
+    assert not [i for i in app.info if "new step(s)" in i.value]
+    with open(run_file, "a") as file:
+        file.write(json.dumps(sample(6, reward=9.0)) + "\n")
+    app.run()  # counted from the step the button showed
+    assert "1 new step(s) since you chose step 5; the latest is 6." in [i.value for i in app.info]
+    widget(app.slider, "Step Index(7 total steps)").set_value(1).run()
+    widget(app.toggle, "Follow the latest step").set_value(True).run()  # following starts at the latest step
+    assert widget(app.slider, "Step Index(7 total steps)").value == 6
+    with open(run_file, "a") as file:
+        file.write(json.dumps(sample(7, reward=9.0)) + "\n")
+    app.run()
+    assert widget(app.slider, "Step Index(8 total steps)").value == 7
+    assert not app.exception
+
+
+@pytest.fixture
+def served_to_the_network(monkeypatch):
+    """The board as `RL_LOGGING_BOARD_ADDRESS=0.0.0.0 bash start.sh` serves it (AppTest runs in this process)."""
+    from streamlit import config
+
+    before = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    yield
+    config.set_option("server.address", before)
+
+
+def test_served_to_the_network_the_page_needs_the_token_and_stays_under_the_root(grpo_root, tmp_path, monkeypatch, served_to_the_network):
+    outside = tmp_path / "elsewhere"
+    write_run(outside / "secret_run", steps=1, samples=2, tokens=4, ranks=1, workers=1)
+    (grpo_root / "link_out").symlink_to(outside / "secret_run")  # a run folder that leads out of the root
+    monkeypatch.delenv("RL_LOGGING_BOARD_TOKEN", raising=False)
+    app = start(grpo_root, monkeypatch)
+    assert "without an access token" in app.error[0].value and not app.sidebar.button  # nothing served
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "s3cret-token")
+    app = start(grpo_root, monkeypatch)
+    assert not app.sidebar.button
+    widget(app.text_input, "Access token").input("wrong").run()
+    assert app.error[0].value == "Wrong access token." and not app.sidebar.button
+    widget(app.text_input, "Access token").input("s3cret-token").run()
+    assert not app.error and not [t for t in app.text_input if t.label == "Access token"]
+    widget(app.sidebar.text_input, "Log(s) Root Path").input(str(outside)).run()  # the box cannot leave the root
+    assert "opens only folders under" in app.sidebar.warning[0].value
+    assert widget(app.sidebar.selectbox, "Choose Log Name").options == ["grpo_run", "link_out"]
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("link_out").run()
+    load_and_view(app)
+    assert "leads outside" in app.warning[0].value and not app.dataframe
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
+    load_and_view(app)
+    assert batch_table(app)["reward"].notna().all()
+
+
+def test_served_to_the_network_any_root_opens_when_asked(grpo_root, tmp_path, monkeypatch, served_to_the_network):
+    write_run(tmp_path / "elsewhere" / "other_run", steps=1, samples=2, tokens=4, ranks=1, workers=1)
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "t")
+    monkeypatch.setenv("RL_LOGGING_BOARD_ALLOW_ANY_ROOT", "1")
+    app = start(grpo_root, monkeypatch)
+    widget(app.text_input, "Access token").input("t").run()
+    widget(app.sidebar.text_input, "Log(s) Root Path").input(str(tmp_path / "elsewhere")).run()
+    assert not app.sidebar.warning and widget(app.sidebar.selectbox, "Choose Log Name").value == "other_run"
+
+
+# The page runs anew as __main__ on every rerun: the worker processes must still be started once per server.
+def test_reruns_and_loads_share_one_pool_of_worker_processes(grpo_root, monkeypatch):
+    app = start(grpo_root, monkeypatch)
+    workers = set(multiprocessing.active_children())
+    for _ in range(3):
+        load_and_view(app)
+        app.run()
+    assert set(multiprocessing.active_children()) == workers and len(workers) >= WORKERS > 1
+
+
+# The token in the link (start.sh prints ?token=...) is accepted and then dropped from the address, so it does not
+# stay in the address bar or the browser's history; a wrong one in the link still offers the box.
+def test_served_to_the_network_a_token_in_the_link_is_accepted_and_dropped(grpo_root, monkeypatch, served_to_the_network):
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "s3cret-token")
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(grpo_root))
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.query_params["token"] = "s3cret-token"
+    app.run()
+    assert not app.exception and app.sidebar.button and not [t for t in app.text_input if t.label == "Access token"]
+    assert "token" not in app.query_params
+    wrong = AppTest.from_file(APP, default_timeout=120)
+    wrong.query_params["token"] = "not-it"
+    wrong.run()
+    assert [error.value for error in wrong.error] == ["Wrong access token in the link."] and not wrong.sidebar.button
+    widget(wrong.text_input, "Access token").input("s3cret-token").run()
+    assert wrong.sidebar.button and not wrong.error and "token" not in wrong.query_params

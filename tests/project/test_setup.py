@@ -1,0 +1,99 @@
+"""Set-up as a user meets it: the `board` extra as pip installs it, and the system check in tests/run.sh."""
+
+import ast
+import email
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.support import PROJECT
+
+
+@pytest.fixture(scope="module")
+def metadata(tmp_path_factory):
+    """The project's metadata as pip gets it: setuptools' build backend run on pyproject.toml, in the project."""
+    out = tmp_path_factory.mktemp("metadata")
+    build = "import sys, setuptools.build_meta as b; print(b.prepare_metadata_for_build_wheel(sys.argv[1]))"
+    name = subprocess.run([sys.executable, "-c", build, str(out)], cwd=PROJECT, check=True, capture_output=True, text=True).stdout.split()[-1]
+    return email.message_from_string((out / name / "METADATA").read_text())
+
+
+def extra_requirements(metadata, extra):
+    requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist")]
+    return [r for r in requirements if r.marker is not None and r.marker.evaluate({"extra": extra})]
+
+
+def board_imports():
+    """Top-level modules the page (rl_logging_board.py) and the engine (rl_board/) import, wherever in a file, but the
+    project's own."""
+    names = set()
+    for path in [PROJECT / "rl_logging_board.py", *(PROJECT / "rl_board").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names - {"rl_board", "rollout_logger"}
+
+
+def test_board_extra_installs_every_module_the_board_imports(metadata):
+    board = {canonicalize_name(r.name) for r in extra_requirements(metadata, "board")}
+    provided_by = importlib.metadata.packages_distributions()
+    third_party = sorted(name for name in board_imports() if name not in sys.stdlib_module_names)
+    assert third_party, "no third-party imports found: the parse is wrong"
+    for module in third_party:
+        distributions = {canonicalize_name(d) for d in provided_by.get(module, [])}
+        assert distributions, f"the board imports {module}, which no installed distribution provides"
+        assert distributions & board, f"`pip install .[board]` does not install {module} (from {sorted(distributions)})"
+
+
+def test_board_extra_is_requirements_txt(metadata):
+    """start.sh installs requirements.txt, `pip install .[board]` the extra: the same packages, the same ranges."""
+    lines = [line.split("#")[0].strip() for line in (PROJECT / "requirements.txt").read_text().splitlines()]
+    listed = sorted(str(Requirement(line)) for line in lines if line)
+    board = sorted(str(Requirement(f"{r.name}{r.specifier}")) for r in extra_requirements(metadata, "board"))
+    assert board == listed
+
+
+def test_run_sh_finds_installed_chromium_and_fonts_every_time():
+    """The check that decides whether tests/run.sh calls apt-get, run as run.sh runs it (pipefail) 50 times:
+    with everything installed it must never report a package missing (a `fc-list | grep -q` did about half
+    the time)."""
+    fonts = subprocess.run(["fc-list", ":", "family"], capture_output=True, text=True).stdout.lower() if shutil.which("fc-list") else ""
+    if not (Path("/usr/bin/chromium").exists() and "noto sans cjk" in fonts and "noto color emoji" in fonts):
+        pytest.skip("Chromium or a font is not installed here")
+    script = (PROJECT / "tests" / "run.sh").read_text()
+    function = script[script.index("missing_system_packages() {") :]
+    function = function[: function.index("\n}\n") + 3]
+    check = f"set -euo pipefail\n{function}for _ in $(seq 50); do missing_system_packages; done\n"
+    result = subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("markexpr", "marker", "deselected"),
+    [
+        ("not browser and not training and not slow", "browser", True),
+        ("not browser and not training", "training", True),
+        ("not (browser or training)", "browser", True),
+        ("slow and not browser", "browser", True),
+        ("not browser", "training", False),
+        ("browser or slow", "training", False),
+        ("not browser or training", "browser", False),
+        ("training", "browser", False),  # a browser test that is also marked training is chosen
+        ("", "browser", False),
+        ("not browser(x)", "browser", False),  # a marker with arguments: never assumed
+    ],
+)
+def test_a_file_is_skipped_only_when_m_deselects_every_test_of_its_marker(markexpr, marker, deselected):
+    """conftest.py leaves unimported the files whose marker `-m` rules out for any other markers a test may have."""
+    from tests.conftest import deselects_every_test_marked
+
+    assert deselects_every_test_marked(markexpr, marker) is deselected

@@ -1,0 +1,438 @@
+"""The board opening other trainers' files as they are: TRL's completion logs (parquet), verl's generations dumps,
+OpenRLHF's rank files and a verl fork's rollout_data_rank0.jsonl.
+
+Every number and text checked is worked out here from the raw files (parquet through pyarrow, JSONL through json.loads
+of each line), never from the board's own helpers. The TRL files are a real tiny GRPOTrainer run
+(tests/support/trl_completions_run.py), trained once per session; the other trainers' files come from the byte-exact writers
+of tests/support/other_trainers.py.
+"""
+
+import hashlib
+import json
+import math
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet
+import pytest
+
+import rl_board.formats.conversion
+import rl_board.reading.storage
+import rl_logging_board as board
+from rl_board.reading.history import read_history
+from rl_board.reading.search import export_jsonl
+from rl_board.reading.snapshot import RunSnapshot, read_sample_tokens, read_step_batch
+from rl_board.reading.store import RunStore, list_runs
+from tests.support import SAMPLES
+from tests.support.other_trainers import verl_run, write_openrlhf_rank_files, write_verl_dump, write_verl_fork_run
+from tests.support.runs import jsonl_rows
+from tests.support.trl_completions_run import parquet_steps
+
+MAX_SAMPLES = 128
+TRL_FORMAT = "TRL completion logs (log_completions=True: completions/completions_<step>.parquet)"
+REWARD_FUNCS = ("sorted_digits", "same_digits")  # the shared run's reward functions, weighted (1.0, 0.5) in training
+FLOAT_COLUMNS_NOTE = "every float column between completion and advantage is taken as one"
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+# The shared real TRL run (torch and trl are imported only by the tests that train).
+def trl_run(conversational: bool = False) -> Path:
+    from tests.support.trl_completions_run import shared_trl_completions_run
+
+    return shared_trl_completions_run(conversational)
+
+
+# A copy of a TRL output folder to change, without the model weights.
+def trl_copy(output: Path, target: Path) -> Path:
+    return Path(shutil.copytree(output, target, ignore=shutil.ignore_patterns("*.safetensors", "*.bin")))
+
+
+# A TRL prompt as a text: a string, or a chat's messages as JSON.
+def prompt_text(prompt) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
+
+
+# A TRL completion as a text: a string, or the content of a chat completion's one assistant message.
+def completion_text(completion) -> str:
+    if isinstance(completion, str):
+        return completion
+    [message] = completion
+    assert message["role"] == "assistant"
+    return message["content"]
+
+
+def load(run_dir) -> RunSnapshot:
+    return RunStore(str(run_dir)).load(MAX_SAMPLES)
+
+
+def texts(run: RunSnapshot, step: int):
+    return read_step_batch(f"step {step}", run.step_rows(step)).table
+
+
+def problem_rows(run: RunSnapshot, kind: str) -> list[list]:
+    return run.problems[run.problems["kind"] == kind].values.tolist()
+
+
+# ------------------------------------------------------------------------------------------------------- TRL
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("conversational", [False, True], ids=["plain", "chat"])
+@pytest.mark.parametrize("where", [".", "completions"])
+def test_trl_output_and_completions_folder_show_every_parquet_row(conversational, where):
+    """Opened at the output folder or its completions/ folder, each step shows the parquet's rows: scores, advantage, log_extra columns and texts."""
+    output = trl_run(conversational)
+    raw = parquet_steps(output / "completions")
+    run = load(output / where)
+    assert run.format == TRL_FORMAT
+    assert run.reward_function_columns == sorted(f"rewards/{name}" for name in REWARD_FUNCS)
+    assert not problem_rows(run, "note")  # the names came from trainer_state.json
+    assert run.steps == sorted(raw) == [1, 2, 3]
+    for step, rows in raw.items():
+        shown = run.step_rows(step)
+        assert len(shown) == len(rows) == 8
+        for name in REWARD_FUNCS:
+            assert shown[f"rewards/{name}"].tolist() == [row[name] for row in rows]
+        assert shown["reward"].tolist() == pytest.approx([row["sorted_digits"] + row["same_digits"] for row in rows], rel=1e-12)
+        assert shown["advantage"].tolist() == [row["advantage"] for row in rows]
+        assert shown["extra/words"].tolist() == [float(row["words"]) for row in rows]
+        assert shown["text/verdict"].tolist() == [row["verdict"] for row in rows]
+        table = texts(run, step)
+        assert table["prompt"].tolist() == [prompt_text(row["prompt"]) for row in rows]
+        assert table["response"].tolist() == [completion_text(row["completion"]) for row in rows]
+    assert run.reward_note.startswith("reward = the plain sum of the reward functions' scores")
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("conversational", [False, True], ids=["plain", "chat"])
+def test_trl_groups_are_the_completions_of_one_prompt_in_a_step(conversational):
+    """The Groups view puts a step's completions of one prompt together, and different prompts apart."""
+    output = trl_run(conversational)
+    run = load(output)
+    for step, rows in parquet_steps(output / "completions").items():
+        ids_by_prompt = {}
+        for row, group_id in zip(rows, run.step_rows(step)["group_id"]):
+            ids_by_prompt.setdefault(prompt_text(row["prompt"]), set()).add(group_id)
+        assert len(ids_by_prompt) == 2 and all(len(ids) == 1 for ids in ids_by_prompt.values())
+        assert len(set.union(*ids_by_prompt.values())) == 2
+
+
+@pytest.mark.training
+def test_trl_reward_is_the_weighted_sum_with_the_logger_metadata(tmp_path):
+    """With a rollout_meta naming the reward functions and their weights, reward is their weighted sum and the caption says so."""
+    output = trl_copy(trl_run(), tmp_path / "run")
+    (output / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": list(REWARD_FUNCS), "reward_weights": [1.0, 0.5]}))
+    run = load(output)
+    assert run.reward_note == "reward = 1 × sorted_digits + 0.5 × same_digits (weights from the logger's metadata)"
+    for step, rows in parquet_steps(output / "completions").items():
+        expected = [1.0 * row["sorted_digits"] + 0.5 * row["same_digits"] for row in rows]
+        assert run.step_rows(step)["reward"].tolist() == pytest.approx(expected, rel=1e-12)
+    assert any(row["sorted_digits"] for rows in parquet_steps(output / "completions").values() for row in rows)  # weights matter
+
+
+@pytest.mark.training
+def test_trl_reward_skips_missing_scores_and_is_missing_when_none_scored(tmp_path):
+    """A reward function that did not score a completion (None) is left out of its reward; with no score at all the reward is empty."""
+    output = trl_copy(trl_run(), tmp_path / "run")
+    path = output / "completions" / "completions_00001.parquet"
+    frame = pyarrow.parquet.read_table(path).to_pandas()
+    frame.loc[0, "sorted_digits"] = None
+    frame.loc[1, ["sorted_digits", "same_digits"]] = None
+    frame.to_parquet(path, index=False)
+    rows = pyarrow.parquet.read_table(path).to_pylist()
+    reward = load(output).step_rows(1)["reward"].tolist()
+    assert reward[0] == pytest.approx(rows[0]["same_digits"], rel=1e-12)
+    assert math.isnan(reward[1])
+    assert reward[2:] == pytest.approx([row["sorted_digits"] + row["same_digits"] for row in rows[2:]], rel=1e-12)
+
+
+@pytest.mark.training
+def test_trl_without_checkpoints_or_metadata_takes_the_float_columns_as_rewards(tmp_path):
+    """With no trainer_state.json and no metadata, a note says the float columns are taken as reward functions; the int log_extra column is not one."""
+    output = trl_copy(trl_run(), tmp_path / "run")
+    for checkpoint in output.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    run = load(output)
+    [[_, _, _, reason]] = problem_rows(run, "note")
+    assert FLOAT_COLUMNS_NOTE in reason
+    assert run.reward_function_columns == ["rewards/same_digits", "rewards/sorted_digits"]
+    raw = parquet_steps(output / "completions")
+    assert run.samples["extra/words"].tolist() == [float(row["words"]) for step in sorted(raw) for row in raw[step]]
+
+
+@pytest.mark.training
+def test_trl_training_history_is_the_newest_trainer_state():
+    """The Training metrics area shows the newest checkpoint's trainer_state.json log_history, step by step."""
+    output = trl_run()
+    newest = max(output.glob("checkpoint-*"), key=lambda folder: int(folder.name.split("-")[1]))
+    entries = [entry for entry in json.loads((newest / "trainer_state.json").read_text())["log_history"] if "loss" in entry]
+    history = read_history(output)
+    assert history.sources == [f"{newest.name}/trainer_state.json"]
+    assert history.train["step"].tolist() == [entry["step"] for entry in entries] == [1, 2, 3]
+    for (_, shown), entry in zip(history.train.iterrows(), entries):
+        assert {key: shown[key] for key in entry if key != "step"} == {key: float(value) for key, value in entry.items() if key != "step"}
+
+
+@pytest.mark.training
+def test_trl_live_folder_skips_a_parquet_still_being_written_then_shows_its_step(tmp_path):
+    """A parquet file cut off mid-write is listed as skipped while the others load; written in full, its step appears."""
+    sources = sorted((trl_run() / "completions").glob("completions_*.parquet"))
+    live = tmp_path / "live"
+    live.mkdir()
+    for source in sources[:2]:
+        shutil.copy(source, live)
+    store = RunStore(str(live))
+    assert store.load(MAX_SAMPLES).steps == [1, 2]
+    data = sources[2].read_bytes()
+    (live / sources[2].name).write_bytes(data[: len(data) // 2])
+    opened = load(live)  # the page opening the folder now
+    [[name, line, _, reason]] = problem_rows(opened, "skipped")
+    assert (name, line) == (sources[2].name, 0) and "still being written?" in reason
+    assert opened.steps == [1, 2] and len(opened.samples) == 16
+    (live / sources[2].name).write_bytes(data)
+    assert store.needs_work(MAX_SAMPLES)
+    run = store.load(MAX_SAMPLES)
+    assert run.steps == [1, 2, 3] and not problem_rows(run, "skipped")
+    assert run.step_rows(3)["advantage"].tolist() == pyarrow.parquet.read_table(sources[2]).column("advantage").to_pylist()
+
+
+@pytest.mark.training
+def test_trl_live_load_report_names_a_parquet_still_being_written(tmp_path):
+    """Watching a TRL folder live, the load report names the parquet file that cannot be read yet."""
+    sources = sorted((trl_run() / "completions").glob("completions_*.parquet"))
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(sources[0], live)
+    store = RunStore(str(live))
+    store.load(MAX_SAMPLES)
+    data = sources[1].read_bytes()
+    (live / sources[1].name).write_bytes(data[: len(data) // 2])
+    assert [row[0] for row in problem_rows(store.load(MAX_SAMPLES), "skipped")] == [sources[1].name]
+
+
+@pytest.mark.training
+def test_trl_reward_follows_metadata_written_after_the_folder_was_opened(tmp_path):
+    """Reward weights written into the folder's rollout_meta after opening it apply at the next Load & View."""
+    output = trl_copy(trl_run(), tmp_path / "run")
+    store = RunStore(str(output))
+    store.load(MAX_SAMPLES)
+    (output / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["same_digits", "sorted_digits"], "reward_weights": [0.5, 1.0]}))
+    rows = parquet_steps(output / "completions")[2]
+    reward = store.load(MAX_SAMPLES).step_rows(2)["reward"].tolist()
+    assert reward == pytest.approx([row["sorted_digits"] + 0.5 * row["same_digits"] for row in rows], rel=1e-12)
+
+
+@pytest.mark.training
+def test_trl_output_folder_is_one_run():
+    """Pointed at a TRL output folder, the run list holds the folder itself, not completions/ or checkpoint-*."""
+    assert list_runs(str(trl_run())) == ["."]
+
+
+# ------------------------------------------------------------------------------------------------------ verl
+
+
+@pytest.mark.parametrize("folder, kind", [("rollout", "training"), ("validation", "validation")])
+def test_verl_dumps_show_every_line_with_its_texts_score_and_extras(tmp_path, folder, kind):
+    """A verl rollout or validation folder shows each line's input, output, ground truth and score, and acc/pred as fields."""
+    run_dir = verl_run(tmp_path) / folder
+    assert list_runs(str(tmp_path)) == ["rollout", "validation"]
+    run = load(run_dir)
+    assert run.format.startswith(f"verl generations dump ({kind}:")
+    raw = {int(path.stem): jsonl_rows(path) for path in run_dir.glob("*.jsonl")}
+    assert run.steps == sorted(raw) == ([0, 2, 4] if kind == "validation" else [1, 2, 3, 4])
+    for step, lines in raw.items():
+        shown, table = run.step_rows(step), texts(run, step)
+        assert table["prompt"].tolist() == [line["input"] for line in lines]
+        assert table["response"].tolist() == [line["output"] for line in lines]
+        assert table["ground_truth"].tolist() == [line["gts"] for line in lines]
+        assert shown["reward"].tolist() == [line["score"] for line in lines]
+        assert shown["extra/acc"].tolist() == [float(line["acc"]) for line in lines]
+        assert shown["text/pred"].tolist() == [line["pred"] for line in lines]
+        if kind == "validation":
+            assert shown["extra/reward (reward_extra_info)"].tolist() == [line["reward"] for line in lines]
+    assert any("计算 15 减去 8" in prompt for prompt in texts(run, run.steps[0])["prompt"])  # CJK compared above
+
+
+def test_verl_reward_extra_info_named_like_verl_s_own_keys_is_a_field(tmp_path):
+    """verl's own input/output/gts/score are the prompt, response, ground truth and reward; reward_extra_info keys named
+    reward or response (a validation dump's reward, a judge's response) are fields beside them."""
+    extras = {"reward": [0.75, -0.25], "response": ["judge: ok", "judge: no"]}
+    path = write_verl_dump(tmp_path / "validation", 0, ["q1", "q2"], ["a1", "a2"], ["1", "2"], [1.0, 0.0], extras)
+    run = load(path.parent)
+    shown, lines = run.step_rows(0), jsonl_rows(path)
+    assert shown["reward"].tolist() == [line["score"] for line in lines] == [1.0, 0.0]
+    assert shown["extra/reward (reward_extra_info)"].tolist() == [line["reward"] for line in lines] == [0.75, -0.25]
+    assert texts(run, 0)["response"].tolist() == [line["output"] for line in lines] == ["a1", "a2"]
+    assert shown["text/response (reward_extra_info)"].tolist() == [line["response"] for line in lines]
+
+
+def test_verl_training_groups_are_the_samples_of_one_prompt(tmp_path):
+    """In a verl training step, the Groups view has one group per prompt, of its n=4 samples."""
+    run_dir = verl_run(tmp_path, n=4) / "rollout"
+    run = load(run_dir)
+    for path in run_dir.glob("*.jsonl"):
+        lines, ids = jsonl_rows(path), run.step_rows(int(path.stem))["group_id"].tolist()
+        assert sorted(Counter(ids).values()) == [4, 4, 4]
+        assert len({(line["input"], group_id) for line, group_id in zip(lines, ids)}) == len(set(ids)) == 3
+
+
+def test_verl_dump_bad_line_keeps_its_line_number_and_a_nan_score_is_missing(tmp_path):
+    """A malformed line is reported at its line number in the verl file; a NaN score shows as no reward, not infinity."""
+    run_dir = verl_run(tmp_path, steps=1, validation_steps=()) / "rollout"
+    path = run_dir / "1.jsonl"
+    lines = path.read_text("utf-8").splitlines()
+    lines[5] = json.dumps({**json.loads(lines[5]), "score": float("nan")}, ensure_ascii=False)  # as verl writes a NaN
+    lines.insert(8, lines[8][: len(lines[8]) // 2])
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    good, bad = {}, []
+    for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+        try:
+            good[number] = json.loads(line)
+        except ValueError:
+            bad.append(number)
+    run = load(run_dir)
+    assert [row[:3] for row in problem_rows(run, "skipped")] == [["1.jsonl", number, "skipped"] for number in bad] == [["1.jsonl", 9, "skipped"]]
+    shown = run.step_rows(1)
+    assert shown["line"].tolist() == list(good)
+    rewards = dict(zip(shown["line"], shown["reward"]))
+    assert math.isnan(rewards[6]) and math.isnan(good[6]["score"])
+    assert {number: reward for number, reward in rewards.items() if number != 6} == {number: line["score"] for number, line in good.items() if number != 6}
+    batch = read_step_batch("step 1", shown)
+    assert not batch.problems and batch.table["response"].tolist() == [line["output"] for line in good.values()]
+
+
+def test_verl_jsonl_export_gives_the_converted_lines(tmp_path):
+    """Downloading a verl step as JSONL gives the lines as the board converted them: the board's keys (prompt, response, ground_truth, reward), not verl's."""
+    run_dir = verl_run(tmp_path, steps=1, validation_steps=()) / "rollout"
+    exported = [json.loads(line) for line in export_jsonl(load(run_dir).step_rows(1)).decode("utf-8").splitlines()]
+    expected = [
+        {"prompt": line["input"], "response": line["output"], "ground_truth": line["gts"], "reward": line["score"], "step": line["step"],
+         "acc": line["acc"], "pred": line["pred"], "group_id": hashlib.blake2b(line["input"].encode(), digest_size=8).hexdigest()}
+        for line in jsonl_rows(run_dir / "1.jsonl")
+    ]
+    assert exported == expected
+
+
+# --------------------------------------------------------------------------------------------------- OpenRLHF
+
+
+def test_openrlhf_rank_files_show_every_line_and_their_token_values(tmp_path):
+    """OpenRLHF's data_rank<r>.jsonl open as such: every line, steps from 1, and each token's value and reward as logged."""
+    paths = write_openrlhf_rank_files(tmp_path / "openrlhf", steps=3, ranks=2)
+    raw = {path.name: jsonl_rows(path) for path in paths}
+    run = load(tmp_path / "openrlhf")
+    assert run.format.startswith("OpenRLHF rank files")
+    assert run.report.set_index("file")["loaded"].to_dict() == {name: len(lines) for name, lines in raw.items()}
+    assert run.steps == sorted({line["step"] for lines in raw.values() for line in lines}) == [1, 2, 3]
+    padded = 0
+    for row in run.samples.itertuples():
+        line = raw[Path(row.path).name][row.line - 1]
+        assert row.reward == line["reward"] and row.step == line["step"]
+        tokens = read_sample_tokens(row.path, row.offset, row.length, row.step)
+        n = len(line["logprobs"])
+        assert tokens.values.tolist() == line["values"] and tokens.token_rewards.tolist() == line["token_rewards"]
+        assert tokens.logprobs.tolist() == line["logprobs"] and tokens.ref_logprobs.tolist() == line["ref_logprobs"]
+        assert tokens.response_tokens == line["response_tokens"][:n]
+        padded += len(line["response_tokens"]) > n
+    assert padded  # some responses kept their trailing <PAD>
+
+
+# -------------------------------------------------------------------------------------------------- verl fork
+
+
+def test_verl_fork_experiment_lists_opens_and_shows_rm_response(tmp_path):
+    """A verl fork's <project>/<experiment> folder is listed, opens as the fork's format, and each line's rm_response is in Other fields."""
+    experiment = write_verl_fork_run(tmp_path, "proj", "exp", steps=2)
+    assert list_runs(str(tmp_path / "proj")) == ["exp"]
+    run = load(experiment)
+    assert run.format.startswith("verl fork's rollout_data_rank<r>.jsonl")
+    lines = jsonl_rows(experiment / "rollout_data_rank0.jsonl")
+    assert len(run.samples) == len(lines) and run.steps == [1, 2]
+    for row in run.samples.itertuples():
+        line = lines[row.line - 1]
+        assert row.reward == line["reward"] and row.extra_keys > 0  # the page offers "Other fields of this line"
+        fields = board.load_other_fields(row.index_id, row.path, int(row.offset), int(row.length))  # what that area shows
+        assert fields["rm_response"] == line["rm_response"]
+
+
+# -------------------------------------------------------------------------------------------- the page (AppTest)
+
+
+def test_bundled_samples_list_the_other_trainers_runs():
+    """The bundled rollout_samples root lists the TRL and verl runs."""
+    assert {"from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data"} <= set(list_runs(str(SAMPLES)))
+
+
+@pytest.mark.training
+def test_trl_completions_folder_opened_alone_shows_the_output_folders_history():
+    """Opened at its completions/ folder, a TRL run's training history is the output folder's checkpoints'."""
+    run = load(trl_run() / "completions")
+    assert run.history_dir == str(trl_run())
+    history = read_history(run.history_dir)
+    assert history.sources and history.sources[0].startswith("checkpoint-") and len(history.train)
+
+
+@pytest.mark.parametrize("case", ["long first line", "empty first file", "byte order mark"])
+def test_verl_dumps_are_told_by_their_keys_however_their_first_file_starts(tmp_path, case):
+    """A dump whose first line is longer than any read-ahead (a reasoning model's), whose first file is still empty, or
+    which starts with a byte order mark, still opens as verl's, every line loaded."""
+    output = "x" * 300_000 if case == "long first line" else "a"
+    write_verl_dump(tmp_path, 1, ["q1", "q2"], [output, "b"], ["1", "2"], [1.0, 0.0], {})
+    write_verl_dump(tmp_path, 2, ["q3"], ["c"], ["3"], [0.5], {})
+    if case == "empty first file":
+        (tmp_path / "1.jsonl").write_bytes(b"")
+    if case == "byte order mark":
+        (tmp_path / "1.jsonl").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "1.jsonl").read_bytes())
+    run = load(tmp_path)
+    assert run.format.startswith("verl generations dump (training:")
+    assert len(run.samples) == (1 if case == "empty first file" else 3) and run.problems.empty
+    assert run.step_rows(run.steps[-1])["reward"].tolist() == [0.5]
+
+
+# A parquet file as GRPOTrainer.log() writes one (pandas' to_parquet of its table), for tests that need no training.
+def write_completions(folder: Path, step: int, accuracy: list[float]) -> Path:
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame({"step": step, "prompt": "p", "completion": [f"c{i}" for i in range(len(accuracy))], "accuracy": accuracy, "advantage": 0.0})
+    path = folder / f"completions_{step:05d}.parquet"
+    table.to_parquet(path)
+    return path
+
+
+def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
+    """A live check does not fetch a broken parquet again and again: once it changes, it is read (and shown)."""
+    write_completions(tmp_path / "completions", 1, [1.0])
+    broken = write_completions(tmp_path / "completions", 2, [0.5, 0.25])
+    data = broken.read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    reads = Counter()
+    read_file = rl_board.reading.storage.read_file
+    monkeypatch.setattr(rl_board.formats.conversion, "read_file", lambda path: reads.update([Path(path).name]) or read_file(path))
+    store = RunStore(str(tmp_path))
+    assert [row[0] for row in problem_rows(store.load(MAX_SAMPLES), "skipped")] == [broken.name]
+    assert not store.needs_work(MAX_SAMPLES) and not store.needs_work(MAX_SAMPLES)
+    assert reads[broken.name] == 1
+    broken.write_bytes(data)
+    assert store.needs_work(MAX_SAMPLES)
+    assert store.load(MAX_SAMPLES).step_rows(2)["reward"].tolist() == [0.5, 0.25]
+
+
+def test_jsonl_files_beside_trl_completions_are_named_as_not_read(tmp_path):
+    """A folder holding TRL's completions and rank files shows the completions and says the rank files were not read."""
+    write_completions(tmp_path / "completions", 1, [1.0])
+    write_verl_dump(tmp_path, 1, ["q"], ["a"], ["1"], [1.0], {})
+    notes = [row[3] for row in problem_rows(load(tmp_path), "note")]
+    assert any(note.startswith("1 .jsonl file(s) beside TRL's completions are not read") for note in notes)
+
+
+def test_typed_reward_weights_keep_the_metadata_s_for_functions_not_typed():
+    """Typing one weight changes that function's alone; an unknown name or a bad number is refused with the names."""
+    assert board.parsed_weights("acc=2", {"acc": 1.0, "fmt": 0.5}) == ({"acc": 2.0, "fmt": 0.5}, None)
+    assert board.parsed_weights("", {"acc": 1.0}) == ({}, None)
+    for bad in ("nope=1", "acc=x", "acc", "acc=inf"):
+        weights, problem = board.parsed_weights(bad, {"acc": 1.0, "fmt": 0.5})
+        assert weights == {} and problem.startswith("Reward weights:") and "(acc, fmt)" in problem

@@ -1,0 +1,751 @@
+"""Loading a run: merging rank files, downsampling, bad input, the index cache and incremental reads.
+
+Numbers are checked against `plain_parse`, an independent slow reading of the files with json and math.
+"""
+
+import functools
+import hashlib
+import json
+import math
+import os
+import shutil
+import stat
+import sys
+import threading
+import types
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pyarrow.feather
+import pytest
+import simdjson
+
+import rl_board.reading.lines
+import rl_board.reading.store
+import rl_board.reading.workers
+import rl_logging_board as board
+from bench.generate_run import write_run
+from rl_board.metrics import step_stats
+from rl_board.reading.history import read_meta
+from rl_board.reading.index import BAD, GOOD, UNPARSED, FileIndex, IndexCache
+from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
+from rl_board.reading.snapshot import lines_key, select_lines
+from rl_board.reading.store import RunStore, list_runs
+from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
+from tests.support.runs import load, sample, sample_tokens, write_lines
+from tests.support.worker_faults import index_chunk_killed_once
+
+
+def problems_of(run, kind=None):
+    rows = run.problems if kind is None else run.problems[run.problems["kind"] == kind]
+    return {(row.file, int(row.line)): row.reason for row in rows.itertuples()}
+
+
+# The obvious, slow way: json.loads every line, Python math per token.
+def plain_parse(run_dir):
+    samples = {}
+    for path in sorted(Path(run_dir).glob("*.jsonl")):
+        for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or not {"prompt", "response", "reward", "step"} <= set(record):
+                continue
+            numbers = {"step": int(record["step"]), "reward": float(record["reward"])}
+            numbers["response_len"] = len(record["response"])
+            logp, ref = record.get("logprobs"), record.get("ref_logprobs")
+            if logp is not None and ref is not None:
+                ratio = [a - b for a, b in zip(logp, ref)]
+                numbers["sum_log_ratio"] = math.fsum(ratio)
+                numbers["avg_log_ratio"] = numbers["sum_log_ratio"] / len(ratio)
+                for name, formula in {
+                    "kl": lambda r: math.expm1(r) - r,
+                    "k1": lambda r: r,
+                    "k2": lambda r: r * r / 2,
+                    "k3": lambda r: math.exp(-r) + r - 1,
+                }.items():
+                    values = [formula(r) for r in ratio]
+                    numbers[f"sum_kl_{name}"] = math.fsum(values)
+                    numbers[f"avg_kl_{name}"] = math.fsum(values) / len(values)
+            if record.get("entropies"):
+                numbers["avg_entropy"] = math.fsum(record["entropies"]) / len(record["entropies"])
+            for name, score in (record.get("rewards_per_func") or {}).items():
+                numbers[f"rewards/{name}"] = score
+            for name in ("ref_reward", "advantage"):
+                if name in record:
+                    numbers[name] = record[name]
+            samples[(str(path), number)] = numbers
+    return samples
+
+
+def test_rank_files_merge_by_step_in_numeric_order(tmp_path):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(10), sample(2), sample(1)])
+    write_lines(tmp_path / "run" / "rollout_data_rank_1.jsonl", [sample(2), sample(10), sample(10)])
+    run = load(tmp_path / "run")
+    assert run.steps == [1, 2, 10]
+    assert run.samples.groupby("step").size().to_dict() == {1: 1, 2: 2, 10: 3}
+    assert run.samples["step"].is_monotonic_increasing
+
+
+def test_numbers_equal_a_plain_full_parse(tmp_path):
+    write_run(tmp_path / "run", steps=4, samples=16, tokens=40, ranks=2, grpo=True, workers=1)
+    run = load(tmp_path / "run")
+    expected = plain_parse(tmp_path / "run")
+    assert len(run.samples) == len(expected) == 64
+    for row in run.samples.to_dict("records"):
+        for name, value in expected[(row["path"], row["line"])].items():
+            assert row[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+
+
+# The first pass parses per-token lists with simdjson when it can and decodes the line the general way when
+# not: both ways must give the same record, and the fast way must be the one taken for ordinary lines.
+FAST_AND_GENERAL = [
+    sample(1, logprobs=[-0.5, -1.25e-3, -7], ref_logprobs=[-0.25, -2, 0], entropies=[1.5, 0.0, 2]),
+    sample(1, logprobs=[], ref_logprobs=[]),
+    sample(1, logprobs=[-0.5, None], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=None, ref_logprobs=[-1.0]),
+    sample(1, logprobs=[-0.5, 2**64], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=[True, -1.0], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=[-0.5, "x"]),
+    sample(1, logprobs={"a": 1}),
+    sample(1.0, prompt=["a list", 2], logprobs=[-0.1]),
+    sample(1.5, logprobs=[-0.1]),
+    sample(1, logprobs=[[-1.0], [-2.0]], ref_logprobs=[-1.0, -2.0]),
+    sample(1, logprobs=[-1.0, -2.0], ref_logprobs=[-1.0, [-2.0]]),
+    sample(1, logprobs=[-1.0], entropies=[[]]),
+]
+RAW_ONLY = [
+    b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [NaN, -Infinity, 1e999]}',
+    b'{"prompt": "\xff\xfe", "response": "r", "reward": 1, "step": 1, "logprobs": [-1.0]}',
+]
+
+
+@pytest.mark.parametrize("line", [json.dumps(line).encode() for line in FAST_AND_GENERAL] + RAW_ONLY)
+def test_the_fast_first_pass_decodes_exactly_like_the_general_one(line):
+    def outcome(decode):
+        try:
+            record, note = decode()[:2]
+        except BadLine as error:
+            return str(error)
+        fields = {name: getattr(record, name) for name in record.__struct_fields__ if name not in ("response_tokens", *TOKEN_KEYS)}
+        arrays = {key: float_array(getattr(record, key, None)) for key in ("logprobs", "ref_logprobs", "entropies")}
+        return fields, {key: None if array is None else array.tolist() for key, array in arrays.items()}, note
+
+    fast = outcome(lambda: decode_summary(line, simdjson.Parser()))
+    general = outcome(lambda: decode_line(line, SUMMARY_DECODER))
+    assert repr(fast) == repr(general)  # repr: NaN equals NaN
+
+
+def test_ordinary_lines_never_take_the_general_way(monkeypatch):
+    def general(*args):
+        raise AssertionError("decoded the general way")
+
+    monkeypatch.setattr(rl_board.reading.lines, "decode_line", general)
+    record, note, _ = decode_summary(json.dumps(FAST_AND_GENERAL[0]).encode(), simdjson.Parser())
+    assert record.logprobs.tolist() == [-0.5, -1.25e-3, -7.0] and record.entropies.tolist() == [1.5, 0.0, 2.0] and note is None
+
+
+# The workers only read lines: they import the package's reading layer, never the page, Streamlit or plotly (their
+# memory and start-up CPU are the page's), also once they have run a task.
+def test_worker_processes_import_neither_the_page_nor_its_libraries():
+    probe = "sorted(name for name in __import__('sys').modules if name.split('.')[0] in ('streamlit', 'plotly', 'rl_logging_board'))"
+    assert worker_pool().submit(rl_board.reading.workers.summarize_lines, __file__, np.array([0]), np.array([3])).result(timeout=60).problems
+    assert worker_pool().submit(eval, probe).result(timeout=120) == []
+
+
+# Sessions opening the page at once (each in a thread of its own) start one pool of workers between them.
+def test_sessions_opening_at_once_start_one_pool_of_workers():
+    worker_pool().shutdown()
+    started_worker_pool.cache_clear()
+    pools = []
+    threads = [threading.Thread(target=lambda: pools.append(worker_pool())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(pools) == 8 and len({id(pool) for pool in pools}) == 1
+
+
+# In the server, __main__ is the page itself (Streamlit runs it so), which a spawned process would run again first.
+def test_worker_processes_do_not_run_the_servers_main_module(tmp_path, monkeypatch):
+    ran = tmp_path / "ran"
+    page = tmp_path / "page.py"
+    page.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    main = types.ModuleType("__main__")
+    main.__file__, main.__spec__ = str(page), None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    worker_pool().shutdown()
+    started_worker_pool.cache_clear()
+    assert worker_pool().submit(eval, "1 + 1").result(timeout=120) == 2
+    assert not ran.exists() and main.__file__ == str(page)
+
+
+def test_parallel_workers_give_the_same_numbers(tmp_path):
+    write_run(tmp_path / "run", steps=3, samples=8, tokens=30, ranks=4, grpo=True, workers=1)
+    parallel = load(tmp_path / "run", parallel=True).samples
+    shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
+    sequential = load(tmp_path / "run", parallel=False).samples
+    assert parallel.drop(columns=["group_id", "index_id"]).equals(sequential.drop(columns=["group_id", "index_id"]))
+    assert list(parallel["group_id"]) == list(sequential["group_id"])
+
+
+def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(tmp_path):
+    for rank in range(4):
+        lines = [sample(step, reward=rank * 100 + i) for step in (0, 1) for i in range(8)]
+        lines[-1] = b'{"step": 1, "this line is broken\n'  # dropped by the selection: must not be parsed
+        write_lines(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", lines)
+    store = RunStore(str(tmp_path / "run"))
+    run = store.load(6)
+    assert run.samples.groupby("step").size().to_dict() == {0: 6, 1: 6}
+    assert run.downsampled
+    step0 = run.samples[run.samples["step"] == 0]
+    assert sorted(step0["reward"]) == [0, 1, 100, 101, 200, 300]  # two from ranks 0-1, one from ranks 2-3
+    assert not problems_of(run, "skipped")  # the broken line was never parsed
+    assert int(run.report["not loaded (Max Samples Each Step)"].sum()) == 4 * 16 - 12 - 0
+    again = RunStore(str(tmp_path / "run")).load(6)
+    assert again.samples[["path", "line"]].equals(run.samples[["path", "line"]])
+    everything = store.load(10240)
+    assert len(everything.samples) == 4 * 16 - 4 and len(problems_of(everything, "skipped")) == 4
+
+
+@pytest.mark.parametrize(
+    "bad_line, reason",
+    [
+        (b"{not json\n", "not valid JSON"),
+        (b'{"prompt": "p", "response": "r", "step": 1}\n', "reward"),
+        (b'{"prompt": "p", "response": "r", "reward": "high", "step": 1}\n', "reward"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": "one"}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1.5}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 100000000000000000000}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1e300}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b"}\n", "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b', "extra": {"step": 1}}\n', "step"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 5000 + b"}\n", "not valid JSON"),
+        (b'[1, 2, 3]\n', "not an object"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": "oops"}\n', "logprobs"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [1, {"a": 2}]}\n', "logprobs"),
+    ],
+)
+def test_a_bad_line_is_skipped_and_reported_with_its_number(tmp_path, bad_line, reason):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1), bad_line, sample(2)])
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 2
+    skipped = problems_of(run, "skipped")
+    assert list(skipped) == [("rollout_data_rank_0.jsonl", 2)]
+    assert reason in skipped[("rollout_data_rank_0.jsonl", 2)]
+    assert run.report["bad lines"].tolist() == [1]
+
+
+def test_nan_infinity_and_null_are_accepted(tmp_path):
+    lines = [
+        b'{"prompt": "p", "response": "r", "reward": NaN, "step": 1}\n',
+        b'{"prompt": "p", "response": "r", "reward": null, "step": 1}\n',
+        b'{"prompt": "p", "response": "r", "reward": 2.0, "step": 1, "logprobs": [-Infinity, -1.0], "ref_logprobs": [-1.0, -1.0]}\n',
+        b'{"prompt": "p", "response": "r", "reward": 4.0, "step": 1, "logprobs": [null, -1.0], "ref_logprobs": [-1.0, -2.0]}\n',
+        b'{"prompt": "p", "response": "ab", "reward": 1.0, "step": 1, "response_tokens": ["a", "b"], "logprobs": [-Infinity, -1.0], "ref_logprobs": [-1.0, -2.0], "entropies": [NaN, 0.5]}\n',
+        b'{"prompt": "p", "response": "ab", "reward": NaN, "step": 1, "response_tokens": ["a", "b", "<pad>"]}\n',
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 6 and not problems_of(run, "skipped")
+    assert np.isnan(run.samples["reward"].iloc[0]) and np.isnan(run.samples["reward"].iloc[1])
+    assert step_stats(run.samples, "reward")["mean"].tolist() == [7 / 3]  # finite values only
+    assert run.samples["avg_log_ratio"].iloc[2] == -np.inf
+    assert run.samples["avg_log_ratio"].iloc[3] == 1.0  # the null token is left out of the mean
+    # NaN or Infinity in a line with response_tokens: the line is kept, and so are its tokens
+    assert run.samples["avg_log_ratio"].iloc[4] == -np.inf and run.samples["avg_entropy"].iloc[4] == 0.5
+    assert run.samples["response_tokens_len"].tolist()[4:] == [2.0, 3.0]
+    tokens = sample_tokens(run, 1, 4)
+    assert tokens.response_tokens == ["a", "b"] and tokens.logprobs.tolist() == [-np.inf, -1.0]
+
+
+def test_a_file_that_starts_with_a_byte_order_mark_loses_no_line(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [b"\xef\xbb\xbf" + json.dumps(sample(1)).encode() + b"\n", sample(2)])
+    run = load(tmp_path / "run")
+    assert sorted(run.samples["step"]) == [1, 2] and not problems_of(run)
+    assert board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1)).table["prompt"].tolist() == ["p1"]
+
+
+def test_length_mismatches_keep_the_sample_and_say_so(tmp_path):
+    lines = [
+        sample(1, logprobs=[-1.0, -2.0, -3.0], ref_logprobs=[-1.5, -2.5]),
+        sample(1, response_tokens=["a", "b", "<PAD>"], logprobs=[-1.0, -2.0], ref_logprobs=[-1.0, -1.0]),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    notes = problems_of(run, "note")
+    assert "ref_logprobs has 2 values, logprobs 3" in notes[("r.jsonl", 1)]
+    assert run.samples["avg_log_ratio"].iloc[0] == pytest.approx(0.5)
+    tokens = sample_tokens(run, 1, 1)
+    assert tokens.response_tokens == ["a", "b"]
+    assert "clipped to 2" in tokens.notes[0]
+
+
+def test_empty_files_blank_lines_and_non_utf8_bytes(tmp_path):
+    write_lines(tmp_path / "run" / "empty.jsonl", [])
+    lines = [sample(1), b"\n", b"   \n", b'{"prompt": "p", "response": "caf\xe9", "reward": 1, "step": 1}\n', sample(2)]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 3
+    assert sorted(run.samples["line"]) == [1, 4, 5]
+    assert "invalid UTF-8" in problems_of(run, "note")[("r.jsonl", 4)]
+    assert run.report.set_index("file").loc["empty.jsonl", "lines"] == 0
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
+    assert batch.table["response"].tolist() == ["r1", "caf\ufffd"]
+
+
+def test_a_last_line_cut_mid_write_is_reported_then_picked_up_when_finished(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    whole = json.dumps(sample(3)).encode() + b"\n"
+    with open(path, "ab") as file:
+        file.write(whole[:20])
+    store = RunStore(str(tmp_path / "run"))
+    run = store.load(128)
+    assert run.steps == [1, 2]
+    assert run.report["incomplete last line"].tolist() == [1] and run.report["bad lines"].tolist() == [0]
+    assert problems_of(run, "incomplete") == {("r.jsonl", 3): "the last line has no end yet: still being written, or cut off"}
+    with open(path, "ab") as file:
+        file.write(whole[20:])
+    assert store.needs_work(128)
+    run = store.load(128)
+    assert run.steps == [1, 2, 3] and not len(run.problems)
+
+
+def test_a_complete_last_line_without_newline_counts_once(tmp_path):
+    path = tmp_path / "run" / "r.jsonl"
+    write_lines(path, [sample(1), json.dumps(sample(2)).encode()])
+    store = RunStore(str(tmp_path / "run"))
+    assert store.load(128).steps == [1, 2]
+    with open(path, "ab") as file:
+        file.write(b"\n" + json.dumps(sample(3)).encode() + b"\n")
+    run = store.load(128)
+    assert run.samples["line"].tolist() == [1, 2, 3] and run.samples["step"].tolist() == [1, 2, 3]
+
+
+def test_a_resumed_launch_replaces_the_steps_it_logged_again(tmp_path):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(run_dir / f"rollout_data_rank_{rank}_20260101T000000Z.jsonl", [sample(s, reward=1) for s in (1, 2, 3)])
+        write_lines(run_dir / f"rollout_data_rank_{rank}_20260102T000000Z.jsonl", [sample(s, reward=2) for s in (3, 4)])
+    run = load(run_dir)
+    assert run.samples.groupby("step")["reward"].agg(["size", "mean"]).to_dict("index") == {
+        1: {"size": 2, "mean": 1.0}, 2: {"size": 2, "mean": 1.0}, 3: {"size": 2, "mean": 2.0}, 4: {"size": 2, "mean": 2.0},
+    }
+
+
+# Resumed inside a generation cycle (num_iterations=2, resumed from step 9): the new launch logs 10, 12, 14, and the
+# older launch's step 11 is a trajectory training abandoned: left out, counted in the report, and in no count shown.
+def test_steps_an_older_launch_logged_after_the_resume_are_left_out_and_counted(tmp_path):
+    run_dir = tmp_path / "run"
+    write_lines(run_dir / "rollout_data_rank_0_20260101T000000Z.jsonl", [sample(s, reward=1) for s in (2, 4, 6, 8, 10, 11) for _ in range(2)])
+    write_lines(run_dir / "rollout_data_rank_0_20260102T000000Z.jsonl", [sample(s, reward=2) for s in (10, 12, 14) for _ in range(2)])
+    run = load(run_dir)
+    assert run.steps == [2, 4, 6, 8, 10, 12, 14]
+    assert run.samples.groupby("step")["reward"].mean().to_dict() == {2: 1, 4: 1, 6: 1, 8: 1, 10: 2, 12: 2, 14: 2}
+    report = run.report.set_index("file")
+    assert report.loc["rollout_data_rank_0_20260101T000000Z.jsonl", "replaced by a newer launch"] == 4  # steps 10 and 11
+    assert report["not loaded (Max Samples Each Step)"].sum() == 0 and not run.downsampled
+
+
+# The selection rule, written plainly: a line of a launch is left out when a newer launch's first step is at or before
+# its step; then per step the rank files in turn (each file's lines in file order) until max_samples.
+def plain_selection(files: dict, max_samples: int) -> dict:
+    usable = [(path, row, step, index.launch) for path, index in files.items()
+              for row, (step, status) in enumerate(zip(index.lines["step"], index.lines["status"])) if status != BAD and not math.isnan(step)]
+    first_step = {launch: min(s for _, _, s, l in usable if l == launch) for launch in {launch for *_, launch in usable}}
+    usable = [line for line in usable if not any(launch > line[3] and first <= line[2] for launch, first in first_step.items())]
+    chosen = {}
+    for step in sorted({step for _, _, step, _ in usable}):
+        queues = [[row for p, row, s, launch in usable if p == path and s == step] for path in files]
+        picked = [(path, queue[turn]) for turn in range(max(map(len, queues))) for path, queue in zip(files, queues) if turn < len(queue)]
+        for path, row in picked[:max_samples]:
+            chosen.setdefault(path, []).append(row)
+    return {path: sorted(rows) for path, rows in chosen.items()}
+
+
+def test_the_selection_of_lines_follows_the_plain_rule():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        files = {}
+        for position in range(int(rng.integers(0, 5))):
+            index = FileIndex(f"/nowhere/rollout_data_rank_{position}.jsonl")
+            index.launch = str(rng.choice(["", "20260101T000000Z", "20260102T000000Z"]))
+            count = int(rng.integers(0, 30))
+            steps = rng.integers(0, 6, count).astype(float)
+            steps[rng.random(count) < 0.1] = np.nan
+            index.lines = {"step": steps, "status": rng.choice([GOOD, BAD, UNPARSED], count).astype(np.int8)}
+            files[index.path] = index
+        max_samples = int(rng.integers(1, 20))
+        selected = {path: rows.tolist() for path, rows in select_lines(files, max_samples).rows.items() if len(rows)}
+        assert selected == plain_selection(files, max_samples)
+
+
+def count_index_calls(monkeypatch):
+    calls = []
+    original = index_chunk
+
+    def counting(path, start, end, per_step):
+        calls.append((Path(path).name, start, end))
+        return original(path, start, end, per_step)
+
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", counting)
+    return calls
+
+
+def test_the_index_cache_survives_a_restart_and_reads_only_appended_bytes(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    first = load(tmp_path / "run", parallel=False)
+    calls = count_index_calls(monkeypatch)
+    restarted = load(tmp_path / "run", parallel=False)
+    assert calls == [] and restarted.samples.drop(columns=["path", "index_id"]).equals(first.samples.drop(columns=["path", "index_id"]))
+    size = path.stat().st_size
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(3)).encode() + b"\n")
+    grown = load(tmp_path / "run", parallel=False)
+    assert calls == [("r.jsonl", size, path.stat().st_size)]
+    assert grown.steps == [1, 2, 3]
+
+
+@pytest.mark.parametrize("change", ["truncate", "replace", "rewrite in place"])
+def test_the_index_cache_is_never_used_stale(tmp_path, change):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1), sample(2, reward=1)])
+    load(tmp_path / "run")
+    if change == "truncate":
+        write_lines(path, [sample(1, reward=5)])
+    elif change == "replace":
+        other = write_lines(tmp_path / "other.jsonl", [sample(1, reward=7), sample(2, reward=7)])
+        os.replace(other, path)
+    else:
+        data = path.read_bytes().replace(b'"reward": 1', b'"reward": 9')
+        with open(path, "r+b") as file:
+            file.write(data)
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    run = load(tmp_path / "run")
+    expected = {"truncate": [5.0], "replace": [7.0, 7.0], "rewrite in place": [9.0, 9.0]}[change]
+    assert run.samples["reward"].tolist() == expected
+
+
+def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_path):
+    lines = [sample(1, group_id=7, rewards_per_func={"f": 1.0}), sample(1, group_id="g"), sample(2)]
+    path = write_lines(tmp_path / "run" / "r.jsonl", lines)
+    first = load(tmp_path / "run", parallel=False)
+    kept = first.samples.copy()
+    restarted = RunStore(str(tmp_path / "run"))
+    restarted.load(10240, parallel=False)
+    index = restarted.files[str(path)]
+    assert {name: column.dtype for name, column in index.lines.items() if name in ("status", "step", "group_id")} == {
+        "status": np.int8, "step": np.float64, "group_id": object}
+    assert all(column.flags.writeable for column in index.lines.values())  # appends write into them
+    with open(path, "a") as file:
+        file.write(json.dumps(sample(3, group_id="h", rewards_per_func={"f": 0.5, "late": 2.0})) + "\n")
+    grown = restarted.load(10240, parallel=False)
+    assert first.samples.equals(kept)  # a later load never writes into an earlier snapshot
+    assert grown.samples["group_id"].tolist()[:2] == ["7", "g"] and grown.samples["rewards/late"].tolist()[-1] == 2.0
+    assert np.allclose(grown.samples["rewards/f"], [1.0, np.nan, np.nan, 0.5], equal_nan=True)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "no metadata", "meta null", "meta without identity", "a column missing", "another format"])
+def test_a_damaged_index_cache_is_read_again_from_the_file(tmp_path, damage):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
+    load(tmp_path / "run")
+    cached = IndexCache().path_of(str(path))
+    table = pyarrow.feather.read_table(cached)
+    meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+    if damage in ("garbage", "empty"):
+        cached.write_bytes(b"not arrow" if damage == "garbage" else b"")
+    else:
+        if damage == "no metadata":
+            table = table.replace_schema_metadata(None)
+        elif damage == "a column missing":
+            table = table.drop(["status"])
+        else:
+            meta = {"meta null": None, "meta without identity": dict(meta, identity={"size": 1}), "another format": dict(meta, format=1)}[damage]
+            table = table.replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
+        pyarrow.feather.write_feather(table, cached)
+    run = load(tmp_path / "run")
+    assert run.samples["reward"].tolist() == [3.0, 4.0] and not problems_of(run)
+
+
+def test_an_unwritable_cache_folder_costs_speed_not_data(tmp_path, monkeypatch):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(blocker / "cache"))
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 1
+    assert any("index cache not written" in reason for reason in run.problems["reason"])
+
+
+# Everything in a folder that a write could change: each entry's name, kind, mode, size, mtime and bytes. The folder's
+# own mtime is in it too, so a file made and removed again (a temporary file, a lock) shows as well.
+def folder_state(folder: Path) -> dict:
+    state = {}
+    for path in [folder, *sorted(folder.rglob("*"))]:
+        info = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(info.st_mode) else None
+        state[str(path.relative_to(folder))] = (info.st_mode, info.st_size, info.st_mtime_ns, digest)
+    return state
+
+
+# The board never writes into a run folder, read-only or not: its index cache lives in RL_LOGGING_BOARD_CACHE. (The
+# tests run as root, for whom the chmod changes nothing, so the folder is compared byte for byte instead.)
+def test_a_read_only_run_folder_loads(tmp_path, private_index_cache):
+    run_dir = tmp_path / "run"
+    write_run(run_dir, steps=2, samples=4, tokens=8, ranks=2, grpo=True, workers=1)
+    (run_dir / "rollout_meta_1.json").write_text(json.dumps({"model_name": "m"}))
+    (run_dir / ".hidden").mkdir()
+    (run_dir / ".hidden" / "notes.txt").write_text("a trainer's own file")
+    os.chmod(run_dir, 0o555)
+    try:
+        before = folder_state(run_dir)
+        assert list_runs(str(tmp_path)) == ["run"] and read_meta(str(run_dir)) == {"model_name": "m"}
+        store = RunStore(str(run_dir))
+        run = store.load(128, parallel=False)
+        rows = run.step_rows(1)
+        assert run.steps == [0, 1] and len(board.load_step_batch(lines_key(rows), rows).table) == len(rows)
+        assert sample_tokens(run, 1, 0) is not None
+        assert folder_state(run_dir) == before
+        assert list(private_index_cache.iterdir())  # the cache was written, only elsewhere
+        # The trainer appends a step; the board reads it incrementally, and after a restart from its cache.
+        with open(run_dir / "rollout_data_rank_1.jsonl", "ab") as file:
+            file.write(json.dumps(sample(2, response_tokens=["a"], logprobs=[-0.5])).encode() + b"\n")
+        before = folder_state(run_dir)
+        assert store.needs_work(128) and store.load(128, parallel=False).steps == [0, 1, 2]
+        assert sample_tokens(store.snapshots[128], 2, 0) is not None
+        assert RunStore(str(run_dir)).load(128, parallel=False).steps == [0, 1, 2]
+        assert folder_state(run_dir) == before
+    finally:
+        os.chmod(run_dir, 0o755)
+
+
+def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
+    write_run(tmp_path / "run", steps=2, samples=8, tokens=20, ranks=2, workers=1)
+    store = RunStore(str(tmp_path / "run"))
+    before = store.load(128)
+    assert not store.needs_work(128)
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    with open(path, "ab") as file:
+        file.write(b"".join(json.dumps(sample(7, reward=3.0)).encode() + b"\n" for _ in range(4)))
+    assert store.needs_work(128)
+    after = store.load(128)
+    assert after.steps == [0, 1, 7] and after.version != before.version
+    assert after.samples[after.samples["step"] < 7].drop(columns="path").equals(before.samples.drop(columns="path"))
+    assert lines_key(after.step_rows(1)) == lines_key(before.step_rows(1))  # what the step view built is reused
+
+
+@pytest.mark.parametrize("ranks_appended", [1, 4])
+def test_a_new_step_is_parsed_in_one_pass_and_no_more_than_max_samples(tmp_path, monkeypatch, ranks_appended):
+    write_run(tmp_path / "run", steps=2, samples=8, tokens=20, ranks=4, workers=1)
+    store = RunStore(str(tmp_path / "run"))
+    store.load(8)
+    second_passes, summarize_lines = [], rl_board.reading.workers.summarize_lines
+    monkeypatch.setattr(rl_board.reading.store, "summarize_lines", lambda *args: second_passes.append(args) or summarize_lines(*args))
+    for rank in range(ranks_appended):
+        with open(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", "ab") as file:
+            file.write(b"".join(json.dumps(sample(7, reward=float(i))).encode() + b"\n" for i in range(8)))
+    run = store.load(8)
+    assert second_passes == []  # one rank: its share would be 2 of the 8, so the new lines are parsed in full at once
+    parsed = sum(int(((index.lines["step"] == 7) & (index.lines["status"] != UNPARSED)).sum()) for index in store.files.values())
+    assert parsed == 8  # all ranks: a share of 2 in each, not 8 in each
+    assert len(run.step_rows(7)) == 8
+
+
+def test_a_second_pass_reads_just_its_lines_and_reports_one_cut_short(tmp_path):
+    lines = [json.dumps(sample(1, reward=float(i), response="r" * (10 + i))).encode() for i in range(4)]
+    path = write_lines(tmp_path / "r.jsonl", [line + b"\n" for line in lines])
+    offsets = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
+    lengths = np.array([len(line) for line in lines])
+    far_apart = rl_board.reading.workers.summarize_lines(str(path), offsets[[0, 3]], lengths[[0, 3]])
+    assert far_apart.good.tolist() == [True, True] and far_apart.numbers["reward"].tolist() == [0.0, 3.0]
+    os.truncate(path, offsets[2] + 5)  # the file shrank after it was indexed
+    cut = rl_board.reading.workers.summarize_lines(str(path), offsets, lengths)
+    assert cut.good.tolist() == [True, True, False, False] and cut.numbers["reward"][:2].tolist() == [0.0, 1.0]
+    assert [(row, kind) for row, kind, _ in cut.problems] == [(2, "skipped"), (3, "skipped")]
+
+
+def test_a_rewritten_file_never_reuses_what_was_built_from_its_old_lines(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1.0), sample(1, reward=2.0)])
+    store = RunStore(str(tmp_path / "run"))
+    rows = store.load(128).step_rows(1)
+    assert list(board.load_step_batch(lines_key(rows), rows).table["response"]) == ["r1", "r1"]
+    write_lines(path, [sample(1, reward=5.0, response="s1"), sample(1, reward=6.0, response="t1")])  # same size and offsets
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    rewritten = store.load(128).step_rows(1)
+    assert lines_key(rewritten) != lines_key(rows)
+    assert list(board.load_step_batch(lines_key(rewritten), rewritten).table["response"]) == ["s1", "t1"]
+
+
+# A write that lands while a load is reading the file: the index describes what was read, so the next load sees the write.
+def write_during_the_pass(monkeypatch, write):
+    original = index_chunk
+
+    def racing(*args):
+        result = original(*args)
+        monkeypatch.setattr(rl_board.reading.store, "index_chunk", original)
+        write()
+        return result
+
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", racing)
+
+
+def test_lines_appended_during_a_load_are_read_by_the_next(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    write_during_the_pass(monkeypatch, lambda: open(path, "ab").write(json.dumps(sample(2)).encode() + b"\n"))
+    store = RunStore(str(tmp_path / "run"))
+    assert store.load(128, parallel=False).steps == [1]
+    assert store.needs_work(128) and store.load(128, parallel=False).steps == [1, 2]
+
+
+def test_a_file_rewritten_during_a_load_is_read_again(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1)])
+    store = RunStore(str(tmp_path / "run"))
+    rows = store.load(128, parallel=False).step_rows(1)
+    assert list(board.load_step_batch(lines_key(rows), rows).table["response"]) == ["r1"]
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(2)).encode() + b"\n")
+    write_during_the_pass(monkeypatch, lambda: path.write_bytes(path.read_bytes().replace(b'"r1"', b'"s1"')))
+    store.load(128, parallel=False)
+    rows = store.load(128, parallel=False).step_rows(1)
+    assert list(board.load_step_batch(lines_key(rows), rows).table["response"]) == ["s1"]
+
+
+def test_free_form_fields_from_other_tools_are_shown_as_text(tmp_path):
+    chat = [{"role": "user", "content": "hi"}]
+    write_lines(tmp_path / "run" / "r.jsonl", [dict(prompt=chat, response="ok", reward=1, step="3", ground_truth=[1, 2], extra={"x": 1})])
+    run = load(tmp_path / "run")
+    batch = board.load_step_batch(lines_key(run.step_rows(3)), run.step_rows(3))
+    assert json.loads(batch.table["prompt"].iloc[0]) == chat
+    assert batch.table["ground_truth"].iloc[0] == "[1, 2]"
+
+
+def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
+    lone = "\ud83d"  # valid JSON ("\ud83d"): an emoji cut in half by the tool that wrote it
+    lines = [
+        sample(1, group_id=lone, rewards_per_func={lone: 1.0}, response_tokens=["a", lone], logprobs=[-1.0, -2.0]),
+        sample(1, prompt=lone, response="x" + lone, ref_response=lone, ground_truth=[lone]),
+        sample(2, response_tokens=[lone]),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 3 and not problems_of(run)
+    assert run.samples["group_id"].iloc[0] == "\ufffd" and run.reward_function_columns == ["rewards/\ufffd"]
+    assert run.samples["response_tokens_len"].iloc[0] == 2.0 and run.samples["response_tokens_len"].iloc[2] == 1.0
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
+    assert batch.table["prompt"].tolist() == ["p1", "\ufffd"] and batch.table["response"].iloc[1] == "x\ufffd"
+    assert run.samples["response_len"].tolist()[:2] == [2.0, 2.0] and run.samples["ref_response_len"].iloc[1] == 1.0  # as shown
+    assert sample_tokens(run, 1, 0).response_tokens == ["a", "\ufffd"]
+
+
+def test_nesting_too_deep_for_a_parser_is_a_skipped_line(tmp_path):
+    deep = json.dumps(sample(1))[:-1].encode() + b', "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    write_lines(tmp_path / "run" / "r.jsonl", [deep, sample(1)])
+    for parallel in (False, True):
+        run = load(tmp_path / "run", parallel=parallel)
+        assert len(run.samples) == 1 and list(problems_of(run, "skipped")) == [("r.jsonl", 1)]
+        shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
+
+
+def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(os.path.join(os.fsencode(run_dir), b"rank_\xff.jsonl"), "wb") as file:
+        file.write(json.dumps(sample(1)).encode() + b"\n{oops\n")
+    write_lines(run_dir / "rank_0.jsonl", [sample(1)])
+    run = load(run_dir)
+    assert len(run.samples) == 1 and run.report["file"].tolist() == ["rank_0.jsonl"]
+    assert problems_of(run, "skipped") == {("rank_\ufffd.jsonl", 0): "the file name is not valid UTF-8: rename the file to load it"}
+
+
+def test_an_empty_per_token_list_beside_others_counts_as_absent(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, logprobs=[-1.0, -2.0, -3.0], ref_logprobs=[], entropies=[])])
+    run = load(tmp_path / "run")
+    assert not problems_of(run)
+    numbers = run.samples.iloc[0]
+    assert numbers["response_tokens_len"] == 3 and numbers["avg_logp"] == -2.0
+    assert np.isnan(numbers["avg_entropy"]) and np.isnan(numbers["avg_kl_kl"])
+    tokens = sample_tokens(run, 1, 0)
+    assert tokens.ref_logprobs is None and tokens.entropies is None and tokens.logprobs.tolist() == [-1.0, -2.0, -3.0]
+
+
+def test_launch_ids_with_digits_that_are_no_numbers_still_load(tmp_path):
+    write_lines(tmp_path / "run" / "d_rank_0_².jsonl", [sample(1)])
+    write_lines(tmp_path / "run" / "d_rank_0_1².jsonl", [sample(2)])
+    run = load(tmp_path / "run")  # "²" sorts after "1²" as text, so it is the newer launch, from step 1 on
+    assert run.steps == [1] and run.report["replaced by a newer launch"].sum() == 1
+
+
+def test_launch_ids_that_are_counters_sort_by_number(tmp_path):
+    write_lines(tmp_path / "run" / "d_rank_0_9.jsonl", [sample(1, reward=9.0), sample(2, reward=9.0)])
+    write_lines(tmp_path / "run" / "d_rank_0_10.jsonl", [sample(2, reward=10.0), sample(3, reward=10.0)])
+    run = load(tmp_path / "run")
+    assert run.samples.set_index("step")["reward"].to_dict() == {1: 9.0, 2: 10.0, 3: 10.0}
+
+
+def test_a_line_that_holds_another_step_when_read_back_is_reported(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1), sample(2)])
+    run = load(tmp_path / "run")
+    status = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'"step": 1', b'"step": 3'))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
+    assert batch.problems == ["r.jsonl line 1 could not be read back (it now holds step 3, not 1); if the file was rewritten, press Load & View."]
+    assert batch.table["prompt"].tolist() == [""]
+    with pytest.raises(BadLine, match="it now holds step 3, not 1"):  # nor are its tokens shown
+        sample_tokens(run, 1, 0)
+
+
+def test_steps_a_float_cannot_hold_exactly_are_read_back(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(2**53 + 1), sample(2**53 + 1)])
+    run = load(tmp_path / "run")
+    [step] = run.steps
+    batch = board.load_step_batch(lines_key(run.step_rows(step)), run.step_rows(step))
+    assert not batch.problems and batch.table["prompt"].tolist() == [f"p{2**53 + 1}"] * 2
+
+
+# The logger's contract with the board (rollout_logger.metadata) is what the board's decoders read: a key added to one
+# and not the other would be read as a field, or never written.
+def test_the_decoders_read_exactly_the_line_format_of_the_contract():
+    from rl_board.reading.lines import Rollout, RolloutTexts
+    from rollout_logger.metadata import FORMAT_KEYS, LINE_KEYS
+
+    decoded = {field.encode_name for struct in (Rollout, RolloutTexts) for field in msgspec.structs.fields(struct)}
+    assert decoded | {"rank"} == FORMAT_KEYS and set(LINE_KEYS) <= FORMAT_KEYS
+
+
+# A worker killed while it indexes (out of memory, a signal) broke the pool until the server restarted: the pool is
+# started again and the run read again, once, and the load report says so.
+def test_a_worker_killed_mid_index_is_replaced_and_the_load_retried(tmp_path, monkeypatch):
+    write_run(tmp_path / "run", steps=3, samples=8, tokens=10, ranks=2, workers=1)
+    marker = tmp_path / "killed"
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", functools.partial(index_chunk_killed_once, str(marker)))
+    run = RunStore(str(tmp_path / "run")).load(128, parallel=True)
+    assert marker.exists() and len(run.samples) == 3 * 8
+    assert run.problems["reason"].tolist()[0] == rl_board.reading.store.WORKER_LOST
+    assert worker_pool().submit(int).result(timeout=120) == 0  # the new pool works
+    assert len(RunStore(str(tmp_path / "run")).load(128, parallel=True).samples) == 3 * 8
+
+
+# Two sessions watching a run with different Max Samples Each Step each keep their snapshot: neither reloads the other's.
+def test_snapshots_of_different_max_samples_are_kept_side_by_side(tmp_path):
+    write_run(tmp_path / "run", steps=3, samples=8, tokens=10, ranks=2, workers=1)
+    store = RunStore(str(tmp_path / "run"))
+    small, whole = store.load(4, parallel=False), store.load(128, parallel=False)
+    assert (len(small.samples), len(whole.samples)) == (3 * 4, 3 * 8)
+    assert not store.needs_work(4) and not store.needs_work(128)
+    assert store.load(4, parallel=False) is small and store.load(128, parallel=False) is whole
+    with open(tmp_path / "run" / "rollout_data_rank_0.jsonl", "a") as file:  # a new step: both are out of date
+        file.write(json.dumps(sample(3)) + "\n")
+    assert store.needs_work(4) and store.needs_work(128)
+    assert store.load(4, parallel=False).steps == [0, 1, 2, 3]
+
+
+# A second session whose tasks broke on the same dead pool must not shut down the pool the first has just started.
+def test_only_the_broken_pool_is_replaced():
+    broken = worker_pool()
+    rl_board.reading.workers.replace_broken_pool(broken)
+    fresh = worker_pool()
+    assert fresh is not broken
+    rl_board.reading.workers.replace_broken_pool(broken)  # the second session's late call
+    assert worker_pool() is fresh and fresh.submit(int).result(timeout=120) == 0

@@ -1,0 +1,435 @@
+"""Every derived number the board shows, against an independent recomputation in plain Python."""
+
+import html
+import json
+import math
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import rl_logging_board as board
+from rl_board.figures import (
+    LABELLED_TOKENS,
+    VALUE_LABELLED_TOKENS,
+    batch_reward_chart,
+    diverging_colours,
+    reward_distribution_chart,
+    reward_gap_chart,
+    running_text_html,
+    step_curve_chart,
+    step_fraction_chart,
+    token_heatmap_figure,
+)
+from rl_board.metrics import (
+    TokenRows,
+    group_signal_by_step,
+    group_table,
+    normal_curve,
+    smoothed,
+    step_stats,
+    token_rows,
+    trl_kl_by_step,
+    trl_pools_kl,
+)
+from rl_board.reading.history import read_history
+from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
+from rl_board.reading.snapshot import SampleTokens, group_numbers
+from rl_board.reading.store import RunStore
+from rl_board.text import clean_text, markdown_literal, one_line, readable_tokens, valid_text
+from tests.support.runs import load, sample, write_lines
+
+FORMULAS = {
+    "kl": lambda r: math.exp(r) - 1 - r,
+    "k1": lambda r: r,
+    "k2": lambda r: r * r / 2,
+    "k3": lambda r: math.exp(-r) - (-r) - 1,  # TRL: exp(ref - logp) - (ref - logp) - 1
+}
+
+
+@pytest.mark.parametrize("estimator", list(KL_ESTIMATORS))
+def test_kl_estimators(estimator):
+    ratios = [-2.0, -0.3, -1e-9, 0.0, 1e-9, 0.4, 3.0]
+    got = kl_per_token(np.array(ratios), estimator)
+    assert got.tolist() == pytest.approx([FORMULAS[estimator](r) for r in ratios], rel=1e-12, abs=1e-15)
+
+
+def test_segment_sums_and_means_skip_nan_and_empty_segments():
+    values = np.array([[1.0, 2.0, np.nan, 4.0, 5.0]])
+    sums, means = segment_sums_and_means(values, np.array([2, 0, 3]))
+    assert sums[0].tolist()[0] == 3.0 and np.isnan(sums[0][1]) and sums[0][2] == 9.0
+    assert means[0][0] == 1.5 and np.isnan(means[0][1]) and means[0][2] == 4.5
+
+
+def test_step_statistics_are_population_mean_and_std_in_step_order():
+    samples = pd.DataFrame({"step": [3, 1, 3, 1, 3], "reward": [1.0, 2.0, 2.0, 4.0, np.inf]})
+    stats = step_stats(samples, "reward")
+    assert stats.index.tolist() == [1, 3]
+    assert stats["mean"].tolist() == [3.0, 1.5]
+    assert stats["std"].tolist() == pytest.approx([statistics.pstdev([2, 4]), statistics.pstdev([1, 2])])
+    assert stats["count"].tolist() == [2, 2]
+
+
+def test_reward_gaps_from_a_run(tmp_path):
+    lines = [sample(1, reward=1.0, ref_reward=0.25, valid_reward=0.5, ref_valid_reward=0.75), sample(1, reward=2.0)]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert run.samples["reward_gap"].iloc[0] == 0.75
+    assert run.samples["valid_reward_gap"].iloc[0] == -0.25  # valid_reward - ref_valid_reward
+    assert np.isnan(run.samples["reward_gap"].iloc[1])
+
+
+def test_response_lengths_are_characters_and_tokens(tmp_path):
+    lines = [
+        sample(1, response="押韵的诗句", ref_response="abc", response_tokens=["押韵", "的", "诗句"], logprobs=[-1.0, -1.0, -1.0]),
+        sample(1, response="xy", response_tokens=["x", "y"]),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert run.samples["response_len"].tolist() == [5, 2]
+    assert run.samples["ref_response_len"].iloc[0] == 3 and np.isnan(run.samples["ref_response_len"].iloc[1])
+    assert run.samples["response_tokens_len"].tolist() == [3, 2]
+    assert run.step_mean("response_len") == {1: 3.5}
+
+
+def test_zero_signal_groups_and_truncation_per_step():
+    samples = pd.DataFrame({
+        "step": [1, 1, 1, 1, 2, 2],
+        "group_id": ["a", "a", "b", "b", "c", "c"],
+        "reward": [1.0, 1.0, 0.0, 1.0, 0.5, 0.5],
+        "truncated": [0.0, 1.0, 0.0, 0.0, np.nan, np.nan],
+    })
+    fractions = group_signal_by_step(samples)
+    assert fractions["zero-signal groups"].tolist() == [0.5, 1.0]
+    assert fractions["truncated"].iloc[0] == 0.25 and np.isnan(fractions["truncated"].iloc[1])
+
+
+def test_group_table_sorts_by_reward_spread():
+    table = pd.DataFrame({
+        "group_id": ["a", "a", "b", "b"], "prompt": ["pa", "pa", "pb", "pb"],
+        "reward": [1.0, 1.0, 0.0, 2.0], "truncated": [0.0, 0.0, 1.0, 0.0],
+    })
+    table["group"] = group_numbers(table["group_id"])
+    groups = group_table(table)
+    assert groups["group"].tolist() == [1, 0] and groups["group_id"].tolist() == ["b", "a"]
+    assert groups["reward spread"].tolist() == [2.0, 0.0]
+    assert groups["zero signal"].tolist() == [False, True]
+    assert groups["samples"].tolist() == [[2, 3], [0, 1]] and groups["rewards"].tolist() == [["0", "2"], ["1", "1"]]
+    assert np.isnan(group_numbers(pd.Series([None, "x", None, "x"]))).tolist() == [True, False, True, False]
+
+
+def test_group_prompts_are_shown_as_the_display_settings_say():
+    table = pd.DataFrame({"group_id": ["a"], "prompt": ["system<endofsystem>question<PAD><PAD>"], "reward": [1.0], "truncated": [np.nan]})
+    table["group"] = group_numbers(table["group_id"])
+    assert group_table(table, "<PAD>", "<endofsystem>")["prompt"].tolist() == ["question"]
+    assert group_table(table)["prompt"].tolist() == ["system<endofsystem>question<PAD><PAD>"]
+
+
+def test_normal_curve_is_the_fitted_density():
+    values = np.array([0.0, 1.0, 2.0, 3.0])
+    x, density = normal_curve(values)
+    mean, std = 1.5, statistics.pstdev(values)
+    assert density.max() == pytest.approx(1 / (std * math.sqrt(2 * math.pi)), rel=1e-3)
+    assert np.trapezoid(density, x) == pytest.approx(1.0, abs=0.01)
+    assert x[np.argmax(density)] == pytest.approx(mean, abs=(x[1] - x[0]))
+
+
+def test_token_rows_derive_from_logprobs_and_drop_trailing_pads():
+    tokens = SampleTokens(
+        response_tokens=["a", "<PAD>", "b", "<PAD>", "<PAD>"],
+        logprobs=np.log([0.5, 0.9, 0.25, 1.0, 1.0]),
+        ref_logprobs=np.log([0.25, 0.9, 0.5, 1.0, 1.0]),
+        token_rewards=None, values=np.arange(5.0), entropies=None, advantage=0.5, notes=[],
+    )
+    rows = token_rows(tokens, "k3", "<PAD>")
+    assert rows.tokens == ["a", "<PAD>", "b"]
+    assert rows.is_pad.tolist() == [False, True, False]
+    values = rows.values
+    assert values["prob"].tolist() == pytest.approx([0.5, 0.9, 0.25])
+    assert values["ref_prob"].tolist() == pytest.approx([0.25, 0.9, 0.5])
+    assert values["log_ratio"].tolist() == pytest.approx([math.log(2), 0.0, math.log(0.5)])
+    assert values["kl"].tolist() == pytest.approx([FORMULAS["k3"](r) for r in values["log_ratio"]])
+    assert values["token_value"].tolist() == [0.0, 1.0, 2.0]
+    assert values["advantage"].tolist() == [0.5, 0.5, 0.5]
+    assert set(values) == {"logp", "prob", "log_ratio", "kl", "ref_logp", "ref_prob", "token_value", "advantage"}
+    assert token_rows(tokens, "kl", None).tokens == tokens.response_tokens
+
+
+def test_running_text_escapes_tokens_and_shows_values_on_hover():
+    tokens = ["<script>alert(1)</script>", '" onmouseover="x', "ok"]
+    values = {"logp": np.array([-1.0, -2.0, -0.5]), "kl": np.array([0.0, 0.4, -0.2])}
+    rows = TokenRows(tokens=tokens, is_pad=np.array([False, False, True]), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values=values)
+    page = running_text_html(rows, "kl")
+    assert "<script>" not in page and html.escape("<script>alert(1)</script>") in page
+    assert 'onmouseover="x' not in page
+    assert "kl=0.4" in page and "logp=-2" in page
+    assert page.count("<span") == 3 and "opacity:0.35" in page
+    colours = diverging_colours(np.array([0.0, 0.4, -0.2, np.nan]))
+    assert colours[0].startswith("rgba(220,60,60,0.00") and colours[1] == "rgba(220,60,60,0.85)"
+    assert colours[2] == "rgba(60,110,230,0.42)" and colours[3] == "transparent"
+
+
+def test_clean_text_drops_pads_and_the_system_prompt_only_when_asked():
+    text = "<PAD>system rules<endofsystem>question<PAD>"
+    assert clean_text(text, "<PAD>", "<endofsystem>") == "question"
+    assert clean_text(text) == text
+
+
+def test_token_table_shades_each_metric_within_its_range():
+    grid = pd.DataFrame({"logp": [-3.0, -1.0, -0.5], "kl": [0.5, 0.5, np.nan]})
+    config = board.shaded_columns(grid)
+    assert (config["logp"]["type_config"]["min_value"], config["logp"]["type_config"]["max_value"]) == (-3.0, -0.5)
+    assert (config["kl"]["type_config"]["min_value"], config["kl"]["type_config"]["max_value"]) == (0.5, 1.5)
+    assert config["logp"]["type_config"]["type"] == "progress"
+
+
+def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
+    samples = pd.DataFrame({"step": [2, 2, 1, 1, 10], "reward": [1.0, 3.0, 0.0, 2.0, np.nan]})
+    chart = step_curve_chart([("run", samples)], ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
+    points = chart["data"]["values"]
+    assert [(p["step"], p["centre"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
+    assert [p["mean"] for p in points] == [1.0, 2.0]  # the hover keeps the unshifted mean
+    assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 10]}  # the axis ends at the last step
+    assert chart["layer"][0]["encoding"]["y"]["title"] == "reward" and chart["title"]["subtitle"] == "mean, band ± std × 0.5"
+
+
+def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
+    samples = pd.DataFrame({"step": [1] * 5, "kl": [0.1, 0.2, 0.3, 0.4, 1000.0]})
+    chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats per token", median=True, log_scale=True)
+    [point] = chart["data"]["values"]
+    assert (point["centre"], point["low"], point["high"]) == (0.3, 0.2, 0.4) and point["mean"] == pytest.approx(200.2)
+    assert chart["layer"][0]["encoding"]["y"]["scale"] == {"zero": False, "type": "symlog"}
+
+
+def test_step_fractions_are_percent_per_step():
+    fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
+    points = step_fraction_chart([("run", fractions)])["data"]["values"]
+    assert [(p["series"], p["step"], p["percent"]) for p in points] == [("zero-signal groups (%)", 1, 50.0), ("zero-signal groups (%)", 3, 25.0)]
+
+
+# TensorBoard's smoothing, written out: s_t = w s_(t-1) + (1 - w) x_t from s_0 = 0, divided by 1 - w^t (debiased);
+# a missing value is skipped and stays missing.
+def test_smoothing_is_tensorboards_debiased_moving_average():
+    values, weight = np.array([1.0, 3.0, np.nan, 2.0, 10.0]), 0.6
+    expected, state, seen = [], 0.0, 0
+    for value in values:
+        if np.isnan(value):
+            expected.append(np.nan)
+            continue
+        state, seen = weight * state + (1 - weight) * value, seen + 1
+        expected.append(state / (1 - weight**seen))
+    np.testing.assert_allclose(smoothed(values, weight), expected, rtol=1e-12)
+    np.testing.assert_array_equal(smoothed(values, 0.0), values)
+
+
+# Compared runs: one line per run, named by run, each shifted to its own first point and smoothed alone; the raw
+# centre stays in the points for the faint line.
+def test_compared_runs_draw_one_line_each_shifted_and_smoothed_per_run():
+    first = pd.DataFrame({"step": [1, 1, 2, 3], "reward": [1.0, 3.0, 4.0, 0.0]})
+    second = pd.DataFrame({"step": [2, 3, 4], "reward": [10.0, 12.0, 11.0]})
+    chart = step_curve_chart([("a", first), ("b", second)], ["reward"], "t", "reward", zero_shift=True, smoothing=0.5)
+    points = chart["data"]["values"]
+    assert chart["layer"][1]["encoding"]["color"]["sort"] == {"field": "order", "op": "min"}  # colours in run order
+    assert {(p["colour"], p["order"]) for p in points} == {("a", 0), ("b", 1)}
+    for name, raw in (("a", [0.0, 2.0, -2.0]), ("b", [0.0, 2.0, 1.0])):
+        mine = [p for p in points if p["series"] == name]
+        assert [p["raw"] for p in mine] == raw
+        assert [p["centre"] for p in mine] == pytest.approx(smoothed(np.array(raw), 0.5).tolist())
+    assert chart["layer"][1]["encoding"]["y"]["field"] == "raw" and chart["layer"][1]["mark"]["opacity"] < 1
+    assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 4]}
+
+
+def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
+    table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan], "ref_reward": [np.nan] * 4})
+    chart = reward_distribution_chart(table)
+    bars, curve = chart["datasets"]["bars"], chart["datasets"]["curves"]
+    assert [layer["data"] for layer in chart["layer"]] == [{"name": "bars"}, {"name": "curves"}]
+    density, edges = np.histogram([0.0, 1.0, 1.0], bins="auto", density=True)
+    assert [bar["density"] for bar in bars] == pytest.approx(density.tolist())
+    assert [(bar["start"], bar["end"]) for bar in bars] == pytest.approx(list(zip(edges[:-1], edges[1:])))
+    assert {point["series"] for point in curve} == {"Rewards normal fit"}
+    mean, std = 2 / 3, np.std([0.0, 1.0, 1.0])
+    for point in curve[::50]:
+        assert point["density"] == pytest.approx(np.exp(-0.5 * ((point["x"] - mean) / std) ** 2) / (std * np.sqrt(2 * np.pi)))
+
+
+# Streamlit moves a chart's top-level and named data out of its spec; when the rest is unchanged the browser
+# swaps the data in the chart it has instead of building a new one. So a step change must change only data.
+def test_batch_charts_of_two_steps_differ_only_in_data():
+    first = pd.DataFrame({"reward": [0.0, 1.0, 0.5], "ref_reward": [0.2, 0.4, 0.1], "reward_gap": [-0.2, 0.6, 0.4]})
+    second = pd.DataFrame({"reward": [3.0, 1.0, -2.0, 7.0], "ref_reward": [0.0, 2.0, 1.0, 0.0], "reward_gap": [3.0, -1.0, -3.0, 7.0]})
+    for make in (batch_reward_chart, reward_gap_chart, reward_distribution_chart):
+        specs = [{key: value for key, value in make(table).items() if key not in ("data", "datasets")} for table in (first, second)]
+        assert specs[0] == specs[1], make.__name__
+        assert make(first) != make(second)
+
+
+def test_batch_charts_hold_the_table_and_json_has_no_nan():
+    table = pd.DataFrame({"reward": [0.5, np.nan], "ref_reward": [0.25, 1.0], "reward_gap": [0.25, np.nan]})
+    bars = batch_reward_chart(table)["data"]["values"]
+    assert [(b["sample_index"], b["series"], b["reward"]) for b in bars] == [(0, "Reward", 0.5), (1, "Reward", None), (0, "Ref Reward", 0.25), (1, "Ref Reward", 1.0)]
+    assert [b["reward_gap"] for b in reward_gap_chart(table)["data"]["values"]] == [0.25, None]
+    json.dumps(batch_reward_chart(table), allow_nan=False)
+
+
+def test_heat_map_labels_are_escaped_for_plotly():
+    grid = pd.DataFrame([[1.0]], index=["logp"], columns=['0 - <a href="x">t</a>'])
+    figure = token_heatmap_figure(grid)
+    assert list(figure.data[0].x) == ["0 - &lt;a href=&quot;x&quot;&gt;t&lt;/a&gt;"]
+    assert json.loads(figure.to_json())["data"][0]["colorscale"][0][1] == "rgb(23, 28, 66)"  # balance
+
+
+def test_long_heat_maps_index_tokens_instead_of_labelling_each():
+    def grid(tokens: int) -> pd.DataFrame:
+        return pd.DataFrame(np.ones((2, tokens)), index=["logp", "kl"], columns=[f"{i} - t" for i in range(tokens)])
+
+    short = grid(VALUE_LABELLED_TOKENS)
+    figure = token_heatmap_figure(short)
+    assert list(figure.data[0].x) == list(short.columns) and figure.data[0].texttemplate == "%{text}"
+    medium = grid(VALUE_LABELLED_TOKENS + 1)  # too narrow for values in the cells, wide enough for tokens
+    figure = token_heatmap_figure(medium)
+    assert list(figure.data[0].x) == list(medium.columns) and figure.data[0].text is None and figure.data[0].texttemplate is None
+    assert list(token_heatmap_figure(grid(LABELLED_TOKENS + 1)).data[0].x) == list(range(LABELLED_TOKENS + 1))
+    long = pd.DataFrame(np.arange(2.0 * 4000).reshape(2, 4000), index=["logp", "kl"], columns=[f"{i} - t" for i in range(4000)])
+    figure = token_heatmap_figure(long)
+    assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
+    assert np.asarray(figure.data[0].z).shape == long.shape  # every value still drawn
+    assert np.array_equal(np.asarray(figure.data[0].customdata), long.to_numpy())  # and shown on hover
+    assert "token #%{x}" in figure.data[0].hovertemplate
+
+
+def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
+    grid = pd.DataFrame(
+        [[-12.0, -3.0, -6.0, np.nan], [0.02, -0.01, 0.0, np.inf], [0.0, 0.0, 0.0, 0.0]],
+        index=["logp", "log_ratio", "advantage"],
+        columns=["0 - a", "1 - b", "2 - c", "3 - d"],
+    )
+    trace = token_heatmap_figure(grid).data[0]
+    z = np.asarray(trace.z)
+    assert np.allclose(z[0, :3], [-1.0, -0.25, -0.5]) and np.isnan(z[0, 3])  # logp's own largest |value| is 12
+    assert np.allclose(z[1, :3], [1.0, -0.5, 0.0]) and np.isnan(z[1, 3])  # infinity is no bound, and no colour
+    assert np.array_equal(z[2], np.zeros(4))  # an all-zero row stays neutral
+    assert (trace.zmin, trace.zmax, trace.showscale) == (-1, 1, False)
+    assert np.array_equal(np.asarray(trace.customdata), grid.to_numpy(), equal_nan=True)  # hover: raw values
+    assert [list(row) for row in trace.text] == [["-12", "-3", "-6", "nan"], ["0.02", "-0.01", "0", "inf"], ["0", "0", "0", "0"]]  # cells: raw values
+    assert "%{customdata" in trace.hovertemplate
+
+
+@pytest.mark.parametrize(
+    "tokens, shown",
+    [
+        # byte-level BPE (GPT-2, Llama 3, Qwen): " é 中文", a character shown on the token that completes it
+        (["Ġ", "Ã", "©", "Ġ", "ä", "¸", "Ń", "æĸĩ"], [" ", "", "é", " ", "", "", "中", "文"]),
+        (["Hello", "Ġworld", "Ċ", "ĉx", "<|im_end|>"], ["Hello", " world", "\n", "\tx", "<|im_end|>"]),
+        # SentencePiece: ▁ is a space, <0xE4> a byte
+        (["▁Hi", "<0xE4>", "<0xB8>", "<0xAD>", "<PAD>"], [" Hi", "", "", "中", "<PAD>"]),
+        (["▁caf", "é", "<0x0A>"], [" caf", "é", "\n"]),  # SentencePiece text is Unicode, not the byte table
+        (["Hi", "<｜end▁of▁sentence｜>"], ["Hi", "<｜end▁of▁sentence｜>"]),  # a special token as written
+        # already text, or not decodable as bytes as a whole: as they are
+        (["威", "仪", "<EOD>"], ["威", "仪", "<EOD>"]),
+        (["café", " au", " lait"], ["café", " au", " lait"]),
+        (["Nie", "mog", "ę", "być"], ["Nie", "mog", "ę", "być"]),  # ę and ć are in the byte table too
+        # bytes that are no character (cut at truncation, sampled early in training): only those marked
+        (["Ġ3", "×"], [" 3", "⟨0xD7⟩"]),
+        (["Ġcaf", "Ã"], [" caf", "⟨0xC3⟩"]),
+        (["ä", "¸", "Ń", "æ", "<|im_end|>", "Ġok"], ["", "", "中", "⟨0xE6⟩", "<|im_end|>", " ok"]),
+        (["Hi", "¶", "Ġthere", "ä½", "Ġ!"], ["Hi", "⟨0xB6⟩", " there", "", "⟨0xE4⟩⟨0xBD⟩ !"]),
+        (["▁a", "<0xE4>", "<0xB8>", "▁b"], [" a", "", "", "⟨0xE4⟩⟨0xB8⟩ b"]),
+        (["Ġ0", "ě", "Ġ1"], [" 0", "⟨0x1B⟩", " 1"]),  # a control byte, shown as a byte
+        (["caf", "é"], ["caf", "é"]),  # plain text: as bytes é is a lone lead byte, and nothing proves the byte table
+        ([], []),
+    ],
+)
+def test_tokens_are_shown_as_the_text_they_stand_for(tokens, shown):
+    assert readable_tokens(tokens) == shown
+
+
+def test_text_utf8_cannot_carry_is_shown_with_a_replacement_character():
+    assert valid_text("a\ud83db") == "a\ufffdb" and valid_text("r_\udcff.jsonl") == "r_\ufffd.jsonl"
+    assert valid_text("😀 ok") == "😀 ok"
+
+
+def test_markdown_literal_keeps_html_entities_and_markdown_as_written():
+    assert markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\:\u200b//h\\) \\:red\\[y\\]"
+    # GitHub's autolinks, which escapes do not stop, are broken by an invisible space.
+    assert markdown_literal("www.x.org a@x.org") == "www\u200b.x.org a\u200b@x.org"
+
+
+# A name keeps to its line: a newline and "===" under it made a caption a heading, "- " or "1. " at its start a list.
+def test_markdown_literal_and_one_line_keep_a_name_on_its_line_as_written():
+    assert one_line("x\n===\r\t\x07\u202eabc\u2028") == "x\\n===\\r\\t\\u0007\\u202eabc\\u2028"
+    assert markdown_literal("x\n===") == "x\\\\n==="  # the escape's backslash escaped: it shows as \n
+    assert [markdown_literal(name) for name in ("- a", "+ b", "1. c", "12.", "  3. d")] == ["\\- a", "\\+ b", "1\\. c", "12\\.", "  3\\. d"]
+    assert [markdown_literal(name) for name in ("0.04", "-1", "2026-11-26", "a - b")] == ["0.04", "-1", "2026-11-26", "a - b"]
+    assert one_line("plain name/with: punctuation") == "plain name/with: punctuation"
+
+
+def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
+    table = pd.DataFrame({
+        "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
+        "reward": [1.0, np.nan, np.nan, np.nan, 0.0, 1.0], "truncated": [np.nan] * 6,
+    })
+    table["group"] = group_numbers(table["group_id"])
+    groups = group_table(table).set_index("group_id")
+    assert groups["zero signal"].to_dict() == {"a": True, "b": False, "c": False}
+    assert group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
+
+
+def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
+    chart = reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}))
+    assert {bar["series"] for bar in chart["datasets"]["bars"]} == {"Ref Rewards"}
+
+
+def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
+    rows = TokenRows(tokens=["\u202eabc", "", "end"], is_pad=np.zeros(3, dtype=bool), is_tool=np.zeros(3, dtype=bool), positions=np.arange(3), values={"kl": np.array([0.1, 0.2, 0.3])})
+    page = running_text_html(rows, "kl")
+    assert ".rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px" in board.PAGE_STYLE and "class='rl-running-text'" in page
+    assert page.count("<span") == 3 and ">\u200b</span>" in page and "#1 &#x27;&#x27;" in page
+
+
+# TRL's kl of a step, written out from per-token values: per loss pass the token mean of k3 over all ranks' tokens
+# (TRL >= 1.9) or the mean of each rank's token mean (before), then the mean over the step's passes.
+def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
+    rng = np.random.default_rng(0)
+    lines = []  # step, micro_batch, rank, per-token k3
+    for step in (1, 2):
+        for micro_batch in (0, 1):
+            for rank in ("r0", "r1"):
+                for _ in range(3):
+                    lines.append((step, micro_batch, rank, rng.exponential(0.1, size=rng.integers(1, 9))))
+    tools = rng.integers(0, 4, size=len(lines))  # tokens a tool wrote: in the length, not in TRL's mean
+    samples = pd.DataFrame({
+        "step": [line[0] for line in lines],
+        "micro_batch": [float(line[1]) for line in lines],
+        "path": [line[2] for line in lines],
+        "sum_kl_k3": [line[3].sum() for line in lines],
+        "response_tokens_len": [float(len(line[3]) + tool) for line, tool in zip(lines, tools)],
+        "tool_tokens": tools.astype(float),
+    })
+    for pooled in (True, False):
+        expected = {}
+        for step in (1, 2):
+            passes = []
+            for micro_batch in (0, 1):
+                chosen = [line for line in lines if line[:2] == (step, micro_batch)]
+                if pooled:
+                    passes.append(np.concatenate([line[3] for line in chosen]).mean())
+                else:
+                    passes.append(np.mean([np.concatenate([line[3] for line in chosen if line[2] == rank]).mean() for rank in ("r0", "r1")]))
+            expected[step] = np.mean(passes)
+        assert trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
+    assert trl_pools_kl("1.16.0") and trl_pools_kl("1.9.0") and not trl_pools_kl("0.29.0") and trl_pools_kl(None)
+
+
+# The bundled logger runs (TRL, beta > 0, logging every step): TRL's kl recomputed from the lines, as Step-KL draws it,
+# equals the kl the trainer logged (the metrics file) at every step, to float32 precision.
+@pytest.mark.parametrize("name", ["grpo_tiny_example", "grpo_tiny_example_lr1e-4"])
+def test_trl_kl_from_the_bundled_lines_equals_the_trainers_logged_kl(name):
+    run_dir = str(board.DEFAULT_ROOT / name)
+    run = RunStore(run_dir).load(10240, parallel=False)
+    logged = read_history(run_dir).train.set_index("step")["kl"].dropna()
+    recomputed = trl_kl_by_step(run.samples, trl_pools_kl(run.meta["trl_version"]))
+    assert not run.downsampled and run.samples["micro_batch"].notna().all()
+    assert list(recomputed.index) == list(logged.index) == run.steps
+    np.testing.assert_allclose(recomputed.to_numpy(), logged.to_numpy(), rtol=1e-5)

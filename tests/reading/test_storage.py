@@ -1,0 +1,199 @@
+"""Runs on S3, served by a real S3 server (moto): the board lists, loads, searches and shows them exactly as it does the
+same runs on disk, keeps their indexes by ETag, reads only what an object uploaded again added, and says what went
+wrong (missing bucket, refused credentials, endpoint down) in a message that never holds a secret."""
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+
+import numpy as np
+import pandas as pd
+import pyarrow.feather
+import pytest
+
+import rl_board.reading.storage
+import rl_board.reading.store
+import rl_board.reading.workers
+import rl_logging_board as board
+from rl_board.reading.history import read_history
+from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
+from rl_board.reading.index import IndexCache
+from rl_board.reading.search import RunTexts, search_pattern, search_samples
+from rl_board.reading.snapshot import read_sample_tokens, read_step_batch
+from rl_board.reading.storage import StorageError
+from rl_board.reading.store import RunStore, list_runs
+from tests.support import SAMPLES
+from tests.support.s3_runs import (  # noqa: F401  (fixtures)
+    GRPO,
+    RUNS,
+    SEARCHES,
+    TEXTS,
+    TRL,
+    VLM,
+    both,
+    bucket,
+    fresh_storage,
+    live_run,
+    loaded,
+    next_step,
+    numbers,
+    write_both,
+)
+from tests.support.s3_server import (  # noqa: F401  (s3_server: a fixture)
+    FAKE_CREDENTIALS,
+    append_object,
+    enforced_auth,
+    environment,
+    make_bucket,
+    running_moto,
+    s3_client,
+    s3_server,
+    split_s3_url,
+    upload_folder,
+)
+
+
+def test_the_root_lists_the_runs_uploaded(bucket):
+    """Log(s) Root Path s3://bucket/runs offers the three runs uploaded there."""
+    assert list_runs(f"s3://{bucket}/runs") == RUNS
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_run_on_s3_loads_the_same_samples_as_on_disk(bucket, run):
+    """Every number of every sample loaded from S3 equals the one loaded from disk, step by step."""
+    remote, local = both(bucket, run)
+    assert len(remote.samples) > 0 and remote.steps == local.steps
+    pd.testing.assert_frame_equal(numbers(remote), numbers(local))
+    assert remote.format == local.format and remote.reward_note == local.reward_note
+    assert remote.samples["path"].str.startswith(f"s3://{bucket}/").all() or run == TRL  # TRL's: converted in the cache
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_step_read_back_from_s3_has_the_same_texts(bucket, run):
+    """The batch of the first and last steps shows the same prompts, responses and images from S3 as from disk."""
+    remote, local = both(bucket, run)
+    for step in (remote.steps[0], remote.steps[-1]):
+        remote_batch = read_step_batch("remote", remote.step_rows(step))
+        local_batch = read_step_batch("local", local.step_rows(step))
+        assert remote_batch.problems == [] and local_batch.problems == []
+        pd.testing.assert_frame_equal(remote_batch.table[TEXTS], local_batch.table[TEXTS])
+
+
+@pytest.mark.parametrize("run", [GRPO, VLM])
+def test_a_sample_s_tokens_from_s3_are_the_same(bucket, run):
+    """The token area of a sample shows the same tokens and per-token numbers from S3 as from disk."""
+    remote, local = both(bucket, run)
+    for position in (0, 5, len(remote.samples) - 1):
+        found = [read_sample_tokens(*snapshot.samples.loc[position, ["path", "offset", "length", "step"]]) for snapshot in (remote, local)]
+        assert found[0] is not None and len(found[0].logprobs) > 0
+        np.testing.assert_equal(vars(found[0]), vars(found[1]))
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_search_of_a_run_on_s3_finds_the_same_samples(bucket, run):
+    """Searching the run on S3 finds the same samples, at the same places, as searching it on disk."""
+    pattern = search_pattern(SEARCHES[run], regex=False, match_case=False)
+    found = [search_samples(RunTexts(), snapshot.samples, pattern, "prompt and response") for snapshot in both(bucket, run)]
+    assert 0 < (found[0].place > 0).sum() < len(found[0].place) and found[0].searched == len(found[0].place)
+    for name in ("place", "start", "end"):
+        np.testing.assert_array_equal(getattr(found[0], name), getattr(found[1], name))
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_training_history_of_a_run_on_s3_is_the_same(bucket, run):
+    """The training metrics of a run on S3 (its metrics file, or TRL's checkpoints' trainer_state.json) are the disk's."""
+    remote, local = read_history(f"s3://{bucket}/runs/{run}"), read_history(SAMPLES / run)
+    assert len(remote.train) > 0 and remote.sources == local.sources
+    pd.testing.assert_frame_equal(remote.train, local.train)
+    pd.testing.assert_frame_equal(remote.eval, local.eval)
+    assert (remote.config, remote.best) == (local.config, local.best)
+
+
+def test_the_prompt_s_image_of_a_run_on_s3_is_shown_as_from_disk(bucket):
+    """The VLM run's prompt images, read from S3, are shown with the same bytes; one missing on S3 says so."""
+    remote, local = both(bucket, VLM)
+    step = remote.steps[-1]
+    rows = [read_step_batch(name, snapshot.step_rows(step)).table for name, snapshot in (("remote", remote), ("local", local))]
+    for (remote_path, references), local_path in zip(rows[0][["path", "images"]].itertuples(index=False), rows[1]["path"]):
+        for side in (SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE):
+            shown = board.page_image(remote_path, references[0], side)
+            assert not isinstance(shown, str), shown
+            assert shown == board.page_image(local_path, references[0], side)
+    missing = board.page_image(rows[0]["path"][0], {"path": "images/missing.png"}, SHOWN_IMAGE_SIDE)
+    assert missing == f"s3://{bucket}/runs/{VLM}/images/missing.png was not found (no such bucket, folder or object)"
+    assert "not read" in board.page_image(rows[0]["path"][0], {"path": "../grpo_tiny_example/rollout_meta.json"}, SHOWN_IMAGE_SIDE)
+
+
+def test_a_second_store_loads_from_the_index_cache_kept_by_etag_without_reading_the_object(bucket, s3_server, monkeypatch):
+    """Opening the run again (a restarted server) loads it from the index cache: not a byte of the rank file is read."""
+    url = f"s3://{bucket}/runs/{VLM}"
+    first = loaded(url)
+    [rank_file] = first.samples["path"].unique()
+    head = s3_client(s3_server.endpoint_url).head_object(Bucket=bucket, Key=split_s3_url(rank_file)[1])
+    cached = pyarrow.feather.read_table(IndexCache().path_of(rank_file))
+    identity = json.loads(cached.schema.metadata[b"rl_logging_board"])["identity"]
+    assert (identity["etag"], identity["size"]) == (head["ETag"].strip('"'), head["ContentLength"])
+
+    def refuse(*args):
+        raise AssertionError(f"read again: {args[:3]}")
+
+    for module, name in ((rl_board.reading.store, "index_chunk"), (rl_board.reading.store, "summarize_lines"), (rl_board.reading.storage, "read_remote_range")):
+        monkeypatch.setattr(module, name, refuse)
+    pd.testing.assert_frame_equal(numbers(loaded(url)), numbers(first))
+
+
+def test_a_rank_file_replaced_by_other_lines_is_indexed_anew(s3_server, live_run):
+    """An object uploaded again with other lines, of the same size or larger, is read anew: the page shows the new lines."""
+    url, local, name = live_run
+    store = RunStore(url)
+    store.load(128)
+    [index] = store.files.values()
+    original = (local / name).read_bytes()
+    first, second, rest = original.split(b"\n", 2)
+    for data in (b"\n".join([second, first, rest]), next_step(original) + original):  # the same size; larger
+        old_id = index.index_id
+        write_both(s3_server, live_run, data)
+        assert store.needs_work(128)
+        snapshot = store.load(128)
+        assert index.index_id != old_id and index.indexed_to == len(data)
+        pd.testing.assert_frame_equal(numbers(snapshot), numbers(loaded(local)))
+
+
+def test_a_missing_bucket_is_a_message(bucket):
+    """A root in a bucket that does not exist is reported as not found."""
+    with pytest.raises(StorageError, match="was not found"):
+        list_runs(f"s3://missing-{uuid.uuid4().hex[:12]}/runs")
+
+
+def test_an_unreachable_endpoint_fails_within_seconds_with_a_message(bucket):
+    """An S3 endpoint nobody listens on: "could not be read" within 15 s, not a hang."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{unused.getsockname()[1]}"  # bound, never listening: connections are refused
+        with fresh_storage({"AWS_ENDPOINT_URL": endpoint}):
+            began = time.monotonic()
+            with pytest.raises(StorageError, match="could not be read: EndpointConnectionError"):
+                list_runs(f"s3://{bucket}/runs")
+            assert time.monotonic() - began < 15
+    assert list_runs(f"s3://{bucket}/runs") == RUNS  # the real endpoint again
+
+
+def test_the_endpoint_url_option_sets_the_s3_endpoint(monkeypatch):
+    """streamlit run rl_logging_board.py -- --endpoint-url URL sends s3:// requests to URL."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")  # put back after the test
+    monkeypatch.setattr(sys, "argv", ["rl_logging_board.py", "--root", "s3://b/runs", "--endpoint-url", "http://127.0.0.1:9000"])
+    options = board.launch_options()
+    assert (options.root, options.endpoint_url) == ("s3://b/runs", "http://127.0.0.1:9000")
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+
+
+def test_the_load_report_names_the_logger_s_files_as_the_logger_names_them(bucket):
+    """The caption's format names the rank files as the rollout logger writes them: rollout_data_rank_<rank>_<launch>.jsonl."""
+    remote, local = both(bucket, VLM)
+    assert remote.format == local.format
+    assert "rollout_data_rank_" in remote.format
+
+

@@ -1,0 +1,88 @@
+"""The board served by start.sh on a free port, a headless Chromium, and what a test reads of a drawn page."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from tests.support import PROJECT
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn,
+# and the run that drew them has finished: the landing page's off-screen warm-up charts, which Streamlit keeps until the
+# end of the run, are gone (without that, the warm-up's chart counted as one of the four, and its heat map was still there).
+CHARTS_DRAWN = (
+    "!document.querySelector('.st-key-warm_up') && document.querySelectorAll('.vega-embed .marks').length >= 4"
+    " && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+)
+
+
+# The Vega view of a chart element (`chart`), as `view` (null when none): a chart is drawn on canvas, so its marks and
+# legend are in Vega's scene graph, not the DOM. Streamlit keeps the view in a React hook of the chart's component,
+# found from the element's React fiber, upwards. JavaScript to put at the start of a function that has `chart`.
+VEGA_VIEW = """
+  const isView = v => v && typeof v === 'object' && typeof v.scenegraph === 'function' && typeof v.runAsync === 'function';
+  const seen = new Set();
+  const search = (value, depth) => {
+    if (!value || typeof value !== 'object' || seen.has(value) || depth > 4) return null;
+    seen.add(value);
+    if (isView(value)) return value;
+    for (const key of Object.keys(value)) {
+      let found = null;
+      try { found = search(value[key], depth + 1); } catch (error) {}
+      if (found) return found;
+    }
+    return null;
+  };
+  let view = null;
+  let fiber = chart[Object.keys(chart).find(key => key.startsWith('__reactFiber'))];
+  for (; fiber && !view; fiber = fiber.return)
+    for (let hook = fiber.memoizedState; hook && typeof hook === 'object' && !view; hook = hook.next) view = search(hook.memoizedState, 0);
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# The board served by start.sh on a free port, from any working directory, with this Python: its URL until the test
+# module is done. The index cache is in the root, or in `cache` (a root on S3).
+def served_board(root, cache: Path | None = None):
+    port = free_port()
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache or Path(root) / ".cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
+    server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("start.sh did not serve the board: " + server.stdout.read().decode(errors="replace")[-2000:])
+    yield url
+    server.terminate()
+    server.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), "install Chromium: apt-get install -y chromium (tests/run.sh does)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()

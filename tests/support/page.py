@@ -1,0 +1,88 @@
+"""The page in Streamlit's AppTest: start it on a root, press Load & View, find a widget by its label, read the batch
+table, a chart's Vega-Lite spec and its points."""
+
+import json
+from pathlib import Path
+
+import pyarrow.ipc
+from streamlit.testing.v1 import AppTest
+
+import rl_logging_board as board
+from rl_board.reading.history import METRICS_FILES
+
+APP = str(Path(board.__file__))
+
+
+def start(root, monkeypatch) -> AppTest:
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(root))
+    app = AppTest.from_file(APP, default_timeout=120)
+    app.run()
+    assert not app.exception
+    return app
+
+
+def load_and_view(app: AppTest) -> AppTest:
+    next(b for b in app.sidebar.button if b.label == "Load & View").click()
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+def widget(elements, label):
+    matches = [element for element in elements if element.label == label]
+    assert matches, f"no widget labelled {label!r} among {[e.label for e in elements]}"
+    return matches[0]
+
+
+# The batch table: the step's samples, one row each (the load report's tables are drawn only when opened).
+def batch_table(app: AppTest):
+    return next(frame.value for frame in app.dataframe if {"prompt", "response"} <= set(frame.value.columns))
+
+
+# The step curves' tabs (the token area has tabs of its own).
+def curve_tabs(app: AppTest) -> list:
+    return [tab for tab in app.tabs if tab.label.startswith("Step-")]
+
+
+# Open one of the token area's views (only the open one is drawn).
+def open_token_view(app: AppTest, name: str) -> AppTest:
+    app.session_state["token_view"] = name
+    app.run()
+    assert not app.exception, app.exception
+    return app
+
+
+def running_text(app: AppTest) -> str:
+    [body] = [html.proto.body for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
+    return body
+
+
+# A chart as the browser gets it: Streamlit sends the top-level data apart from the spec, as Arrow (layers keep theirs).
+def chart_spec(element) -> dict:
+    spec = json.loads(element.proto.spec)
+    if element.proto.data.data:
+        spec["data"] = {"values": pyarrow.ipc.open_stream(element.proto.data.data).read_all().to_pylist()}
+    return spec
+
+
+def lines_of(run_dir: Path) -> list[dict]:
+    paths = [path for path in sorted(run_dir.glob("*.jsonl")) if not path.match(METRICS_FILES)]
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+
+
+def step_reward_chart(app: AppTest) -> dict:
+    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Reward"]
+    [element] = tab.get("vega_lite_chart")
+    return chart_spec(element)
+
+
+# A step curve's points by series: step -> the point.
+def curve_points(spec: dict) -> dict[str, dict[int, dict]]:
+    points = {}
+    for point in spec["data"]["values"]:
+        points.setdefault(point["series"], {})[point["step"]] = point
+    return points
+
+
+def loaded_caption(app) -> str:
+    return next(caption.value for caption in app.caption if caption.value.startswith("Loaded "))
