@@ -34,10 +34,11 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
+import streamlit.components.v1 as components
 
 from rl_board.figures import (
+    PICK_STEP,
     VALUE_LABELLED_TOKENS,
     batch_reward_chart,
     matches_per_step_chart,
@@ -52,6 +53,7 @@ from rl_board.figures import (
 )
 from rl_board.metrics import (
     REWARD_SERIES,
+    STEP_CURVE_COLUMNS,
     TOKEN_ROWS,
     SampleFilter,
     TokenRows,
@@ -62,7 +64,9 @@ from rl_board.metrics import (
     finite,
     group_signal_by_step,
     group_table,
+    largest_changes,
     step_statistics_table,
+    step_stats,
     token_rows,
     trl_kl_by_step,
     trl_pools_kl,
@@ -130,7 +134,16 @@ from rl_board.reading.storage import (
 )
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import WORKERS, worker_pool
-from rl_board.text import as_written, clean_text, markdown_literal, one_line, shorten, valid_text, visible_whitespace
+from rl_board.text import (
+    as_written,
+    clean_text,
+    markdown_literal,
+    one_line,
+    shorten,
+    system_prompt_span,
+    valid_text,
+    visible_whitespace,
+)
 from rollout_logger.metadata import METRICS_FILES
 
 # ====================================================================================================================
@@ -156,9 +169,16 @@ TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
 # (a right-to-left override in one token must not reorder the tokens after it) and ends in a thin line, so token
 # boundaries show without taking space. Set once for the page: a style sent with each running text would restyle the
 # whole page on every sample change.
+# The sidebar's chosen runs (Compare with) show their whole names, wrapped, instead of a few letters and "…". What a
+# pick scrolls to (scroll_into_view) stops below the page's fixed header, the step selector with its heading. The run's
+# facts (model, beta, ...) in a smaller type, which fits a 1280 px screen.
 PAGE_STYLE = (
     "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
-    " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}</style>"
+    " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}"
+    " [data-testid='stSidebar'] [data-baseweb='tag'] {max-width: 100%; height: auto}"
+    " [data-testid='stSidebar'] [data-baseweb='tag'] span {max-width: none; white-space: normal; overflow-wrap: anywhere}"
+    " .st-key-step_slider, .st-key-step_selectbox {scroll-margin-top: 130px} .st-key-sample_index {scroll-margin-top: 80px}"
+    " .st-key-run_facts [data-testid='stMetricValue'] {font-size: 1.6rem}</style>"
 )
 
 
@@ -268,6 +288,8 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
         draw_batch_charts(batch)
     draw_step_tables(batch, settings, run.run_dir, step)
     draw_sample_view(run, compared, batch, step, settings)
+    if StateKey.SCROLL_TO in st.session_state:
+        scroll_into_view(st.session_state.pop(StateKey.SCROLL_TO))
 
 
 # The sample in view, right under the table it is picked in, with its tokens and then its group's other completions.
@@ -291,7 +313,6 @@ def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "
 # to a widget's key for the choice it keeps while the widget is not drawn.
 class StateKey:
     LOADED_RUN = "loaded_run"  # the run folder Load & View opened
-    PAGE_SHOWN = "page_shown"  # the page's first run is over: the browser warm-up may be drawn
     TOKEN_ACCEPTED = "token_accepted"  # this session gave the access token
     COMPARE_WITH = "compare_with"  # prefix: one choice per run shown
     LOAD_BUTTON = "load_button"
@@ -329,7 +350,10 @@ class StateKey:
     SEARCH_ORDER = "search_order"
     SEARCH_TOP = "search_top"
     SEARCH_RESULTS = "search_results"  # prefix: one per set of results
-    SEARCH_PICKED = "search_picked"  # a result was clicked: the whole page reruns to show it
+    STEP_PICKED = "step_picked"  # a search result, a curve's point or a jump was clicked: the whole page reruns to show it
+    CURVE_PICKS = "curve_picks"  # how many steps were picked on charts: part of their keys, so a pick starts unselected
+    LARGEST_CHANGES = "largest_changes"
+    SCROLL_TO = "scroll_to"  # the element a pick brings into view once drawn: the step selector, or the sample's
     FIELD_SERIES = "field_series"
     FACET = "facet"
     FACET_SERIES = "facet_series"
@@ -388,8 +412,12 @@ EXPORT_BYTES = 100 << 20  # of original lines in a JSONL download
 
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 
+# STABLE_LAYOUT: an element drawn in one rerun and not the next (a progress bar, a notice) moves every element after it
+# to another place in the page, where the browser builds it anew: a table's tabs built anew scroll their tab into
+# view, jumping the page (a live refresh scrolled it by 500-800 px). Such elements get a place that is always there.
 
-WARM_UP_AFTER_S = 1.0
+# The step in view of a run opened after another: its latest, whichever it is.
+OPEN_AT_LATEST = "latest"
 
 
 # The original's sidebar, label for label, plus the live mode and KL estimator choices.
@@ -467,15 +495,16 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         response_compare = st.checkbox("Response 对比", value=True, help="Show the per-step response area.")
 
     with sidebar.expander("⚙️ show details setting", expanded=True):
+        estimator = default_kl_estimator(root, run_name)
         use_logp_as_kl = st.checkbox(
             "Use LogP as KL",
-            value=True,
-            help="Step-KL plots the mean log_ratio (logp - ref_logp) instead of the mean kl.",
+            value=estimator == "kl",  # on for the original's runs, as it was; off for TRL's, whose kl the estimator gives
+            help="Step-KL plots the mean log_ratio (logp - ref_logp) instead of the mean kl of the KL estimator below.",
         )
         kl_estimator = st.selectbox(
             "KL estimator",
             list(KL_ESTIMATORS),
-            index=list(KL_ESTIMATORS).index(default_kl_estimator(root, run_name)),
+            index=list(KL_ESTIMATORS).index(estimator),
             format_func=KL_ESTIMATOR_LABELS.get,
             help="Used for kl in Step-KL (with Use LogP as KL off), the batch table and the token rows; k3 by default "
             "for runs the logger wrote from TRL, whose logged kl it is. With r = logp - ref_logp: "
@@ -516,7 +545,8 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     )
 
 
-# TRL logs k3 as kl: a run whose metadata names a trl version starts on k3, so the board's numbers match TRL's.
+# TRL logs k3 as kl: a run whose metadata names a trl version starts on k3, and Step-KL plots it (Use LogP as KL off),
+# so the board's numbers match TRL's; the original's runs start as it did (its kl, Use LogP as KL on).
 def default_kl_estimator(root: str, run_name: str | None) -> str:
     if run_name is None:
         return "kl"
@@ -536,15 +566,15 @@ def load_selected_run(settings: "Settings"):
         st.warning(f"No run in {markdown_literal(root)}. Put each run in its own folder, one JSONL file per rank:")
         st.code(f"{root}/\n└── my_run/\n    ├── rollout_data_rank_0.jsonl\n    └── rollout_data_rank_1.jsonl", language=None)
         return None
-    if settings.load_clicked:
-        st.session_state[StateKey.LOADED_RUN] = joined(root, settings.run_name)
+    opening = settings.load_clicked or StateKey.LOADED_RUN not in st.session_state  # the first screen opens the chosen run
+    if opening:
+        chosen_dir = joined(root, settings.run_name)
+        if st.session_state.get(StateKey.LOADED_RUN, chosen_dir) != chosen_dir:
+            forget_the_place()
+        st.session_state[StateKey.LOADED_RUN] = chosen_dir
         for key in (StateKey.LAST_STEP_SEEN, StateKey.LAST_STEP_WHEN_CHOSEN):  # new steps are counted in this run alone
             st.session_state.pop(key, None)
-    run_dir = st.session_state.get(StateKey.LOADED_RUN)
-    if run_dir is None:
-        st.info("Please Press 「Load & View」Button to load log.")
-        warm_up_browser()
-        return None
+    run_dir = st.session_state[StateKey.LOADED_RUN]
     if valid_text(run_dir) != run_dir:
         st.warning(f"The name of {markdown_literal(run_dir)} is not valid UTF-8: rename the folder to open it.")
         return None
@@ -554,21 +584,31 @@ def load_selected_run(settings: "Settings"):
     if run_dir != joined(root, settings.run_name):
         st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
     try:
-        snapshot = load_run(run_dir, settings.max_samples, settings.load_clicked or settings.live)
+        snapshot = load_run(run_dir, settings.max_samples, opening or settings.live)
     except StorageError as error:
         st.error(markdown_literal(error))
         return None
-    if settings.load_clicked:  # the original's toast; it counts the samples shown, as the load report's caption does
+    if opening:  # the original's toast; it counts the samples shown, as the load report's caption does
         shown, bad = len(snapshot.samples), int(snapshot.report["bad lines"].sum())
         st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
     return snapshot
 
 
+# A run opened after another starts at its latest step, its first sample and no search: the place in the other run
+# means nothing in it. (The session's first run opens at its first step, as the original opened a run.)
+# Widgets drawn before get their values set, not dropped: a dropped one would take the browser's value back.
+def forget_the_place():
+    for key, value in ((StateKey.SAMPLE_INDEX, 0), (StateKey.SEARCH_QUERY, ""), (StateKey.SEARCH_FILTERS, []), (StateKey.SEARCH_SORT, "step")):
+        if key in st.session_state:
+            st.session_state[key] = value
+    st.session_state[StateKey.SELECTED_STEP] = OPEN_AT_LATEST
+
+
 # A run's snapshot from its shared store, brought up to date when asked (or first needed), with progress bars.
 def load_run(run_dir: str, max_samples: int, refresh: bool) -> "RunSnapshot":
     store = run_store(run_dir)
+    bars = [ProgressBar(), ProgressBar()]  # always there, so the elements below keep their places (STABLE_LAYOUT)
     if (refresh or max_samples not in store.snapshots) and store.needs_work(max_samples):
-        bars = [ProgressBar(), ProgressBar()]
         try:
             store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
         finally:
@@ -611,25 +651,6 @@ class ProgressBar:
         self.element.empty()
 
 
-# Off-screen samples of every kind of element the loaded page draws (but the toast): the browser fetches and
-# compiles their code while the user picks a run instead of after Load & View. Drawn by the fragment's own timer from
-# a moment after the page opened, not in its first run: the browser paints nothing of a run before it has handled all
-# of it, and these elements held back the first paint of Load & View by seconds (bench/README.md).
-@st.fragment(run_every=WARM_UP_AFTER_S)
-def warm_up_browser():
-    if not st.session_state.get(StateKey.PAGE_SHOWN):
-        st.session_state[StateKey.PAGE_SHOWN] = True
-        return
-    with st.container(key="warm_up"):
-        st.html("<style>.st-key-warm_up {position: absolute; left: -10000px; width: 600px}</style>")
-        draw_chart(st, {"data": {"values": [{"x": 0}]}, "mark": "bar", "encoding": {"x": {"field": "x", "type": "quantitative"}}})
-        st.plotly_chart(go.Figure(go.Heatmap(z=[[0.0]])), width="stretch")
-        st.dataframe(pd.DataFrame({"x": [0.0]}))
-        st.multiselect("warm-up", ["x"], key="warm_up_multiselect", label_visibility="collapsed")
-        st.metric("warm-up", "0")
-        st.progress(0.0)
-
-
 # Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed (rollouts or
 # training history, of the shown run or a compared one), or when another session watching the same run already loaded
 # the change (the store is shared: it then has no work left).
@@ -666,7 +687,7 @@ def draw_run_metadata(run: "RunSnapshot"):
         ("trl", meta.get("trl_version")),
     ]
     # The model's last path part (all of it on hover); the strip leaves the top right to the load toast.
-    columns = st.columns([4, 2, 2, 2, 2, 2, 5])
+    columns = st.container(key="run_facts").columns([4, 2, 2, 2, 2, 2, 3])
     for column, (label, value) in zip(columns, known):
         shown = "—" if value is None else str(value)
         if label == "model":
@@ -774,6 +795,7 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
 # choosing the reward series or a tab redraws only the curves, and only the open tab's chart is drawn.
 @st.fragment
 def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings"):
+    rerun_page_if_a_step_was_picked()
     frames = [run.samples for _, run in runs]
     present = lambda column: any(column in frame and frame[column].notna().any() for frame in frames)  # noqa: E731
     tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
@@ -787,6 +809,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
+    steps = runs[0][1].steps  # a click on a curve shows the shown run's step nearest it
     open_tab = next(name for name, container in tab.items() if container.open)
     curve = dict(
         versions=tuple(run.version for _, run in runs),
@@ -804,9 +827,10 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in function_columns]
             remembered_choice(key, options, default or options[:1])
             chosen = st.multiselect("Reward series", options, key=key, format_func=one_line)
-            draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve))
+            draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve), steps)
+            draw_largest_changes(runs[0][1], chosen[:1])
         elif open_tab == "Step-Groups":
-            draw_chart(st, cached_fraction_chart(curve["versions"], settings.smoothing, curve["_runs"]))
+            draw_chart(st, cached_fraction_chart(curve["versions"], settings.smoothing, curve["_runs"]), steps)
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
@@ -816,7 +840,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         elif open_tab == "Step-Fields":
             remembered_choice(StateKey.FIELD_SERIES, field_columns, field_columns[:3])
             chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, format_func=one_line, help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
-            draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve))
+            draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve), steps)
         elif open_tab == "Step-Facets":
             draw_facet_curve(runs[0][1], curve)
         else:
@@ -830,7 +854,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
                 "Step-Entropy": ("avg_entropy", "👾 Token Entropy (Step level)", "nats per token", None),
             }[open_tab]
             if present(column):
-                draw_chart(st, cached_step_curve([column], title, unit, **curve))
+                draw_chart(st, cached_step_curve([column], title, unit, **curve), steps)
+                draw_largest_changes(runs[0][1], [column])
             else:
                 st.info(missing)
 
@@ -849,7 +874,7 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
     series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES, format_func=one_line)
     values = run.samples[facet].dropna().unique().tolist()
     by_value = [(f"{facet.removeprefix(TEXT_PREFIX)} = {value}", run.samples[run.samples[facet] == value]) for value in sorted(values)]
-    draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})))
+    draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})), run.steps)
     st.dataframe(facet_table(run.samples, facet, series), hide_index=True, width="stretch")
 
 
@@ -883,7 +908,8 @@ def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunS
     median = statistic == KL_STATISTICS[1]
     as_trl = not settings.use_logp_as_kl and settings.kl_estimator == "k3"
     lines = trl_kl_lines(runs, history) if as_trl else ()
-    draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, lines=lines, **curve))
+    draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, lines=lines, **curve), runs[0][1].steps)
+    draw_largest_changes(runs[0][1], [column], median)
     if lines:
         note += (
             " Dashed: TRL's kl as it logs it, recomputed from the lines (each loss pass's token mean over all ranks, "
@@ -914,7 +940,7 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
 # clicked). A fragment: choosing metrics redraws only this area.
 @st.fragment
 def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all_histories: list["TrainingHistory"], settings: "Settings"):
-    history = all_histories[0]  # the shown run's
+    rerun_page_if_a_step_was_picked()
     named = [(run_label(shown.run_dir), shown_history) for shown, shown_history in zip([run, *compared], all_histories)]
     histories = [(name, shown) for name, shown in named if not shown.empty]
     st.subheader("📈 Training metrics")
@@ -927,7 +953,7 @@ def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all
         if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
             tabs = st.tabs([markdown_literal(name) for name in chosen], on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
             name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
-            draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories))
+            draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories), run.steps)
         details = st.expander("Training summary", on_change="rerun", key=StateKey.TRAINING_SUMMARY)
         if details.open:
             with details:
@@ -937,16 +963,27 @@ def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all
         st.caption(f"No training history in this folder: the logger's `{METRICS_FILES}`, `{TRAINING_LOG}` or `{TRAINER_STATE}` (in it or a `checkpoint-*` folder) would be shown here.")
     name = run_label(run.run_dir)
     downloads = st.columns(3)
-    for column, label, frame, file_name in (
-        (downloads[0], "Train history (CSV)", history.train, f"{name}_train_history.csv"),
-        (downloads[1], "Eval history (CSV)", history.eval, f"{name}_eval_history.csv"),
+    for column, label, split, file_name in (
+        (downloads[0], "Train history (CSV)", "train", f"{name}_train_history.csv"),
+        (downloads[1], "Eval history (CSV)", "eval", f"{name}_eval_history.csv"),
     ):
-        column.download_button(label, functools.partial(frame.to_csv, index=False), file_name=file_name, mime="text/csv", on_click="ignore", disabled=frame.empty)
+        frames = [(shown_name, getattr(shown, split)) for shown_name, shown in named if not getattr(shown, split).empty]
+        column.download_button(
+            label, functools.partial(history_csv, frames, len(named) > 1), file_name=file_name, mime="text/csv", on_click="ignore", disabled=not frames,
+            help="The shown run's, and each compared run's with a run column." if len(named) > 1 else None,
+        )
     runs = [(run_label(shown.run_dir), shown.samples) for shown in [run, *compared] if not shown.samples.empty]
     downloads[2].download_button(
         "Per-step statistics (CSV)", lambda: step_statistics_table(runs).to_csv(index=False), file_name=f"{name}_step_statistics.csv",
         mime="text/csv", on_click="ignore", disabled=not runs, help="The numbers behind the step curves, of every run compared.",
     )
+
+
+# A history download: the shown run's frame as read, or with compared runs, every run's rows under a run column.
+def history_csv(frames: list[tuple[str, pd.DataFrame]], by_run: bool) -> str:
+    if not by_run:
+        return frames[0][1].to_csv(index=False)
+    return pd.concat([frame.assign(run=name)[["run", *frame.columns]] for name, frame in frames], ignore_index=True).to_csv(index=False)
 
 
 # A run's history as seed 004's summary prints it: configuration, entries, final values, best checkpoint.
@@ -973,6 +1010,7 @@ def draw_history_summary(name: str, history: "TrainingHistory"):
 # A fragment: typing and filtering redraw only this area; clicking a result shows that sample in the step area below.
 @st.fragment
 def draw_search(run: "RunSnapshot", settings: "Settings"):
+    rerun_page_if_a_step_was_picked()
     st.subheader("🔎 Find samples")
     query_column, place_column, option_column = st.columns([4, 1.3, 1.3], vertical_alignment="bottom")
     query = query_column.text_input(
@@ -1001,7 +1039,10 @@ def draw_search(run: "RunSnapshot", settings: "Settings"):
         mask &= found.place > 0
     results = run.samples[mask]
     ordered = results.sort_values(sort_by, ascending=not highest, na_position="last", kind="stable").head(top)
-    draw_search_results(run, results, ordered, found, sort_by, sample_filter)
+    # The results table is keyed by the search that made it: a live refresh keeps the table (and the page where it was)
+    # while new lines join its results; another search makes a new table, with no row selected.
+    search_key = hashlib.sha1(repr((run.run_dir, query, places, regex, match_case, sample_filter, sort_by, highest, top)).encode()).hexdigest()
+    draw_search_results(run, results, ordered, found, sort_by, sample_filter, f"{StateKey.SEARCH_RESULTS}:{search_key}")
 
 
 # The search's filters and order: a widget for each filter chosen (a range of a number, values of a facet).
@@ -1075,7 +1116,7 @@ def filter_label(column: str) -> str:
 
 
 # How many samples were found and where, a chart of them per step, the results (a click shows one below) and downloads.
-def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.DataFrame, found: "SearchResult | None", sort_by: str, sample_filter: "SampleFilter"):
+def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.DataFrame, found: "SearchResult | None", sort_by: str, sample_filter: "SampleFilter", key: str):
     samples = run.samples
     message = f"**{len(results):,}** of {len(samples):,} loaded samples found, at {results['step'].nunique():,} of {len(run.steps):,} steps"
     if len(ordered) < len(results):
@@ -1096,7 +1137,6 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
         table["found in"] = np.where(found.place[shown.index] == 1, "prompt", "response")
         table["match"] = match_snippets(run_texts(run.run_dir), shown, found.place[shown.index], found.start[shown.index], found.end[shown.index])
     table["file"], table["line"] = [Path(path).name for path in shown["path"]], shown["line"].to_numpy()
-    key = f"{StateKey.SEARCH_RESULTS}:{hashlib.sha1(repr((run.version, shown.index.tolist())).encode()).hexdigest()}"
     st.dataframe(
         table, width="stretch", height=min(400, 38 + 35 * len(table)), hide_index=True, key=key,
         on_select=lambda: pick_search_result(key, shown["step"].tolist(), shown["sample"].tolist()), selection_mode="single-row",
@@ -1111,8 +1151,6 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
         + f"the {len(ordered):,} results" + (f" of {len(results):,} found: narrow the filter, or raise Top N (at most {EXPORT_ROWS:,}), to download others." if len(ordered) < len(results) else ".")
     )
     draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search")
-    if st.session_state.pop(StateKey.SEARCH_PICKED, False):
-        st.rerun(scope="app")
 
 
 # Clicking a result moves the step selector and the sample in view to it.
@@ -1121,7 +1159,8 @@ def pick_search_result(key: str, steps: list, samples: list):
     if rows:
         show_step(int(steps[rows[0]]))
         open_sample(int(samples[rows[0]]))
-        st.session_state[StateKey.SEARCH_PICKED] = True
+        st.session_state[StateKey.STEP_PICKED] = True
+        st.session_state[StateKey.SCROLL_TO] = [StateKey.SAMPLE_INDEX]  # the sample is far below the results
 
 
 # Downloads of some lines: CSV and Parquet of their numbers and texts, JSONL of the lines as they are; each made
@@ -1142,6 +1181,8 @@ def draw_downloads(rows: pd.DataFrame, what: str, name: str):
 def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     st.subheader("⚡️ Each Step Response")
     steps = run.steps
+    if st.session_state.get(StateKey.SELECTED_STEP) == OPEN_AT_LATEST:
+        show_step(steps[-1])
     previous = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
     if previous not in steps:
         previous = min(steps, key=lambda s: abs(s - previous))
@@ -1164,8 +1205,9 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
         st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = steps[-1]
     st.session_state[StateKey.SELECTED_STEP] = step
     newer = [s for s in steps if s > st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN]]
+    notice = st.empty()  # always there, so the elements below keep their places (STABLE_LAYOUT)
     if newer and step != steps[-1]:
-        message, button = st.columns([4, 1], vertical_alignment="center")
+        message, button = notice.container().columns([4, 1], vertical_alignment="center")
         message.info(f"{len(newer)} new step(s) since you chose step {step}; the latest is {steps[-1]}.")
         button.button("Show the latest step", on_click=show_step, args=(steps[-1],))
     return step
@@ -1181,16 +1223,11 @@ def show_step(step: int):
             st.session_state[key] = step
 
 
-# Three charts of the step's batch: reward vs ref per sample, their gap, and the distribution.
+# The step's batch charts: reward (and ref_reward) per sample, their gap where the run has ref_reward, the distribution.
 def draw_batch_charts(batch: "StepBatch"):
-    reward, gap, distribution = cached_batch_charts(batch.key, batch.table)
-    left, middle, right = st.columns(3)
-    draw_chart(left, reward)
-    if gap is not None:
-        draw_chart(middle, gap)
-    else:
-        middle.info("No `ref_reward` in this run: no reward gap.")
-    draw_chart(right, distribution)
+    charts = [chart for chart in cached_batch_charts(batch.key, batch.table) if chart is not None]  # no gap without ref_reward
+    for column, chart in zip(st.columns(len(charts)), charts):
+        draw_chart(column, chart)
 
 
 # The step's tables as tabs, only the open one drawn, right above the sample they pick: the batch (a row per sample)
@@ -1317,27 +1354,31 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
 def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, settings: "Settings") -> int:
     table = batch.table
     previous_step = run.previous_step(step)
-    lengths, ref_lengths = run.step_mean("response_len"), run.step_mean("ref_response_len")
-    metric_columns = st.columns([1, 1, 3])
-    for column, label, by_step in (
-        (metric_columns[0], "Response Average Length", lengths),
-        (metric_columns[1], "Ref Response Average Length", ref_lengths),
-    ):
+    has_ref = run.samples["ref_response_len"].notna().any()  # a run without references gets no empty slots for them
+    has_gap = run.samples["reward_gap"].notna().any()
+    lengths = [("Response Average Length", "response_len")] + ([("Ref Response Average Length", "ref_response_len")] if has_ref else [])
+    metric_columns = st.columns([1] * len(lengths) + [3])
+    for column, (label, length_column) in zip(metric_columns, lengths):
+        by_step = run.step_mean(length_column)
         value = by_step.get(step, np.nan)
         if np.isnan(value):
             column.metric(label, "—")
             continue
-        delta = value - by_step[previous_step] if previous_step is not None and previous_step in by_step else 0.0
-        column.metric(label, f"{value:.0f} chars", f"{delta:+.0f} chars", help="Mean length in characters.")
+        delta = value - by_step[previous_step] if previous_step is not None and previous_step in by_step else None
+        column.metric(label, f"{value:,.2f}".rstrip("0").rstrip(".") + " chars", None if delta is None else f"{delta:+,.2f}", help="Mean length in characters; the change from the step before.")
     chosen_sample(batch)
-    with metric_columns[2]:
+    with metric_columns[-1]:
         sample = st.number_input("Sample index in current step batch", min_value=0, max_value=len(table) - 1, key=StateKey.SAMPLE_INDEX)
     row = table.iloc[int(sample)]
-    prompt_column, response_column, ref_column, gap_column = st.columns([2, 3, 3, 1])
+    prompt_column, response_column, *others = st.columns([2, 3] + ([3] if has_ref else []) + ([1] if has_gap else []))
+    ref_column = others.pop(0) if has_ref else None
+    gap_column = others.pop(0) if has_gap else None
     with prompt_column:
         st.markdown("**Prompt**")
         draw_images(row, width=150)
         st.text(as_written(clean_text(row["prompt"], settings.pad_token, settings.system_prompt_end)))
+        if settings.system_prompt_end is not None and system_prompt_span(row["prompt"], settings.system_prompt_end) is None:
+            st.caption("No system prompt to drop: no End Token of System Prompt, ChatML or Llama 3 system turn.")
         if isinstance(row["ground_truth"], str):
             st.caption("ground_truth")
             st.text(as_written(row["ground_truth"]))
@@ -1345,16 +1386,18 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
         tools = f" · {row['tool_tokens']:.0f} of {row['response_tokens_len']:.0f} tokens written by a tool" if row["tool_tokens"] > 0 else ""
         st.markdown(f":green[**Response**] · reward {row['reward']:.4g}{tools}")
         st.text(as_written(clean_text(row["response"], settings.pad_token)))
-    with ref_column:
-        st.markdown(":blue[**Ref Response**]")
-        if isinstance(row["ref_response"], str):
-            st.text(as_written(clean_text(row["ref_response"], settings.pad_token)))
-        else:
-            st.info("No `ref_response` in this sample.")
-    with gap_column:
-        st.markdown(":orange[**Reward Gap**]")
-        gap = row["reward_gap"]
-        st.markdown(f"## {gap:.4f}" if pd.notna(gap) else "—")
+    if ref_column:
+        with ref_column:
+            st.markdown(":blue[**Ref Response**]")
+            if isinstance(row["ref_response"], str):
+                st.text(as_written(clean_text(row["ref_response"], settings.pad_token)))
+            else:
+                st.info("No `ref_response` in this sample.")
+    if gap_column:
+        with gap_column:
+            st.markdown(":orange[**Reward Gap**]")
+            gap = row["reward_gap"]
+            st.markdown(f"## {gap:.4f}" if pd.notna(gap) else "—")
     return int(sample)
 
 
@@ -1530,8 +1573,71 @@ def shaded_columns(grid: pd.DataFrame) -> dict:
 
 
 # Every chart on canvas: the browser paints its marks as pixels instead of building an SVG node per bar and point.
-def draw_chart(where, spec: dict):
-    where.vega_lite_chart(spec={**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}, width="stretch")
+def draw_chart(where, spec: dict, steps: list[int] | None = None):
+    spec = {**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}
+    if steps is None:
+        where.vega_lite_chart(spec=spec, width="stretch")
+        return
+    # A step chart: a click shows the nearest of `steps`. Keyed by the title (a chart per title at a time) and the picks
+    # so far, so that after a pick the chart starts unselected and a second click on the same point picks it again.
+    title = spec["title"]["text"] if isinstance(spec["title"], dict) else spec["title"]
+    key = f"step_chart:{title}:{st.session_state.get(StateKey.CURVE_PICKS, 0)}"
+    where.vega_lite_chart(spec=spec, width="stretch", key=key, on_select=lambda: pick_step_on_chart(key, steps), selection_mode=[PICK_STEP])
+
+
+# A click on a step chart: the step area shows the nearest step of the run (the chart may be another run's).
+def pick_step_on_chart(key: str, steps: list[int]):
+    points = st.session_state[key].selection.get(PICK_STEP) or []
+    if points and points[0].get("step") is not None:
+        pick_step(int(points[0]["step"]), steps)
+
+
+# A step picked on a chart or among the largest changes: the step area shows the run's nearest step.
+def pick_step(step: int | None, steps: list[int]):
+    if step is None:  # a chosen pill clicked again
+        return
+    show_step(min(steps, key=lambda candidate: abs(candidate - step)))
+    st.session_state[StateKey.CURVE_PICKS] = st.session_state.get(StateKey.CURVE_PICKS, 0) + 1
+    st.session_state[StateKey.STEP_PICKED] = True
+    st.session_state[StateKey.SCROLL_TO] = [StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX]
+
+
+# Bring the first of these keyed elements that is drawn to the top of the view: a pick's step or sample is screens
+# below the chart or result clicked. A script in a component's frame (of the page's own origin) scrolls the page; it
+# holds only element keys, no text of the run.
+def scroll_into_view(keys: list[str]):
+    selector = ", ".join(f".st-key-{key}" for key in keys)
+    # Again after the charts below have taken their heights: a table's tabs then scroll themselves into view (STABLE_LAYOUT).
+    components.html(
+        f"<script>let tries = 0; const scroll = () => {{ const target = window.parent.document.querySelector({json.dumps(selector)});"
+        " if (!target) { if (++tries < 50) setTimeout(scroll, 100); return; }"
+        " for (const wait of [0, 400, 1000]) setTimeout(() => target.scrollIntoView({block: 'start'}), wait); }; scroll();</script>",
+        height=0,
+    )
+
+
+# A fragment whose click moved the step (a callback, before the fragment reruns) hands over to the whole page, whose
+# step area shows the step.
+def rerun_page_if_a_step_was_picked():
+    if st.session_state.pop(StateKey.STEP_PICKED, False):
+        st.rerun(scope="app")
+
+
+# The steps where the shown run's first series changed most from the step before, each a click away: the jump to look
+# at on a curve of hundreds of steps.
+def draw_largest_changes(run: "RunSnapshot", columns: list[str], median: bool = False):
+    if not columns or columns[0] not in run.samples:
+        return
+    changes = cached_largest_changes(run.version, columns[0], median, run.samples)
+    if changes.empty:
+        return
+    key = f"{StateKey.LARGEST_CHANGES}:{st.session_state.get(StateKey.CURVE_PICKS, 0)}"
+    labels = {int(step): f"step {step}: {change:+.3g}" for step, change in changes.items()}
+    st.pills(
+        f"Largest changes of {one_line(STEP_CURVE_COLUMNS.get(columns[0], columns[0]))} ({'median' if median else 'mean'}, from the step before)",
+        list(labels), format_func=labels.get, key=key, on_change=lambda: pick_step(st.session_state[key], run.steps),
+        help="Click one to show that step below; a click on a curve shows the step nearest it.",
+    )
 
 
 # The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
@@ -1687,6 +1793,11 @@ def cached_metric_chart(name, versions, smoothing, zero_shift, _histories) -> di
 @st.cache_resource(show_spinner=False, max_entries=64)
 def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift, smoothing, _runs, names=None, median=False, log_scale=False, lines=()) -> dict:
     return step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_largest_changes(version, column: str, median: bool, _samples: pd.DataFrame) -> pd.Series:
+    return largest_changes(step_stats(_samples, column)["median" if median else "mean"])
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -7,10 +7,10 @@
 # It listens on 127.0.0.1 only; set RL_LOGGING_BOARD_ADDRESS=0.0.0.0 to serve other machines. Served so, the page asks
 # for RL_LOGGING_BOARD_TOKEN (made here and printed with the link when unset) and opens only folders under ROOT
 # (RL_LOGGING_BOARD_ALLOW_ANY_ROOT=1 lifts that); the link names RL_LOGGING_BOARD_HOST, else this machine's name.
-# Python: the active virtual environment ($VIRTUAL_ENV) if there is one, else the project's .venv, created on
-# the first run. requirements.txt is installed into it on the first run and again only when the file changes
-# (a stamp file in the environment), so later starts install nothing. RL_LOGGING_BOARD_PYTHON=/path/to/python
-# runs the board with that interpreter as it is, installing nothing.
+# Python: the project's own .venv, created on the first run; an active virtual environment (a training one, say) is
+# left as it is. requirements.txt is installed into .venv on the first run and again only when the file changes (a
+# stamp file in it), so later starts install nothing. RL_LOGGING_BOARD_PYTHON=/path/to/python runs the board with
+# that interpreter as it is, installing nothing (e.g. "$VIRTUAL_ENV/bin/python" for the active environment).
 set -euo pipefail
 project="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 port="${1:-${RL_LOGGING_BOARD_PORT:-8901}}"
@@ -25,16 +25,16 @@ cd "$project"  # so Streamlit reads .streamlit/config.toml
 if [ -n "${RL_LOGGING_BOARD_PYTHON:-}" ]; then
   python="$RL_LOGGING_BOARD_PYTHON"
 else
-  env="${VIRTUAL_ENV:-$project/.venv}"
+  env="$project/.venv"
   python="$env/bin/python"
+  if [ -n "${VIRTUAL_ENV:-}" ] && [ "$(realpath -m "$VIRTUAL_ENV")" != "$env" ]; then
+    echo "start.sh: running in $env, not in the active $VIRTUAL_ENV, which is left as it is" \
+      "(RL_LOGGING_BOARD_PYTHON=\"\$VIRTUAL_ENV/bin/python\" runs the board there, installing nothing)" >&2
+  fi
   stamp="$env/.rl-logging-board-requirements"
   want="$(sha256sum requirements.txt)"
   if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
     if ! "$python" -m pip --version >/dev/null 2>&1; then
-      if [ -n "${VIRTUAL_ENV:-}" ]; then
-        echo "start.sh: the active virtual environment $VIRTUAL_ENV has no working pip; deactivate it and run again" >&2
-        exit 1
-      fi
       echo "start.sh: creating the virtual environment $env (first run only)" >&2
       rm -rf "$env"  # a half-made one (an interrupted first run, or python3-venv missing then)
       if ! command -v python3 >/dev/null || ! python3 -m venv "$env"; then

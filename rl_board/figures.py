@@ -23,6 +23,28 @@ SUBTITLE_STYLE = {"subtitleColor": "#9a9aa6", "subtitlePadding": 4}
 # Scroll to zoom, drag to pan, double-click to reset, on every step chart.
 ZOOM = [{"name": "zoom", "select": "interval", "bind": "scales"}]
 
+# A click on a step chart picks the step of the point nearest the pointer (a point of a 400-step curve is under 3 px
+# wide), and the page shows that step: the page names the selection to Streamlit (selection_mode) to hear of a click.
+PICK_STEP = "pick_step"
+
+
+# The layer of a step chart that a click and a hover find the nearest point of: invisible points with the tooltip.
+# Vega-Lite's nearest (a Voronoi diagram over the points) works on point marks, not lines.
+def nearest_point_layer(x: dict, y_field: str, tooltip: list, transform: list | None = None) -> dict:
+    return {
+        **({"transform": transform} if transform else {}),
+        "mark": {"type": "point", "opacity": 0},
+        "params": [{"name": PICK_STEP, "select": {"type": "point", "fields": ["step"], "on": "click", "nearest": True}}],
+        "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative"}, "tooltip": tooltip},
+    }
+
+# The heights of the step curves and of the training metrics' charts, their titles, axes and legends included.
+STEP_CURVE_HEIGHT, METRIC_CHART_HEIGHT = 460, 360
+
+
+# Rewards with at most this many distinct values in a batch are counted per value instead of binned with a normal fit.
+DISCRETE_REWARD_VALUES = 12
+
 
 # An axis title longer than the plot is tall would shrink the plot (to nothing, for a long field name): cut with "…".
 AXIS_TITLE_PIXELS = 200
@@ -61,13 +83,14 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             if zero_shift:
                 centre, low, high = centre - centre[0], low - centre[0], high - centre[0]
             raw = centre
+            change = np.diff(raw, prepend=np.nan)  # from the step before, unsmoothed
             centre, low, high = (smoothed(values, smoothing) for values in (centre, low, high))
             label = (names or {}).get(column, column)
             name = series_name(run_name, label, len(runs), len(columns))
             shown.append(run_name if by_run else name)
             points += [
-                {"series": name, "colour": shown[-1], "order": list(dict.fromkeys(shown)).index(shown[-1]), "what": label, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n)}
-                for step, c, r, a, b, m, md, sd, n in zip(stats.index, centre, raw, low, high, stats["mean"], stats["median"], stats["std"], stats["count"])
+                {"series": name, "colour": shown[-1], "order": list(dict.fromkeys(shown)).index(shown[-1]), "what": label, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n), "change": json_number(d)}
+                for step, c, r, a, b, m, md, sd, n, d in zip(stats.index, centre, raw, low, high, stats["mean"], stats["median"], stats["std"], stats["count"], change)
             ]
     for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
@@ -87,20 +110,25 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             "color": colour,
             "detail": {"field": "series"},
             **({"strokeDash": {"field": "what", "type": "nominal", "scale": {"domain": [(names or {}).get(column, column) for column in columns]}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
-            "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "mean", "format": ".4g"}, {"field": "median", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n"}],
         },
     }
+    tooltip = [
+        {"field": "series"}, {"field": "step"}, {"field": "median" if median else "mean", "format": ".4g"},
+        {"field": "change", "title": "change from the step before", "format": "+.4g"},
+        {"field": "mean" if median else "median", "format": ".4g"}, {"field": "std", "format": ".4g"}, {"field": "n", "title": "samples"},
+    ]
     # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
     # chart's title off its canvas.
     return {
         "title": {"text": one_line(title), "subtitle": band, **SUBTITLE_STYLE},
-        "height": 330,
+        "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"values": points},
         "layer": [
             {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
             raw_line_layer(x, colour),
             line,
+            nearest_point_layer(x, "centre", tooltip),
             *([{
                 "data": {"values": line_points},
                 "mark": {"type": "line", "strokeDash": [6, 3], "point": len(line_points) < 60},
@@ -160,16 +188,17 @@ def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float =
     colour = series_colour()
     return {
         "title": "👾 GRPO learning signal (Step level)",
-        "height": 330,
+        "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},
         "data": {"values": points},
         "layer": [
             raw_line_layer(x, colour),
             {
-                "mark": {"type": "line", "tooltip": True},
+                "mark": {"type": "line"},
                 "params": ZOOM,
                 "encoding": {"x": x, "y": {"field": "percent", "type": "quantitative", "title": "% of groups / of completions"}, "color": colour},
             },
+            nearest_point_layer(x, "percent", [{"field": "series"}, {"field": "step"}, {"field": "percent", "format": ".3g"}]),
         ],
     }
 
@@ -184,12 +213,16 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
     colour = series_colour("run")
     return {
         "title": "Rewards of this prompt's completions, per step",
-        "height": 260,
+        "height": 320,
+        "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "layer": [
-            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6, "clip": True}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
             {"data": {"values": lines}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
         ],
     }
+
+
+STEP_LABELS = 12  # labels on a bar chart's step axis at most
 
 
 # How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie.
@@ -200,7 +233,8 @@ def matches_per_step_chart(per_step: pd.Series) -> dict:
         "data": {"values": [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]},
         "mark": {"type": "bar", "color": STEP_PALETTE[1], "tooltip": True},
         "encoding": {
-            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelOverlap": "greedy", "labelAngle": 0}},  # a bar for every step, none found or not
+            # a bar for every step, none found or not; a label every so many steps (Vega's overlap rule spaced them unevenly)
+            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelAngle": 0, "values": [int(step) for step in per_step.index[::math.ceil(len(per_step) / STEP_LABELS)]] if len(per_step) else []}},
             "y": {"field": "samples", "type": "quantitative", "title": "samples", "axis": {"tickMinStep": 1}},
         },
     }
@@ -235,17 +269,18 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
     layer = [
         raw_line_layer(x, colour),
         {"transform": [{"filter": "datum.split == 'train'"}], "mark": {"type": "line"}, "params": ZOOM,
-         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": None, "scale": {"zero": False}}, "color": colour, "tooltip": tooltip}},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": None, "scale": {"zero": False}}, "color": colour}},
         {"transform": [{"filter": "datum.split == 'train' && datum.single"}], "mark": {"type": "point", "filled": True},  # a line of one point draws nothing
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
         {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
-         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour}},
+        nearest_point_layer(x, "value", [{"field": "series"}, {"field": "split"}, *tooltip[1:]]),
     ]
     if rules:
         layer.append({"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}})
     return {
         "title": one_line(name),
-        "height": 260,
+        "height": METRIC_CHART_HEIGHT,
         "padding": {"top": 12},
         "data": {"values": points},
         "layer": layer,
@@ -290,16 +325,21 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
     }
 
 
-# Histogram (as a density) with a fitted normal curve per series, both computed here with numpy. The data are
-# named datasets, not part of the layers, so the spec is the same for every step with the same series and the
+# Histogram (as a density) with a fitted normal curve per series, both computed here with numpy; rewards of a few values
+# are counted instead (reward_count_chart). The data are named datasets, not part of the layers, so the spec is the same for every step with the same series and the
 # browser swaps the data in the chart it has instead of building a new one.
 def reward_distribution_chart(table: pd.DataFrame) -> dict:
-    bars, curves, names, colours = [], [], [], []
+    shown = []
     for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
         values = finite(table[column])
         with np.errstate(over="ignore"):
             if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
                 continue  # no finite values, or a spread beyond float range (1e308 and -1e308)
+        shown.append((name, colour, values))
+    if shown and all(len(np.unique(values)) <= DISCRETE_REWARD_VALUES for _, _, values in shown):
+        return reward_count_chart(shown)
+    bars, curves, names, colours = [], [], [], []
+    for name, colour, values in shown:
         names += [name, f"{name} normal fit"]
         colours += [colour, colour]
         density, edges = np.histogram(values, bins="auto", density=True)
@@ -331,8 +371,33 @@ def reward_distribution_chart(table: pd.DataFrame) -> dict:
     }
 
 
+# Rewards of a few values (0/1 correctness, a sum of such scores): how many samples got each, side by side per series.
+# A normal fit over such values describes nothing.
+def reward_count_chart(shown: list[tuple[str, str, np.ndarray]]) -> dict:
+    bars = [
+        {"series": name, "reward": float(value), "samples": int(count)}
+        for name, _, values in shown
+        for value, count in zip(*np.unique(values, return_counts=True))
+    ]
+    colour = {"field": "series", "type": "nominal", "scale": {"domain": [name for name, _, _ in shown], "range": [colour for _, colour, _ in shown]}, "legend": {"orient": "top", "title": None, "labelLimit": 0}}
+    return {
+        "title": "Reward Distribution in current batch",
+        "height": 320,
+        "data": {"values": bars},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "reward", "type": "ordinal", "title": "reward", "axis": {"labelAngle": 0, "format": ".4~g"}},
+            "xOffset": {"field": "series"},
+            "y": {"field": "samples", "type": "quantitative", "title": "samples", "axis": {"tickMinStep": 1}},
+            "color": colour,
+        },
+    }
+
+
 def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
-    labels = [html.escape(label if len(label) <= 24 else label[:23] + "…") for label in grid.columns]
+    # Plotly reads its labels as a little HTML: < > & escaped, its tags stay text; quotes left as they are (Plotly knows
+    # no &quot;, which it would show as written).
+    labels = [html.escape(label if len(label) <= 24 else label[:23] + "…", quote=False) for label in grid.columns]
     values = grid.to_numpy(dtype=float)
     bounds = largest_magnitude(values)
     labelled, valued = len(labels) <= LABELLED_TOKENS, len(labels) <= VALUE_LABELLED_TOKENS

@@ -47,6 +47,13 @@ def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
     return stats.sort_index()
 
 
+# The steps where a per-step number changed most from the step before (by size, up to `count`), with the change; the
+# first step has none.
+def largest_changes(per_step: pd.Series, count: int = 5) -> pd.Series:
+    changes = per_step.sort_index().diff().replace([np.inf, -np.inf], np.nan).dropna()
+    return changes.loc[changes.abs().sort_values(ascending=False, kind="stable").index[:count]]
+
+
 # TensorBoard's smoothing: an exponential moving average debiased at the start (pandas' adjusted ewm is exactly that),
 # over the finite values only; a missing value stays missing.
 def smoothed(values: np.ndarray, weight: float) -> np.ndarray:

@@ -96,11 +96,30 @@ def shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# The system prompt of the common chat templates, its header and end token included: ChatML (Qwen and many others)
+# and Llama 3. Drop System Prompt looks for these where a prompt has no End Token of System Prompt.
+CHAT_TEMPLATE_SYSTEM_PROMPT = re.compile(
+    r"<\|im_start\|>system\n.*?<\|im_end\|>\n?"
+    r"|<\|start_header_id\|>system<\|end_header_id\|>.*?<\|eot_id\|>",
+    re.S,
+)
+
+
+# Where a prompt's system prompt ends: after the End Token of System Prompt (the original's way: all before it goes),
+# else after a chat template's system turn (which alone goes, with what comes before it); None if it has none.
+def system_prompt_span(text: str, system_prompt_end: str) -> tuple[int, int] | None:
+    if system_prompt_end and system_prompt_end in text:
+        return 0, text.index(system_prompt_end) + len(system_prompt_end)
+    found = CHAT_TEMPLATE_SYSTEM_PROMPT.search(text)
+    return (0, found.end()) if found else None
+
+
 # Display text: optionally cut the system prompt and remove pad tokens; a run of an image placeholder token as one
 # marker, [<image> × 16].
 def clean_text(text: str, pad_token: str | None = None, system_prompt_end: str | None = None) -> str:
-    if system_prompt_end and system_prompt_end in text:
-        text = text.split(system_prompt_end, 1)[1]
+    span = system_prompt_span(text, system_prompt_end) if system_prompt_end is not None else None
+    if span:
+        text = text[span[1]:]
     if pad_token:
         text = text.replace(pad_token, "")
     return IMAGE_PLACEHOLDER_RUN.sub(lambda run: f"[{run.group(1)} × {len(run.group()) // len(run.group(1))}]", text)

@@ -2,9 +2,9 @@
 # Install what the tests need on a fresh machine, then run every test: bash tests/run.sh [pytest arguments]
 # - Chromium and the CJK and emoji fonts for the browser tests, with apt-get (as root, else through sudo), only
 #   when one is missing. Chromium comes from Debian; Playwright only drives it (never `playwright install`).
-# - tests/requirements.txt into the active virtual environment ($VIRTUAL_ENV), else the project's .venv (created
-#   here on the first run), again only when a requirements file changes. pytest runs in that environment, and so
-#   does the server the browser tests start with start.sh (it finds the environment through $VIRTUAL_ENV).
+# - tests/requirements.txt into the project's own .venv (created here on the first run), again only when a requirements
+#   file changes; an active virtual environment is left as it is (its torch would be replaced by the pinned CPU wheel).
+#   pytest runs in .venv, and so does the server the browser tests start with start.sh (RL_LOGGING_BOARD_PYTHON).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -43,16 +43,17 @@ if [ -n "$missing" ]; then
   apt_install $missing
 fi
 
-if [ -z "${VIRTUAL_ENV:-}" ]; then
-  export VIRTUAL_ENV="$PWD/.venv"
-  if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
-    echo "tests/run.sh: creating the virtual environment .venv (first run only)" >&2
-    rm -rf .venv  # a half-made one (an interrupted first run, or python3-venv missing then)
-    if ! python3 -m venv .venv; then
-      rm -rf .venv
-      apt_install python3-venv  # Debian/Ubuntu ship Python's venv module as a package of its own
-      python3 -m venv .venv
-    fi
+if [ -n "${VIRTUAL_ENV:-}" ] && [ "$(realpath -m "$VIRTUAL_ENV")" != "$PWD/.venv" ]; then
+  echo "tests/run.sh: testing in $PWD/.venv, not in the active $VIRTUAL_ENV, which is left as it is" >&2
+fi
+export VIRTUAL_ENV="$PWD/.venv"
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  echo "tests/run.sh: creating the virtual environment .venv (first run only)" >&2
+  rm -rf .venv  # a half-made one (an interrupted first run, or python3-venv missing then)
+  if ! python3 -m venv .venv; then
+    rm -rf .venv
+    apt_install python3-venv  # Debian/Ubuntu ship Python's venv module as a package of its own
+    python3 -m venv .venv
   fi
 fi
 export PATH="$VIRTUAL_ENV/bin:$PATH"

@@ -55,7 +55,7 @@ def test_runs_picked_in_compare_with_each_draw_a_line_on_step_reward(browser, bo
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = context.new_page()
     page.goto(board_url)
-    page.get_by_role("button", name="Load & View").click(timeout=60_000)
+    page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)  # the first screen shows the chosen run
     page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
     alone = page.evaluate(f"({STEP_REWARD_SCENE})()")
     assert alone is not None, "no Vega view found from the Step-Reward chart's React fiber (Streamlit's internals changed?)"

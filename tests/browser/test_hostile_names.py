@@ -79,7 +79,7 @@ def test_every_hostile_name_shows_as_written_and_every_metric_chart_draws(browse
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.goto(board_url)
-    page.get_by_role("button", name="Load & View").click(timeout=60_000)
+    page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)  # the first screen shows the chosen run
     page.get_by_text("📈 Training metrics").wait_for(timeout=60_000)
 
     # The reward caption reads as written: no heading, one line per name.

@@ -69,7 +69,7 @@ def test_served_to_a_network_the_token_leaves_the_address_and_nothing_leaves_the
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = context.new_page()
     page.goto(f"{url}/?token={TOKEN}")
-    page.get_by_role("button", name="Load & View").click(timeout=60_000)
+    page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)  # the first screen shows the chosen run
     page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
     assert "token" not in page.url and page.get_by_label("Access token").count() == 0
     context.close()

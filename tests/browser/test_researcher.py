@@ -53,7 +53,7 @@ def test_from_the_batch_table_to_the_tokens_of_the_highest_kl_sample_in_one_clic
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page(viewport={"width": 1600, "height": 1000})  # a laptop's screen: what is in view matters
         page.goto(board_url)
-        page.get_by_role("button", name="Load & View").click(timeout=60_000)
+        page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)  # the first screen shows the chosen run
         slider = page.get_by_label(f"Step Index({LAST_STEP + 1} total steps)").get_by_role("slider")
         slider.focus(timeout=60_000)
         page.keyboard.press("End")  # the last step

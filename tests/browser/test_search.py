@@ -33,8 +33,8 @@ BAR_COLOUR = (0x5F, 0xA8, 0xD3)  # of the chart of samples found per step (board
 # The results' order on the page: sort by step, highest first (the default).
 RESULTS = sorted(NEEDLES, reverse=True)
 
-# The run has been drawn: the script is done and the landing page's off-screen warm-up charts are gone.
-SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptState === 'notRunning' && !document.querySelector('.st-key-warm_up')"
+# The run has been drawn: the script is done.
+SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptState === 'notRunning'"
 
 # The search's results grid as Streamlit exposes it: the header names and each row's cell texts of its accessible table
 # (the grid itself is drawn on a canvas); null before it is drawn.
@@ -108,7 +108,7 @@ def page(browser, board_url):
     page.requests = []
     page.on("request", lambda request: page.requests.append(request.url))
     page.goto(board_url)
-    page.get_by_role("button", name="Load & View").click(timeout=60_000)
+    page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)  # the first screen shows the chosen run
     page.wait_for_function(f"() => ({SETTLED}) && document.body.innerText.includes('Step Index({STEPS} total steps)')", timeout=60_000)
     search_box(page).wait_for(timeout=30_000)
     yield page

@@ -25,8 +25,8 @@ HOSTILE_SAMPLE = 4  # step 1's samples: 0-1 the wide PNG, 2-3 a JPEG and a trans
 TOOL_TOKENS = ["<tool_response>", "4", "2", "</tool_response>"]  # tool_mask 0 in every line of write_tool_run
 FILE_CONTENTS = ["alert(1)", "alert(2)", "alert(3)", 'onload="alert']  # what evil.svg and page.png hold
 
-# The run has been drawn: the script is done and the landing page's off-screen warm-up charts are gone.
-SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptState === 'notRunning' && !document.querySelector('.st-key-warm_up')"
+# The run has been drawn: the script is done.
+SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptState === 'notRunning'"
 
 # The samples pair's prompt column as the page shows it: its text, its images (each <img> with its load state and
 # caption) and its notes on images not shown (a line each, without the invisible spaces that break autolinks); null
@@ -109,10 +109,10 @@ def open_run(chromium, board_url):
         page.on("response", lambda response: page.media.append((response.url, response.headers.get("content-type"))) if response.url.startswith(board_url + "/media/") else None)
         page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
         page.goto(board_url)
-        if run != "vlm":
+        if run != "vlm":  # the first screen shows vlm, the root's last run
             page.get_by_label("Choose Log Name").click(timeout=60_000)
             page.get_by_role("option", name=run, exact=True).click()
-        page.get_by_role("button", name="Load & View").click(timeout=60_000)
+            page.get_by_role("button", name="Load & View").click(timeout=60_000)
         page.wait_for_function(f"() => ({SETTLED}) && ({shown})", timeout=60_000)
         return page
 

@@ -42,7 +42,7 @@ def grpo_root(tmp_path):
     return tmp_path / "runs"
 
 
-def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, monkeypatch):
+def test_the_sidebar_has_the_original_controls_and_the_first_screen_shows_the_chosen_run(grpo_root, monkeypatch):
     app = start(grpo_root, monkeypatch)
     labels = [w.label for kind in ("text_input", "selectbox", "number_input", "checkbox", "slider") for w in getattr(app.sidebar, kind)]
     for label in SIDEBAR_LABELS:
@@ -51,14 +51,13 @@ def test_the_sidebar_has_the_original_controls_and_waits_for_load(grpo_root, mon
     assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_run"
     assert widget(app.sidebar.number_input, "Max Samples Each Step").value == 128
     assert [e.label for e in app.sidebar.expander] == ["🧩 module setting", "⚙️ show details setting"]
-    assert app.info[0].value == "Please Press 「Load & View」Button to load log."
-    # Off-screen samples of the chart kinds, so the browser has their code before Load & View: not in the page's
-    # first run, which they would keep from painting, but in the next (the warm-up's timer), and gone after it.
-    assert not app.get("vega_lite_chart") and not app.get("plotly_chart") and not app.dataframe
-    app.run()
-    assert len(app.get("vega_lite_chart")) == 1 and len(app.get("plotly_chart")) == 1 and len(app.dataframe) == 1
-    load_and_view(app)
+    # No "Please Press Load & View": the preselected run is shown, at its first step, as Load & View shows it.
+    first_step = min(line["step"] for line in lines_of(grpo_root / "grpo_run"))
+    assert not app.info and sorted(batch_table(app)["reward"]) == sorted(line["reward"] for line in lines_of(grpo_root / "grpo_run") if line["step"] == first_step)
     assert len(app.get("vega_lite_chart")) == 1 + 3 and not app.get("plotly_chart")  # the token table is the open view
+    assert len(app.toast) == 1
+    load_and_view(app)
+    assert len(app.get("vega_lite_chart")) == 1 + 3
 
 
 def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
@@ -93,9 +92,11 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert chosen["response"] in texts
     assert clean_text(chosen["prompt"], "<PAD>", "<endofsystem>") in texts
     assert chosen["ref_response"] in texts
-    lengths = {m.label: m.value for m in app.metric}
     step_responses = [line["response"] for line in run_lines if line["step"] == 3]
-    assert lengths["Response Average Length"] == f"{np.mean([len(r) for r in step_responses]):.0f} chars"
+    previous_responses = [line["response"] for line in run_lines if line["step"] == 2]
+    mean, previous_mean = np.mean([len(r) for r in step_responses]), np.mean([len(r) for r in previous_responses])
+    [metric] = [m for m in app.metric if m.label == "Response Average Length"]
+    assert metric.value == f"{mean:,.2f}".rstrip("0").rstrip(".") + " chars" and metric.delta == f"{mean - previous_mean:+,.2f}"  # decimals kept
 
     token_rows = widget(app.multiselect, "Select show value(s)")
     assert token_rows.options == ["kl", "log_ratio", "logp", "ref_logp", "entropy", "token_reward", "token_value", "prob", "ref_prob", "advantage"]
@@ -167,6 +168,31 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     assert batch_table(app).columns.tolist() == ["sample", "reward", "prompt", "response", "ref_response", "ref_reward", "reward_gap"]
 
 
+def test_a_run_without_references_has_no_slot_for_them(tmp_path, monkeypatch):
+    """No ref_response or ref_reward anywhere: no Reward Gap chart or note, no Ref Response or Reward Gap column, no
+    Ref Response Average Length; the reward and distribution charts share the row."""
+    write_lines(tmp_path / "runs" / "no_refs" / "r.jsonl", [sample(step, reward=i / 4, response="x" * (i + step)) for step in (1, 2) for i in range(4)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert len(app.get("vega_lite_chart")) == 1 + 2
+    assert not [i for i in app.info if "ref_re" in i.value]
+    assert [m.label for m in app.metric] == ["Response Average Length"]
+    assert not [m for m in app.markdown if "Ref Response" in m.value or "Reward Gap" in m.value]
+    assert "ref_response" not in batch_table(app).columns
+
+
+def test_use_logp_as_kl_is_off_for_a_trl_run_so_step_kl_plots_the_chosen_estimator(grpo_root, tmp_path, monkeypatch):
+    (grpo_root / "grpo_run" / "rollout_meta_20261124T000000Z.json").write_text(json.dumps({"trl_version": "1.16.0"}))
+    app = load_and_view(start(grpo_root, monkeypatch))
+    assert widget(app.checkbox, "Use LogP as KL").value is False and widget(app.selectbox, "KL estimator").value == "k3"
+    app.session_state["curve_tabs"] = "Step-KL"
+    app.run()
+    [chart] = [tab for tab in curve_tabs(app) if tab.label == "Step-KL"][0].get("vega_lite_chart")
+    assert "estimator k3" in chart_spec(chart)["title"]["text"]
+    write_lines(tmp_path / "plain" / "run" / "r.jsonl", [sample(1)])
+    app = start(tmp_path / "plain", monkeypatch)  # the original's runs: as it was
+    assert widget(app.checkbox, "Use LogP as KL").value is True and widget(app.selectbox, "KL estimator").value == "kl"
+
+
 def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root, monkeypatch):
     write_run(grpo_root / "plain_run", steps=3, samples=4, tokens=8, ranks=1, workers=1)  # no entropies, no rewards/*
     app = start(grpo_root, monkeypatch)
@@ -219,7 +245,7 @@ def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, m
     run_choice.set_value(".")
     app = load_and_view(app)
     assert not app.warning and "Loaded 2 sample(s)" in app.toast[0].value
-    assert widget(app.slider, "Step Index(2 total steps)").value == 1
+    assert widget(app.slider, "Step Index(2 total steps)").value == 2  # a run opened after another: its latest step
 
 
 def test_bad_lines_show_in_the_load_report(tmp_path, monkeypatch):

@@ -43,14 +43,14 @@ def test_page_opens_the_bundled_trl_run_and_applies_typed_reward_weights(monkeyp
 
 
 def test_page_opens_the_bundled_verl_runs_and_compares_them(monkeypatch):
-    """The bundled verl validation run opens with its format named and step 0 in the table; compared with the training run, each gets its step-reward curve."""
+    """The bundled verl validation run opens with its format named and its latest step in the table; compared with the training run, each gets its step-reward curve."""
     validation, training = SAMPLES / "from_verl_validation_data", SAMPLES / "from_verl_rollout_data"
     app = open_run(validation.name, monkeypatch)
     assert "verl generations dump" in loaded_caption(app) and "validation" in loaded_caption(app)
-    first = jsonl_rows(validation / "0.jsonl")
+    latest = jsonl_rows(max(validation.glob("*.jsonl"), key=lambda path: int(path.stem)))
     table = batch_table(app)
-    assert table["reward"].tolist() == [line["reward"] for line in first]
-    assert table["ground_truth"].tolist() == [line["gts"] for line in first]
+    assert table["reward"].tolist() == [line["reward"] for line in latest]
+    assert table["ground_truth"].tolist() == [line["gts"] for line in latest]
     widget(app.sidebar.multiselect, "Compare with").set_value([training.name]).run()
     assert not app.exception
     points = curve_points(step_reward_chart(app))

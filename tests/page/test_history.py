@@ -281,7 +281,7 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     means = {name: mean_reward_by_step(lines_of(three_runs / name)) for name in runs}
     widget(app.multiselect, "Reward series").set_value(["reward"]).run()
     chart = step_reward_chart(app)
-    assert [layer["encoding"]["color"]["field"] for layer in chart["layer"]] == ["colour"] * 3  # band, raw, line
+    assert [layer["encoding"]["color"]["field"] for layer in chart["layer"][:3]] == ["colour"] * 3  # band, raw, line
     assert {point["colour"] for point in chart["data"]["values"]} == set(runs)  # one colour per run
     points = curve_points(chart)
     assert set(points) == set(runs)
@@ -299,7 +299,7 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     widget(app.slider, "Smoothing").set_value(0.6).run()
     weight = widget(app.slider, "Smoothing").value
     chart = step_reward_chart(app)
-    assert [layer["encoding"]["y"]["field"] for layer in chart["layer"]] == ["low", "raw", "centre"]  # raw line faint behind
+    assert [layer["encoding"]["y"]["field"] for layer in chart["layer"]] == ["low", "raw", "centre", "centre"]  # raw line faint behind; the points a click finds
     points = curve_points(chart)
     for name in runs:
         shifted = [value - means[name][0] for value in means[name].values()]
@@ -338,7 +338,7 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
 
 
 # Training metrics of compared runs: a line per run, named by run, from each run's own metrics file.
-def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch):
+def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch, downloads):
     rewards = {"alpha": [0.1, 0.3], "gamma": [0.5, 0.4, 0.8]}  # beta logged none: no line
     for name, values in rewards.items():
         entries = [{"step": step, "kind": "train", "reward": value} for step, value in enumerate(values)]
@@ -349,6 +349,9 @@ def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch):
     assert train == {f"{name} · reward": list(enumerate(values)) for name, values in rewards.items()}
     assert [unescaped(m.value) for m in widget(open_expander(app, "training_summary").expander, "Training summary").markdown] == [
         "**gamma** · from rollout_metrics_20261124T000000Z.jsonl", "**alpha** · from rollout_metrics_20261124T000000Z.jsonl"]
+    # The train history's download holds every run that has one, each row under its run.
+    table = downloads(app, "Train history (CSV)")
+    assert table[["run", "step", "reward"]].values.tolist() == [[name, step, value] for name in ("gamma", "alpha") for step, value in enumerate(rewards[name])]
 
 
 # ---------------------------------------------------------------------------------------------- prompt history

@@ -534,7 +534,7 @@ def test_a_search_answers_after_a_rank_file_is_deleted(tmp_path, monkeypatch):
 
 # Filter widgets were keyed by filter name only, so run A's ranges clamped run B's (B's Steps and reward squeezed to
 # one value): they are keyed per run folder, and B's filters start at B's full ranges.
-def test_filters_set_in_one_run_do_not_clamp_another_runs(tmp_path, monkeypatch):
+def test_another_run_opens_without_the_search_and_its_filters_span_its_own_values(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     write_run_lines(root, "a_run", [sample(step, reward=reward, x=reward * 10, source=source) for step in (1, 2, 3) for reward, source in ((0.0, "gsm8k"), (1.0, "math"))])
     write_run_lines(root, "b_run", [sample(step, reward=reward + 5, y=reward, source=source) for step in (10, 20) for reward, source in ((0.0, "code"), (1.0, "code2"))])
@@ -545,8 +545,10 @@ def test_filters_set_in_one_run_do_not_clamp_another_runs(tmp_path, monkeypatch)
     widget(app.multiselect, "text/source").set_value(["math"])
     app.run()
     assert results_line(app).startswith("**2** of 6 loaded samples found")
-    choose_run(app, "b_run")
-    assert widget(app.multiselect, "Filter by").value == ["steps", "reward", "text/source"]  # extra/x: not in run B
+    widget(app.text_input, "Search prompt and response text").input("p").run()
+    choose_run(app, "b_run")  # another run opens with no search: no text, no filter, no order
+    assert widget(app.multiselect, "Filter by").value == [] and widget(app.text_input, "Search prompt and response text").value == ""
+    choose_filters(app, ["steps", "reward", "text/source"])
     assert tuple(steps_filter(app).value) == (10, 20) and widget(app.slider, "reward").value == (5.0, 6.0)
     assert widget(app.multiselect, "text/source").value == [] and widget(app.multiselect, "text/source").options == ["code", "code2"]
     assert results_line(app).startswith("**4** of 4 loaded samples found, at 2 of 2 steps")

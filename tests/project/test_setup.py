@@ -1,8 +1,10 @@
-"""Set-up as a user meets it: the `board` extra as pip installs it, and the system check in tests/run.sh."""
+"""Set-up as a user meets it: the `board` extra as pip installs it, the system check in tests/run.sh, and an active
+virtual environment left as it is."""
 
 import ast
 import email
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.support import PROJECT
+from tests.support.browser import free_port, serves
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +100,26 @@ def test_a_file_is_skipped_only_when_m_deselects_every_test_of_its_marker(markex
     from tests.conftest import deselects_every_test_marked
 
     assert deselects_every_test_marked(markexpr, marker) is deselected
+
+
+# A user's training environment is active while they run the tests or the board: neither script may install into it
+# (tests/run.sh would replace its torch with the pinned CPU wheel). Both run in the project's .venv, and say so.
+def test_run_sh_and_start_sh_leave_an_active_environment_as_it_is(tmp_path):
+    active = tmp_path / "training_env"
+    (active / "bin").mkdir(parents=True)
+    (active / "bin" / "python").write_text("#!/bin/sh\necho 'the active environment was used' >&2\nexit 3\n")
+    (active / "bin" / "python").chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "RL_LOGGING_BOARD_PYTHON")}
+    env |= {"VIRTUAL_ENV": str(active), "PATH": f"{active / 'bin'}:{env['PATH']}"}
+    tests = subprocess.run(["bash", "tests/run.sh", "--collect-only", "-q", "tests/project/test_layers.py"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+    assert tests.returncode == 0, tests.stderr[-2000:]
+    assert f"testing in {PROJECT}/.venv, not in the active {active}" in tests.stderr and "the active environment was used" not in tests.stderr
+    port = free_port()
+    board = subprocess.Popen(["bash", "start.sh", str(port)], cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert serves(f"http://127.0.0.1:{port}"), "start.sh did not serve the board"
+    finally:
+        board.terminate()
+        _, stderr = board.communicate(timeout=60)
+    assert f"running in {PROJECT}/.venv, not in the active {active}" in stderr and "the active environment was used" not in stderr
+    assert sorted(path.name for path in active.rglob("*")) == ["bin", "python"]  # nothing installed or written there

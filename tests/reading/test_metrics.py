@@ -37,7 +37,7 @@ from rl_board.reading.history import read_history
 from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
 from rl_board.reading.snapshot import SampleTokens, group_numbers
 from rl_board.reading.store import RunStore
-from rl_board.text import clean_text, markdown_literal, one_line, readable_tokens, valid_text
+from rl_board.text import clean_text, markdown_literal, one_line, readable_tokens, system_prompt_span, valid_text
 from tests.support.runs import load, sample, write_lines
 
 FORMULAS = {
@@ -240,16 +240,26 @@ def test_compared_runs_draw_one_line_each_shifted_and_smoothed_per_run():
     assert chart["layer"][0]["encoding"]["x"]["scale"] == {"domain": [1, 4]}
 
 
+def test_rewards_of_a_few_values_are_counted_per_value():
+    table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan, 0.5], "ref_reward": [1.0, 1.0, np.nan, 1.0, 1.0]})
+    bars = reward_distribution_chart(table)["data"]["values"]
+    assert bars == [
+        {"series": "Rewards", "reward": 0.0, "samples": 1}, {"series": "Rewards", "reward": 0.5, "samples": 1},
+        {"series": "Rewards", "reward": 1.0, "samples": 2}, {"series": "Ref Rewards", "reward": 1.0, "samples": 4},
+    ]
+
+
 def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
-    table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan], "ref_reward": [np.nan] * 4})
+    table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan] + np.linspace(0, 1, 13).tolist(), "ref_reward": [np.nan] * 17})
     chart = reward_distribution_chart(table)
     bars, curve = chart["datasets"]["bars"], chart["datasets"]["curves"]
     assert [layer["data"] for layer in chart["layer"]] == [{"name": "bars"}, {"name": "curves"}]
-    density, edges = np.histogram([0.0, 1.0, 1.0], bins="auto", density=True)
+    rewards = [0.0, 1.0, 1.0] + np.linspace(0, 1, 13).tolist()
+    density, edges = np.histogram(rewards, bins="auto", density=True)
     assert [bar["density"] for bar in bars] == pytest.approx(density.tolist())
     assert [(bar["start"], bar["end"]) for bar in bars] == pytest.approx(list(zip(edges[:-1], edges[1:])))
     assert {point["series"] for point in curve} == {"Rewards normal fit"}
-    mean, std = 2 / 3, np.std([0.0, 1.0, 1.0])
+    mean, std = np.mean(rewards), np.std(rewards)
     for point in curve[::50]:
         assert point["density"] == pytest.approx(np.exp(-0.5 * ((point["x"] - mean) / std) ** 2) / (std * np.sqrt(2 * np.pi)))
 
@@ -276,7 +286,7 @@ def test_batch_charts_hold_the_table_and_json_has_no_nan():
 def test_heat_map_labels_are_escaped_for_plotly():
     grid = pd.DataFrame([[1.0]], index=["logp"], columns=['0 - <a href="x">t</a>'])
     figure = token_heatmap_figure(grid)
-    assert list(figure.data[0].x) == ["0 - &lt;a href=&quot;x&quot;&gt;t&lt;/a&gt;"]
+    assert list(figure.data[0].x) == ['0 - &lt;a href="x"&gt;t&lt;/a&gt;']  # tags as text; quotes as written (Plotly shows &quot; as written)
     assert json.loads(figure.to_json())["data"][0]["colorscale"][0][1] == "rgb(23, 28, 66)"  # balance
 
 
@@ -378,7 +388,7 @@ def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
 
 def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
     chart = reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}))
-    assert {bar["series"] for bar in chart["datasets"]["bars"]} == {"Ref Rewards"}
+    assert {bar["series"] for bar in chart["data"]["values"]} == {"Ref Rewards"}  # two values: counted
 
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
@@ -433,3 +443,23 @@ def test_trl_kl_from_the_bundled_lines_equals_the_trainers_logged_kl(name):
     assert not run.downsampled and run.samples["micro_batch"].notna().all()
     assert list(recomputed.index) == list(logged.index) == run.steps
     np.testing.assert_allclose(recomputed.to_numpy(), logged.to_numpy(), rtol=1e-5)
+
+
+# Drop System Prompt: the End Token of System Prompt first (all before it goes), else a chat template's system turn.
+@pytest.mark.parametrize(
+    ("prompt", "shown"),
+    [
+        ("You are kind.<endofsystem>What is 2+2?", "What is 2+2?"),
+        ("<|im_start|>system\nYou are kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n", "<|im_start|>user\nHi<|im_end|>\n"),
+        (
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+        ),
+        ("<|im_start|>user\nno system turn here<|im_end|>\n", "<|im_start|>user\nno system turn here<|im_end|>\n"),
+        ("<|im_start|>user\nsay <|im_start|>system but no end", "<|im_start|>user\nsay <|im_start|>system but no end"),
+    ],
+)
+def test_drop_system_prompt_finds_the_end_token_chatml_and_llama_3(prompt, shown):
+    assert clean_text(prompt, None, "<endofsystem>") == shown
+    assert clean_text(prompt, None, None) == prompt  # Drop System Prompt off
+    assert (system_prompt_span(prompt, "<endofsystem>") is None) == (shown == prompt)

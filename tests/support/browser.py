@@ -16,11 +16,9 @@ from tests.support import PROJECT
 CHROMIUM = "/usr/bin/chromium"
 
 
-# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn,
-# and the run that drew them has finished: the landing page's off-screen warm-up charts, which Streamlit keeps until the
-# end of the run, are gone (without that, the warm-up's chart counted as one of the four, and its heat map was still there).
+# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn.
 CHARTS_DRAWN = (
-    "!document.querySelector('.st-key-warm_up') && document.querySelectorAll('.vega-embed .marks').length >= 4"
+    "document.querySelectorAll('.vega-embed .marks').length >= 4"
     " && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
 )
 
@@ -55,6 +53,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Whether a Streamlit server answers at `url` within a minute.
+def serves(url: str) -> bool:
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
 # The board served by start.sh on a free port, from any working directory, with this Python: its URL until the test
 # module is done. The index cache is in the root, or in `cache` (a root on S3).
 def served_board(root, cache: Path | None = None):
@@ -62,13 +71,7 @@ def served_board(root, cache: Path | None = None):
     env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache or Path(root) / ".cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
     server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
+    if not serves(url):
         server.kill()
         pytest.fail("start.sh did not serve the board: " + server.stdout.read().decode(errors="replace")[-2000:])
     yield url
