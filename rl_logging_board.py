@@ -171,14 +171,18 @@ TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
 # whole page on every sample change.
 # The sidebar's chosen runs (Compare with) show their whole names, wrapped, instead of a few letters and "…". What a
 # pick scrolls to (scroll_into_view) stops below the page's fixed header, the step selector with its heading. The run's
-# facts (model, beta, ...) in a smaller type, which fits a 1280 px screen.
+# facts (model, beta, ...) in a smaller type, which fits a 1280 px screen. An image opened full screen (its frame then
+# has a height) fills the view, however small it is.
 PAGE_STYLE = (
     "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
     " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}"
     " [data-testid='stSidebar'] [data-baseweb='tag'] {max-width: 100%; height: auto}"
     " [data-testid='stSidebar'] [data-baseweb='tag'] span {max-width: none; white-space: normal; overflow-wrap: anywhere}"
     " .st-key-step_slider, .st-key-step_selectbox {scroll-margin-top: 130px} .st-key-sample_index {scroll-margin-top: 80px}"
-    " .st-key-run_facts [data-testid='stMetricValue'] {font-size: 1.6rem}</style>"
+    " .st-key-run_facts [data-testid='stMetricValue'] {font-size: 1.6rem}"
+    " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] {width: 100%}"
+    " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] img"
+    " {width: 100% !important; height: calc(100vh - 6rem); object-fit: contain}</style>"
 )
 
 

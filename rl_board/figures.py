@@ -216,7 +216,7 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
         "height": 320,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "layer": [
-            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6, "clip": True}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
             {"data": {"values": lines}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
         ],
     }
