@@ -59,6 +59,7 @@ from rl_board.metrics import (
     TokenRows,
     batch_table_view,
     facet_table,
+    few_reward_values,
     filter_columns,
     filter_mask,
     finite,
@@ -221,6 +222,8 @@ def main():
         draw_search(run, settings)
     if settings.response_compare and not run.samples.empty:
         draw_step_response(run, compared, settings)
+    else:
+        st.session_state.pop(StateKey.SCROLL_TO, None)  # no step area: a pick has nothing to scroll to, now or later
 
 
 # Parse `-- --root DIR` so start.sh and users can point the board at any folder.
@@ -284,16 +287,18 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
     rows = run.step_rows(step)
     key = lines_key(rows)
     batch = load_step_batch(key, rows)
+    unread = st.empty()  # always there (STABLE_LAYOUT)
     if batch.problems:
         more = len(batch.problems) - 1
-        st.warning(batch.problems[0] + (f" {more} more line(s) of this step could not be read back either." if more else ""))
+        unread.warning(batch.problems[0] + (f" {more} more line(s) of this step could not be read back either." if more else ""))
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
     if settings.show_charts:
-        draw_batch_charts(batch)
+        draw_batch_charts(run, batch)
     draw_step_tables(batch, settings, run.run_dir, step)
     draw_sample_view(run, compared, batch, step, settings)
-    if StateKey.SCROLL_TO in st.session_state:
-        scroll_into_view(st.session_state.pop(StateKey.SCROLL_TO))
+    if st.session_state.get(StateKey.SCROLL_TO, ([], 0))[0]:
+        scroll_into_view(*st.session_state[StateKey.SCROLL_TO])
+        st.session_state[StateKey.SCROLL_TO] = ([], st.session_state[StateKey.SCROLL_TO][1])  # done; its number goes on
 
 
 # The sample in view, right under the table it is picked in, with its tokens and then its group's other completions.
@@ -355,9 +360,8 @@ class StateKey:
     SEARCH_TOP = "search_top"
     SEARCH_RESULTS = "search_results"  # prefix: one per set of results
     STEP_PICKED = "step_picked"  # a search result, a curve's point or a jump was clicked: the whole page reruns to show it
-    CURVE_PICKS = "curve_picks"  # how many steps were picked on charts: part of their keys, so a pick starts unselected
     LARGEST_CHANGES = "largest_changes"
-    SCROLL_TO = "scroll_to"  # the element a pick brings into view once drawn: the step selector, or the sample's
+    SCROLL_TO = "scroll_to"  # (keys, number): the elements a pick brings into view once drawn, the first found
     FIELD_SERIES = "field_series"
     FACET = "facet"
     FACET_SERIES = "facet_series"
@@ -585,8 +589,9 @@ def load_selected_run(settings: "Settings"):
     if settings.allowed_root is not None and not is_within(run_dir, settings.allowed_root):  # e.g. a link out of the root
         st.warning(f"{markdown_literal(run_dir)} leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens only folders under it.")
         return None
+    other_choice = st.empty()  # always there (STABLE_LAYOUT): picking another name must not rebuild the page below
     if run_dir != joined(root, settings.run_name):
-        st.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
+        other_choice.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
     try:
         snapshot = load_run(run_dir, settings.max_samples, opening or settings.live)
     except StorageError as error:
@@ -630,10 +635,11 @@ def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
     compared = []
     for run_dir in run_dirs:
         if run_dir != st.session_state.get(StateKey.LOADED_RUN):
+            problem = st.empty()  # always there (STABLE_LAYOUT): a store failing for one refresh must not move the page
             try:
                 compared.append(load_run(run_dir, settings.max_samples, settings.live))
             except StorageError as error:
-                st.warning(markdown_literal(error))
+                problem.warning(markdown_literal(error))
     return compared
 
 
@@ -957,7 +963,7 @@ def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all
         if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
             tabs = st.tabs([markdown_literal(name) for name in chosen], on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
             name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
-            draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories), run.steps)
+            draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories), run.steps, "metric")
         details = st.expander("Training summary", on_change="rerun", key=StateKey.TRAINING_SUMMARY)
         if details.open:
             with details:
@@ -1164,7 +1170,7 @@ def pick_search_result(key: str, steps: list, samples: list):
         show_step(int(steps[rows[0]]))
         open_sample(int(samples[rows[0]]))
         st.session_state[StateKey.STEP_PICKED] = True
-        st.session_state[StateKey.SCROLL_TO] = [StateKey.SAMPLE_INDEX]  # the sample is far below the results
+        scroll_to_when_drawn([StateKey.SAMPLE_INDEX, StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX])  # the sample, or its step
 
 
 # Downloads of some lines: CSV and Parquet of their numbers and texts, JSONL of the lines as they are; each made
@@ -1228,8 +1234,9 @@ def show_step(step: int):
 
 
 # The step's batch charts: reward (and ref_reward) per sample, their gap where the run has ref_reward, the distribution.
-def draw_batch_charts(batch: "StepBatch"):
-    charts = [chart for chart in cached_batch_charts(batch.key, batch.table) if chart is not None]  # no gap without ref_reward
+def draw_batch_charts(run: "RunSnapshot", batch: "StepBatch"):
+    counted = cached_few_reward_values(run.version, run.samples)
+    charts = [chart for chart in cached_batch_charts(batch.key, counted, batch.table) if chart is not None]  # no gap without ref_reward
     for column, chart in zip(st.columns(len(charts)), charts):
         draw_chart(column, chart)
 
@@ -1577,15 +1584,15 @@ def shaded_columns(grid: pd.DataFrame) -> dict:
 
 
 # Every chart on canvas: the browser paints its marks as pixels instead of building an SVG node per bar and point.
-def draw_chart(where, spec: dict, steps: list[int] | None = None):
+def draw_chart(where, spec: dict, steps: list[int] | None = None, kind: str = "curve"):
     spec = {**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}
-    if steps is None:
+    if not steps:
         where.vega_lite_chart(spec=spec, width="stretch")
         return
-    # A step chart: a click shows the nearest of `steps`. Keyed by the title (a chart per title at a time) and the picks
-    # so far, so that after a pick the chart starts unselected and a second click on the same point picks it again.
+    # A step chart: a click shows the nearest of `steps`. Keyed by its kind and title (one chart per title of a kind at
+    # a time), so a chart keeps its zoom across picks; a second click on the point already picked does nothing.
     title = spec["title"]["text"] if isinstance(spec["title"], dict) else spec["title"]
-    key = f"step_chart:{title}:{st.session_state.get(StateKey.CURVE_PICKS, 0)}"
+    key = f"{kind}_chart:{title}"
     where.vega_lite_chart(spec=spec, width="stretch", key=key, on_select=lambda: pick_step_on_chart(key, steps), selection_mode=[PICK_STEP])
 
 
@@ -1598,22 +1605,29 @@ def pick_step_on_chart(key: str, steps: list[int]):
 
 # A step picked on a chart or among the largest changes: the step area shows the run's nearest step.
 def pick_step(step: int | None, steps: list[int]):
-    if step is None:  # a chosen pill clicked again
+    if step is None or not steps:
         return
     show_step(min(steps, key=lambda candidate: abs(candidate - step)))
-    st.session_state[StateKey.CURVE_PICKS] = st.session_state.get(StateKey.CURVE_PICKS, 0) + 1
     st.session_state[StateKey.STEP_PICKED] = True
-    st.session_state[StateKey.SCROLL_TO] = [StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX]
+    scroll_to_when_drawn([StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX])
+
+
+# A pick's step or sample is drawn in the page's next run, screens below what was clicked: scroll_into_view brings it
+# up then. Each pick is numbered, so the same target picked twice in a row scrolls twice.
+def scroll_to_when_drawn(keys: list[str]):
+    st.session_state[StateKey.SCROLL_TO] = (keys, st.session_state.get(StateKey.SCROLL_TO, ([], 0))[1] + 1)
 
 
 # Bring the first of these keyed elements that is drawn to the top of the view: a pick's step or sample is screens
 # below the chart or result clicked. A script in a component's frame (of the page's own origin) scrolls the page; it
 # holds only element keys, no text of the run.
-def scroll_into_view(keys: list[str]):
-    selector = ", ".join(f".st-key-{key}" for key in keys)
+def scroll_into_view(keys: list[str], number: int):
+    selectors = [f".st-key-{key}" for key in keys]
     # Again after the charts below have taken their heights: a table's tabs then scroll themselves into view (STABLE_LAYOUT).
+    # The pick's number makes each pick's frame new: the same frame drawn again would not run its script again.
     components.html(
-        f"<script>let tries = 0; const scroll = () => {{ const target = window.parent.document.querySelector({json.dumps(selector)});"
+        f"<script>/* pick {number} */ let tries = 0; const scroll = () => {{ const document = window.parent.document;"
+        f" const target = {json.dumps(selectors)}.map(selector => document.querySelector(selector)).find(Boolean);"
         " if (!target) { if (++tries < 50) setTimeout(scroll, 100); return; }"
         " for (const wait of [0, 400, 1000]) setTimeout(() => target.scrollIntoView({block: 'start'}), wait); }; scroll();</script>",
         height=0,
@@ -1635,13 +1649,18 @@ def draw_largest_changes(run: "RunSnapshot", columns: list[str], median: bool = 
     changes = cached_largest_changes(run.version, columns[0], median, run.samples)
     if changes.empty:
         return
-    key = f"{StateKey.LARGEST_CHANGES}:{st.session_state.get(StateKey.CURVE_PICKS, 0)}"
     labels = {int(step): f"step {step}: {change:+.3g}" for step, change in changes.items()}
     st.pills(
         f"Largest changes of {one_line(STEP_CURVE_COLUMNS.get(columns[0], columns[0]))} ({'median' if median else 'mean'}, from the step before)",
-        list(labels), format_func=labels.get, key=key, on_change=lambda: pick_step(st.session_state[key], run.steps),
+        list(labels), format_func=labels.get, key=StateKey.LARGEST_CHANGES, on_change=pick_largest_change, args=(run.steps,),
         help="Click one to show that step below; a click on a curve shows the step nearest it.",
     )
+
+
+# A step picked among the largest changes; the pill goes back to unselected, so it can be picked again later.
+def pick_largest_change(steps: list[int]):
+    pick_step(st.session_state[StateKey.LARGEST_CHANGES], steps)
+    st.session_state[StateKey.LARGEST_CHANGES] = None
 
 
 # The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
@@ -1811,9 +1830,15 @@ def cached_fraction_chart(versions, smoothing, _runs) -> dict:
 
 # The step's three batch charts, built once per set of lines.
 @st.cache_resource(show_spinner=False, max_entries=16)
-def cached_batch_charts(lines, _table) -> tuple:
+def cached_batch_charts(lines, counted, _table) -> tuple:
     gap = reward_gap_chart(_table) if _table["ref_reward"].notna().any() else None
-    return batch_reward_chart(_table), gap, reward_distribution_chart(_table)
+    return batch_reward_chart(_table), gap, reward_distribution_chart(_table, counted)
+
+
+# Whether the run's rewards take a few values (counted per value in the batch's distribution), once per run version.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_few_reward_values(version, _samples: pd.DataFrame) -> bool:
+    return few_reward_values(_samples)
 
 
 # The batch table as shown, built once per set of lines and display setting.

@@ -27,7 +27,7 @@ if [ -n "${RL_LOGGING_BOARD_PYTHON:-}" ]; then
 else
   env="$project/.venv"
   python="$env/bin/python"
-  if [ -n "${VIRTUAL_ENV:-}" ] && [ "$(realpath -m "$VIRTUAL_ENV")" != "$env" ]; then
+  if [ -n "${VIRTUAL_ENV:-}" ] && [ "$(realpath -m "$VIRTUAL_ENV")" != "$(realpath -m "$env")" ]; then
     echo "start.sh: running in $env, not in the active $VIRTUAL_ENV, which is left as it is" \
       "(RL_LOGGING_BOARD_PYTHON=\"\$VIRTUAL_ENV/bin/python\" runs the board there, installing nothing)" >&2
   fi

@@ -34,7 +34,7 @@ def nearest_point_layer(x: dict, y_field: str, tooltip: list, transform: list | 
     return {
         **({"transform": transform} if transform else {}),
         "mark": {"type": "point", "opacity": 0},
-        "params": [{"name": PICK_STEP, "select": {"type": "point", "fields": ["step"], "on": "click", "nearest": True}}],
+        "params": [{"name": PICK_STEP, "select": {"type": "point", "encodings": ["x"], "on": "click", "nearest": True}}],
         "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative"}, "tooltip": tooltip},
     }
 
@@ -42,8 +42,6 @@ def nearest_point_layer(x: dict, y_field: str, tooltip: list, transform: list | 
 STEP_CURVE_HEIGHT, METRIC_CHART_HEIGHT = 460, 360
 
 
-# Rewards with at most this many distinct values in a batch are counted per value instead of binned with a normal fit.
-DISCRETE_REWARD_VALUES = 12
 
 
 # An axis title longer than the plot is tall would shrink the plot (to nothing, for a long field name): cut with "…".
@@ -325,10 +323,10 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
     }
 
 
-# Histogram (as a density) with a fitted normal curve per series, both computed here with numpy; rewards of a few values
-# are counted instead (reward_count_chart). The data are named datasets, not part of the layers, so the spec is the same for every step with the same series and the
+# Histogram (as a density) with a fitted normal curve per series, both computed here with numpy; `counted` (a run
+# whose rewards take a few values: metrics.few_reward_values) counts them instead (reward_count_chart). The data are named datasets, not part of the layers, so the spec is the same for every step with the same series and the
 # browser swaps the data in the chart it has instead of building a new one.
-def reward_distribution_chart(table: pd.DataFrame) -> dict:
+def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dict:
     shown = []
     for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
         values = finite(table[column])
@@ -336,7 +334,7 @@ def reward_distribution_chart(table: pd.DataFrame) -> dict:
             if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
                 continue  # no finite values, or a spread beyond float range (1e308 and -1e308)
         shown.append((name, colour, values))
-    if shown and all(len(np.unique(values)) <= DISCRETE_REWARD_VALUES for _, _, values in shown):
+    if counted:
         return reward_count_chart(shown)
     bars, curves, names, colours = [], [], [], []
     for name, colour, values in shown:

@@ -47,6 +47,17 @@ def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
     return stats.sort_index()
 
 
+# Rewards that take at most this many values over a whole run (0/1 correctness, a sum of such scores) are counted per
+# value in the batch's distribution; decided once per run, so every step's chart is of one kind.
+FEW_REWARD_VALUES = 12
+
+
+def few_reward_values(samples: pd.DataFrame) -> bool:
+    values = np.concatenate([finite(samples[column]) for column in ("reward", "ref_reward") if column in samples] or [np.array([])])
+    distinct = len(np.unique(values))
+    return 0 < distinct <= FEW_REWARD_VALUES and len(values) > 2 * distinct  # each value, on average, more than twice
+
+
 # The steps where a per-step number changed most from the step before (by size, up to `count`), with the change; the
 # first step has none.
 def largest_changes(per_step: pd.Series, count: int = 5) -> pd.Series:

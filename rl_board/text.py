@@ -96,22 +96,28 @@ def shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# The system prompt of the common chat templates, its header and end token included: ChatML (Qwen and many others)
-# and Llama 3. Drop System Prompt looks for these where a prompt has no End Token of System Prompt.
-CHAT_TEMPLATE_SYSTEM_PROMPT = re.compile(
-    r"<\|im_start\|>system\n.*?<\|im_end\|>\n?"
-    r"|<\|start_header_id\|>system<\|end_header_id\|>.*?<\|eot_id\|>",
-    re.S,
-)
+# The system turn of the common chat templates, as (its start, its end): ChatML (Qwen and many others) and Llama 3.
+# Drop System Prompt looks for one at the start of a prompt (after Llama 3's <|begin_of_text|>) where the prompt has no
+# End Token of System Prompt.
+CHAT_TEMPLATE_SYSTEM_TURNS = (("<|im_start|>system\n", "<|im_end|>"), ("<|start_header_id|>system<|end_header_id|>", "<|eot_id|>"))
+BEGIN_OF_TEXT = "<|begin_of_text|>"
 
 
 # Where a prompt's system prompt ends: after the End Token of System Prompt (the original's way: all before it goes),
-# else after a chat template's system turn (which alone goes, with what comes before it); None if it has none.
+# else after a chat template's system turn at the prompt's start; None if it has neither. Plain searches, so a long
+# prompt costs time in proportion to its length.
 def system_prompt_span(text: str, system_prompt_end: str) -> tuple[int, int] | None:
     if system_prompt_end and system_prompt_end in text:
         return 0, text.index(system_prompt_end) + len(system_prompt_end)
-    found = CHAT_TEMPLATE_SYSTEM_PROMPT.search(text)
-    return (0, found.end()) if found else None
+    start = len(text) - len(text.lstrip())
+    start += len(BEGIN_OF_TEXT) if text.startswith(BEGIN_OF_TEXT, start) else 0
+    for opening, closing in CHAT_TEMPLATE_SYSTEM_TURNS:
+        if text.startswith(opening, start):
+            stop = text.find(closing, start + len(opening))
+            if stop >= 0:
+                stop += len(closing)
+                return 0, stop + text.startswith("\n", stop)  # with the line break that ends the turn
+    return None
 
 
 # Display text: optionally cut the system prompt and remove pad tokens; a run of an image placeholder token as one

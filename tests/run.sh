@@ -43,7 +43,7 @@ if [ -n "$missing" ]; then
   apt_install $missing
 fi
 
-if [ -n "${VIRTUAL_ENV:-}" ] && [ "$(realpath -m "$VIRTUAL_ENV")" != "$PWD/.venv" ]; then
+if [ -n "${VIRTUAL_ENV:-}" ] && [ "$(realpath -m "$VIRTUAL_ENV")" != "$(realpath -m "$PWD/.venv")" ]; then
   echo "tests/run.sh: testing in $PWD/.venv, not in the active $VIRTUAL_ENV, which is left as it is" >&2
 fi
 export VIRTUAL_ENV="$PWD/.venv"
@@ -63,6 +63,7 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "tests/run.sh: installing tests/requirements.txt into $VIRTUAL_ENV (first run, or a requirements file changed)" >&2
   python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
   printf '%s\n' "$want" >"$stamp"
+  sha256sum requirements.txt >"$VIRTUAL_ENV/.rl-logging-board-requirements"  # start.sh's stamp: its requirements are in
 fi
 
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1

@@ -4,6 +4,7 @@ import html
 import json
 import math
 import statistics
+import time
 
 import numpy as np
 import pandas as pd
@@ -24,8 +25,10 @@ from rl_board.figures import (
 )
 from rl_board.metrics import (
     TokenRows,
+    few_reward_values,
     group_signal_by_step,
     group_table,
+    largest_changes,
     normal_curve,
     smoothed,
     step_stats,
@@ -242,7 +245,10 @@ def test_compared_runs_draw_one_line_each_shifted_and_smoothed_per_run():
 
 def test_rewards_of_a_few_values_are_counted_per_value():
     table = pd.DataFrame({"reward": [0.0, 1.0, 1.0, np.nan, 0.5], "ref_reward": [1.0, 1.0, np.nan, 1.0, 1.0]})
-    bars = reward_distribution_chart(table)["data"]["values"]
+    assert few_reward_values(table)  # 3 values among 8 rewards and ref rewards
+    assert not few_reward_values(pd.DataFrame({"reward": [0.0, 1.0, 0.5, 0.25]}))  # each value once: continuous, for all we know
+    assert not few_reward_values(pd.DataFrame({"reward": np.linspace(0, 1, 200)}))
+    bars = reward_distribution_chart(table, counted=True)["data"]["values"]
     assert bars == [
         {"series": "Rewards", "reward": 0.0, "samples": 1}, {"series": "Rewards", "reward": 0.5, "samples": 1},
         {"series": "Rewards", "reward": 1.0, "samples": 2}, {"series": "Ref Rewards", "reward": 1.0, "samples": 4},
@@ -387,8 +393,10 @@ def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
 
 
 def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
-    chart = reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}))
-    assert {bar["series"] for bar in chart["data"]["values"]} == {"Ref Rewards"}  # two values: counted
+    for counted in (False, True):
+        chart = reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}), counted)
+        bars = chart["data"]["values"] if counted else chart["datasets"]["bars"]
+        assert {bar["series"] for bar in bars} == {"Ref Rewards"}
 
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
@@ -457,9 +465,26 @@ def test_trl_kl_from_the_bundled_lines_equals_the_trainers_logged_kl(name):
         ),
         ("<|im_start|>user\nno system turn here<|im_end|>\n", "<|im_start|>user\nno system turn here<|im_end|>\n"),
         ("<|im_start|>user\nsay <|im_start|>system but no end", "<|im_start|>user\nsay <|im_start|>system but no end"),
+        # a system turn after another turn is not the prompt's system prompt: nothing before it is dropped
+        ("<|im_start|>user\nHi<|im_end|>\n<|im_start|>system\nX<|im_end|>\n", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>system\nX<|im_end|>\n"),
+        ("<|im_start|>system\nA<|im_end|><|im_start|>user\nB<|im_end|>\n", "<|im_start|>user\nB<|im_end|>\n"),
     ],
 )
 def test_drop_system_prompt_finds_the_end_token_chatml_and_llama_3(prompt, shown):
     assert clean_text(prompt, None, "<endofsystem>") == shown
     assert clean_text(prompt, None, None) == prompt  # Drop System Prompt off
     assert (system_prompt_span(prompt, "<endofsystem>") is None) == (shown == prompt)
+
+
+# A prompt of megabytes with system turns that never end is searched in time proportional to its length.
+def test_drop_system_prompt_takes_linear_time_on_an_unended_system_turn():
+    for text in ("<|im_start|>system\n" * 500_000, "<|start_header_id|>system<|end_header_id|>" * 200_000):
+        started = time.perf_counter()
+        assert clean_text(text, None, "<endofsystem>") == text
+        assert time.perf_counter() - started < 0.5
+
+
+def test_largest_changes_skip_missing_and_infinite_means():
+    per_step = pd.Series({1: 0.0, 2: 1.0, 3: np.nan, 4: 5.0, 5: np.inf, 6: -2.0, 7: -1.5}).sample(frac=1, random_state=0)
+    changes = largest_changes(per_step, count=3)
+    assert changes.to_dict() == {2: 1.0, 7: 0.5}  # 3-7 involve a missing or infinite mean: no change to speak of
