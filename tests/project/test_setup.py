@@ -6,6 +6,7 @@ import email
 import importlib.metadata
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -116,11 +117,11 @@ def test_run_sh_and_start_sh_leave_an_active_environment_as_it_is(tmp_path):
     assert tests.returncode == 0, tests.stderr[-2000:]
     assert f"not in the active {active}, which is left as it is" in tests.stderr and "the active environment was used" not in tests.stderr
     port = free_port()
-    board = subprocess.Popen(["bash", "start.sh", str(port)], cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    board = subprocess.Popen(["bash", "start.sh", str(port)], cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert serves(f"http://127.0.0.1:{port}"), "start.sh did not serve the board"
     finally:
-        board.terminate()
+        os.killpg(board.pid, signal.SIGKILL)  # the server and anything it started
         _, stderr = board.communicate(timeout=60)
     assert f"not in the active {active}, which is left as it is" in stderr and "the active environment was used" not in stderr
     assert sorted(path.name for path in active.rglob("*")) == ["bin", "python"]  # nothing installed or written there
