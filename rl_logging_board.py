@@ -177,8 +177,8 @@ TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
 PAGE_STYLE = (
     "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
     " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}"
-    " [data-testid='stSidebar'] [data-baseweb='tag'] {max-width: 100%; height: auto}"
-    " [data-testid='stSidebar'] [data-baseweb='tag'] span {max-width: none; white-space: normal; overflow-wrap: anywhere}"
+    " [data-testid='stSidebar'] [data-tag] {max-width: 100%; height: auto}"
+    " [data-testid='stSidebar'] [data-tag] span[title] {max-width: none; overflow: visible; white-space: normal; overflow-wrap: anywhere}"
     " .st-key-step_slider, .st-key-step_selectbox {scroll-margin-top: 130px} .st-key-sample_index {scroll-margin-top: 80px}"
     " .st-key-run_facts [data-testid='stMetricValue'] {font-size: 1.6rem}"
     " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] {width: 100%}"
@@ -697,7 +697,7 @@ def draw_run_metadata(run: "RunSnapshot"):
         ("trl", meta.get("trl_version")),
     ]
     # The model's last path part (all of it on hover); the strip leaves the top right to the load toast.
-    columns = st.container(key="run_facts").columns([4, 2, 2, 2, 2, 2, 3])
+    columns = st.container(key="run_facts").columns([4, 2, 3, 3, 2, 2, 1])
     for column, (label, value) in zip(columns, known):
         shown = "—" if value is None else str(value)
         if label == "model":
