@@ -1272,9 +1272,10 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
         selection_mode="single-row",
         key=f"{StateKey.BATCH_TABLE}:{batch.key}",  # a selection of another step's rows would stay highlighted
         column_config={
-            "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True),
+            **{column: st.column_config.Column(width=header_width(column)) for column in table.select_dtypes("number").columns},
+            "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True, width=header_width("sample")),
             "image": st.column_config.ImageColumn(help="The prompt's first image; click the row for all of them beside the prompt below", width="small"),
-            "group": st.column_config.NumberColumn(help="The sample's prompt group in this step (see Groups); group_id, at the right, is the id as logged"),
+            "group": st.column_config.NumberColumn(help="The sample's prompt group in this step (see Groups); group_id, at the right, is the id as logged", width=header_width("group")),
             "prompt": st.column_config.TextColumn(width="medium"),
             "response": st.column_config.TextColumn(width="large"),
         },
@@ -1675,6 +1676,12 @@ def remembered_choice(key: str, options: list, fallback):
     value = chosen if chosen is not None and fits else fallback
     st.session_state[key] = st.session_state[f"{key}:drawn"] = value
     return value
+
+
+# A number column wide enough for its name and the sort arrow and menu a sorted column's header adds: sized to its
+# numbers alone, a sorted column's header read "↑ re ⋮".
+def header_width(name: str) -> int:
+    return 8 * len(name) + 48
 
 
 # Clicking a batch-table row sets the sample index input below it.

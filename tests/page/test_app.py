@@ -168,6 +168,16 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     assert batch_table(app).columns.tolist() == ["sample", "reward", "prompt", "response", "ref_response", "ref_reward", "reward_gap"]
 
 
+def test_the_batch_tables_number_columns_fit_their_names_with_a_sort_arrow(grpo_root, monkeypatch):
+    """Sized to their numbers, narrow columns showed "↑ re ⋮" once sorted: each number column is as wide as its name
+    (8 px a character) plus the arrow and menu (48 px)."""
+    app = load_and_view(start(grpo_root, monkeypatch))
+    [frame] = [frame for frame in app.dataframe if {"prompt", "response"} <= set(frame.value.columns)]
+    widths = {name: column.get("width") for name, column in json.loads(frame.proto.columns).items()}
+    numbers = frame.value.select_dtypes("number").columns
+    assert len(numbers) >= 8 and all(widths[name] == 8 * len(name) + 48 for name in numbers), widths
+
+
 def test_a_run_without_references_has_no_slot_for_them(tmp_path, monkeypatch):
     """No ref_response or ref_reward anywhere: no Reward Gap chart or note, no Ref Response or Reward Gap column, no
     Ref Response Average Length; the reward and distribution charts share the row."""
