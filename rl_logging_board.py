@@ -503,7 +503,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         response_compare = st.checkbox("Response 对比", value=True, help="Show the per-step response area.")
 
     with sidebar.expander("⚙️ show details setting", expanded=True):
-        estimator = default_kl_estimator(root, run_name)
+        estimator = default_kl_estimator(shown_dir)  # the shown run's: browsing the names changes nothing
         use_logp_as_kl = st.checkbox(
             "Use LogP as KL",
             value=estimator == "kl",  # on for the original's runs, as it was; off for TRL's, whose kl the estimator gives
@@ -555,10 +555,10 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
 
 # TRL logs k3 as kl: a run whose metadata names a trl version starts on k3, and Step-KL plots it (Use LogP as KL off),
 # so the board's numbers match TRL's; the original's runs start as it did (its kl, Use LogP as KL on).
-def default_kl_estimator(root: str, run_name: str | None) -> str:
-    if run_name is None:
+def default_kl_estimator(run_dir: str | None) -> str:
+    if run_dir is None:
         return "kl"
-    meta = cached_meta(joined(root, run_name))
+    meta = cached_meta(run_dir)
     return "k3" if meta and meta.get("trl_version") else "kl"
 
 

@@ -190,16 +190,18 @@ def test_a_run_without_references_has_no_slot_for_them(tmp_path, monkeypatch):
     assert "ref_response" not in batch_table(app).columns
 
 
-def test_use_logp_as_kl_is_off_for_a_trl_run_so_step_kl_plots_the_chosen_estimator(grpo_root, tmp_path, monkeypatch):
+def test_use_logp_as_kl_is_off_for_a_trl_run_so_step_kl_plots_the_chosen_estimator(grpo_root, monkeypatch):
     (grpo_root / "grpo_run" / "rollout_meta_20261124T000000Z.json").write_text(json.dumps({"trl_version": "1.16.0"}))
+    write_lines(grpo_root / "a_plain_run" / "r.jsonl", [sample(1)])  # an original's run, listed before grpo_run
     app = load_and_view(start(grpo_root, monkeypatch))
     assert widget(app.checkbox, "Use LogP as KL").value is False and widget(app.selectbox, "KL estimator").value == "k3"
     app.session_state["curve_tabs"] = "Step-KL"
     app.run()
     [chart] = [tab for tab in curve_tabs(app) if tab.label == "Step-KL"][0].get("vega_lite_chart")
     assert "estimator k3" in chart_spec(chart)["title"]["text"]
-    write_lines(tmp_path / "plain" / "run" / "r.jsonl", [sample(1)])
-    app = start(tmp_path / "plain", monkeypatch)  # the original's runs: as it was
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("a_plain_run").run()  # picked, not yet opened: no change
+    assert widget(app.checkbox, "Use LogP as KL").value is False and widget(app.selectbox, "KL estimator").value == "k3"
+    load_and_view(app)  # the original's runs: as it was
     assert widget(app.checkbox, "Use LogP as KL").value is True and widget(app.selectbox, "KL estimator").value == "kl"
 
 
