@@ -3,7 +3,8 @@
 Every time is taken in the page, from the browser's rerun request until its main thread has finished
 drawing. For each run size it generates the run once (bench/generate_run.py, into bench/runs/), then,
 three times over, with an empty index cache:
-  - first open: Load & View clicked until the page has finished rendering, over the time a
+  - first open: the page opened (its first screen opens the root's run by itself) until it has finished
+    rendering the run, from the navigation's start (the page's code fetched within it), over the time a
     single core takes to orjson.loads every line (and the time to read the bytes), both
     measured in the same run;
   - open again after a server restart (nothing changed on disk), in the same browser tab reloaded
@@ -223,21 +224,30 @@ class Board:
         self.browser = playwright.chromium.launch(**CHROMIUM)
         self.page = self.browser.new_page(viewport=VIEWPORT)
         self.page.add_init_script(WATCH_PAGE)
-        self.open_page()
 
     def start_server(self):
         self.server = start_server(self.port, self.root, self.cache)
 
-    def open_page(self):
+    # The page opened (its first screen opens the root's run by itself) until it has drawn the run: seconds from the
+    # navigation's start, so the page's own code is fetched within them, as a user waits for it. Also the server's part:
+    # from the page's first message (its first run's request) to the run's last message.
+    def open_page(self, steps_expected: int) -> float:
+        server_before = cpu_seconds([self.server.pid, *child_pids(self.server.pid)])
+        browser_before = cpu_seconds(browser_pids())
         self.page.goto(self.url)
-        self.page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)
-        time.sleep(3)  # the worker processes start while the user picks a run
+        self.page.wait_for_function(done_condition(0, loaded_condition(steps_expected)), timeout=300_000, polling="raf")
+        sent, received, busy = self.page.evaluate("() => [window.__bench.firstSentAfter(0), window.__bench.received, window.__bench.busy]")
+        self.server_seconds = (received - sent) / 1000
+        self.server_cpu = cpu_since(server_before, [self.server.pid, *child_pids(self.server.pid)])
+        self.browser_cpu = cpu_since(browser_before, browser_pids())
+        return max(busy, received) / 1000
 
-    # A new server on the same port, and the user reloading the same tab (the browser keeps its cache).
-    def restart_server(self):
+    # A new server on the same port, and the user reloading the same tab (the browser keeps its cache): seconds until
+    # the run is drawn again.
+    def restart_server(self, steps_expected: int) -> float:
         self.stop_server()
         self.start_server()
-        self.open_page()
+        return self.open_page(steps_expected)
 
     def stop_server(self):
         self.server.terminate()
@@ -274,10 +284,10 @@ class Board:
         field.fill(str(index))
         return self.timed(lambda: field.press("Enter"))
 
-    def set_max_samples(self, value: int):
+    def set_max_samples(self, value: int, steps_expected: int) -> float:
         field = self.page.get_by_role("spinbutton", name="Max Samples Each Step", exact=True)
         field.fill(str(value))
-        self.timed(lambda: field.press("Enter"))
+        return self.timed(lambda: field.press("Enter"), loaded_condition(steps_expected))
 
     def memory(self) -> tuple[float, float]:
         pid = self.server.pid
@@ -313,9 +323,9 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
             cache = root / "cache"
             shutil.rmtree(cache, ignore_errors=True)
             board = Board(root, cache, playwright)
-            if max_samples:
-                board.set_max_samples(max_samples)
-            first = board.load(steps)
+            first = board.open_page(steps)
+            if max_samples:  # the first screen opened the run with 128 samples a step; then the user asks for more
+                first += board.set_max_samples(max_samples, steps)
             rows["first open (s)"].append(first)
             rows["first open / orjson floor"].append(first / rows["orjson floor (s)"][-1])
             print(f"{size}: first open {first:.2f} s, orjson floor {rows['orjson floor (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
@@ -343,10 +353,10 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
             rows["worker peak memory (GiB, all)"].append(worker_peak)
             os.truncate(appended, size_before)
             board.load(steps)  # the index cache forgets the appended step
-            board.restart_server()
+            again = board.restart_server(steps)
             if max_samples:
-                board.set_max_samples(max_samples)
-            rows["open again after restart (s)"].append(board.load(steps))
+                again += board.set_max_samples(max_samples, steps)
+            rows["open again after restart (s)"].append(again)
             print(f"{size}: appended step in charts {rows['new step appended, noticed -> in charts (s)'][-1]:.2f} s, open after restart {rows['open again after restart (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
             board.close()
     return {"size_gb": size_gb, **{name: statistics.median(values) for name, values in rows.items()}}
