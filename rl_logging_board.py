@@ -1825,6 +1825,7 @@ def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift
     return step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines)
 
 
+# A number's largest changes from step to step, once per run version, series and statistic: not at every rerun.
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_largest_changes(version, column: str, median: bool, _samples: pd.DataFrame) -> pd.Series:
     return largest_changes(step_stats(_samples, column)["median" if median else "mean"])
