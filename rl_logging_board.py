@@ -43,12 +43,14 @@ from rl_board.figures import (
     batch_reward_chart,
     matches_per_step_chart,
     metric_chart,
+    mismatch_bucket_chart,
     prompt_reward_chart,
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
     step_curve_chart,
     step_fraction_chart,
+    step_table_chart,
     token_heatmap_figure,
 )
 from rl_board.metrics import (
@@ -71,6 +73,15 @@ from rl_board.metrics import (
     token_rows,
     trl_kl_by_step,
     trl_pools_kl,
+)
+from rl_board.mismatch import (
+    CORRECTIONS,
+    DEFAULT_CORRECTION,
+    MismatchTokens,
+    largest_mismatches,
+    mismatch_by_bucket,
+    mismatch_by_step,
+    read_mismatch_tokens,
 )
 from rl_board.reading.history import (
     TRAINER_STATE,
@@ -145,7 +156,7 @@ from rl_board.text import (
     valid_text,
     visible_whitespace,
 )
-from rollout_logger.metadata import METRICS_FILES
+from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, METRICS_FILES
 
 # ====================================================================================================================
 # Page outline: what the page shows, in order, and the fragments that let one part redraw alone.
@@ -214,10 +225,8 @@ def main():
     if run.samples.empty and not (run.report.empty and run.problems.empty):
         st.warning("No loadable sample in this run: open the load report above to see why.")
     runs = [(run_label(run.run_dir), run)] + [(run_label(other.run_dir), other) for other in compared]
-    if settings.reward_curves and any(not shown.samples.empty for _, shown in runs):
-        draw_step_curves(runs, history, settings)
     if settings.reward_curves:
-        draw_training_metrics(run, compared, [history, *compared_histories], settings)
+        draw_curves(runs, [history, *compared_histories], settings)
     if not run.samples.empty:
         draw_search(run, settings)
     if settings.response_compare and not run.samples.empty:
@@ -366,6 +375,20 @@ class StateKey:
     FACET = "facet"
     FACET_SERIES = "facet_series"
     OTHER_FIELDS = "other_fields"
+    CURVE_LOOK = "curve_look:"  # prefix: one per curve setting
+    MISMATCH = "mismatch"  # prefix: Step-Mismatch's choices, the correction's per run
+
+
+# How the curves are drawn, chosen above them.
+@dataclass(frozen=True)
+class CurveLook:
+    variance_scale: float  # the band is mean ± std × this
+    zero_shift: bool  # every line starts at 0
+    smoothing: float  # exponential moving average weight, 0: none
+
+
+# The curve settings' first values: the original's (Variance Scaling, Zero Shift), and no smoothing.
+CURVE_LOOK_DEFAULTS = {"variance_scale": 0.2, "zero_shift": False, "smoothing": 0.0}
 
 
 # The sidebar's choices, read by every area of the page.
@@ -381,9 +404,6 @@ class Settings:
     live_every: int
     follow_latest: bool
     reward_curves: bool
-    variance_scale: float
-    zero_shift: bool
-    smoothing: float  # exponential moving average weight of step curves, 0: none
     response_compare: bool
     use_logp_as_kl: bool
     kl_estimator: str
@@ -406,6 +426,24 @@ TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
 
 # The running text shows this many tokens at a time: each token is an element the browser must check and lay out.
 RUNNING_TEXT_TOKENS = 2000
+
+
+# Step-Mismatch's series, per step (rl_board.mismatch.mismatch_by_step).
+MISMATCH_SERIES = {
+    "mean |Δ|": "mean of |logp - sampler_logp| over the step's tokens",
+    "mismatch KL": "mean of exp(Δ) - 1 - Δ: KL(sampler ‖ trainer), k3 on the sampler's tokens",
+    "max ratio": "the largest token ratio exp(Δ)",
+    "min ratio": "the smallest token ratio exp(Δ)",
+    "tokens corrected (%)": "tokens whose weight the correction changes (clipped or masked)",
+    "sequences corrected (%)": "sequences with a token whose weight the correction changes",
+    "effective sample size (%)": "(Σr)² / (n Σr²) of the raw ratios at the correction's level (tokens or sequences)",
+    "mean weight at these thresholds": "mean weight of the step's tokens under the correction chosen",
+    "mean applied weight": "mean of the lines' is_ratio: the weight the trainer applied",
+}
+
+
+# Of the shown run's tokens, the largest |Δ| listed.
+LARGEST_MISMATCHES = 20
 
 
 # Search results listed at most (the downloads hold up to EXPORT_ROWS).
@@ -479,27 +517,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
     )
 
     with sidebar.expander("🧩 module setting", expanded=True):
-        reward_curves = st.checkbox("Reward 曲线图", value=True, help="Show the per-step curves.")
-        variance_scale = st.slider(
-            "Variance Scaling",
-            0.1,
-            1.0,
-            0.2,
-            help="The shaded band around each curve is mean ± std × this factor.",
-        )
-        zero_shift = st.checkbox(
-            "Zero Shift",
-            value=False,
-            help="Shift every curve so its first point is 0, to compare trends.",
-        )
-        smoothing = st.slider(
-            "Smoothing",
-            0.0,
-            0.99,
-            0.0,
-            step=0.01,
-            help="Exponential moving average of every step curve, as in TensorBoard (0: none); the raw values stay faint behind.",
-        )
+        reward_curves = st.checkbox("Reward 曲线图", value=True, help="Show the per-step curves (how they are drawn is set above them).")
         response_compare = st.checkbox("Response 对比", value=True, help="Show the per-step response area.")
 
     with sidebar.expander("⚙️ show details setting", expanded=True):
@@ -538,9 +556,6 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         live_every=live_every,
         follow_latest=follow_latest,
         reward_curves=reward_curves,
-        variance_scale=variance_scale,
-        zero_shift=zero_shift,
-        smoothing=smoothing,
         response_compare=response_compare,
         use_logp_as_kl=use_logp_as_kl,
         kl_estimator=kl_estimator,
@@ -801,11 +816,45 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
             details.dataframe(problems, hide_index=True, width="stretch")
 
 
-# Tabs of per-step curves: mean over the step's samples with a std band, one line per run compared. A fragment:
-# choosing the reward series or a tab redraws only the curves, and only the open tab's chart is drawn.
+# The step curves and the trainer's metrics, with how they are drawn above them. A fragment: a curve setting, a reward
+# series or a tab redraws only the curves; a slider moved with the keyboard, which sends each key press, reruns only
+# this part, not the page.
 @st.fragment
-def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings"):
+def draw_curves(runs: list[tuple[str, "RunSnapshot"]], histories: list["TrainingHistory"], settings: "Settings"):
     rerun_page_if_a_step_was_picked()
+    look = draw_curve_settings()
+    if any(not shown.samples.empty for _, shown in runs):
+        draw_step_curves(runs, histories[0], settings, look)
+    draw_training_metrics([shown for _, shown in runs], histories, look)
+
+
+# The original's Variance Scaling and Zero Shift, and Smoothing, in a row above the curves they change. Their values
+# are kept while Reward 曲线图 hides the curves: a widget not drawn loses its value, which is then set back, and only
+# then (a value the page sets is sent to the browser, where it would undo a key press made while the curves redraw).
+def draw_curve_settings() -> CurveLook:
+    keys = {name: StateKey.CURVE_LOOK + name for name in CURVE_LOOK_DEFAULTS}
+    for name, key in keys.items():
+        if key not in st.session_state:
+            st.session_state[key] = st.session_state.get(key + ":kept", CURVE_LOOK_DEFAULTS[name])
+    band, shift, smooth = st.columns([4, 2, 4], vertical_alignment="bottom")
+    look = CurveLook(
+        variance_scale=band.slider(
+            "Variance Scaling", 0.1, 1.0, key=keys["variance_scale"], help="The shaded band around each curve is mean ± std × this factor.",
+        ),
+        zero_shift=shift.checkbox("Zero Shift", key=keys["zero_shift"], help="Shift every curve so its first point is 0, to compare trends."),
+        smoothing=smooth.slider(
+            "Smoothing", 0.0, 0.99, step=0.01, key=keys["smoothing"],
+            help="Exponential moving average of every step curve and training metric, as in TensorBoard (0: none); the raw values stay faint behind.",
+        ),
+    )
+    for name, key in keys.items():
+        st.session_state[key + ":kept"] = getattr(look, name)
+    return look
+
+
+# Tabs of per-step curves: mean over the step's samples with a std band, one line per run compared; only the open
+# tab's chart is drawn.
+def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings", look: CurveLook):
     frames = [run.samples for _, run in runs]
     present = lambda column: any(column in frame and frame[column].notna().any() for frame in frames)  # noqa: E731
     tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
@@ -816,6 +865,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
     field_columns = list(dict.fromkeys(column for _, run in runs for column in run.extra_columns))
     if field_columns:
         tab_names.append("Step-Fields")
+    if present("avg_abs_mismatch"):
+        tab_names.append("Step-Mismatch")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
@@ -823,9 +874,9 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
     open_tab = next(name for name, container in tab.items() if container.open)
     curve = dict(
         versions=tuple(run.version for _, run in runs),
-        variance_scale=settings.variance_scale,
-        zero_shift=settings.zero_shift,
-        smoothing=settings.smoothing,
+        variance_scale=look.variance_scale,
+        zero_shift=look.zero_shift,
+        smoothing=look.smoothing,
         _runs=[(name, run.samples) for name, run in runs],
     )
     with tab[open_tab]:
@@ -840,7 +891,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve), steps)
             draw_largest_changes(runs[0][1], chosen[:1])
         elif open_tab == "Step-Groups":
-            draw_chart(st, cached_fraction_chart(curve["versions"], settings.smoothing, curve["_runs"]), steps)
+            draw_chart(st, cached_fraction_chart(curve["versions"], look.smoothing, curve["_runs"]), steps)
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
@@ -853,6 +904,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve), steps)
         elif open_tab == "Step-Facets":
             draw_facet_curve(runs[0][1], curve)
+        elif open_tab == "Step-Mismatch":
+            draw_mismatch(runs, look)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -886,6 +939,82 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
     by_value = [(f"{facet.removeprefix(TEXT_PREFIX)} = {value}", run.samples[run.samples[facet] == value]) for value in sorted(values)]
     draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})), run.steps)
     st.dataframe(facet_table(run.samples, facet, series), hide_index=True, width="stretch")
+
+
+# Step-Mismatch: where the sampler and the trainer disagreed, per step, under the correction and thresholds the user
+# picks (the shown run's own by default: its metadata's, else TRL's defaults), each run compared a line; then the
+# shown run's tokens with the largest |Δ|, each row a click to its sample.
+def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
+    shown = runs[0][1]
+    applied = ((shown.meta or {}).get(IMPORTANCE_SAMPLING_META_KEY) or {})
+    default_mode = applied.get("mode") if applied.get("mode") in CORRECTIONS else DEFAULT_CORRECTION[0]
+    mode_column, low_column, high_column, series_column = st.columns([3, 2, 2, 3], vertical_alignment="bottom")
+    key = f"{StateKey.MISMATCH}:{shown.run_dir}:"  # each run starts from its own correction
+    mode = mode_column.selectbox(
+        "Correction", list(CORRECTIONS), index=list(CORRECTIONS).index(default_mode), key=key + "mode",
+        help="How the ratio r = exp(Δ) is corrected, TRL's vllm_importance_sampling_mode names: " + "; ".join(f"{name}: {text}" for name, text in CORRECTIONS.items()),
+    )
+    bounds = (applied.get("clip_min"), applied.get("clip_max")) if applied else DEFAULT_CORRECTION[1:]
+    clip_min = low_column.number_input("C_min", value=bounds[0], min_value=0.0, step=0.1, format="%.4g", key=key + "clip_min", help="Lower threshold of the ratio; empty: none.")
+    clip_max = high_column.number_input("C_max", value=bounds[1], min_value=0.0, step=0.1, format="%.4g", key=key + "clip_max", help="Upper threshold of the ratio; empty: none.")
+    series = series_column.selectbox("Per step", MISMATCH_SERIES, key=StateKey.MISMATCH + ":series", help="; ".join(f"{name}: {text}" for name, text in MISMATCH_SERIES.items()))
+    tables = []
+    for name, run in runs:
+        if run.samples["avg_abs_mismatch"].notna().any():
+            tokens = cached_mismatch_tokens(run.version, run.samples)
+            tables.append((name, cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens)))
+    draw_chart(st, step_table_chart(tables, [series], f"👾 Sampler-trainer mismatch (Step level): {series}", series, look.smoothing), shown.steps)
+    note = f"Δ = logp - sampler_logp per token (trainer minus sampler); thresholds applied to the raw ratios under {mode}: {CORRECTIONS[mode]}."
+    if applied:
+        note += f" The trainer applied {applied.get('mode')} at [{applied.get('clip_min')}, {applied.get('clip_max')}] (its weights: mean applied weight)."
+    st.caption(note)
+    if shown.samples["avg_abs_mismatch"].notna().any():
+        tokens = cached_mismatch_tokens(shown.version, shown.samples)
+        draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
+        draw_largest_mismatches(shown, tokens)
+
+
+# The shown run's mismatch by token position, by the trainer's entropy at the token, by assistant turn (tool runs):
+# whether it grows along long responses, sits on uncertain tokens, or on the turns after a tool's answer.
+def draw_where_the_mismatch_lives(name: str, tokens: "MismatchTokens"):
+    options = {"position": "position in the response"}
+    if np.isfinite(tokens.entropy).any():
+        options["entropy"] = "the trainer's entropy at the token (nats)"
+    if len(tokens.turn) and tokens.turn.max() > 1:
+        options["turn"] = "assistant turn (a tool's answer ends one)"
+    remembered_choice(StateKey.MISMATCH + ":by", list(options), "position")
+    by = st.radio("Where it lives, by", list(options), key=StateKey.MISMATCH + ":by", format_func=options.get, horizontal=True)
+    draw_chart(st, mismatch_bucket_chart(mismatch_by_bucket(tokens, by), f"Mean |Δ| of {name}'s tokens by {options[by]}"))
+
+
+# The shown run's tokens with the largest |Δ|: each row a click that shows its sample in the step area.
+def draw_largest_mismatches(run: "RunSnapshot", tokens: "MismatchTokens"):
+    if tokens.problems:
+        st.warning(f"{len(tokens.problems)} line(s) could not be read back for the mismatch, e.g. {markdown_literal(tokens.problems[0])}; if the files were rewritten, press Load & View.")
+    largest = largest_mismatches(tokens, LARGEST_MISMATCHES)
+    rows = run.samples.iloc[largest["sample"].to_numpy()]
+    table = pd.DataFrame({
+        "step": rows["step"].to_numpy(), "sample": rows["sample"].to_numpy(), "token position": largest["position"].to_numpy(),
+        "token": [token_at(row, position) for (_, row), position in zip(rows.iterrows(), largest["position"].tolist())],
+        "Δ": largest["Δ"].to_numpy(), "ratio exp(Δ)": largest["ratio"].to_numpy(),
+    })
+    st.markdown(f"**Largest mismatches** of {run_label(run.run_dir)}: the {len(table)} tokens with the largest |Δ|")
+    key = f"{StateKey.MISMATCH}:largest:{run.version}"
+    st.dataframe(
+        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",
+        on_select=lambda: pick_search_result(key, table["step"].tolist(), table["sample"].tolist()),
+        column_config={"sample": st.column_config.NumberColumn(help="Sample index in its step's batch")},
+    )
+    st.caption("Click a row to show that sample in Each Step Response below; its token table has the sampler's log-prob, Δ and the ratio of every token.")
+
+
+# A sample's token at a position, as the token table shows it ("" where its line cannot be read back now).
+def token_at(row: pd.Series, position: int) -> str:
+    try:
+        tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+    except (OSError, BadLine):
+        return ""
+    return visible_whitespace(tokens.response_tokens[position]) if tokens is not None and position < len(tokens.response_tokens) else ""
 
 
 # Step-KL names what it plots: with Use LogP as KL (the original's default) the mean log ratio, which is no KL and
@@ -947,11 +1076,10 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
 
 # The trainer's own numbers on the step axis, each chosen metric a chart (a tab) with train and eval lines per run and
 # the best checkpoint marked; the run's summary; CSV downloads of the histories and of the step curves' numbers (made when
-# clicked). A fragment: choosing metrics redraws only this area.
-@st.fragment
-def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all_histories: list["TrainingHistory"], settings: "Settings"):
-    rerun_page_if_a_step_was_picked()
-    named = [(run_label(shown.run_dir), shown_history) for shown, shown_history in zip([run, *compared], all_histories)]
+# clicked).
+def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["TrainingHistory"], look: CurveLook):
+    run = shown_runs[0]
+    named = [(run_label(shown.run_dir), shown_history) for shown, shown_history in zip(shown_runs, all_histories)]
     histories = [(name, shown) for name, shown in named if not shown.empty]
     st.subheader("📈 Training metrics")
     if histories:
@@ -959,11 +1087,11 @@ def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all
         key = StateKey.METRIC_SERIES  # one choice, kept while new metrics arrive (live) and across runs that log it
         remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
         chosen = st.multiselect("Training metrics", options, key=key, format_func=one_line, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
-        versions = tuple((shown.run_dir, shown_history.signature) for shown, shown_history in zip([run, *compared], all_histories))
+        versions = tuple((shown.run_dir, shown_history.signature) for shown, shown_history in zip(shown_runs, all_histories))
         if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
             tabs = st.tabs([markdown_literal(name) for name in chosen], on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
             name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
-            draw_chart(tab, cached_metric_chart(name, versions, settings.smoothing, settings.zero_shift, histories), run.steps, "metric")
+            draw_chart(tab, cached_metric_chart(name, versions, look.smoothing, look.zero_shift, histories), run.steps, "metric")
         details = st.expander("Training summary", on_change="rerun", key=StateKey.TRAINING_SUMMARY)
         if details.open:
             with details:
@@ -982,7 +1110,7 @@ def draw_training_metrics(run: "RunSnapshot", compared: list["RunSnapshot"], all
             label, functools.partial(history_csv, frames, len(named) > 1), file_name=file_name, mime="text/csv", on_click="ignore", disabled=not frames,
             help="The shown run's, and each compared run's with a run column." if len(named) > 1 else None,
         )
-    runs = [(run_label(shown.run_dir), shown.samples) for shown in [run, *compared] if not shown.samples.empty]
+    runs = [(run_label(shown.run_dir), shown.samples) for shown in shown_runs if not shown.samples.empty]
     downloads[2].download_button(
         "Per-step statistics (CSV)", lambda: step_statistics_table(runs).to_csv(index=False), file_name=f"{name}_step_statistics.csv",
         mime="text/csv", on_click="ignore", disabled=not runs, help="The numbers behind the step curves, of every run compared.",
@@ -1163,7 +1291,7 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
     draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search")
 
 
-# Clicking a result moves the step selector and the sample in view to it.
+# Clicking a result (of a search, or a largest mismatch) moves the step selector and the sample in view to it.
 def pick_search_result(key: str, steps: list, samples: list):
     rows = st.session_state[key].selection.rows
     if rows:
@@ -1829,6 +1957,17 @@ def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_largest_changes(version, column: str, median: bool, _samples: pd.DataFrame) -> pd.Series:
     return largest_changes(step_stats(_samples, column)["median" if median else "mean"])
+
+
+# A run's per-token mismatch, read once per run version (a pass over its loaded lines).
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_mismatch_tokens(version, _samples: pd.DataFrame) -> "MismatchTokens":
+    return read_mismatch_tokens(_samples)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_mismatch_by_step(version, mode: str, clip_min, clip_max, _steps: np.ndarray, _tokens: "MismatchTokens") -> pd.DataFrame:
+    return mismatch_by_step(_steps, _tokens, mode, clip_min, clip_max)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

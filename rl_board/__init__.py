@@ -22,6 +22,9 @@ The map, by the data path (each module's docstring says more; only the page impo
     the prompts' images                        reading/images.py    checked inside the run folder, decoded by Pillow
     search and export                          reading/search.py    RunTexts, RE2 search, CSV/JSONL/Parquet exports
     numbers for the charts and tables          metrics.py           step statistics, groups, filters, token rows
+    the sampler against the trainer            mismatch.py          per-token Δ = logp - sampler_logp, TRL's
+                                                                    corrections at chosen thresholds, per step,
+                                                                    by bucket, the largest |Δ|
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run

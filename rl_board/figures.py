@@ -42,8 +42,6 @@ def nearest_point_layer(x: dict, y_field: str, tooltip: list, transform: list | 
 STEP_CURVE_HEIGHT, METRIC_CHART_HEIGHT = 460, 360
 
 
-
-
 # An axis title longer than the plot is tall would shrink the plot (to nothing, for a long field name): cut with "…".
 AXIS_TITLE_PIXELS = 200
 
@@ -169,23 +167,23 @@ def step_axis(steps: pd.Series) -> dict:
     return {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"domain": [first, last]} if last > first else {"zero": False}}
 
 
-# Fractions per step (in %) of zero-signal groups and of truncated completions, one line each per run.
-def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float = 0.0) -> dict:
+# Numbers already reduced per step (a table indexed by step, a column per series), one line per series and run.
+def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], title: str, y_title: str, smoothing: float = 0.0) -> dict:
     points, order = [], itertools.count()
-    for run_name, fractions in runs:
-        for column in ("zero-signal groups", "truncated"):
-            if column not in fractions or not fractions[column].notna().any():
+    for run_name, table in runs:
+        for column in columns:
+            if column not in table or not table[column].notna().any():
                 continue
-            name, position = series_name(run_name, f"{column} (%)", len(runs), 2), next(order)
-            raw = fractions[column].to_numpy() * 100
+            name, position = series_name(run_name, column, len(runs), len(columns)), next(order)
+            raw = table[column].to_numpy(dtype=float)
             points += [
-                {"series": name, "order": position, "step": int(step), "percent": json_number(value), "raw": faint(r, smoothing)}
-                for step, value, r in zip(fractions.index, smoothed(raw, smoothing), raw)
+                {"series": name, "order": position, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing)}
+                for step, value, r in zip(table.index, smoothed(raw, smoothing), raw)
             ]
-    x = step_axis(pd.concat([fractions.index.to_series() for _, fractions in runs if len(fractions)]))
+    x = step_axis(pd.concat([table.index.to_series() for _, table in runs if len(table)]))
     colour = series_colour()
     return {
-        "title": "👾 GRPO learning signal (Step level)",
+        "title": title,
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},
         "data": {"values": points},
@@ -194,11 +192,39 @@ def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float =
             {
                 "mark": {"type": "line"},
                 "params": ZOOM,
-                "encoding": {"x": x, "y": {"field": "percent", "type": "quantitative", "title": "% of groups / of completions"}, "color": colour},
+                "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": {"titleLimit": AXIS_TITLE_PIXELS}}, "color": colour},
             },
-            nearest_point_layer(x, "percent", [{"field": "series"}, {"field": "step"}, {"field": "percent", "format": ".3g"}]),
+            nearest_point_layer(x, "value", [{"field": "series"}, {"field": "step"}, {"field": "value", "format": ".4g"}]),
         ],
     }
+
+
+# Mean |Δ| of the sampler-trainer mismatch per bucket of tokens (rl_board.mismatch.mismatch_by_bucket), in order, with
+# each bucket's token count, largest |Δ| and mismatch KL on hover.
+def mismatch_bucket_chart(table: pd.DataFrame, title: str) -> dict:
+    by = table.index.name
+    values = [
+        {by: str(label), "order": position, "mean |Δ|": json_number(row["mean |Δ|"]), "max |Δ|": json_number(row["max |Δ|"]), "mismatch KL": json_number(row["mismatch KL"]), "tokens": int(row["tokens"])}
+        for position, (label, row) in enumerate(table.iterrows())
+    ]
+    return {
+        "title": title,
+        "height": 240,
+        "data": {"values": values},
+        "mark": {"type": "bar"},
+        "encoding": {
+            "x": {"field": by, "type": "ordinal", "sort": {"field": "order"}, "axis": {"labelAngle": 0}},
+            "y": {"field": "mean |Δ|", "type": "quantitative"},
+            "tooltip": [{"field": by}, {"field": "tokens", "format": ","}, {"field": "mean |Δ|", "format": ".4g"}, {"field": "max |Δ|", "format": ".4g"}, {"field": "mismatch KL", "format": ".4g"}],
+        },
+    }
+
+
+# Fractions per step (in %) of zero-signal groups and of truncated completions, one line each per run.
+def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float = 0.0) -> dict:
+    columns = ["zero-signal groups", "truncated"]
+    percents = [(name, (fractions.reindex(columns=columns) * 100).add_suffix(" (%)")) for name, fractions in runs]
+    return step_table_chart(percents, [f"{column} (%)" for column in columns], "👾 GRPO learning signal (Step level)", "% of groups / of completions", smoothing)
 
 
 # A prompt's completions over training: each completion's reward a point, their mean per step a line, per run.

@@ -27,7 +27,12 @@ def finite(series: pd.Series) -> np.ndarray:
 TOKEN_ROWS = {
     "kl": "per-token KL under the chosen estimator",
     "log_ratio": "logp - ref_logp",
-    "logp": "logprobs: log-prob of the token under the policy that sampled it",
+    "logp": "logprobs: log-prob of the token under the policy that sampled it (the trainer's forward pass)",
+    "sampler_logp": "sampler_logprobs: log-prob of the token under the sampler (vLLM, generate) that drew it",
+    "delta": "logp - sampler_logp: where the trainer and the sampler disagree (Δ)",
+    "is_ratio": "exp(Δ): the raw importance ratio, trainer over sampler, before any truncation or mask",
+    "applied_is_ratio": "is_ratio: the importance weight the trainer applied (after its truncation or mask)",
+    "mismatch_kl": "exp(Δ) - 1 - Δ: the token's term of KL(sampler ‖ trainer), k3 on the sampler's tokens",
     "ref_logp": "ref_logprobs: log-prob under the reference model",
     "entropy": "entropies: the policy's entropy at each position",
     "token_reward": "token_rewards: the per-token reward the policy was trained on",
@@ -152,9 +157,11 @@ def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
 
 
 # The numbers a search can be filtered and sorted by, those the run has: rewards, advantage, length, log ratio, the
-# chosen KL estimator, entropy, and every number of a key outside the format.
+# chosen KL estimator, entropy, the sampler-trainer mismatch (mean and largest |Δ|, ΣΔ: the log of the sequence's
+# ratio, mismatch KL, largest and smallest token ratio), and every number of a key outside the format.
 def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
     columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
+    columns += ["avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio"]
     return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
 
 
@@ -227,7 +234,7 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
         sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
     columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
-    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "response_tokens_len", "tool_tokens", "truncated"]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "response_tokens_len", "tool_tokens", "truncated"]
     columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]
@@ -252,7 +259,13 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
         ref = tokens.ref_logprobs
         log_ratio = logp - ref
         values.update(log_ratio=log_ratio, kl=kl_per_token(log_ratio, estimator), ref_logp=ref, ref_prob=np.exp(ref))
-    for name, per_token in (("token_reward", tokens.token_rewards), ("token_value", tokens.values), ("entropy", tokens.entropies)):
+    if tokens.sampler_logprobs is not None:
+        delta = logp - tokens.sampler_logprobs
+        with np.errstate(over="ignore"):
+            values.update(sampler_logp=tokens.sampler_logprobs, delta=delta, is_ratio=np.exp(delta), mismatch_kl=np.expm1(delta) - delta)
+    for name, per_token in (
+        ("token_reward", tokens.token_rewards), ("token_value", tokens.values), ("entropy", tokens.entropies), ("applied_is_ratio", tokens.is_ratio),
+    ):
         if per_token is not None:
             values[name] = per_token
     if tokens.advantage is not None:

@@ -76,7 +76,9 @@ class Run:
     def tokens(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
         """A row per token of the sample (its index in the step's batch), as the page's token table has them: position,
         token, logp, prob, ref_logp, ref_prob, log_ratio, kl (by kl_estimator: kl, k1, k2 or k3, TRL's), entropy,
-        token_reward, token_value, advantage where the line has them, and tool (a token a tool wrote, which has no
+        token_reward, token_value, advantage where the line has them; with the sampler's log-probs, sampler_logp, delta
+        (logp - sampler_logp), is_ratio (exp(delta), raw), mismatch_kl (exp(delta) - 1 - delta) and applied_is_ratio
+        (the line's is_ratio: the weight the trainer applied); and tool (a token a tool wrote, which has no
         values); a run of an image placeholder token is one row, its values averaged. Empty without logprobs. A line
         rewritten since the run was opened raises ValueError saying so."""
         if kl_estimator not in KL_ESTIMATORS:

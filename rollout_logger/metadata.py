@@ -12,6 +12,8 @@ LINE_KEYS = (
     "response_tokens",
     "tool_mask",
     "logprobs",
+    "sampler_logprobs",
+    "is_ratio",
     "ref_logprobs",
     "entropies",
     "reward",
@@ -27,8 +29,17 @@ LINE_KEYS = (
 # other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
 # key is written as extra_<name>.
 FORMAT_KEYS = frozenset(LINE_KEYS + ("ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards"))
-# The per-token lists of log-probabilities and entropies, one value per response token.
-PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
+# The per-token lists, one value per response token: the trainer's log-probabilities (`logprobs`, the forward pass
+# the loss uses), the sampler's (`sampler_logprobs`: vLLM's, or `generate`'s from the distribution it sampled from,
+# after temperature, top-k and top-p), the importance-sampling weight the trainer applied for their difference
+# (`is_ratio`, e.g. TRL's vLLM correction, after its truncation or masking), the reference model's, and entropies.
+PER_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "ref_logprobs", "entropies")
+# The run's metadata (META_FILE) names the sampler and the importance-sampling correction the trainer applied:
+# {"sampler": {"engine": "vllm" | "transformers", "temperature", "top_k", "top_p", "min_p"},
+#  "importance_sampling": {"mode": "token_truncate" | "token_mask" | "sequence_truncate" | "sequence_mask",
+#                          "clip_min", "clip_max"} (absent: none applied)}
+SAMPLER_META_KEY = "sampler"
+IMPORTANCE_SAMPLING_META_KEY = "importance_sampling"
 
 # A rank's lines: rollout_data_rank_<rank>_<launch id>.jsonl; the launch id orders a resumed run's launches.
 RANK_FILE = "rollout_data_rank_{rank}_{launch}.jsonl"

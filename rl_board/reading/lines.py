@@ -58,19 +58,28 @@ def segment_sums_and_means(values: np.ndarray, lengths: np.ndarray) -> tuple[np.
     return sums, means
 
 
+# Per sample, of the sampler-trainer mismatch Δ = logp - sampler_logp over the tokens with both (rl_board.mismatch):
+# mean |Δ|, max |Δ|, ΣΔ (the log of the sequence's importance ratio), the mean mismatch KL exp(Δ) - 1 - Δ, the
+# largest and smallest token ratio exp(Δ), the number of such tokens; and the mean weight the trainer applied.
+MISMATCH_NUMBERS = [
+    "avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio",
+    "mismatch_tokens", "avg_applied_is_ratio",
+]
+
+
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
 
 
-TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards")
+TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards", "sampler_logprobs", "is_ratio")
 
 
-SUMMARY_TOKEN_KEYS = TOKEN_KEYS[:3]  # the per-token lists the first pass reduces
+SUMMARY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs", "is_ratio")  # the per-token lists the first pass reduces
 
 
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
+    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
@@ -79,7 +88,13 @@ SUMMARY_TEXTS = ["group_id", "image_paths"]
 
 
 # The per-token lists of values the policy had when sampling: none for tokens a tool wrote (tool_mask 0).
-POLICY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
+POLICY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs", "is_ratio")
+
+
+# The per-token lists of the sampler-trainer mismatch: the trainer's log-probs beside the sampler's, the
+# importance-sampling weight the trainer applied, and the entropies (where the mismatch lives); read by a pass of
+# their own (rl_board.mismatch), not the first.
+MISMATCH_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "entropies")
 
 
 # `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
@@ -97,6 +112,8 @@ class RolloutSummary(msgspec.Struct, gc=False):
     logprobs: list[float | None] | None = None
     ref_logprobs: list[float | None] | None = None
     entropies: list[float | None] | None = None
+    sampler_logprobs: list[float | None] | None = None  # the sampler's (vLLM's, generate's) log-prob of each token
+    is_ratio: list[float | None] | None = None  # the importance-sampling weight the trainer applied to each token
     ref_response: Any = None
     ref_reward: float | None = None
     valid_reward: float | None = None
@@ -116,6 +133,8 @@ class RolloutSummaryRawArrays(RolloutSummary, gc=False):
     logprobs: msgspec.Raw = msgspec.Raw()
     ref_logprobs: msgspec.Raw = msgspec.Raw()
     entropies: msgspec.Raw = msgspec.Raw()
+    sampler_logprobs: msgspec.Raw = msgspec.Raw()
+    is_ratio: msgspec.Raw = msgspec.Raw()
 
 
 # The texts of a line, for the tables of the step in view (its per-token lists are skipped, not parsed).
@@ -136,6 +155,17 @@ class Rollout(RolloutSummary):
     ground_truth: Any = None
 
 
+# The keys of a line the mismatch pass reads (rl_board.mismatch); a tool's tokens have none of these values.
+class RolloutMismatch(msgspec.Struct, gc=False):
+    step: int | float
+    response_tokens: msgspec.Raw = msgspec.Raw()
+    logprobs: list[float | None] | None = None
+    sampler_logprobs: list[float | None] | None = None
+    is_ratio: list[float | None] | None = None
+    entropies: list[float | None] | None = None
+    tool_mask: msgspec.Raw = msgspec.Raw()
+
+
 SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
 
 
@@ -143,6 +173,9 @@ TEXTS_DECODER = msgspec.json.Decoder(RolloutTexts, strict=False)
 
 
 ROLLOUT_DECODER = msgspec.json.Decoder(Rollout, strict=False)
+
+
+MISMATCH_DECODER = msgspec.json.Decoder(RolloutMismatch, strict=False)
 
 
 # A line as its top-level keys with their values still raw JSON: the first pass reads the summary's keys from it and
@@ -464,6 +497,22 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
     if token_arrays["entropies"]:
         owners, lengths, entropy = flat("entropies")
         numbers["avg_entropy"][owners] = segment_sums_and_means(entropy[None], lengths)[1][0]
+    if token_arrays["sampler_logprobs"]:
+        owners, lengths, sampler_logp = flat("sampler_logprobs")
+        delta = np.concatenate([logp for _, _, logp in token_arrays["sampler_logprobs"]]) - sampler_logp
+        with np.errstate(over="ignore", invalid="ignore"):
+            mismatch_kl = np.expm1(delta) - delta
+        numbers["avg_abs_mismatch"][owners] = segment_sums_and_means(np.abs(delta)[None], lengths)[1][0]
+        numbers["sum_mismatch"][owners] = segment_sums_and_means(delta[None], lengths)[0][0]
+        numbers["avg_mismatch_kl"][owners] = segment_sums_and_means(mismatch_kl[None], lengths)[1][0]
+        present = segment_sums_and_means(np.isfinite(delta).astype(float)[None], lengths)[0][0]
+        numbers["mismatch_tokens"][owners] = np.nan_to_num(present)
+        for column, function, values in (("max_abs_mismatch", np.fmax, np.abs(delta)), ("max_is_ratio", np.fmax, delta), ("min_is_ratio", np.fmin, delta)):
+            extremes = segment_extremes(function, values, lengths)
+            numbers[column][owners] = extremes if column == "max_abs_mismatch" else np.exp(extremes)
+    if token_arrays["is_ratio"]:
+        owners, lengths, applied = flat("is_ratio")
+        numbers["avg_applied_is_ratio"][owners] = segment_sums_and_means(applied[None], lengths)[1][0]
     if token_arrays["ref_logprobs"]:
         owners, lengths, ref_logp = flat("ref_logprobs")
         log_ratio = np.concatenate([logp for _, _, logp in token_arrays["ref_logprobs"]]) - ref_logp
@@ -473,6 +522,17 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
                 per_token = kl_per_token(log_ratio, estimator)
             sums, means = segment_sums_and_means(per_token[None], lengths)
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
+
+
+# The largest (np.fmax) or smallest (np.fmin) value of each consecutive segment, NaN ignored; NaN for a segment
+# that is empty or all NaN.
+def segment_extremes(function, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    result = np.full(len(lengths), np.nan)
+    nonempty = lengths > 0
+    if nonempty.any():
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[nonempty]
+        result[nonempty] = function.reduceat(values, starts)
+    return result
 
 
 # A line's images as {"path", "width", "height"} (None where unknown): the logger writes dicts, other tools may write

@@ -1,6 +1,6 @@
 """A researcher's path through a run in a real headless Chromium, each step checked against the raw lines: the largest
 reward jump on Step-Reward clicked, the step area showing that step; the highest-KL sample found by sorting and
-clicked, its tokens read; another run opened at its latest step with no search left over; a live refresh that leaves
+clicked, its tokens read; the curves smoothed with the keyboard, each key press rerunning only them; another run opened at its latest step with no search left over; a live refresh that leaves
 the page where the user was."""
 
 import json
@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 from playwright.sync_api import sync_playwright
+from streamlit.proto.BackMsg_pb2 import BackMsg
 
 from tests.support import ARTIFACTS, SAMPLES
 from tests.support.browser import CHARTS_DRAWN, CHROMIUM, VEGA_VIEW, served_board
@@ -87,6 +88,8 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        sent = []  # what the page asks the server, each a BackMsg
+        page.on("websocket", lambda socket: socket.on("framesent", lambda payload: sent.append(payload)))
         page.goto(board_url)
         page.wait_for_function(CHARTS_DRAWN, timeout=90_000)  # the first screen shows the chosen run: nothing clicked
         settled(page)
@@ -112,7 +115,23 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         settled(page)
         assert in_view(page, step_slider(page, len(steps)))
 
-        # 2. Sorted by KL, the first result is the run's highest-KL sample; a click shows it, its tokens readable.
+        # 2. Smoothing moved with the arrow keys: each key press reruns the curves' fragment, not the page, and the step
+        # in view stays.
+        sent.clear()
+        smoothing = page.locator('[data-testid="stSlider"]').filter(has_text="Smoothing").get_by_role("slider")
+        smoothing.focus()
+        for _ in range(5):  # faster than the curves redraw: no key press is lost to a rerun still running
+            page.keyboard.press("ArrowRight")
+            page.wait_for_timeout(100)
+        settled(page)
+        reruns = [message.rerun_script for message in map(BackMsg.FromString, sent) if message.HasField("rerun_script")]
+        assert reruns and all(rerun.fragment_id for rerun in reruns)
+        assert smoothing.get_attribute("aria-valuetext") == "0.05"
+        raw = "chart => {" + VEGA_VIEW + " return view.data('data_0').filter(point => point.raw !== null).length; }"
+        assert chart.evaluate(raw) > 0  # the raw line faint behind the smoothed one
+        assert step_slider(page, len(steps)).get_attribute("aria-valuetext") == str(second)
+
+        # 3. Sorted by KL, the first result is the run's highest-KL sample; a click shows it, its tokens readable.
         highest = max(lines, key=mean_k3)
         batch = [line for line in lines if line["step"] == highest["step"]]
         page.get_by_label("Sort by").click()
@@ -135,7 +154,7 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         assert running_text.inner_text() == highest["response"] + "<|endoftext|>"
         page.screenshot(path=str(ARTIFACTS / "navigation_tokens.png"))
 
-        # 3. Another run opens at its latest step, with no search left from the last one.
+        # 4. Another run opens at its latest step, with no search left from the last one.
         query = page.get_by_role("textbox", name="Search prompt and response text")
         query.fill("1")
         query.press("Enter")
@@ -148,7 +167,7 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         assert step_slider(page, 3).get_attribute("aria-valuetext") == "3"
         assert query.input_value() == "" and page.get_by_text("loaded samples found").count() == 0
 
-        # 4. Live, with a search active and the step area in view: a new step is announced, the page does not move.
+        # 5. Live, with a search active and the step area in view: a new step is announced, the page does not move.
         page.get_by_text("Live mode", exact=True).click()
         settled(page)
         query.fill("live")

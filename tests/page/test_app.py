@@ -29,9 +29,10 @@ from tests.support.page import (
 )
 from tests.support.runs import sample, write_lines
 
+# The original's sidebar, less its two curve settings, which are above the curves (a slider there moved with the
+# keyboard reruns only the curves).
 SIDEBAR_LABELS = [
-    "Log(s) Root Path", "Choose Log Name", "Max Samples Each Step", "Reward 曲线图", "Variance Scaling",
-    "Zero Shift", "Response 对比", "Use LogP as KL", "Drop Padding Token", "Pad Token", "Drop System Prompt",
+    "Log(s) Root Path", "Choose Log Name", "Max Samples Each Step", "Reward 曲线图", "Response 对比", "Use LogP as KL", "Drop Padding Token", "Pad Token", "Drop System Prompt",
     "End Token of System Prompt", "Show Charts", "Show Batch Samples", "Show Samples Pair", "Show Heat Map",
 ]
 
@@ -47,6 +48,8 @@ def test_the_sidebar_has_the_original_controls_and_the_first_screen_shows_the_ch
     labels = [w.label for kind in ("text_input", "selectbox", "number_input", "checkbox", "slider") for w in getattr(app.sidebar, kind)]
     for label in SIDEBAR_LABELS:
         assert label in labels
+    assert widget(app.main.slider, "Variance Scaling").value == 0.2 and widget(app.main.checkbox, "Zero Shift").value is False
+    assert widget(app.main.slider, "Smoothing").value == 0.0
     assert app.sidebar.title[0].value == "📖 RL Logging Board"
     assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_run"
     assert widget(app.sidebar.number_input, "Max Samples Each Step").value == 128

@@ -310,6 +310,11 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     points = curve_points(step_reward_chart(app))
     for name in runs:
         assert [p["centre"] for p in points[name].values()] == pytest.approx(ema(list(means[name].values()), weight))
+    widget(app.sidebar.checkbox, "Reward 曲线图").uncheck().run()  # the curves and their settings hidden, then shown
+    assert not app.main.slider or "Smoothing" not in [slider.label for slider in app.main.slider]
+    widget(app.sidebar.checkbox, "Reward 曲线图").check().run()
+    assert widget(app.slider, "Smoothing").value == weight  # kept
+    assert [p["centre"] for p in curve_points(step_reward_chart(app))[runs[0]].values()] == pytest.approx(ema(list(means[runs[0]].values()), weight))
 
     table = downloads(app, "Per-step statistics (CSV)")
     assert list(table.columns) == ["run", "series", "step", "mean", "std", "median", "q25", "q75", "count"]

@@ -208,7 +208,7 @@ def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
 def test_step_fractions_are_percent_per_step():
     fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
     points = step_fraction_chart([("run", fractions)])["data"]["values"]
-    assert [(p["series"], p["step"], p["percent"]) for p in points] == [("zero-signal groups (%)", 1, 50.0), ("zero-signal groups (%)", 3, 25.0)]
+    assert [(p["series"], p["step"], p["value"]) for p in points] == [("zero-signal groups (%)", 1, 50.0), ("zero-signal groups (%)", 3, 25.0)]
 
 
 # TensorBoard's smoothing, written out: s_t = w s_(t-1) + (1 - w) x_t from s_0 = 0, divided by 1 - w^t (debiased);

@@ -1,0 +1,169 @@
+"""The sampler-trainer mismatch read from the lines (sampler_logprobs beside logprobs, is_ratio): each sample's numbers
+in the index, the per-step table under each of TRL's four corrections at thresholds, the largest |Δ| tokens and the
+token columns of the Python API, each against a plain recomputation from the raw lines (null values, tool tokens and
+a line without sampler log-probs included)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import rl_board
+from rl_board.mismatch import BUCKETS, CORRECTIONS, largest_mismatches, mismatch_by_bucket, mismatch_by_step, read_mismatch_tokens
+from tests.support.runs import sample, write_lines
+
+
+# Per line, Δ = logp - sampler_logp at the tokens where both are numbers and no tool wrote the token (None elsewhere).
+def deltas(line: dict) -> list[float | None]:
+    if "sampler_logprobs" not in line:
+        return []
+    mask = line.get("tool_mask") or [1] * len(line["logprobs"])
+    return [
+        logp - sampler if logp is not None and sampler is not None and sampled else None
+        for logp, sampler, sampled in zip(line["logprobs"], line["sampler_logprobs"], mask)
+    ]
+
+
+@pytest.fixture(scope="module")
+def run_lines(tmp_path_factory):
+    rng = np.random.default_rng(7)
+    lines = []
+    for step in (1, 2, 3):
+        for index in range(6):
+            length = int(rng.integers(3, 12))
+            logprobs = [float(-rng.exponential(1.5)) for _ in range(length)]
+            entropies = [float(rng.exponential(0.5)) for _ in range(length)]
+            line = sample(step, reward=index / 6, response_tokens=[f"t{k}" for k in range(length)], logprobs=logprobs, entropies=entropies)
+            if index == 5:  # a line of another sampler, without its log-probs
+                lines.append(line)
+                continue
+            sampler = [logp + float(rng.normal(0, 0.6)) for logp in logprobs]
+            if index == 1:
+                sampler[0] = None  # the sampler could not score a token
+            if index == 2:
+                line["tool_mask"] = [1] + [0] * (length - 2) + [1]  # a tool wrote the middle: no values there
+                logprobs[1] = sampler[1] = entropies[1] = None
+            line |= {"sampler_logprobs": sampler, "is_ratio": [float(min(math.exp(d), 2.0)) if d is not None else 1.0 for d in deltas(line | {"sampler_logprobs": sampler})]}
+            lines.append(line)
+    root = tmp_path_factory.mktemp("mismatch")
+    write_lines(root / "run" / "rollout_data_rank_0.jsonl", lines)
+    return rl_board.open_run(root / "run"), lines
+
+
+def test_each_sample_has_its_mismatch_numbers(run_lines):
+    run, lines = run_lines
+    samples = run.samples
+    assert len(samples) == len(lines)
+    for (_, row), line in zip(samples.iterrows(), lines):
+        present = np.array([d for d in deltas(line) if d is not None])
+        if not len(present):
+            assert math.isnan(row["avg_abs_mismatch"]) and math.isnan(row["sum_mismatch"])
+            continue
+        assert row["avg_abs_mismatch"] == pytest.approx(np.abs(present).mean())
+        assert row["max_abs_mismatch"] == pytest.approx(np.abs(present).max())
+        assert row["sum_mismatch"] == pytest.approx(present.sum())
+        assert row["avg_mismatch_kl"] == pytest.approx(np.mean(np.exp(present) - 1 - present))
+        assert row["max_is_ratio"] == pytest.approx(np.exp(present.max())) and row["min_is_ratio"] == pytest.approx(np.exp(present.min()))
+        assert row["mismatch_tokens"] == len(present)
+        sampled = [ratio for ratio, sampled in zip(line["is_ratio"], line.get("tool_mask") or [1] * len(line["is_ratio"])) if sampled]
+        assert row["avg_applied_is_ratio"] == pytest.approx(np.mean(sampled))
+
+
+# TRL's correction written out per sample (grpo_trainer.py): a missing Δ counts as 0; a sequence's ratio is exp(ΣΔ).
+def weights(line_deltas: list, mode: str, low: float | None, high: float | None) -> list[float]:
+    filled = [0.0 if d is None else d for d in line_deltas]
+    ratios = [math.exp(sum(filled))] * len(filled) if mode.startswith("sequence") else [math.exp(d) for d in filled]
+    low, high = (-math.inf if low is None else low), (math.inf if high is None else high)
+    if mode.endswith("truncate"):
+        return [min(max(r, low), high) for r in ratios]
+    return [0.0 if r < low or r > high else r for r in ratios]
+
+
+@pytest.mark.parametrize("mode", list(CORRECTIONS))
+@pytest.mark.parametrize("low, high", [(0.8, 1.25), (None, 1.5), (0.5, None)])
+def test_the_step_table_under_each_correction_is_the_recomputation(run_lines, mode, low, high):
+    run, lines = run_lines
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    assert not tokens.problems
+    table = mismatch_by_step(run.snapshot.samples["step"].to_numpy(), tokens, mode, low, high)
+    assert table.index.tolist() == [1, 2, 3]
+    for step in (1, 2, 3):
+        step_lines = [line for line in lines if line["step"] == step]
+        kept, changed, sequences_changed, sequence_ratios, corrected, applied = [], [], [], [], [], []
+        for line in step_lines:
+            line_deltas = deltas(line)
+            if not line_deltas:
+                continue
+            line_weights = weights(line_deltas, mode, low, high)
+            raw = weights(line_deltas, mode, None, None)
+            flags = [w != r for w, r, d in zip(line_weights, raw, line_deltas) if d is not None]
+            kept += [d for d in line_deltas if d is not None]
+            changed += flags
+            sequences_changed.append(any(flags))
+            sequence_ratios.append(raw[0])
+            corrected += [w for w, d in zip(line_weights, line_deltas) if d is not None]
+            applied += [a for a, d in zip(line["is_ratio"], line_deltas) if d is not None]
+        kept = np.array(kept)
+        row = table.loc[step]
+        assert row["mean |Δ|"] == pytest.approx(np.abs(kept).mean())
+        assert row["mismatch KL"] == pytest.approx(np.mean(np.exp(kept) - 1 - kept))
+        assert row["max ratio"] == pytest.approx(np.exp(kept.max())) and row["min ratio"] == pytest.approx(np.exp(kept.min()))
+        assert row["tokens corrected (%)"] == pytest.approx(100 * np.mean(changed))
+        assert row["sequences corrected (%)"] == pytest.approx(100 * np.mean(sequences_changed))
+        ratios = np.array(sequence_ratios) if mode.startswith("sequence") else np.exp(kept)
+        assert row["effective sample size (%)"] == pytest.approx(100 * ratios.sum() ** 2 / (len(ratios) * (ratios**2).sum()))
+        assert row["mean weight at these thresholds"] == pytest.approx(np.mean(corrected))
+        assert row["mean applied weight"] == pytest.approx(np.mean(applied))
+        assert row["tokens"] == len(kept)
+
+
+def test_the_largest_mismatches_are_the_run_s_largest_deltas(run_lines):
+    run, lines = run_lines
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    largest = largest_mismatches(tokens, 5)
+    every = sorted(((abs(d), index, position, d) for index, line in enumerate(lines) for position, d in enumerate(deltas(line)) if d is not None), reverse=True)
+    assert [(sample, position) for sample, position in zip(largest["sample"], largest["position"])] == [(index, position) for _, index, position, _ in every[:5]]
+    assert largest["Δ"].tolist() == pytest.approx([d for *_, d in every[:5]])
+    assert largest["ratio"].tolist() == pytest.approx([math.exp(d) for *_, d in every[:5]])
+
+
+def test_the_api_token_rows_have_the_sampler_columns(run_lines):
+    run, lines = run_lines
+    step_lines = [line for line in lines if line["step"] == 1]
+    for index in (1, 2, 5):
+        line, frame = step_lines[index], run.tokens(1, index)
+        if index == 5:
+            assert "sampler_logp" not in frame and "delta" not in frame
+            continue
+        expected = [np.nan if d is None else d for d in deltas(line)]
+        np.testing.assert_allclose(frame["delta"], expected)
+        np.testing.assert_allclose(frame["is_ratio"], np.exp(expected))
+        np.testing.assert_allclose(frame["mismatch_kl"], np.expm1(expected) - np.array(expected))
+        sampled = line.get("tool_mask") or [1] * len(expected)
+        np.testing.assert_allclose(frame["applied_is_ratio"], [ratio if keep else np.nan for ratio, keep in zip(line["is_ratio"], sampled)])
+        assert frame["tool"].tolist() == [not keep for keep in sampled]
+
+
+# Each bucket holds the tokens whose position, entropy or turn (1 + the runs of tool tokens before it) is in its range.
+@pytest.mark.parametrize("by", ["position", "entropy", "turn"])
+def test_the_mismatch_by_bucket_is_the_recomputation(run_lines, by):
+    run, lines = run_lines
+    table = mismatch_by_bucket(read_mismatch_tokens(run.snapshot.samples), by)
+    edges = BUCKETS[by]
+    buckets = {}
+    for line in lines:
+        mask = line.get("tool_mask") or [1] * len(line["logprobs"])
+        turn, previous_tool = 1, False
+        for position, (d, entropy, sampled) in enumerate(zip(deltas(line), line["entropies"], mask)):
+            turn += (not sampled) and not previous_tool
+            previous_tool = not sampled
+            value = {"position": position, "entropy": entropy, "turn": turn}[by]
+            if d is None or value is None:
+                continue
+            bucket = next(i for i, (low, high) in enumerate(zip(edges, edges[1:])) if low <= value < high)
+            buckets.setdefault(bucket, []).append(d)
+    assert table["tokens"].tolist() == [len(buckets[b]) for b in sorted(buckets)]
+    assert table["mean |Δ|"].tolist() == pytest.approx([np.mean(np.abs(buckets[b])) for b in sorted(buckets)])
+    assert table["max |Δ|"].tolist() == pytest.approx([np.max(np.abs(buckets[b])) for b in sorted(buckets)])
+    if by == "turn":
+        assert table.index.tolist() == ["1", "2"]  # the tool line's last token is in its second turn
