@@ -67,6 +67,8 @@ EXTRA_ROWS = [
     "change the step, CPU: browser (s)",
     "change the sample, CPU: server (s)",
     "change the sample, CPU: browser (s)",
+    "Smoothing, one arrow key press (s)",
+    "Smoothing, one arrow key press, server part (s)",
     "orjson floor (s)",
     "byte-read floor (s)",
     "worker peak memory (GiB, all)",
@@ -284,6 +286,11 @@ class Board:
         field.fill(str(index))
         return self.timed(lambda: field.press("Enter"))
 
+    # A curve setting moved with the keyboard: each key press is a rerun (of the curves' fragment).
+    def press_smoothing(self) -> float:
+        self.page.locator('[data-testid="stSlider"]').filter(has_text="Smoothing").get_by_role("slider").focus()
+        return self.timed(lambda: self.page.keyboard.press("ArrowRight"))
+
     def set_max_samples(self, value: int, steps_expected: int) -> float:
         field = self.page.get_by_role("spinbutton", name="Max Samples Each Step", exact=True)
         field.fill(str(value))
@@ -344,6 +351,9 @@ def measure(size: str, repeats: int, max_samples: int | None) -> dict:
                 rows[f"change the {name}, CPU: server (s)"].append(statistics.median(server_cpu))
                 rows[f"change the {name}, CPU: browser (s)"].append(statistics.median(browser_cpu))
             print(f"{size}: step {rows['change the step (s)'][-1]:.2f} s, sample {rows['change the sample (s)'][-1]:.2f} s", file=sys.stderr, flush=True)
+            presses = [(board.press_smoothing(), board.server_seconds) for _ in range(3)]
+            rows["Smoothing, one arrow key press (s)"].append(statistics.median(total for total, _ in presses))
+            rows["Smoothing, one arrow key press, server part (s)"].append(statistics.median(server for _, server in presses))
             size_before = appended.stat().st_size
             with open(appended, "ab") as file:
                 file.write(step_lines(0, 0, steps, 128, tokens, steps, False))
