@@ -39,8 +39,8 @@ LINES_PER_READ = 2048
 @dataclass(frozen=True)
 class MismatchTokens:
     lengths: np.ndarray  # tokens of each sample; 0 for a sample without sampler log-probs
-    delta: np.ndarray
-    applied: np.ndarray
+    delta: np.ndarray  # float64: a sequence's ratio is exp of the sum of thousands of them
+    applied: np.ndarray  # float32, as the entropies: shown, never summed over a sequence
     entropy: np.ndarray  # the trainer's entropy at the token (NaN without)
     turn: np.ndarray  # 1 + the runs of tool tokens before the token: the assistant turn it is in
     problems: list[str]  # lines that could not be read back, as "file line N: reason"
@@ -76,13 +76,16 @@ def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
             delta = arrays["logprobs"] - arrays["sampler_logprobs"]
             lengths[start + position] = len(delta)
             deltas.append(delta)
-            missing = np.full(len(delta), np.nan)
-            applied.append(missing if arrays["is_ratio"] is None else arrays["is_ratio"])
-            entropies.append(missing if arrays["entropies"] is None else arrays["entropies"])
+            missing = np.full(len(delta), np.nan, dtype=np.float32)
+            applied.append(missing if arrays["is_ratio"] is None else arrays["is_ratio"].astype(np.float32))
+            entropies.append(missing if arrays["entropies"] is None else arrays["entropies"].astype(np.float32))
             tool = np.zeros(len(delta), dtype=bool) if arrays["tool"] is None else arrays["tool"]
-            turns.append(1 + np.cumsum(tool & ~np.concatenate([[False], tool[:-1]])))
-    flat = lambda parts: np.concatenate(parts) if parts else np.zeros(0)  # noqa: E731
-    return MismatchTokens(lengths=lengths, delta=flat(deltas), applied=flat(applied), entropy=flat(entropies), turn=flat(turns), problems=problems)
+            turns.append((1 + np.cumsum(tool & ~np.concatenate([[False], tool[:-1]]))).astype(np.int32))
+    flat = lambda parts, kind: np.concatenate(parts) if parts else np.zeros(0, dtype=kind)  # noqa: E731
+    return MismatchTokens(
+        lengths=lengths, delta=flat(deltas, np.float64), applied=flat(applied, np.float32), entropy=flat(entropies, np.float32),
+        turn=flat(turns, np.int32), problems=problems,
+    )
 
 
 # Each token's raw ratio at a correction's level, as TRL computes it (grpo_trainer.py, `_generate_and_score_completions`):
@@ -98,9 +101,12 @@ def raw_ratios(tokens: MismatchTokens, mode: str) -> np.ndarray:
 
 # Each token's weight under a correction at [clip_min, clip_max] (None: no bound), as TRL applies it.
 def corrected_weights(tokens: MismatchTokens, mode: str, clip_min: float | None, clip_max: float | None) -> np.ndarray:
+    return corrected(raw_ratios(tokens, mode), mode, clip_min, clip_max)
+
+
+def corrected(ratio: np.ndarray, mode: str, clip_min: float | None, clip_max: float | None) -> np.ndarray:
     if mode not in CORRECTIONS:
         raise ValueError(f"unknown correction {mode!r}: one of {', '.join(CORRECTIONS)}")
-    ratio = raw_ratios(tokens, mode)
     low = -np.inf if clip_min is None else clip_min
     high = np.inf if clip_max is None else clip_max
     if mode.endswith("truncate"):
@@ -111,35 +117,64 @@ def corrected_weights(tokens: MismatchTokens, mode: str, clip_min: float | None,
 # Per step (`steps`: each sample's), over the tokens with a Δ: mean |Δ|, the mismatch KL, the largest and smallest
 # token ratio, the share of tokens and of sequences the correction changes (clipped or masked), the effective sample
 # size of the raw ratios at the correction's level (tokens, or sequences), (Σr)² / (n Σr²), in % of n, the mean
-# weight under the correction, and the mean weight the trainer applied (the lines' is_ratio; NaN without).
+# weight under the correction, and the mean weight the trainer applied (the lines' is_ratio; NaN without). Reduced
+# per sample, then per step, with a few temporaries the size of the tokens (a run of millions of tokens takes
+# a fraction of a second).
 def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_min: float | None, clip_max: float | None) -> pd.DataFrame:
     present = np.isfinite(tokens.delta)
+    delta = np.where(present, tokens.delta, 0.0)
     raw = raw_ratios(tokens, mode)
-    weights = corrected_weights(tokens, mode, clip_min, clip_max)
-    delta = tokens.delta[present]
+    weights = corrected(raw, mode, clip_min, clip_max)
+    changed = (weights != raw) & present
+    kept, starts = tokens.lengths > 0, tokens.starts[tokens.lengths > 0]
+
+    def per_sample(values: np.ndarray, function=np.add, empty: float = 0.0) -> np.ndarray:
+        result = np.full(len(tokens.lengths), empty)
+        if len(starts):
+            result[kept] = function.reduceat(values, starts)
+        return result
+
+    count = per_sample(present.astype(float))
+    applied_present = present & np.isfinite(tokens.applied)
     with np.errstate(over="ignore", invalid="ignore"):
-        frame = pd.DataFrame({
-            "step": steps[tokens.owners][present], "sample": tokens.owners[present], "abs": np.abs(delta),
-            "kl": np.expm1(delta) - delta, "ratio": np.exp(delta), "raw": raw[present], "weight": weights[present],
-            "changed": (weights != raw)[present], "applied": tokens.applied[present],
-        })
-    by_step = frame.groupby("step")
-    table = pd.DataFrame({
-        "mean |Δ|": by_step["abs"].mean(),
-        "mismatch KL": by_step["kl"].mean(),
-        "max ratio": by_step["ratio"].max(),
-        "min ratio": by_step["ratio"].min(),
-        "tokens corrected (%)": by_step["changed"].mean() * 100,
-    })
-    sequences = frame.groupby(["step", "sample"]).agg(changed=("changed", "any"), raw=("raw", "first"))
-    table["sequences corrected (%)"] = sequences.groupby(level="step")["changed"].mean() * 100
-    weighed = sequences.reset_index() if mode.startswith("sequence") else frame  # one ratio per sequence, or per token
-    weighed = weighed.assign(square=weighed["raw"] ** 2).groupby("step")
-    table["effective sample size (%)"] = weighed["raw"].sum() ** 2 / (weighed["raw"].count() * weighed["square"].sum()) * 100
-    table["mean weight at these thresholds"] = by_step["weight"].mean()
-    table["mean applied weight"] = by_step["applied"].mean()
-    table["tokens"] = by_step.size()
-    return table.rename_axis("step")
+        sums = {
+            "abs": per_sample(np.abs(delta)),
+            "kl": per_sample(np.expm1(delta) - delta),
+            "changed": per_sample(changed.astype(float)),
+            "weight": per_sample(np.where(present, weights, 0.0)),
+            "applied": per_sample(np.where(applied_present, tokens.applied, 0.0)),
+            "applied_count": per_sample(applied_present.astype(float)),
+            "raw": per_sample(np.where(present, raw, 0.0)),
+            "raw_squared": per_sample(np.where(present, raw**2, 0.0)),
+        }
+    largest = per_sample(np.where(present, delta, -np.inf), np.maximum, -np.inf)
+    smallest = per_sample(np.where(present, delta, np.inf), np.minimum, np.inf)
+    has = count > 0
+    step_values, step_of = np.unique(steps[has], return_inverse=True)
+    total = lambda values: np.bincount(step_of, weights=values[has], minlength=len(step_values))  # noqa: E731
+    tokens_per_step = total(count)
+    extremes = np.full(len(step_values), -np.inf), np.full(len(step_values), np.inf)
+    np.maximum.at(extremes[0], step_of, largest[has])
+    np.minimum.at(extremes[1], step_of, smallest[has])
+    if mode.startswith("sequence"):  # one ratio per sequence: its tokens' (all the same)
+        ratio = np.exp(per_sample(delta))
+        ratio_sum, ratio_squares, ratio_count = total(ratio), total(ratio**2), total(np.ones(len(count)))
+    else:
+        ratio_sum, ratio_squares, ratio_count = total(sums["raw"]), total(sums["raw_squared"]), tokens_per_step
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table = pd.DataFrame({
+            "mean |Δ|": total(sums["abs"]) / tokens_per_step,
+            "mismatch KL": total(sums["kl"]) / tokens_per_step,
+            "max ratio": np.exp(extremes[0]),
+            "min ratio": np.exp(extremes[1]),
+            "tokens corrected (%)": total(sums["changed"]) / tokens_per_step * 100,
+            "sequences corrected (%)": total((sums["changed"] > 0).astype(float)) / total(np.ones(len(count))) * 100,
+            "effective sample size (%)": ratio_sum**2 / (ratio_count * ratio_squares) * 100,
+            "mean weight at these thresholds": total(sums["weight"]) / tokens_per_step,
+            "mean applied weight": total(sums["applied"]) / total(sums["applied_count"]),
+            "tokens": tokens_per_step.astype(np.int64),
+        }, index=pd.Index(step_values, name="step"))
+    return table
 
 
 # Where the mismatch lives: the tokens bucketed by their position in the response, by the trainer's entropy at them
@@ -159,20 +194,30 @@ def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
     present = np.isfinite(tokens.delta) & np.isfinite(values)
     edges = BUCKETS[by]
     labels = [f"{low:g}+" if high == np.inf else (f"{low:g}" if by == "turn" and high - low == 1 else f"{low:g}-{high:g}") for low, high in zip(edges, edges[1:])]
-    bucket = pd.cut(values[present], edges, right=False, labels=labels)
+    bucket = np.searchsorted(edges, values[present], side="right") - 1  # values below the first edge: none here
     delta = tokens.delta[present]
+    magnitude = np.abs(delta)
     with np.errstate(over="ignore"):
-        frame = pd.DataFrame({"bucket": bucket, "abs": np.abs(delta), "kl": np.expm1(delta) - delta})
-    grouped = frame.groupby("bucket", observed=True)
-    table = pd.DataFrame({"tokens": grouped.size(), "mean |Δ|": grouped["abs"].mean(), "max |Δ|": grouped["abs"].max(), "mismatch KL": grouped["kl"].mean()})
-    return table.rename_axis(by)
+        kl = np.expm1(delta) - delta
+    count = np.bincount(bucket, minlength=len(labels))
+    largest = np.zeros(len(labels))
+    np.maximum.at(largest, bucket, magnitude)
+    held = count > 0
+    with np.errstate(invalid="ignore"):
+        table = pd.DataFrame({
+            "tokens": count, "mean |Δ|": np.bincount(bucket, magnitude, len(labels)) / count, "max |Δ|": largest,
+            "mismatch KL": np.bincount(bucket, kl, len(labels)) / count,
+        }, index=pd.Index(labels, name=by))
+    return table[held]
 
 
 # The tokens of the run with the largest |Δ|, largest first: their sample (position in the samples), position in the
 # response, Δ and raw ratio.
 def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
-    present = np.flatnonzero(np.isfinite(tokens.delta))
-    order = present[np.argsort(-np.abs(tokens.delta[present]), kind="stable")[:count]]
+    magnitude = np.nan_to_num(np.abs(tokens.delta), nan=-1.0)  # no Δ: never among them
+    count = min(count, int(np.isfinite(tokens.delta).sum()))
+    candidates = np.argpartition(-magnitude, count - 1)[:count] if count else np.zeros(0, dtype=np.int64)
+    order = candidates[np.lexsort((candidates, -magnitude[candidates]))]  # largest first; the earlier token on a tie
     owners = tokens.owners[order]
     return pd.DataFrame({
         "sample": owners,
