@@ -957,12 +957,14 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     bounds = (applied.get("clip_min"), applied.get("clip_max")) if applied else DEFAULT_CORRECTION[1:]
     clip_min = low_column.number_input("C_min", value=bounds[0], min_value=0.0, step=0.1, format="%.4g", key=key + "clip_min", help="Lower threshold of the ratio; empty: none.")
     clip_max = high_column.number_input("C_max", value=bounds[1], min_value=0.0, step=0.1, format="%.4g", key=key + "clip_max", help="Upper threshold of the ratio; empty: none.")
-    series = series_column.selectbox("Per step", MISMATCH_SERIES, key=StateKey.MISMATCH + ":series", help="; ".join(f"{name}: {text}" for name, text in MISMATCH_SERIES.items()))
     tables = []
     for name, run in runs:
         if run.samples["avg_abs_mismatch"].notna().any():
             tokens = cached_mismatch_tokens(run.version, run.samples)
             tables.append((name, cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens)))
+    options = [name for name in MISMATCH_SERIES if any(table[name].notna().any() for _, table in tables)]  # no is_ratio: no applied weight
+    remembered_choice(StateKey.MISMATCH + ":series", options, options[0])
+    series = series_column.selectbox("Per step", options, key=StateKey.MISMATCH + ":series", help="; ".join(f"{name}: {MISMATCH_SERIES[name]}" for name in options))
     draw_chart(st, step_table_chart(tables, [series], f"👾 Sampler-trainer mismatch (Step level): {series}", series, look.smoothing), shown.steps)
     note = f"Δ = logp - sampler_logp per token (trainer minus sampler); thresholds applied to the raw ratios under {mode}: {CORRECTIONS[mode]}."
     if applied:
