@@ -156,6 +156,7 @@ from rl_board.text import (
     valid_text,
     visible_whitespace,
 )
+from rl_board.tokenizer import TOKENIZER_VARIABLE
 from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, METRICS_FILES
 
 # ====================================================================================================================
@@ -254,9 +255,17 @@ def launch_options() -> argparse.Namespace:
         default=None,
         help="S3-compatible store to open s3:// paths from (MinIO, R2...); default: the AWS_ENDPOINT_URL variable, else AWS",
     )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="decode the formats that log token ids only (prime-rl, NeMo-RL): a tokenizer.json, a folder with one, or a "
+        "model in the local Hugging Face cache (never downloaded); default: the RL_LOGGING_BOARD_TOKENIZER variable",
+    )
     options, _ = parser.parse_known_args(sys.argv[1:])
     if options.endpoint_url:  # before the workers start: they read it too
         os.environ["AWS_ENDPOINT_URL"] = options.endpoint_url
+    if options.tokenizer:
+        os.environ[TOKENIZER_VARIABLE] = options.tokenizer
     return options
 
 

@@ -3,11 +3,13 @@
     import rl_board
     rl_board.list_runs("rollout_samples")                 # the runs the sidebar lists, as paths open_run takes
     run = rl_board.open_run("rollout_samples/grpo_tiny_example")   # or s3://bucket/prefix/run
+    run = rl_board.open_run("prime_rl_run", tokenizer="Qwen/Qwen3-0.6B")   # token ids decoded (local cache only)
     run.samples                                           # a row per loaded sample: step, sample, reward, ...
     run.step(12)                                          # that step's rows with prompt, response and the other texts
     run.tokens(12, 3)                                     # a row per token of sample 3 of step 12
     run.history.train                                     # the trainer's own logged numbers
 """
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
+from rl_board.tokenizer import TOKENIZER_VARIABLE
 
 ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample of every step
 
@@ -108,7 +111,12 @@ def list_runs(root) -> list[str]:
 # Open a run folder (on disk or s3://...) in any format the board reads; max_samples is Max Samples Each Step (None:
 # every sample). The index cache is the page's: a run the page opened opens at once. parallel indexes a big run on
 # worker processes (spawned: a script that calls this must guard its top level with `if __name__ == "__main__":`).
-def open_run(path, max_samples: int | None = None, parallel: bool = False) -> Run:
+# tokenizer decodes the formats that log token ids only (prime-rl, NeMo-RL's multi-turn lines): a tokenizer.json, a
+# folder with one, or a model in the local Hugging Face cache. It is the process's setting, as the page's
+# --tokenizer (the variable RL_LOGGING_BOARD_TOKENIZER): it stays for the runs opened after.
+def open_run(path, max_samples: int | None = None, parallel: bool = False, tokenizer: str | None = None) -> Run:
+    if tokenizer is not None:
+        os.environ[TOKENIZER_VARIABLE] = str(tokenizer)
     path = path if is_remote(str(path)) else str(Path(path).expanduser())
     snapshot = store.RunStore(path).load(ALL_SAMPLES if max_samples is None else max_samples, parallel=parallel)
     return Run(snapshot, read_history(snapshot.history_dir))

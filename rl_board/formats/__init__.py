@@ -4,16 +4,18 @@ JSONL by its convert function). Adding a format is a module here, its test and a
 
     trl          TRL's completion logs (completions/completions_<step>.parquet)
     verl         verl's generation dumps (<step>.jsonl of rollout_data_dir / validation_data_dir)
+    prime_rl     prime-rl's per-token exports (token_exports/step_<n>/rank_<r>.jsonl, complete steps), with its traces
+    nemo_rl      NeMo-RL's train_data_step<N>.jsonl
     openrlhf     OpenRLHF's data_rank<r>.jsonl
     verl_fork    the verl fork's rollout_data_rank<r>.jsonl
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
     base         RunFormat, Folder and what detectors share; conversion: converted files and their cache
 """
-from rl_board.formats import board_jsonl, openrlhf, trl, verl, verl_fork
+from rl_board.formats import board_jsonl, nemo_rl, openrlhf, prime_rl, trl, verl, verl_fork
 from rl_board.formats.base import Folder, RunFormat
 from rl_board.reading.storage import FileStatus
 
-FORMATS = (trl, verl, openrlhf, verl_fork, board_jsonl)
+FORMATS = (trl, verl, prime_rl, nemo_rl, openrlhf, verl_fork, board_jsonl)
 
 
 # A run's data files with their status, and their format, from one listing of the folder.

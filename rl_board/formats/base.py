@@ -3,7 +3,7 @@ read), Folder (one listing of a run folder) and first_line_keys (the keys a JSON
 import fnmatch
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -26,6 +26,10 @@ class RunFormat:
     weights: tuple = ()  # (name, weight) of each reward function, from the logger's metadata (none: unknown)
     sums_reward: bool = False  # reward is the functions' scores weighted by `weights`, summed when the run loads
     history_dir: str = ""  # where the trainer's history is, when not in the run folder (TRL's output folder)
+    # source -> (its conversion's name, what converting it depends on besides context, given to convert after it), for
+    # files whose names repeat in a run (prime-rl's step_<n>/rank_<r>.jsonl) or whose path says what their lines do not
+    # (NeMo-RL's step); a source not in it keeps its name. Not compared: a change shows as a conversion made again.
+    file_contexts: dict = field(default_factory=dict, compare=False)
 
 
 # One listing of a run folder: its files whose names are valid UTF-8 (tables and caches need it; the others are in the

@@ -25,17 +25,18 @@ def conversions_folder(cache: "IndexCache", run_dir: str) -> Path:
 # A source file's conversion, made when the file (or what the conversion depends on) changed since the last one; a
 # stamp beside it records what it was made from. Returns the conversion's path.
 def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: Path, known: dict) -> str:
-    name = source.rstrip("/").rsplit("/", 1)[-1]
+    name, extra = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1], None))
+    context = run_format.context if extra is None else (*run_format.context, extra)
     target = folder / (name if name.endswith(".jsonl") else f"{name}.jsonl")
     stamp_path = target.with_name(f"{target.name}.source")
-    stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(run_format.context))}
+    stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(context))}
     if known.get(source) == (stamp, str(target)) and target.is_file():
         return str(target)
     with contextlib.suppress(OSError, ValueError):
         if target.is_file() and json.loads(stamp_path.read_bytes()) == stamp:
             known[source] = (stamp, str(target))
             return str(target)
-    data = run_format.convert(read_file(source), run_format.context)
+    data = run_format.convert(read_file(source), context)
     folder.mkdir(parents=True, exist_ok=True)
     for path, content in ((target, data), (stamp_path, json.dumps(stamp).encode())):
         temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")

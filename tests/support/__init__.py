@@ -7,6 +7,7 @@ logger/ (rollout_logger in a real GRPOTrainer), project/ (set-up and the import 
 - browser.py: the board served by start.sh on a free port, Chromium, and what a test reads of a drawn chart.
 - s3_server.py: a moto S3 server for the session, and helpers to fill buckets.
 - other_trainers.py: byte-exact writers of verl's, OpenRLHF's and a verl fork's files.
+- prime_rl_nemo_rl.py: prime-rl's token exports and traces, NeMo-RL's train_data_step files, by their own writing code.
 - trl_completions_run.py: TRL's own completion parquet from a tiny offline GRPOTrainer run.
 - vision_tool_runs.py: a vision-language run with good and hostile image files, and a tool-use run.
 - logger_runs.py, logger_tool_runs.py: one tiny model per session, GRPO runs with the logger, exact re-scoring.
