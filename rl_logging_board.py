@@ -82,6 +82,7 @@ from rl_board.mismatch import (
     mismatch_by_bucket,
     mismatch_by_step,
     read_mismatch_tokens,
+    sample_sums,
 )
 from rl_board.reading.history import (
     TRAINER_STATE,
@@ -970,7 +971,8 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     for name, run in runs:
         if run.samples["avg_abs_mismatch"].notna().any():
             tokens = cached_mismatch_tokens(run.version, run.samples)
-            tables.append((name, cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens)))
+            sums = cached_mismatch_sums(run.version, tokens)
+            tables.append((name, cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens, sums)))
     options = [name for name in MISMATCH_SERIES if any(table[name].notna().any() for _, table in tables)]  # no is_ratio: no applied weight
     remembered_choice(StateKey.MISMATCH + ":series", options, options[0])
     series = series_column.selectbox("Per step", options, key=StateKey.MISMATCH + ":series", help="; ".join(f"{name}: {MISMATCH_SERIES[name]}" for name in options))
@@ -1976,9 +1978,15 @@ def cached_mismatch_tokens(version, _samples: pd.DataFrame) -> "MismatchTokens":
     return read_mismatch_tokens(_samples)
 
 
+# Its per-sample sums, the same at every threshold.
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_mismatch_sums(version, _tokens: "MismatchTokens") -> dict:
+    return sample_sums(_tokens)
+
+
 @st.cache_resource(show_spinner=False, max_entries=16)
-def cached_mismatch_by_step(version, mode: str, clip_min, clip_max, _steps: np.ndarray, _tokens: "MismatchTokens") -> pd.DataFrame:
-    return mismatch_by_step(_steps, _tokens, mode, clip_min, clip_max)
+def cached_mismatch_by_step(version, mode: str, clip_min, clip_max, _steps: np.ndarray, _tokens: "MismatchTokens", _sums: dict) -> pd.DataFrame:
+    return mismatch_by_step(_steps, _tokens, mode, clip_min, clip_max, _sums)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -3,7 +3,7 @@
 Generates (once) bench/runs/mismatch/<size>/run: a rank file of STEPS steps x SAMPLES samples x TOKENS tokens, each
 line with logprobs, sampler_logprobs (logprobs plus noise) and entropies. Then, in a fresh process per size: the
 index (open_run, every sample), the per-token pass Step-Mismatch reads when first opened (read_mismatch_tokens), the
-per-step table under a token-level and a sequence-level correction, the buckets by position and by entropy, the
+per-sample sums (once per run), the per-step table under a token-level and a sequence-level correction, the buckets by position and by entropy, the
 largest |Δ|, and the process's peak memory after each. Prints a markdown table.
 
     python bench/mismatch_bench.py                 # medium and large
@@ -51,7 +51,13 @@ def generated_run(size: str) -> Path:
 def measure(size: str) -> dict:
     sys.path.insert(0, str(PROJECT))
     import rl_board
-    from rl_board.mismatch import largest_mismatches, mismatch_by_bucket, mismatch_by_step, read_mismatch_tokens
+    from rl_board.mismatch import (
+        largest_mismatches,
+        mismatch_by_bucket,
+        mismatch_by_step,
+        read_mismatch_tokens,
+        sample_sums,
+    )
 
     run_dir = generated_run(size)
     peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # noqa: E731  (GiB)
@@ -66,8 +72,9 @@ def measure(size: str) -> dict:
     run = timed("open the run, index cached", lambda: rl_board.open_run(run_dir))
     tokens = timed("per-token pass (the tab's first open)", lambda: read_mismatch_tokens(run.snapshot.samples))
     steps = run.snapshot.samples["step"].to_numpy()
-    timed("per-step table, token_mask", lambda: mismatch_by_step(steps, tokens, "token_mask", 0.5, 2.0))
-    timed("per-step table, sequence_mask", lambda: mismatch_by_step(steps, tokens, "sequence_mask", 0.0, 3.0))
+    sums = timed("per-sample sums (once per run)", lambda: sample_sums(tokens))
+    timed("per-step table, token_mask (new thresholds)", lambda: mismatch_by_step(steps, tokens, "token_mask", 0.5, 2.0, sums))
+    timed("per-step table, sequence_mask (new thresholds)", lambda: mismatch_by_step(steps, tokens, "sequence_mask", 0.0, 3.0, sums))
     timed("by position", lambda: mismatch_by_bucket(tokens, "position"))
     timed("by entropy", lambda: mismatch_by_bucket(tokens, "entropy"))
     timed("the 20 largest abs(Δ)", lambda: largest_mismatches(tokens, 20))

@@ -10,10 +10,22 @@ The per-sample numbers (mean |Δ|, ΣΔ, ...) are the index's (rl_board.reading.
 values are read here, by a pass of their own over the loaded lines, once per run version."""
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
+import simdjson
 
-from rl_board.reading.lines import MISMATCH_DECODER, MISMATCH_TOKEN_KEYS, BadLine, aligned_token_arrays, decode_line
+from rl_board.reading.lines import (
+    LINE_FIELDS_DECODER,
+    MISMATCH_DECODER,
+    MISMATCH_TOKEN_KEYS,
+    BadLine,
+    RolloutMismatch,
+    aligned_token_arrays,
+    decode_line,
+    flat_float_list,
+    integer_step,
+)
 from rl_board.reading.storage import read_spans
 
 # TRL's names (GRPOConfig.vllm_importance_sampling_mode), what each does to the ratio r = exp(Δ) of a token, or of a
@@ -49,22 +61,18 @@ class MismatchTokens:
     def starts(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
 
-    @property
-    def owners(self) -> np.ndarray:
-        """The sample (its position in the samples) of each token."""
-        return np.repeat(np.arange(len(self.lengths)), self.lengths)
-
 
 # The per-token values of the samples (a snapshot's rows: path, offset, length, step, line).
 def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
     lengths, problems = np.zeros(len(samples), dtype=np.int64), []
     deltas, applied, entropies, turns = [], [], [], []
+    parser = simdjson.Parser()
     for start in range(0, len(samples), LINES_PER_READ):
         rows = samples.iloc[start : start + LINES_PER_READ]
         spans = read_spans(rows["path"].tolist(), rows["offset"].astype(int).tolist(), rows["length"].astype(int).tolist())
         for position, (raw, step, path, line) in enumerate(zip(spans, rows["step"].tolist(), rows["path"].tolist(), rows["line"].tolist())):
             try:
-                record, _ = decode_line(raw, MISMATCH_DECODER)
+                record = decoded_mismatch(raw, parser)
                 if float(record.step) != float(step):
                     raise BadLine(f"it now holds step {record.step}, not {step}")
             except BadLine as error:
@@ -88,22 +96,21 @@ def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
     )
 
 
-# Each token's raw ratio at a correction's level, as TRL computes it (grpo_trainer.py, `_generate_and_score_completions`):
-# exp(Δ) of the token, or exp(ΣΔ) of its sequence; a token without Δ counts as Δ = 0 (ratio 1).
-def raw_ratios(tokens: MismatchTokens, mode: str) -> np.ndarray:
-    delta = np.nan_to_num(tokens.delta, nan=0.0)
-    if mode.startswith("sequence") and len(delta):
-        kept = tokens.lengths > 0
-        delta = np.repeat(np.add.reduceat(delta, tokens.starts[kept]), tokens.lengths[kept])
-    with np.errstate(over="ignore"):
-        return np.exp(delta)
+# A line's mismatch keys, the fast way where simdjson takes its per-token lists as they are (flat lists of finite
+# numbers: straight into float arrays, no Python float per token); any other line the general way.
+def decoded_mismatch(raw: bytes, parser: simdjson.Parser) -> RolloutMismatch:
+    try:
+        fields = LINE_FIELDS_DECODER.decode(raw)
+        record = RolloutMismatch(step=msgspec.json.decode(fields["step"]), tool_mask=fields.get("tool_mask", msgspec.Raw()))
+        for key in MISMATCH_TOKEN_KEYS:
+            setattr(record, key, flat_float_list(fields.get(key, msgspec.Raw()), parser))
+        return integer_step(record)
+    except (msgspec.DecodeError, ValueError, TypeError, KeyError, RuntimeError, RecursionError):
+        return decode_line(raw, MISMATCH_DECODER)[0]
 
 
-# Each token's weight under a correction at [clip_min, clip_max] (None: no bound), as TRL applies it.
-def corrected_weights(tokens: MismatchTokens, mode: str, clip_min: float | None, clip_max: float | None) -> np.ndarray:
-    return corrected(raw_ratios(tokens, mode), mode, clip_min, clip_max)
-
-
+# The ratio r under a correction at [clip_min, clip_max] (None: no bound), as TRL applies it
+# (grpo_trainer.py, `_generate_and_score_completions`): clipped into the band, or 0 outside it.
 def corrected(ratio: np.ndarray, mode: str, clip_min: float | None, clip_max: float | None) -> np.ndarray:
     if mode not in CORRECTIONS:
         raise ValueError(f"unknown correction {mode!r}: one of {', '.join(CORRECTIONS)}")
@@ -114,67 +121,116 @@ def corrected(ratio: np.ndarray, mode: str, clip_min: float | None, clip_max: fl
     return np.where((ratio < low) | (ratio > high), 0.0, ratio)
 
 
+# Tokens reduced at a time: the temporaries of a pass over a run's tokens stay this many floats each.
+TOKENS_PER_PASS = 1 << 20
+
+
+# Blocks of whole samples (start, end: sample positions), each of about TOKENS_PER_PASS tokens.
+def sample_blocks(lengths: np.ndarray) -> list[tuple[int, int]]:
+    ends = np.cumsum(lengths)
+    cuts = np.unique(np.searchsorted(ends, np.arange(TOKENS_PER_PASS, ends[-1] if len(ends) else 0, TOKENS_PER_PASS), side="right"))
+    bounds = [0, *[int(cut) for cut in cuts if 0 < cut < len(lengths)], len(lengths)]
+    return list(zip(bounds, bounds[1:]))
+
+
+# Per sample, over its tokens with a Δ (a token without one counts as Δ = 0 in ΣΔ, as TRL counts it): their number,
+# Σ|Δ|, Σ mismatch KL, the largest and smallest Δ, ΣΔ, Σr and Σr² of the token ratios r = exp(Δ), and the trainer's
+# applied weights (Σ, and how many tokens have one). The same at every threshold: computed once per run.
+def sample_sums(tokens: MismatchTokens) -> dict[str, np.ndarray]:
+    names = ["count", "abs", "kl", "largest", "smallest", "delta", "ratio", "ratio_squared", "applied", "applied_count"]
+    sums = {name: np.zeros(len(tokens.lengths)) for name in names}
+    sums["largest"][:], sums["smallest"][:] = -np.inf, np.inf
+    for first, last, delta, present in token_blocks(tokens):
+        lengths = tokens.lengths[first:last]
+        applied = tokens.applied[tokens.starts[first] : tokens.starts[first] + len(delta)]
+        applied_present = present & np.isfinite(applied)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ratio = np.exp(delta)
+            values = {
+                "count": present, "abs": np.abs(delta), "kl": np.expm1(delta) - delta, "delta": delta,
+                "ratio": np.where(present, ratio, 0.0), "ratio_squared": np.where(present, ratio**2, 0.0),
+                "applied": np.where(applied_present, applied, 0.0), "applied_count": applied_present,
+            }
+        for name, value in values.items():
+            sums[name][first:last] = segment_reduce(np.add, value.astype(float), lengths, 0.0)
+        sums["largest"][first:last] = segment_reduce(np.maximum, np.where(present, delta, -np.inf), lengths, -np.inf)
+        sums["smallest"][first:last] = segment_reduce(np.minimum, np.where(present, delta, np.inf), lengths, np.inf)
+    return sums
+
+
+# Each block of samples' tokens: (first sample, end sample, Δ with 0 where a token has none, whether it has one).
+def token_blocks(tokens: MismatchTokens):
+    starts = tokens.starts
+    for first, last in sample_blocks(tokens.lengths):
+        begin, end = (int(starts[first]), int(starts[last - 1] + tokens.lengths[last - 1])) if last > first else (0, 0)
+        raw = tokens.delta[begin:end]
+        present = np.isfinite(raw)
+        yield first, last, np.where(present, raw, 0.0), present
+
+
+# A function reduced over consecutive segments of the given lengths (`empty` for a segment of none).
+def segment_reduce(function, values: np.ndarray, lengths: np.ndarray, empty: float) -> np.ndarray:
+    result = np.full(len(lengths), empty)
+    kept = lengths > 0
+    if kept.any():
+        result[kept] = function.reduceat(values, (np.cumsum(lengths) - lengths)[kept])
+    return result
+
+
+# Per sample, under a correction: how many of its tokens with a Δ the correction changes (clips or masks), and
+# their summed weight. Sequence modes need only the samples' ΣΔ; token modes a pass over the tokens.
+def corrected_sums(tokens: MismatchTokens, sums: dict, mode: str, clip_min: float | None, clip_max: float | None) -> tuple[np.ndarray, np.ndarray]:
+    if mode.startswith("sequence"):
+        with np.errstate(over="ignore"):
+            ratio = np.exp(sums["delta"])
+        weight = corrected(ratio, mode, clip_min, clip_max)
+        return np.where(weight != ratio, sums["count"], 0.0), weight * sums["count"]
+    changed, weights = np.zeros(len(tokens.lengths)), np.zeros(len(tokens.lengths))
+    for first, last, delta, present in token_blocks(tokens):
+        with np.errstate(over="ignore"):
+            ratio = np.exp(delta)
+        weight = corrected(ratio, mode, clip_min, clip_max)
+        lengths = tokens.lengths[first:last]
+        changed[first:last] = segment_reduce(np.add, ((weight != ratio) & present).astype(float), lengths, 0.0)
+        weights[first:last] = segment_reduce(np.add, np.where(present, weight, 0.0), lengths, 0.0)
+    return changed, weights
+
+
 # Per step (`steps`: each sample's), over the tokens with a Δ: mean |Δ|, the mismatch KL, the largest and smallest
 # token ratio, the share of tokens and of sequences the correction changes (clipped or masked), the effective sample
 # size of the raw ratios at the correction's level (tokens, or sequences), (Σr)² / (n Σr²), in % of n, the mean
 # weight under the correction, and the mean weight the trainer applied (the lines' is_ratio; NaN without). Reduced
-# per sample, then per step, with a few temporaries the size of the tokens (a run of millions of tokens takes
-# a fraction of a second).
-def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_min: float | None, clip_max: float | None) -> pd.DataFrame:
-    present = np.isfinite(tokens.delta)
-    delta = np.where(present, tokens.delta, 0.0)
-    raw = raw_ratios(tokens, mode)
-    weights = corrected(raw, mode, clip_min, clip_max)
-    changed = (weights != raw) & present
-    kept, starts = tokens.lengths > 0, tokens.starts[tokens.lengths > 0]
-
-    def per_sample(values: np.ndarray, function=np.add, empty: float = 0.0) -> np.ndarray:
-        result = np.full(len(tokens.lengths), empty)
-        if len(starts):
-            result[kept] = function.reduceat(values, starts)
-        return result
-
-    count = per_sample(present.astype(float))
-    applied_present = present & np.isfinite(tokens.applied)
-    with np.errstate(over="ignore", invalid="ignore"):
-        sums = {
-            "abs": per_sample(np.abs(delta)),
-            "kl": per_sample(np.expm1(delta) - delta),
-            "changed": per_sample(changed.astype(float)),
-            "weight": per_sample(np.where(present, weights, 0.0)),
-            "applied": per_sample(np.where(applied_present, tokens.applied, 0.0)),
-            "applied_count": per_sample(applied_present.astype(float)),
-            "raw": per_sample(np.where(present, raw, 0.0)),
-            "raw_squared": per_sample(np.where(present, raw**2, 0.0)),
-        }
-    largest = per_sample(np.where(present, delta, -np.inf), np.maximum, -np.inf)
-    smallest = per_sample(np.where(present, delta, np.inf), np.minimum, np.inf)
-    has = count > 0
+# per sample (`sums`: sample_sums, computed once per run), then per step.
+def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_min: float | None, clip_max: float | None, sums: dict | None = None) -> pd.DataFrame:
+    sums = sample_sums(tokens) if sums is None else sums
+    changed, weights = corrected_sums(tokens, sums, mode, clip_min, clip_max)
+    has = sums["count"] > 0
     step_values, step_of = np.unique(steps[has], return_inverse=True)
     total = lambda values: np.bincount(step_of, weights=values[has], minlength=len(step_values))  # noqa: E731
-    tokens_per_step = total(count)
+    counted = total(sums["count"])
     extremes = np.full(len(step_values), -np.inf), np.full(len(step_values), np.inf)
-    np.maximum.at(extremes[0], step_of, largest[has])
-    np.minimum.at(extremes[1], step_of, smallest[has])
-    if mode.startswith("sequence"):  # one ratio per sequence: its tokens' (all the same)
-        ratio = np.exp(per_sample(delta))
-        ratio_sum, ratio_squares, ratio_count = total(ratio), total(ratio**2), total(np.ones(len(count)))
+    np.maximum.at(extremes[0], step_of, sums["largest"][has])
+    np.minimum.at(extremes[1], step_of, sums["smallest"][has])
+    sequences = total(np.ones(len(has)))
+    if mode.startswith("sequence"):  # one ratio per sequence
+        with np.errstate(over="ignore"):
+            ratio = np.exp(sums["delta"])
+        ratio_sum, ratio_squares, ratio_count = total(ratio), total(ratio**2), sequences
     else:
-        ratio_sum, ratio_squares, ratio_count = total(sums["raw"]), total(sums["raw_squared"]), tokens_per_step
-    with np.errstate(invalid="ignore", divide="ignore"):
-        table = pd.DataFrame({
-            "mean |Δ|": total(sums["abs"]) / tokens_per_step,
-            "mismatch KL": total(sums["kl"]) / tokens_per_step,
+        ratio_sum, ratio_squares, ratio_count = total(sums["ratio"]), total(sums["ratio_squared"]), counted
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return pd.DataFrame({
+            "mean |Δ|": total(sums["abs"]) / counted,
+            "mismatch KL": total(sums["kl"]) / counted,
             "max ratio": np.exp(extremes[0]),
             "min ratio": np.exp(extremes[1]),
-            "tokens corrected (%)": total(sums["changed"]) / tokens_per_step * 100,
-            "sequences corrected (%)": total((sums["changed"] > 0).astype(float)) / total(np.ones(len(count))) * 100,
+            "tokens corrected (%)": total(changed) / counted * 100,
+            "sequences corrected (%)": total((changed > 0).astype(float)) / sequences * 100,
             "effective sample size (%)": ratio_sum**2 / (ratio_count * ratio_squares) * 100,
-            "mean weight at these thresholds": total(sums["weight"]) / tokens_per_step,
+            "mean weight at these thresholds": total(weights) / counted,
             "mean applied weight": total(sums["applied"]) / total(sums["applied_count"]),
-            "tokens": tokens_per_step.astype(np.int64),
+            "tokens": counted.astype(np.int64),
         }, index=pd.Index(step_values, name="step"))
-    return table
 
 
 # Where the mismatch lives: the tokens bucketed by their position in the response, by the trainer's entropy at them
@@ -190,35 +246,48 @@ BUCKETS = {
 # Per bucket of tokens with a Δ: the number of tokens, mean |Δ|, the largest |Δ| and the mismatch KL; only buckets
 # that hold tokens, in order.
 def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
-    values = {"position": np.arange(len(tokens.delta)) - np.repeat(tokens.starts, tokens.lengths), "entropy": tokens.entropy, "turn": tokens.turn}[by]
-    present = np.isfinite(tokens.delta) & np.isfinite(values)
     edges = BUCKETS[by]
     labels = [f"{low:g}+" if high == np.inf else (f"{low:g}" if by == "turn" and high - low == 1 else f"{low:g}-{high:g}") for low, high in zip(edges, edges[1:])]
-    bucket = np.searchsorted(edges, values[present], side="right") - 1  # values below the first edge: none here
-    delta = tokens.delta[present]
-    magnitude = np.abs(delta)
-    with np.errstate(over="ignore"):
-        kl = np.expm1(delta) - delta
-    count = np.bincount(bucket, minlength=len(labels))
-    largest = np.zeros(len(labels))
-    np.maximum.at(largest, bucket, magnitude)
-    held = count > 0
+    count, magnitude_sum, kl_sum, largest = (np.zeros(len(labels)) for _ in range(4))
+    for first, last, delta, present in token_blocks(tokens):
+        begin = int(tokens.starts[first]) if last > first else 0
+        lengths = tokens.lengths[first:last]
+        values = {
+            "position": lambda: np.arange(len(delta)) - np.repeat(np.cumsum(lengths) - lengths, lengths),
+            "entropy": lambda: tokens.entropy[begin : begin + len(delta)],
+            "turn": lambda: tokens.turn[begin : begin + len(delta)],
+        }[by]()
+        kept = present & np.isfinite(values)
+        bucket = np.searchsorted(edges, values[kept], side="right") - 1
+        kept_delta = delta[kept]
+        magnitude = np.abs(kept_delta)
+        with np.errstate(over="ignore"):
+            kl = np.expm1(kept_delta) - kept_delta
+        count += np.bincount(bucket, minlength=len(labels))
+        magnitude_sum += np.bincount(bucket, magnitude, len(labels))
+        kl_sum += np.bincount(bucket, kl, len(labels))
+        np.maximum.at(largest, bucket, magnitude)
     with np.errstate(invalid="ignore"):
-        table = pd.DataFrame({
-            "tokens": count, "mean |Δ|": np.bincount(bucket, magnitude, len(labels)) / count, "max |Δ|": largest,
-            "mismatch KL": np.bincount(bucket, kl, len(labels)) / count,
-        }, index=pd.Index(labels, name=by))
-    return table[held]
+        table = pd.DataFrame(
+            {"tokens": count.astype(np.int64), "mean |Δ|": magnitude_sum / count, "max |Δ|": largest, "mismatch KL": kl_sum / count},
+            index=pd.Index(labels, name=by),
+        )
+    return table[count > 0]
 
 
 # The tokens of the run with the largest |Δ|, largest first: their sample (position in the samples), position in the
 # response, Δ and raw ratio.
 def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
-    magnitude = np.nan_to_num(np.abs(tokens.delta), nan=-1.0)  # no Δ: never among them
-    count = min(count, int(np.isfinite(tokens.delta).sum()))
-    candidates = np.argpartition(-magnitude, count - 1)[:count] if count else np.zeros(0, dtype=np.int64)
-    order = candidates[np.lexsort((candidates, -magnitude[candidates]))]  # largest first; the earlier token on a tie
-    owners = tokens.owners[order]
+    candidates = []  # each block's own largest, then the largest of those
+    for first, last, delta, present in token_blocks(tokens):
+        begin = int(tokens.starts[first]) if last > first else 0
+        magnitude = np.where(present, np.abs(delta), -1.0)  # no Δ: never among them
+        kept = min(count, int(present.sum()))
+        if kept:
+            candidates.append(begin + np.argpartition(-magnitude, kept - 1)[:kept])
+    order = np.concatenate(candidates) if candidates else np.zeros(0, dtype=np.int64)
+    order = order[np.lexsort((order, -np.abs(tokens.delta[order])))][:count]  # largest first; the earlier token on a tie
+    owners = np.searchsorted(np.cumsum(tokens.lengths), order, side="right")
     return pd.DataFrame({
         "sample": owners,
         "position": order - tokens.starts[owners],

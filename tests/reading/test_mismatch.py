@@ -6,6 +6,7 @@ a line without sampler log-probs included)."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import rl_board
@@ -167,3 +168,19 @@ def test_the_mismatch_by_bucket_is_the_recomputation(run_lines, by):
     assert table["max |Δ|"].tolist() == pytest.approx([np.max(np.abs(buckets[b])) for b in sorted(buckets)])
     if by == "turn":
         assert table.index.tolist() == ["1", "2"]  # the tool line's last token is in its second turn
+
+
+# A run of millions of tokens is reduced a block of samples at a time: blocks of a few tokens give the same numbers.
+def test_the_numbers_are_the_same_reduced_a_few_tokens_at_a_time(run_lines, monkeypatch):
+    import rl_board.mismatch as mismatch
+
+    run, _ = run_lines
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    steps = run.snapshot.samples["step"].to_numpy()
+    tables = lambda: [mismatch_by_step(steps, tokens, mode, 0.8, 1.25) for mode in CORRECTIONS] + [mismatch_by_bucket(tokens, by) for by in BUCKETS] + [largest_mismatches(tokens, 12)]  # noqa: E731
+    whole = tables()
+    monkeypatch.setattr(mismatch, "TOKENS_PER_PASS", 7)
+    assert len(mismatch.sample_blocks(tokens.lengths)) > 5
+    blocks = tables()
+    for expected, table in zip(whole, blocks):
+        pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-12)
