@@ -8,6 +8,13 @@ checkpoints and the best one by eval reward, in <output-dir>/checkpoint-<step>/)
 cores in about a minute.
 
     python examples/train_grpo_tiny.py --output-dir runs/grpo_tiny --steps 400 --seed 0
+    python examples/train_grpo_tiny.py --output-dir runs/grpo_tiny_mismatch --steps 50 --bf16 --top-p 0.9
+
+The second is in bfloat16 mixed precision, sampled at top-p 0.9: the logger records, per token, the log-prob
+`generate` sampled it with (`sampler_logprobs`, after top-p) beside the one TRL's loss uses (`logprobs`, the full
+distribution from a bfloat16 forward pass of the whole sequence). They differ for two reasons the board shows per
+token: top-p renormalises what it keeps, so every sampled token is likelier to the sampler; and bfloat16 computes a
+token at a time with a cache in `generate`, all at once in the forward pass.
 
 Rollouts and the trainer's logged metrics go to <output-dir>/rollout_samples/<EXP_NAME or the output folder's name>/
 (ROLLOUT_SAVE_DIR changes the root); run with SAVE_ROLLOUT_DATA=false for the same training without them.
@@ -167,19 +174,27 @@ def prompt_dataset(size: int, seed: int = 0, conversational: bool = False) -> Da
 
 
 def build_trainer(
-    model_dir: Path, output_dir: Path, steps: int, seed: int = 0, learning_rate: float = 3e-4
+    model_dir: Path,
+    output_dir: Path,
+    steps: int,
+    seed: int = 0,
+    learning_rate: float = 3e-4,
+    bf16: bool = False,
+    top_p: float = 1.0,
 ) -> GRPOTrainer:
-    """GRPO on the sorting task: 4 prompts x 4 completions per step, two reward functions, beta > 0, all on CPU."""
+    """GRPO on the sorting task: 4 prompts x 4 completions per step, two reward functions, beta > 0, all on CPU; in
+    bfloat16 mixed precision with `bf16`, sampling from the top-p share of each next token's distribution."""
     args = GRPOConfig(
         output_dir=str(output_dir),
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,
         seed=seed,
         max_steps=steps,
         per_device_train_batch_size=16,
         num_generations=4,
         max_completion_length=12,
         temperature=1.0,
+        top_p=top_p,
         beta=0.04,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",
@@ -215,12 +230,21 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=60, help="supervised warm-up steps before GRPO")
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="GRPO's (constant) learning rate")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="train in bfloat16 mixed precision: generate's and the loss's log-probs of a token then differ (the "
+        "sampler-trainer mismatch the logger records as sampler_logprobs beside logprobs)",
+    )
+    parser.add_argument("--top-p", type=float, default=1.0, help="sample from this top share of each distribution")
     options = parser.parse_args()
     os.environ.setdefault("SAVE_ROLLOUT_DATA", "true")  # this example exists to show the logging
 
     output_dir = Path(options.output_dir)
     model_dir = save_warm_model(output_dir / "warm_model", options.warmup_steps, options.seed)
-    trainer = build_trainer(model_dir, output_dir, options.steps, options.seed, options.learning_rate)
+    trainer = build_trainer(
+        model_dir, output_dir, options.steps, options.seed, options.learning_rate, options.bf16, options.top_p
+    )
     trainer.add_callback(RolloutLoggerCallback(trainer=trainer))  # the one line that turns on rollout logging
     trainer.train()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -23,7 +24,16 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.data_utils import prepare_multimodal_messages
 
 from .images import ImageFiles
-from .metadata import FORMAT_KEYS, META_FILE, METRICS_FILE, PER_TOKEN_KEYS, RANK_FILE
+from .metadata import (
+    FORMAT_KEYS,
+    IMPORTANCE_SAMPLING_META_KEY,
+    META_FILE,
+    METRICS_FILE,
+    PER_TOKEN_KEYS,
+    RANK_FILE,
+    SAMPLER_META_KEY,
+)
+from .sampler import GenerateLogprobs
 from .writer import JsonlWriter
 
 logger = logging.getLogger(__name__)
@@ -49,10 +59,22 @@ TRAINER_FIELDS = (
     "reward_func_names",
     "reward_weights",
     "beta",
-    "temperature",
     "loss_type",
     "scale_rewards",
+    "tools",
+    "rollout_func",
+    "use_vllm",
+    "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode",
 )
+# The sampling settings, the trainer's fields of the same name, which `generation_kwargs` override.
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p")
+# Fields TRL renamed: the logger reads the first of each that the trainer has, and needs one. TRL 0.29 has the second
+# names (its `vllm_importance_sampling_cap` is an upper bound with no lower one); TRL 1.16 the first, and beside the
+# upper bound `vllm_importance_sampling_clip_min`, read where the trainer has it.
+CONTINUOUS_BATCHING_FIELDS = ("use_transformers_continuous_batching", "use_transformers_paged")
+IMPORTANCE_SAMPLING_MAX_FIELDS = ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_cap")
+RENAMED_FIELDS = (CONTINUOUS_BATCHING_FIELDS, IMPORTANCE_SAMPLING_MAX_FIELDS)
 # Since TRL 1.15 a completion also ends at the generation config's EOS tokens; before, only at the tokenizer's.
 EOS_TOKEN_IDS_SINCE = Version("1.15")
 # The keys a log_extra column may not have: the line format's, and the dataset's image column (it becomes images).
@@ -101,6 +123,17 @@ class RolloutLoggerCallback(TrainerCallback):
     completion TRL masks (`mask_truncated_completions`) has no `tool_mask`: TRL zeroes its mask, and the mask before
     that is not kept anywhere the logger can read.
 
+    The sampler's log-probs (`sampler_logprobs`, one per completion token): with vLLM (or a `rollout_func`), those
+    TRL has (`sampling_per_token_logps`); with transformers' `generate`, recorded as it samples, from the very scores
+    it samples each token from (after temperature, top-k, top-p and min-p), by a recorder that `generate`'s logits
+    processors hand their scores to, put on the generating model instance during each training generation batch (see
+    [`GenerateLogprobs`]). Tool-calling runs (`generate` is called again after each tool result), transformers'
+    continuous batching and greedy decoding get none (one warning). Where TRL corrects for the difference between
+    vLLM's log-probs and its own (`use_vllm` and `vllm_importance_sampling_correction`), each line has `is_ratio`: the
+    ratio TRL applied, per token (in its sequence modes the sample's ratio at each token), after its truncation or
+    masking. The metadata names the sampler and its settings (`sampler`) and TRL's correction (`importance_sampling`:
+    its mode and clip bounds, only when applied).
+
     Reward functions' `log_extra(column, values)` (TRL versions that pass it; not 0.29): this rank's values of each
     column become a key of its lines, `extra_<column>` where the column is named like a key of the line format, as
     plain JSON, null for the samples a column has no value for. Their `log_metric(name, value)` values reach the
@@ -135,6 +168,10 @@ class RolloutLoggerCallback(TrainerCallback):
         exp_name (`str`, *optional*):
             The experiment's folder name under `save_dir`. Defaults to the environment variable `EXP_NAME`, else the
             training arguments' `run_name`, else the name of `output_dir`.
+        sampler_logprobs (`bool`, *optional*, defaults to `True`):
+            Whether to log the sampler's log-prob of each completion token (`sampler_logprobs`). With transformers'
+            `generate` this records them while it samples: a log-softmax over the vocabulary per generated token (on
+            the tiny example, 2 CPU cores: about 1 % of an optimizer step, see docs/logger.md).
     """
 
     def __init__(
@@ -143,9 +180,11 @@ class RolloutLoggerCallback(TrainerCallback):
         enabled: bool | None = None,
         save_dir: str | os.PathLike | None = None,
         exp_name: str | None = None,
+        sampler_logprobs: bool = True,
     ):
         self.trainer = trainer
         self.enabled = rollout_logging_enabled() if enabled is None else enabled
+        self.sampler_logprobs = sampler_logprobs
         self.save_dir = _setting(save_dir, SAVE_DIR_VARIABLE)  # None: `<output_dir>/rollout_samples`
         self.exp_name = _setting(exp_name, EXP_NAME_VARIABLE)  # None: the run name, else the output folder's name
         self.run_dir: Path | None = None
@@ -162,6 +201,7 @@ class RolloutLoggerCallback(TrainerCallback):
             self._batch_inputs_of = _argument_reader(trainer, "_generate_and_score_completions", "inputs")
             self._completion_ids_of = _argument_reader(trainer, "_calculate_rewards", "completion_ids_list")
             self._loss_inputs_of = _argument_reader(trainer, "compute_loss", "inputs")
+            self._generate_logprobs = self._generate_logprobs_recorder() if sampler_logprobs else None
             self._install_hooks()
 
     def _reset_batches(self) -> None:
@@ -200,7 +240,11 @@ class RolloutLoggerCallback(TrainerCallback):
         step = self.trainer.state.global_step + 1  # the optimizer step these samples are trained in first
         self._scored = None
         self._batch_inputs = self._batch_inputs_of(args, kwargs)
-        output = generate(*args, **kwargs)
+        recording = contextlib.nullcontext()
+        if self._generate_logprobs is not None:
+            recording = self._generate_logprobs.recording(_generating_model(self.trainer))
+        with recording:
+            output = generate(*args, **kwargs)
         self._safely(self._start_records, output, step)
         self._scored = self._batch_inputs = None
         return output
@@ -251,7 +295,11 @@ class RolloutLoggerCallback(TrainerCallback):
         # Per-token values only where the mask holds every sampled token: TRL's `mask_truncated_completions` masks a
         # truncated completion out of attention, so its log-probs and entropies were computed without it.
         per_token = [length == len(ids) for length, ids in zip(lengths, sampled_ids)]
-        logprobs, ref_logprobs = _generation_logps(output, completion_mask, lengths, per_token)
+        generated = (output.get("old_per_token_logps"), output.get("ref_per_token_logps"))
+        logprobs, ref_logprobs, sampler_logprobs, is_ratio = (
+            _per_token_rows(values, completion_mask, lengths, per_token)
+            for values in (*generated, *self._sampler_values(output, completion_mask))
+        )
         rank = self.trainer.accelerator.process_index
         images = _prompt_images(self._batch_inputs, count)
         tool_mask = output.get("tool_mask")
@@ -262,6 +310,8 @@ class RolloutLoggerCallback(TrainerCallback):
             "response_tokens": self._completion_tokens(sampled_ids),
             **({} if tool_mask is None else {"tool_mask": _tool_masks(tool_mask, completion_mask, lengths, per_token)}),
             "logprobs": logprobs,
+            "sampler_logprobs": sampler_logprobs,
+            "is_ratio": is_ratio,
             "ref_logprobs": ref_logprobs,
             "entropies": [None] * count,
             "reward": rewards,
@@ -279,6 +329,32 @@ class RolloutLoggerCallback(TrainerCallback):
             columns["extra_" + column if column in RESERVED_KEYS else column] = values
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]
         self._await_loss_pass(output, records, per_token)
+
+    def _sampler_values(self, output: dict, completion_mask: torch.Tensor) -> tuple:
+        """The sampler's per-token log-probs of the batch (TRL's from vLLM or a rollout function, else those recorded
+        from `generate`; None when the option is off or none were recorded), and the importance-sampling ratio TRL
+        applies for the difference, one per token (a sequence-level ratio repeated; None when TRL applies none)."""
+        sampler_logprobs = output.get("sampling_per_token_logps") if self.sampler_logprobs else None
+        if sampler_logprobs is None and self._generate_logprobs is not None:
+            sampler_logprobs, problem = self._generate_logprobs.logprobs(output["completion_ids"], completion_mask)
+            if sampler_logprobs is None:
+                self._warn_once("sampler-logprobs", f"no sampler_logprobs for a generation batch: {problem}")
+        is_ratio = output.get("importance_sampling_ratio")  # (batch, tokens), or (batch, 1) in TRL's sequence modes
+        return sampler_logprobs, None if is_ratio is None else is_ratio.expand_as(completion_mask)
+
+    def _generate_logprobs_recorder(self) -> GenerateLogprobs | None:
+        """What records the sampler's log-probs where TRL samples each generation batch with one `generate` call and
+        keeps none itself; None where TRL has them (vLLM, a rollout function) or none can be recorded (warned)."""
+        trainer = self.trainer
+        if trainer.use_vllm or trainer.rollout_func is not None:
+            return None
+        unrecorded = "tool calls (TRL calls `generate` again after each tool result)" if trainer.tools else None
+        if _first_field(trainer, CONTINUOUS_BATCHING_FIELDS):
+            unrecorded = "transformers' continuous batching (each step samples a changing mix of requests)"
+        if unrecorded:
+            self._warn_once("sampler-logprobs", f"no sampler_logprobs are recorded with {unrecorded}")
+            return None
+        return GenerateLogprobs(_generating_model(trainer))
 
     def _scored_samples(self, count: int) -> tuple[list[list[int]], list[float], list[dict[str, float | None]], dict]:
         """This rank's rows of what `_calculate_rewards` saw and returned: every sampled token of each completion (even
@@ -447,6 +523,8 @@ class RolloutLoggerCallback(TrainerCallback):
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "seed": args.seed,
+            SAMPLER_META_KEY: _sampler_settings(trainer, args),
+            **_importance_sampling_settings(trainer),
             "trainer_config": _without_secrets(args.to_dict()),
         }
         path = self.run_dir / META_FILE.format(launch=self.launch_id)
@@ -498,8 +576,10 @@ def _setting(value, variable: str):
 def _check_trainer(trainer) -> None:
     """Raises if the trainer lacks a method or field the logger reads: TRL changed in a way this logger does not know,
     and it would log wrong or nothing."""
-    needed = HOOKED_METHODS + TRAINER_FIELDS + (("eos_token_ids",) if TRL_VERSION >= EOS_TOKEN_IDS_SINCE else ())
+    needed = HOOKED_METHODS + TRAINER_FIELDS + SAMPLING_FIELDS
+    needed += ("eos_token_ids",) if TRL_VERSION >= EOS_TOKEN_IDS_SINCE else ()
     missing = [name for name in needed if not hasattr(trainer, name)]
+    missing += [" or ".join(names) for names in RENAMED_FIELDS if not any(hasattr(trainer, name) for name in names)]
     if missing:
         raise _trl_drift(trainer, f"has no {', '.join(f'`{name}`' for name in missing)}")
 
@@ -542,17 +622,46 @@ def _folder_name(name: str) -> str:
     return name.strip("/").replace("/", "_") or "run"
 
 
-def _generation_logps(
-    output: dict, completion_mask: torch.Tensor, lengths: list[int], per_token: list[bool]
-) -> tuple[list, list]:
-    """Per sample, the policy's and the reference model's log-probs that TRL computed at generation; None where TRL
-    computed none, or where `per_token` says they do not cover every sampled token."""
-    columns = []
-    for key in ("old_per_token_logps", "ref_per_token_logps"):
-        values = output.get(key)
-        rows = [None] * len(lengths) if values is None else _masked_rows(values, completion_mask, lengths)
-        columns.append([row if keep else None for row, keep in zip(rows, per_token)])
-    return tuple(columns)
+def _first_field(trainer, names: tuple[str, ...]) -> Any:
+    """The value of the first of a renamed field's names that the trainer has (`_check_trainer` made sure of one)."""
+    return getattr(trainer, next(name for name in names if hasattr(trainer, name)))
+
+
+def _generating_model(trainer):
+    """The model TRL calls `generate` on: the trainer's, unwrapped as TRL unwraps it for generation; of a PEFT model,
+    the base model, whose `generate` PEFT's calls."""
+    model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _sampler_settings(trainer, args) -> dict:
+    """The sampler (vLLM or transformers' `generate`) and the settings it samples with: the trainer's, overridden by
+    the training arguments' `generation_kwargs`, as TRL passes them to either."""
+    overrides = args.generation_kwargs or {}
+    settings = {name: overrides.get(name, getattr(trainer, name)) for name in SAMPLING_FIELDS}
+    return {"engine": "vllm" if trainer.use_vllm else "transformers", **settings}
+
+
+def _importance_sampling_settings(trainer) -> dict:
+    """`{"importance_sampling": {"mode", "clip_min", "clip_max"}}` when TRL corrects for the difference between
+    vLLM's log-probs and its own (`is_ratio`), else nothing. TRL 0.29 has no lower bound: its `clip_min` is null."""
+    if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
+        return {}
+    settings = {
+        "mode": trainer.vllm_importance_sampling_mode,
+        "clip_min": getattr(trainer, "vllm_importance_sampling_clip_min", None),
+        "clip_max": _first_field(trainer, IMPORTANCE_SAMPLING_MAX_FIELDS),
+    }
+    return {IMPORTANCE_SAMPLING_META_KEY: settings}
+
+
+def _per_token_rows(
+    values: torch.Tensor | None, completion_mask: torch.Tensor, lengths: list[int], per_token: list[bool]
+) -> list[list[float] | None]:
+    """Per sample, the per-token `values` (batch × completion tokens) at its completion tokens; None for all samples
+    where `values` is None, and where `per_token` says the completion mask does not cover every sampled token."""
+    rows = [None] * len(lengths) if values is None else _masked_rows(values, completion_mask, lengths)
+    return [row if keep else None for row, keep in zip(rows, per_token)]
 
 
 def _sample_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor) -> list[float]:

@@ -45,6 +45,7 @@ GRPO_KEYS = {
     "response",
     "response_tokens",
     "logprobs",
+    "sampler_logprobs",
     "entropies",
     "reward",
     "rewards_per_func",
@@ -84,11 +85,12 @@ def run_logged_with_caplog(tmp_path, monkeypatch, caplog, **settings):
 
 def assert_exact(trainer, generations, records):
     """Every sample's log-probs (and reference log-probs, and entropies where logged) equal a fresh pass of the
-    generating weights."""
+    generating weights; so do the sampler's, in float32 without top-k or top-p (TRL's defaults)."""
     rescorer = Rescorer(trainer.temperature)
     for record in records:
         logprobs, entropies = rescorer.logprobs_and_entropies(generations.weights[record["step"]], record)
         assert max_difference(record["logprobs"], logprobs) < 1e-5
+        assert max_difference(record["sampler_logprobs"], logprobs) < 1e-5
         if "entropies" in record:
             assert max_difference(record["entropies"], entropies) < 1e-5
         if trainer.beta != 0:
@@ -111,7 +113,8 @@ def assert_well_formed(trainer, generations, records, steps, batches_per_step=1,
         assert not {"values", "token_rewards"} & set(record)
         length = len(record["response_tokens"])
         assert length > 0 and all(
-            len(record[key]) == length for key in set(record) & {"logprobs", "ref_logprobs", "entropies"}
+            len(record[key]) == length
+            for key in set(record) & {"logprobs", "sampler_logprobs", "ref_logprobs", "entropies"}
         )
         assert record["truncated"] == (record["response_tokens"][-1] != "<|endoftext|>")
         assert length == trainer.args.max_completion_length or not record["truncated"]
@@ -300,11 +303,12 @@ def test_truncated_completions_trl_masks_keep_their_tokens(tmp_path, monkeypatch
         assert len(tokens) == 4 and tokens[-1] != "<|endoftext|>"
         text = [token for token in tokens if token not in tokenizer.all_special_tokens]  # as the response skips them
         assert tokenizer.convert_tokens_to_string(text) == record["response"]
-        assert not {"logprobs", "ref_logprobs", "entropies"} & set(record) and "micro_batch" in record
+        assert not {"logprobs", "sampler_logprobs", "ref_logprobs", "entropies"} & set(record)
+        assert "micro_batch" in record
         assert record["reward"] == pytest.approx(sum(record["rewards_per_func"].values()))
         assert isinstance(record["advantage"], float)
     complete = [record for record in records if not record["truncated"]]
-    assert all({"logprobs", "ref_logprobs", "entropies"} <= set(record) for record in complete)
+    assert all({"logprobs", "sampler_logprobs", "ref_logprobs", "entropies"} <= set(record) for record in complete)
     assert_exact(trainer, generations, complete)
     assert_step_kl_is_trls(trainer, records, steps=[1, 2])  # the masked lines count in their micro-batch, no token
 

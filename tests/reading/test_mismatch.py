@@ -10,7 +10,14 @@ import pandas as pd
 import pytest
 
 import rl_board
-from rl_board.mismatch import BUCKETS, CORRECTIONS, largest_mismatches, mismatch_by_bucket, mismatch_by_step, read_mismatch_tokens
+from rl_board.mismatch import (
+    BUCKETS,
+    CORRECTIONS,
+    largest_mismatches,
+    mismatch_by_bucket,
+    mismatch_by_step,
+    read_mismatch_tokens,
+)
 from tests.support.runs import sample, write_lines
 
 

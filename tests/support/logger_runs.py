@@ -57,12 +57,14 @@ def make_trainer(
     conversational=False,
     model_dir=None,
     eval_prompts=None,
+    trainer_class=GRPOTrainer,
     **overrides,
 ) -> GRPOTrainer:
-    """A GRPOTrainer on the example's task; with `eval_prompts`, that many other prompts to evaluate on."""
+    """A GRPOTrainer (or `trainer_class`) on the example's task; with `eval_prompts`, that many other prompts to
+    evaluate on."""
     args = grpo_config(output_dir, **overrides)
     model_dir = model_dir or tiny_model_dir()
-    return GRPOTrainer(
+    return trainer_class(
         model=str(model_dir),
         reward_funcs=list(reward_funcs),
         args=args,
@@ -107,6 +109,38 @@ class GenerationRecorder:
 
         trainer._generate_and_score_completions = generate_and_record
         trainer.compute_loss = compute_loss_and_record
+
+
+class GenerateScores:
+    """Wraps the trainer's model's `generate` (on the instance) to ask it for the scores it sampled each token from
+    (`output_scores`: after temperature, top-k and top-p), and keeps the log-probs of the sampled tokens under them:
+    `generate`'s own account of the sampler's log-probs, independent of the logger's. Per step, each training
+    generation's samples as `(sample_key, log-probs)`; of the last call (training or evaluation), one row per sequence
+    (`last`); and, per call, whether the model was training and had a `_get_logits_processor` of its own then (the
+    logger's recorder)."""
+
+    def __init__(self, trainer):
+        self.samples, self.last, self.calls = defaultdict(list), None, []
+        model, tokenizer = trainer.model, trainer.processing_class
+        eos_token_ids = set(getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id])  # TRL's, where it has
+        generate = model.generate
+
+        def generate_with_scores(*args, **kwargs):
+            self.calls.append((model.training, "_get_logits_processor" in vars(model)))
+            output = generate(*args, **kwargs, output_scores=True, return_dict_in_generate=True)
+            prompts, prompt_masks = kwargs["input_ids"], kwargs["attention_mask"].bool()
+            completions = output.sequences[:, prompts.size(1) :]
+            scores = torch.stack(output.scores, dim=1)
+            self.last = torch.log_softmax(scores, dim=-1).gather(2, completions[..., None]).squeeze(-1)
+            if model.training:
+                for prompt, mask, ids, logprobs in zip(prompts, prompt_masks, completions.tolist(), self.last.tolist()):
+                    end = next((index + 1 for index, id_ in enumerate(ids) if id_ in eos_token_ids), len(ids))
+                    text = tokenizer.decode(prompt[mask], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                    key = (text, tuple(tokenizer.convert_ids_to_tokens(ids[:end])))
+                    self.samples[trainer.state.global_step + 1].append((key, logprobs[:end]))
+            return output.sequences
+
+        model.generate = generate_with_scores
 
 
 def sample_key(record: dict) -> tuple:
