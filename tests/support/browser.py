@@ -74,9 +74,11 @@ def served_board(root, cache: Path | None = None):
     if not serves(url):
         server.kill()
         pytest.fail("start.sh did not serve the board: " + server.stdout.read().decode(errors="replace")[-2000:])
-    yield url
-    server.terminate()
-    server.wait(timeout=60)
+    try:
+        yield url
+    finally:  # also when the generator is closed (a script's board.close()), not only run to its end as a fixture
+        server.terminate()
+        server.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
