@@ -838,14 +838,11 @@ def draw_curves(runs: list[tuple[str, "RunSnapshot"]], histories: list["Training
     draw_training_metrics([shown for _, shown in runs], histories, look)
 
 
-# The original's Variance Scaling and Zero Shift, and Smoothing, in a row above the curves they change. Their values
-# are kept while Reward 曲线图 hides the curves: a widget not drawn loses its value, which is then set back, and only
-# then (a value the page sets is sent to the browser, where it would undo a key press made while the curves redraw).
+# The original's Variance Scaling and Zero Shift, and Smoothing, in a row above the curves they change; their values
+# are kept while Reward 曲线图 hides the curves.
 def draw_curve_settings() -> CurveLook:
     keys = {name: StateKey.CURVE_LOOK + name for name in CURVE_LOOK_DEFAULTS}
-    for name, key in keys.items():
-        if key not in st.session_state:
-            st.session_state[key] = st.session_state.get(key + ":kept", CURVE_LOOK_DEFAULTS[name])
+    keep_while_hidden({key: CURVE_LOOK_DEFAULTS[name] for name, key in keys.items()})
     band, shift, smooth = st.columns([4, 2, 4], vertical_alignment="bottom")
     look = CurveLook(
         variance_scale=band.slider(
@@ -857,9 +854,23 @@ def draw_curve_settings() -> CurveLook:
             help="Exponential moving average of every step curve and training metric, as in TensorBoard (0: none); the raw values stay faint behind.",
         ),
     )
-    for name, key in keys.items():
-        st.session_state[key + ":kept"] = getattr(look, name)
+    kept_while_hidden(list(keys.values()))
     return look
+
+
+# Widgets drawn only in an open tab or area lose their values when it closes (Streamlit drops a widget's state when
+# it is not drawn): before drawing them, each missing value is set back (to its default the first time), and only
+# then: a value the page sets is sent to the browser, where it would undo a key press made while the area redraws.
+def keep_while_hidden(defaults: dict):
+    for key, default in defaults.items():
+        if key not in st.session_state:
+            st.session_state[key] = st.session_state.get(key + ":kept", default)
+
+
+# After drawing them: their values, kept for when they are drawn again.
+def kept_while_hidden(keys: list[str]):
+    for key in keys:
+        st.session_state[key + ":kept"] = st.session_state[key]
 
 
 # Tabs of per-step curves: mean over the step's samples with a std band, one line per run compared; only the open
@@ -957,23 +968,32 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
 def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     shown = runs[0][1]
     applied = ((shown.meta or {}).get(IMPORTANCE_SAMPLING_META_KEY) or {})
-    default_mode = applied.get("mode") if applied.get("mode") in CORRECTIONS else DEFAULT_CORRECTION[0]
+    mode, clip_min, clip_max = DEFAULT_CORRECTION
+    if applied.get("mode") in CORRECTIONS:  # the metadata's bounds as numbers the inputs take (TRL keeps an int as given)
+        mode, clip_min, clip_max = applied["mode"], *(threshold(applied.get(name)) for name in ("clip_min", "clip_max"))
     mode_column, low_column, high_column, series_column = st.columns([3, 2, 2, 3], vertical_alignment="bottom")
     key = f"{StateKey.MISMATCH}:{shown.run_dir}:"  # each run starts from its own correction
+    keep_while_hidden({key + "mode": mode, key + "clip_min": clip_min, key + "clip_max": clip_max})
     mode = mode_column.selectbox(
-        "Correction", list(CORRECTIONS), index=list(CORRECTIONS).index(default_mode), key=key + "mode",
+        "Correction", list(CORRECTIONS), key=key + "mode",
         help="How the ratio r = exp(Δ) is corrected, TRL's vllm_importance_sampling_mode names: " + "; ".join(f"{name}: {text}" for name, text in CORRECTIONS.items()),
     )
-    bounds = (applied.get("clip_min"), applied.get("clip_max")) if applied else DEFAULT_CORRECTION[1:]
-    clip_min = low_column.number_input("C_min", value=bounds[0], min_value=0.0, step=0.1, format="%.4g", key=key + "clip_min", help="Lower threshold of the ratio; empty: none.")
-    clip_max = high_column.number_input("C_max", value=bounds[1], min_value=0.0, step=0.1, format="%.4g", key=key + "clip_max", help="Upper threshold of the ratio; empty: none.")
+    clip_min = low_column.number_input("C_min", min_value=0.0, step=0.1, format="%.4g", key=key + "clip_min", help="Lower threshold of the ratio; empty: none.")
+    clip_max = high_column.number_input("C_max", min_value=0.0, step=0.1, format="%.4g", key=key + "clip_max", help="Upper threshold of the ratio; empty: none.")
+    kept_while_hidden([key + "mode", key + "clip_min", key + "clip_max"])
     tables = []
     for name, run in runs:
         if run.samples["avg_abs_mismatch"].notna().any():
             tokens = cached_mismatch_tokens(run.version, run.samples)
             sums = cached_mismatch_sums(run.version, tokens)
-            tables.append((name, cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens, sums)))
+            table = cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens, sums)
+            if len(table):
+                tables.append((name, table))
     options = [name for name in MISMATCH_SERIES if any(table[name].notna().any() for _, table in tables)]  # no is_ratio: no applied weight
+    if not options:  # the index saw log-probs the lines no longer hold (rewritten), or none has a number
+        problems = cached_mismatch_tokens(shown.version, shown.samples).problems
+        st.warning("No token has both log-probs now" + (f": {len(problems)} line(s) could not be read back, e.g. {markdown_literal(problems[0])}; if the files were rewritten, press Load & View." if problems else "."))
+        return
     remembered_choice(StateKey.MISMATCH + ":series", options, options[0])
     series = series_column.selectbox("Per step", options, key=StateKey.MISMATCH + ":series", help="; ".join(f"{name}: {MISMATCH_SERIES[name]}" for name in options))
     draw_chart(st, step_table_chart(tables, [series], f"👾 Sampler-trainer mismatch (Step level): {series}", series, look.smoothing), shown.steps)
@@ -985,6 +1005,11 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
         draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
         draw_largest_mismatches(shown, tokens)
+
+
+# A Step-Mismatch threshold from the run's metadata: a number (an int as TRL may keep it) not below 0, or None.
+def threshold(value) -> float | None:
+    return max(float(value), 0.0) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
 # The shown run's mismatch by token position, by the trainer's entropy at the token, by assistant turn (tool runs):
@@ -1973,7 +1998,7 @@ def cached_largest_changes(version, column: str, median: bool, _samples: pd.Data
 
 
 # A run's per-token mismatch, read once per run version (a pass over its loaded lines).
-@st.cache_resource(show_spinner=False, max_entries=4)
+@st.cache_resource(show_spinner=False, max_entries=2)  # a run of 25 M tokens holds 0.5 GB; live mode makes versions
 def cached_mismatch_tokens(version, _samples: pd.DataFrame) -> "MismatchTokens":
     return read_mismatch_tokens(_samples)
 

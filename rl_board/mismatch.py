@@ -164,7 +164,7 @@ def token_blocks(tokens: MismatchTokens):
     for first, last in sample_blocks(tokens.lengths):
         begin, end = (int(starts[first]), int(starts[last - 1] + tokens.lengths[last - 1])) if last > first else (0, 0)
         raw = tokens.delta[begin:end]
-        present = np.isfinite(raw)
+        present = ~np.isnan(raw)  # ±inf is a Δ (TRL clips or masks it); NaN none
         yield first, last, np.where(present, raw, 0.0), present
 
 
@@ -258,10 +258,10 @@ def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
             "turn": lambda: tokens.turn[begin : begin + len(delta)],
         }[by]()
         kept = present & np.isfinite(values)
-        bucket = np.searchsorted(edges, values[kept], side="right") - 1
+        bucket = np.clip(np.searchsorted(edges, values[kept], side="right") - 1, 0, len(labels) - 1)  # bf16: entropy -1e-6
         kept_delta = delta[kept]
         magnitude = np.abs(kept_delta)
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # an infinite Δ: no finite KL
             kl = np.expm1(kept_delta) - kept_delta
         count += np.bincount(bucket, minlength=len(labels))
         magnitude_sum += np.bincount(bucket, magnitude, len(labels))

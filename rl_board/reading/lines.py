@@ -505,7 +505,7 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
         numbers["avg_abs_mismatch"][owners] = segment_sums_and_means(np.abs(delta)[None], lengths)[1][0]
         numbers["sum_mismatch"][owners] = segment_sums_and_means(delta[None], lengths)[0][0]
         numbers["avg_mismatch_kl"][owners] = segment_sums_and_means(mismatch_kl[None], lengths)[1][0]
-        present = segment_sums_and_means(np.isfinite(delta).astype(float)[None], lengths)[0][0]
+        present = segment_sums_and_means((~np.isnan(delta)).astype(float)[None], lengths)[0][0]
         numbers["mismatch_tokens"][owners] = np.nan_to_num(present)
         for column, function, values in (("max_abs_mismatch", np.fmax, np.abs(delta)), ("max_is_ratio", np.fmax, delta), ("min_is_ratio", np.fmin, delta)):
             extremes = segment_extremes(function, values, lengths)

@@ -112,3 +112,20 @@ def test_a_largest_mismatch_clicked_shows_its_sample_with_the_sampler_columns(ro
     batch = next(frame.value for frame in app.dataframe if "avg_abs_mismatch" in frame.value.columns)
     assert batch["avg_abs_mismatch"].iloc[index] == pytest.approx(np.mean([abs(a - b) for a, b in zip(line["logprobs"], line["sampler_logprobs"])]))
     assert "avg_abs_mismatch" in widget(app.multiselect, "Filter by").options
+
+
+# The correction chosen stays when another tab is opened and this one again (its widgets are drawn only in their tab);
+# metadata with integer bounds (TRL keeps them as given) starts the inputs.
+def test_the_correction_stays_across_tabs_and_starts_from_integer_bounds(root, monkeypatch):
+    (root / "shown" / "rollout_meta_20260101T000000Z.json").write_text(json.dumps({"importance_sampling": {"mode": "token_truncate", "clip_min": 0, "clip_max": 2}}))
+    app = start(root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")
+    open_mismatch(load_and_view(app))
+    assert widget(app.selectbox, "Correction").value == "token_truncate"
+    assert (widget(app.number_input, "C_min").value, widget(app.number_input, "C_max").value) == (0.0, 2.0)
+    widget(app.selectbox, "Correction").set_value("sequence_mask").run()
+    widget(app.number_input, "C_max").set_value(1.5).run()
+    app.session_state["curve_tabs"] = "Step-Reward"
+    app.run()
+    open_mismatch(app)
+    assert widget(app.selectbox, "Correction").value == "sequence_mask" and widget(app.number_input, "C_max").value == 1.5

@@ -191,3 +191,21 @@ def test_the_numbers_are_the_same_reduced_a_few_tokens_at_a_time(run_lines, monk
     blocks = tables()
     for expected, table in zip(whole, blocks):
         pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-12)
+
+
+# An infinite Δ (a sampled token the sampler gave no probability) is a Δ: counted, clipped or masked as TRL does
+# (its nan_to_num leaves ±inf at the float's bounds); a bf16 entropy a hair below 0 falls in the first bucket.
+def test_an_infinite_delta_counts_and_a_negative_entropy_is_bucketed(tmp_path):
+    line = sample(1, response_tokens=["a", "b", "c"], logprobs=[-1.0, -2.0, -0.5], sampler_logprobs=[float("-inf"), -2.5, -0.5], entropies=[-1e-6, 0.3, 0.02])
+    write_lines(tmp_path / "run" / "r.jsonl", [line])
+    run = rl_board.open_run(tmp_path / "run")
+    assert run.samples["mismatch_tokens"].tolist() == [3] and run.samples["max_is_ratio"].tolist() == [math.inf]
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    steps = run.snapshot.samples["step"].to_numpy()
+    truncated = mismatch_by_step(steps, tokens, "token_truncate", 0.5, 2.0)
+    assert truncated["tokens"].tolist() == [3] and truncated["tokens corrected (%)"].tolist() == pytest.approx([100 / 3])
+    assert truncated["mean weight at these thresholds"].tolist() == pytest.approx([(2.0 + math.exp(0.5) + 1.0) / 3])  # inf clipped to C_max
+    masked = mismatch_by_step(steps, tokens, "token_mask", 0.5, 2.0)
+    assert masked["mean weight at these thresholds"].tolist() == pytest.approx([(0.0 + math.exp(0.5) + 1.0) / 3])
+    assert largest_mismatches(tokens, 1)["position"].tolist() == [0]
+    assert mismatch_by_bucket(tokens, "entropy")["tokens"].sum() == 3
