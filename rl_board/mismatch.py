@@ -134,27 +134,29 @@ def sample_blocks(lengths: np.ndarray) -> list[tuple[int, int]]:
 
 
 # Per sample, over its tokens with a Δ (a token without one counts as Δ = 0 in ΣΔ, as TRL counts it): their number,
-# Σ|Δ|, Σ mismatch KL, the largest and smallest Δ, ΣΔ, Σr and Σr² of the token ratios r = exp(Δ), and the trainer's
-# applied weights (Σ, and how many tokens have one). The same at every threshold: computed once per run.
+# Σ|Δ|, Σ mismatch KL, the largest and smallest Δ, ΣΔ, Σ exp(Δ - m) and Σ exp(2(Δ - m)) with m the largest Δ (the
+# sums of the token ratios r = exp(Δ) and of r², without overflow), and the trainer's applied weights (Σ, and how many
+# tokens have one). The same at every threshold: computed once per run.
 def sample_sums(tokens: MismatchTokens) -> dict[str, np.ndarray]:
-    names = ["count", "abs", "kl", "largest", "smallest", "delta", "ratio", "ratio_squared", "applied", "applied_count"]
+    names = ["count", "abs", "kl", "largest", "smallest", "delta", "scaled_ratio", "scaled_square", "applied", "applied_count"]
     sums = {name: np.zeros(len(tokens.lengths)) for name in names}
     sums["largest"][:], sums["smallest"][:] = -np.inf, np.inf
     for first, last, delta, present in token_blocks(tokens):
         lengths = tokens.lengths[first:last]
+        largest = segment_reduce(np.maximum, np.where(present, delta, -np.inf), lengths, -np.inf)
+        sums["largest"][first:last] = largest
+        sums["smallest"][first:last] = segment_reduce(np.minimum, np.where(present, delta, np.inf), lengths, np.inf)
         applied = tokens.applied[tokens.starts[first] : tokens.starts[first] + len(delta)]
         applied_present = present & np.isfinite(applied)
         with np.errstate(over="ignore", invalid="ignore"):
-            ratio = np.exp(delta)
+            scaled = np.exp(delta - np.repeat(largest, lengths))
             values = {
                 "count": present, "abs": np.abs(delta), "kl": np.expm1(delta) - delta, "delta": delta,
-                "ratio": np.where(present, ratio, 0.0), "ratio_squared": np.where(present, ratio**2, 0.0),
+                "scaled_ratio": np.where(present, scaled, 0.0), "scaled_square": np.where(present, scaled**2, 0.0),
                 "applied": np.where(applied_present, applied, 0.0), "applied_count": applied_present,
             }
         for name, value in values.items():
             sums[name][first:last] = segment_reduce(np.add, value.astype(float), lengths, 0.0)
-        sums["largest"][first:last] = segment_reduce(np.maximum, np.where(present, delta, -np.inf), lengths, -np.inf)
-        sums["smallest"][first:last] = segment_reduce(np.minimum, np.where(present, delta, np.inf), lengths, np.inf)
     return sums
 
 
@@ -212,12 +214,18 @@ def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_
     np.maximum.at(extremes[0], step_of, sums["largest"][has])
     np.minimum.at(extremes[1], step_of, sums["smallest"][has])
     sequences = total(np.ones(len(has)))
-    if mode.startswith("sequence"):  # one ratio per sequence
-        with np.errstate(over="ignore"):
-            ratio = np.exp(sums["delta"])
-        ratio_sum, ratio_squares, ratio_count = total(ratio), total(ratio**2), sequences
-    else:
-        ratio_sum, ratio_squares, ratio_count = total(sums["ratio"]), total(sums["ratio_squared"]), counted
+    # The effective sample size (Σr)² / (n Σr²) with every r divided by the step's largest: the same, without overflow.
+    with np.errstate(invalid="ignore", over="ignore"):
+        if mode.startswith("sequence"):  # one ratio per sequence, exp(ΣΔ)
+            step_largest = np.full(len(step_values), -np.inf)
+            np.maximum.at(step_largest, step_of, sums["delta"][has])
+            scaled = np.zeros(len(has))
+            scaled[has] = np.exp(sums["delta"][has] - step_largest[step_of])
+            ratio_sum, ratio_squares, ratio_count = total(scaled), total(scaled**2), sequences
+        else:  # each sample's sums are scaled by its largest Δ: brought to the step's
+            shift = np.zeros(len(has))
+            shift[has] = np.exp(sums["largest"][has] - extremes[0][step_of])
+            ratio_sum, ratio_squares, ratio_count = total(sums["scaled_ratio"] * shift), total(sums["scaled_square"] * shift**2), counted
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return pd.DataFrame({
             "mean |Δ|": total(sums["abs"]) / counted,

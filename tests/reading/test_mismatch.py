@@ -209,3 +209,21 @@ def test_an_infinite_delta_counts_and_a_negative_entropy_is_bucketed(tmp_path):
     assert masked["mean weight at these thresholds"].tolist() == pytest.approx([(0.0 + math.exp(0.5) + 1.0) / 3])
     assert largest_mismatches(tokens, 1)["position"].tolist() == [0]
     assert mismatch_by_bucket(tokens, "entropy")["tokens"].sum() == 3
+
+
+# A sequence whose ΣΔ overflows exp(ΣΔ)² (8,000 tokens of Δ = 0.05: ΣΔ = 400) still has an effective sample size: with
+# one ratio that dominates the others, 1/n of the sequences; a token of Δ = 400 likewise among the tokens.
+def test_the_effective_sample_size_does_not_overflow(tmp_path):
+    long = sample(1, response_tokens=["t"] * 8000, logprobs=[-1.0] * 8000, sampler_logprobs=[-1.05] * 8000)
+    short = [sample(1, response_tokens=["a", "b"], logprobs=[-1.0, -1.0], sampler_logprobs=[-1.0, -1.0]) for _ in range(2)]
+    spike = sample(2, response_tokens=["a", "b", "c"], logprobs=[-1.0, -1.0, -1.0], sampler_logprobs=[-401.0, -1.0, -1.0])
+    write_lines(tmp_path / "run" / "r.jsonl", [long, *short, spike])
+    run = rl_board.open_run(tmp_path / "run")
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    steps = run.snapshot.samples["step"].to_numpy()
+    sequences = mismatch_by_step(steps, tokens, "sequence_mask", None, None)
+    assert sequences.loc[1, "effective sample size (%)"] == pytest.approx(100 / 3)
+    per_token = mismatch_by_step(steps, tokens, "token_mask", None, None)
+    assert per_token.loc[2, "effective sample size (%)"] == pytest.approx(100 / 3)
+    ratios = np.exp([0.05] * 8000 + [0.0] * 4)  # token level, step 1: no overflow, the formula as it is
+    assert per_token.loc[1, "effective sample size (%)"] == pytest.approx(100 * ratios.sum() ** 2 / (len(ratios) * (ratios**2).sum()))
