@@ -25,6 +25,7 @@ from rl_board.reading.lines import (
     decode_line,
     flat_float_list,
     integer_step,
+    segment_reduce,
 )
 from rl_board.reading.storage import read_spans
 
@@ -168,15 +169,6 @@ def token_blocks(tokens: MismatchTokens):
         raw = tokens.delta[begin:end]
         present = ~np.isnan(raw)  # ±inf is a Δ (TRL clips or masks it); NaN none
         yield first, last, np.where(present, raw, 0.0), present
-
-
-# A function reduced over consecutive segments of the given lengths (`empty` for a segment of none).
-def segment_reduce(function, values: np.ndarray, lengths: np.ndarray, empty: float) -> np.ndarray:
-    result = np.full(len(lengths), empty)
-    kept = lengths > 0
-    if kept.any():
-        result[kept] = function.reduceat(values, (np.cumsum(lengths) - lengths)[kept])
-    return result
 
 
 # Per sample, under a correction: how many of its tokens with a Δ the correction changes (clips or masks), and

@@ -508,7 +508,7 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
         present = segment_sums_and_means((~np.isnan(delta)).astype(float)[None], lengths)[0][0]
         numbers["mismatch_tokens"][owners] = np.nan_to_num(present)
         for column, function, values in (("max_abs_mismatch", np.fmax, np.abs(delta)), ("max_is_ratio", np.fmax, delta), ("min_is_ratio", np.fmin, delta)):
-            extremes = segment_extremes(function, values, lengths)
+            extremes = segment_reduce(function, values, lengths, np.nan)  # NaN also where all are NaN (fmax, fmin)
             numbers[column][owners] = extremes if column == "max_abs_mismatch" else np.exp(extremes)
     if token_arrays["is_ratio"]:
         owners, lengths, applied = flat("is_ratio")
@@ -524,14 +524,12 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
 
 
-# The largest (np.fmax) or smallest (np.fmin) value of each consecutive segment, NaN ignored; NaN for a segment
-# that is empty or all NaN.
-def segment_extremes(function, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    result = np.full(len(lengths), np.nan)
-    nonempty = lengths > 0
-    if nonempty.any():
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[nonempty]
-        result[nonempty] = function.reduceat(values, starts)
+# A function (np.add, np.fmax...) reduced over consecutive segments of the given lengths; `empty` for a segment of none.
+def segment_reduce(function, values: np.ndarray, lengths: np.ndarray, empty: float) -> np.ndarray:
+    result = np.full(len(lengths), empty)
+    kept = lengths > 0
+    if kept.any():
+        result[kept] = function.reduceat(values, (np.cumsum(lengths) - lengths)[kept])
     return result
 
 
