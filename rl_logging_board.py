@@ -158,6 +158,7 @@ from rl_board.text import (
     visible_whitespace,
 )
 from rl_board.tokenizer import TOKENIZER_VARIABLE
+from rl_board.update import UPDATE_SERIES, LossPasses, read_loss_passes, sample_shares, sequence_level, update_by_step
 from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, METRICS_FILES
 
 # ====================================================================================================================
@@ -387,6 +388,7 @@ class StateKey:
     OTHER_FIELDS = "other_fields"
     CURVE_LOOK = "curve_look:"  # prefix: one per curve setting
     MISMATCH = "mismatch"  # prefix: Step-Mismatch's choices, the correction's per run
+    UPDATE = "update"  # prefix: Step-Update's choices
 
 
 # How the curves are drawn, chosen above them.
@@ -454,6 +456,10 @@ MISMATCH_SERIES = {
 
 # Of the shown run's tokens, the largest |Δ| listed.
 LARGEST_MISMATCHES = 20
+
+
+# Of a step's samples, those with the largest share of its update listed.
+UPDATE_DRIVERS = 20
 
 
 # Search results listed at most (the downloads hold up to EXPORT_ROWS).
@@ -888,6 +894,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Fields")
     if present("avg_abs_mismatch"):
         tab_names.append("Step-Mismatch")
+    if present("loss_passes"):
+        tab_names.append("Step-Update")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
@@ -927,6 +935,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_facet_curve(runs[0][1], curve)
         elif open_tab == "Step-Mismatch":
             draw_mismatch(runs, look)
+        elif open_tab == "Step-Update":
+            draw_update(runs, history, look)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -1005,6 +1015,71 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
         draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
         draw_largest_mismatches(shown, tokens)
+
+
+# Step-Update: what the loss passes did with the tokens, per optimizer step (each run compared a line): the shares
+# PPO's clip zeroed, as TRL logs them, checked against the run's own logged clip_ratio/*; the share the entropy mask
+# dropped; how concentrated the update was. Then the samples that drove one step's update, each row a click.
+def draw_update(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", look: CurveLook):
+    shown = runs[0][1]
+    tables = []
+    for name, run in runs:
+        if run.samples["loss_passes"].notna().any():
+            passes = cached_loss_passes(run.version, run.samples)
+            tables.append((name, cached_update_by_step(run.version, sequence_level(run.meta), passes.table).set_index("step")))
+    options = [name for name in UPDATE_SERIES if any(name in table and table[name].notna().any() for _, table in tables)]
+    if not options:  # the index saw loss passes the lines no longer hold (rewritten)
+        problems = cached_loss_passes(shown.version, shown.samples).problems
+        st.warning("No loss pass can be read now" + (f": {len(problems)} line(s) could not be read back, e.g. {markdown_literal(problems[0])}; if the files were rewritten, press Load & View." if problems else "."))
+        return
+    remembered_choice(StateKey.UPDATE + ":series", options, options[0] if "clip_ratio/region_mean" not in options else "clip_ratio/region_mean")
+    series = st.selectbox("Per step", options, key=StateKey.UPDATE + ":series", help="; ".join(f"{name}: {UPDATE_SERIES[name]}" for name in options))
+    draw_chart(st, step_table_chart(tables, [series], f"👾 What the loss passes did (Step level): {series}", series, look.smoothing), shown.steps)
+    st.caption(update_note(tables[0][1], history, series))
+    passes = cached_loss_passes(shown.version, shown.samples)
+    if not passes.table.empty:
+        draw_update_drivers(shown, passes)
+
+
+# What the curve is, and for TRL's clip metrics whether the run's own logged values agree with the lines.
+def update_note(table: pd.DataFrame, history: "TrainingHistory", series: str) -> str:
+    note = "Steps are the optimizer steps the loss passes ran in. Update weight: -∂loss/∂logp of a token in its pass's loss (0 where a clip or a mask zeroed it)."
+    logged = history.train.set_index("step")[series].dropna() if series in history.train else pd.Series(dtype=float)
+    both = table[series].dropna().index.intersection(logged.index)
+    if len(both):
+        difference = float((table.loc[both, series] - logged.loc[both]).abs().max())
+        note += f" The trainer logged {series} at {len(both)} of these steps; the largest difference from the lines' recomputation is {difference:.2g}."
+    return note
+
+
+# The samples that drove one step's update: each one's share of the step's Σ|update weight|, largest first; a click
+# shows the sample (its token table has each token's update weight, clip and ratio).
+def draw_update_drivers(run: "RunSnapshot", passes: "LossPasses"):
+    steps = sorted(passes.table["step"].unique().tolist())
+    fit_state(StateKey.UPDATE + ":step", steps)
+    step = st.selectbox("Samples that drove the update of step", steps, index=len(steps) - 1, key=StateKey.UPDATE + ":step")
+    shares = cached_sample_shares(run.version, passes.table)
+    top = shares[shares["step"] == step].head(UPDATE_DRIVERS)
+    rows = run.samples.iloc[top["sample"].to_numpy()]
+    table = pd.DataFrame({
+        "step": rows["step"].to_numpy(), "sample": rows["sample"].to_numpy(), "share of |update|": top["share"].to_numpy(),
+        "reward": rows["reward"].to_numpy(), "advantage": rows["advantage"].to_numpy(), "tokens": top["tokens"].to_numpy(),
+        "clipped low": top["clipped_low"].to_numpy(), "clipped high": top["clipped_high"].to_numpy(), "entropy-masked": top["entropy_dropped"].to_numpy(),
+    })
+    table = table[[column for column in table if table[column].notna().any()]]
+    if passes.problems:
+        st.warning(f"{len(passes.problems)} line(s) could not be read back for the loss passes, e.g. {markdown_literal(passes.problems[0])}; if the files were rewritten, press Load & View.")
+    key = f"{StateKey.UPDATE}:drivers:{run.version}:{step}"
+    st.dataframe(
+        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",
+        on_select=lambda: pick_search_result(key, table["step"].tolist(), table["sample"].tolist()),
+        column_config={
+            "step": st.column_config.NumberColumn(help="The step that generated the sample (its batch in Each Step Response)"),
+            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
+            "share of |update|": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="Σ|update weight| of the sample's tokens in this step's passes, over the step's"),
+        },
+    )
+    st.caption(f"The {len(table)} samples with the largest share of step {step}'s update. Click a row to show the sample below; its token table has update_weight, clipped and policy_ratio per token.")
 
 
 # A Step-Mismatch threshold from the run's metadata: a number (an int as TRL may keep it) not below 0, or None.
@@ -2012,6 +2087,22 @@ def cached_mismatch_sums(version, _tokens: "MismatchTokens") -> dict:
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_mismatch_by_step(version, mode: str, clip_min, clip_max, _steps: np.ndarray, _tokens: "MismatchTokens", _sums: dict) -> pd.DataFrame:
     return mismatch_by_step(_steps, _tokens, mode, clip_min, clip_max, _sums)
+
+
+# A run's loss passes, read once per run version (a pass over its loaded lines).
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_loss_passes(version, _samples: pd.DataFrame) -> "LossPasses":
+    return read_loss_passes(_samples)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_update_by_step(version, sequence: bool, _passes: pd.DataFrame) -> pd.DataFrame:
+    return update_by_step(_passes, sequence)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_sample_shares(version, _passes: pd.DataFrame) -> pd.DataFrame:
+    return sample_shares(_passes)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -181,9 +181,12 @@ def build_trainer(
     learning_rate: float = 3e-4,
     bf16: bool = False,
     top_p: float = 1.0,
+    num_iterations: int = 1,
+    epsilon: float = 0.2,
 ) -> GRPOTrainer:
     """GRPO on the sorting task: 4 prompts x 4 completions per step, two reward functions, beta > 0, all on CPU; in
-    bfloat16 mixed precision with `bf16`, sampling from the top-p share of each next token's distribution."""
+    bfloat16 mixed precision with `bf16`, sampling from the top-p share of each next token's distribution; each
+    generation batch trained `num_iterations` times, PPO's clip range ±`epsilon`."""
     args = GRPOConfig(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -195,6 +198,8 @@ def build_trainer(
         max_completion_length=12,
         temperature=1.0,
         top_p=top_p,
+        num_iterations=num_iterations,
+        epsilon=epsilon,
         beta=0.04,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",
@@ -237,13 +242,25 @@ def main() -> None:
         "sampler-trainer mismatch the logger records as sampler_logprobs beside logprobs)",
     )
     parser.add_argument("--top-p", type=float, default=1.0, help="sample from this top share of each distribution")
+    parser.add_argument(
+        "--num-iterations", type=int, default=1, help="loss passes over each generation batch (TRL's num_iterations)"
+    )
+    parser.add_argument("--epsilon", type=float, default=0.2, help="PPO's clip range: ratios outside 1 ± epsilon clip")
     options = parser.parse_args()
     os.environ.setdefault("SAVE_ROLLOUT_DATA", "true")  # this example exists to show the logging
 
     output_dir = Path(options.output_dir)
     model_dir = save_warm_model(output_dir / "warm_model", options.warmup_steps, options.seed)
     trainer = build_trainer(
-        model_dir, output_dir, options.steps, options.seed, options.learning_rate, options.bf16, options.top_p
+        model_dir,
+        output_dir,
+        options.steps,
+        options.seed,
+        options.learning_rate,
+        options.bf16,
+        options.top_p,
+        options.num_iterations,
+        options.epsilon,
     )
     trainer.add_callback(RolloutLoggerCallback(trainer=trainer))  # the one line that turns on rollout logging
     trainer.train()

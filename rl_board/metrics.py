@@ -11,6 +11,7 @@ import pandas as pd
 from rl_board.reading.lines import EXTRA_PREFIX, KL_ESTIMATORS, TEXT_PREFIX, kl_per_token, segment_sums_and_means
 from rl_board.reading.snapshot import RunSnapshot, SampleTokens
 from rl_board.text import IMAGE_PLACEHOLDER, clean_text, shorten
+from rl_board.update import token_update
 
 # Per-step series of the reward tab, in the original's order.
 REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
@@ -40,6 +41,10 @@ TOKEN_ROWS = {
     "prob": "exp(logp)",
     "ref_prob": "exp(ref_logp)",
     "advantage": "the sample's advantage, the same on every token",
+    "update_weight": "-∂loss/∂logp summed over the loss passes: how hard the update pushed the token's log-prob up (> 0) or down (< 0); 0 where clipping or a mask zeroed it",
+    "clipped": "loss passes whose PPO clip zeroed the token's gradient: -k for k passes of the lower clip, +k of the upper",
+    "policy_ratio": "π_θ/π_old at the sample's last loss pass: how far the update had moved the token's probability",
+    "entropy_kept": "loss passes whose entropy mask (top_entropy_quantile) kept the token",
 }
 
 
@@ -161,7 +166,7 @@ def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
 # ratio, mismatch KL, largest and smallest token ratio), and every number of a key outside the format.
 def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
     columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
-    columns += ["avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio"]
+    columns += ["avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio", "clipped_tokens", "abs_update_weight"]
     return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
 
 
@@ -234,7 +239,7 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
         sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
     columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
-    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "response_tokens_len", "tool_tokens", "truncated"]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "clipped_tokens", "abs_update_weight", "response_tokens_len", "tool_tokens", "truncated"]
     columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]
@@ -270,6 +275,7 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
             values[name] = per_token
     if tokens.advantage is not None:
         values["advantage"] = np.full(len(logp), tokens.advantage)
+    values.update(token_update(tokens.loss_passes, len(logp)))
     names = tokens.response_tokens
     is_pad = np.array([pad_token is not None and name == pad_token for name in names], dtype=bool)
     is_tool = np.zeros(len(names), dtype=bool) if tokens.tool is None else tokens.tool

@@ -7,6 +7,7 @@
     run.samples                                           # a row per loaded sample: step, sample, reward, ...
     run.step(12)                                          # that step's rows with prompt, response and the other texts
     run.tokens(12, 3)                                     # a row per token of sample 3 of step 12
+    run.update_by_step()                                  # what each step's loss passes did: clip fractions, ...
     run.history.train                                     # the trainer's own logged numbers
 """
 import os
@@ -24,6 +25,7 @@ from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
 from rl_board.tokenizer import TOKENIZER_VARIABLE
+from rl_board.update import read_loss_passes, sample_shares, sequence_level, update_by_step
 
 ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample of every step
 
@@ -100,6 +102,27 @@ class Run:
         frame = pd.DataFrame({"position": shown.positions, "token": shown.tokens, **shown.values})
         frame["tool"] = np.asarray(shown.is_tool, dtype=bool)
         return frame
+
+    def update_by_step(self) -> pd.DataFrame:
+        """A row per optimizer step that loss passes ran in (rollout_logger's `loss_passes`): TRL's clip fractions
+        clip_ratio/low_mean, high_mean and region_mean recomputed from the tokens, the share of tokens the entropy mask
+        dropped, the policy ratio's extremes, how concentrated the update was (top_sample_share, samples_for_half;
+        rl_board.update.UPDATE_SERIES), passes and samples. Empty without loss passes."""
+        return update_by_step(self._loss_passes(), sequence_level(self.snapshot.meta))
+
+    def update_shares(self) -> pd.DataFrame:
+        """A row per (step, sample) of the loss passes: the optimizer step, the sample's generation step and index in
+        that step's batch (as tokens() takes them), its share of the step's Σ|update weight| (−∂loss/∂logp over its
+        tokens and passes), its tokens, clipped tokens and tokens the entropy mask dropped; largest share first."""
+        shares = sample_shares(self._loss_passes())
+        rows = self.snapshot.samples.iloc[shares["sample"].to_numpy()]
+        return shares.drop(columns="sample").assign(generation_step=rows["step"].to_numpy(), sample=rows["sample"].to_numpy())
+
+    def _loss_passes(self) -> pd.DataFrame:
+        passes = read_loss_passes(self.snapshot.samples)
+        for problem in passes.problems:
+            warnings.warn(problem, stacklevel=3)
+        return passes.table
 
 
 # The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for ".").

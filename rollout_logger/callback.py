@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -27,6 +28,8 @@ from .images import ImageFiles
 from .metadata import (
     FORMAT_KEYS,
     IMPORTANCE_SAMPLING_META_KEY,
+    LOSS_META_KEY,
+    LOSS_PASS_TOKEN_KEYS,
     META_FILE,
     METRICS_FILE,
     PER_TOKEN_KEYS,
@@ -66,7 +69,19 @@ TRAINER_FIELDS = (
     "use_vllm",
     "vllm_importance_sampling_correction",
     "vllm_importance_sampling_mode",
+    "num_iterations",
+    "epsilon_low",
+    "epsilon_high",
+    "importance_sampling_level",
+    "top_entropy_quantile",
 )
+# The trainer's method that picks the high-entropy tokens its loss keeps (`top_entropy_quantile`); wrapped to read its
+# mask where the trainer has it.
+ENTROPY_MASK_METHOD = "get_high_entropy_mask"
+# The loss types whose policy term is PPO's clipped one, and CISPO's (which clips the weight, not the gradient): TRL
+# logs `clip_ratio/*` for the first, `cispo_clip_ratio` for the second.
+PPO_CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+CISPO_LOSS = "cispo"
 # The sampling settings, the trainer's fields of the same name, which `generation_kwargs` override.
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p")
 # Fields TRL renamed: the logger reads the first of each that the trainer has, and needs one. TRL 0.29 has the second
@@ -81,6 +96,19 @@ EOS_TOKEN_IDS_SINCE = Version("1.15")
 RESERVED_KEYS = FORMAT_KEYS | {"image"}
 # Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
 SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_key", re.IGNORECASE)
+
+
+@dataclasses.dataclass
+class LossPass:
+    """A loss pass over samples the logger waits for: their ids in the batch's order, the batch, the index of the
+    pass in its optimizer step, and what the pass computes that the logger reads (set by the hooks it calls)."""
+
+    samples: list[int]
+    inputs: dict
+    micro_batch: int
+    logps: torch.Tensor | None = None  # the policy's per-token log-probs, as the loss takes them (with their graph)
+    entropies: torch.Tensor | None = None
+    entropy_mask: torch.Tensor | None = None  # TRL's `get_high_entropy_mask`, where the loss used one
 
 
 def rollout_logging_enabled() -> bool:
@@ -209,11 +237,12 @@ class RolloutLoggerCallback(TrainerCallback):
         self._next_sample = 0  # the id the next sample of this rank gets
         self._waiting: dict[int, tuple[dict, bool]] = {}  # sample id -> (record, per-token values to come), until
         # its first loss pass
+        self._updating: dict[int, tuple[dict, bool]] = {}  # the same, after its first loss pass, until its last
         self._finished: list[dict] = []  # records whose lines are written at the end of the optimizer step
         self._batch_inputs: list[dict] | None = None  # the dataset rows of the batch being generated
         self._scored: tuple | None = None  # `_calculate_rewards`'s completion ids, result and the reward functions'
         # `log_extra` columns, during a generation
-        self._loss_batch: tuple | None = None  # (sample ids, completion mask, micro-batch) in the loss pass
+        self._loss_pass: LossPass | None = None  # what the loss pass in progress reads, for records it completes
         self._micro_batches = 0  # the training loss passes of the current optimizer step so far
 
     # ------------------------------------------------------------------ hooks
@@ -223,6 +252,8 @@ class RolloutLoggerCallback(TrainerCallback):
         self._wrap("_calculate_rewards", self._around_rewards)
         self._wrap("_get_per_token_logps_and_entropies", self._around_per_token_logps)
         self._wrap("compute_loss", self._around_loss)
+        if hasattr(self.trainer, ENTROPY_MASK_METHOD):
+            self._wrap(ENTROPY_MASK_METHOD, self._around_entropy_mask)
 
     def _wrap(self, name: str, around: Callable) -> None:
         """Replaces `trainer.<name>` on this instance only by `around(original, *args, **kwargs)`."""
@@ -240,6 +271,10 @@ class RolloutLoggerCallback(TrainerCallback):
         step = self.trainer.state.global_step + 1  # the optimizer step these samples are trained in first
         self._scored = None
         self._batch_inputs = self._batch_inputs_of(args, kwargs)
+        # TRL generates again once every sample of the last batch had its num_iterations loss passes; a record still
+        # waiting for one (a pass TRL skipped) is written as it is.
+        self._finished.extend(_completed(record) for record, _ in self._updating.values())
+        self._updating.clear()
         recording = contextlib.nullcontext()
         if self._generate_logprobs is not None:
             recording = self._generate_logprobs.recording(_generating_model(self.trainer))
@@ -265,24 +300,34 @@ class RolloutLoggerCallback(TrainerCallback):
             self._micro_batches += 1
         inputs = self._loss_inputs_of(args, kwargs)
         samples = inputs.get(SAMPLE_KEY)
-        if samples is not None and self._waiting:
+        loss_pass = None
+        if samples is not None and (self._waiting or self._updating):
             samples = samples.tolist()
-            if any(sample in self._waiting for sample in samples):
-                self._loss_batch = (samples, inputs["completion_mask"], micro_batch)
+            if any(sample in self._waiting or sample in self._updating for sample in samples):
+                loss_pass = LossPass(samples, inputs, micro_batch)
+        self._loss_pass = loss_pass
         try:
-            return compute_loss(*args, **kwargs)
+            loss = compute_loss(*args, **kwargs)
         finally:
-            if self._loss_batch is not None:  # the loss computed no per-token log-probs (e.g. a Liger kernel loss)
+            self._loss_pass = None
+        if loss_pass is not None:
+            if loss_pass.logps is None:  # the loss computed no per-token log-probs (e.g. a Liger kernel loss)
                 self._warn_once("loss-logps", "the loss pass computed no per-token log-probs that could be logged")
-                self._safely(self._finish_records, self._loss_batch, None)
-            self._loss_batch = None
+            self._safely(self._finish_pass, loss_pass, loss)
+        return loss
 
     def _around_per_token_logps(self, get_per_token_logps, *args, **kwargs):
         result = get_per_token_logps(*args, **kwargs)
-        loss_batch, self._loss_batch = self._loss_batch, None  # only the loss pass's first call is the policy's
-        if loss_batch is not None:
-            self._safely(self._finish_records, loss_batch, result)
+        loss_pass = self._loss_pass
+        if loss_pass is not None and loss_pass.logps is None:  # only the loss pass's first call is the policy's
+            loss_pass.logps, loss_pass.entropies = result[:2]  # since TRL 1.7 an auxiliary loss follows
         return result
+
+    def _around_entropy_mask(self, get_high_entropy_mask, *args, **kwargs):
+        entropy_mask = get_high_entropy_mask(*args, **kwargs)
+        if self._loss_pass is not None and self._loss_pass.entropy_mask is None:
+            self._loss_pass.entropy_mask = entropy_mask
+        return entropy_mask
 
     # ------------------------------------------------------------------ records
 
@@ -405,35 +450,78 @@ class RolloutLoggerCallback(TrainerCallback):
         self._next_sample += len(records)
         self._generations += 1
 
-    def _finish_records(self, loss_batch: tuple, result: Any) -> None:
-        """Completes a micro-batch's records with the loss pass's micro-batch index, log-probs and entropies, where
-        they describe the policy that sampled them."""
-        samples, completion_mask, micro_batch = loss_batch
-        entries = [self._waiting.pop(sample, None) for sample in samples]  # None: a later pass (num_iterations > 1)
+    def _finish_pass(self, loss_pass: LossPass, loss: torch.Tensor) -> None:
+        """Adds the loss pass to its samples' records: at a sample's first pass, its micro-batch index, log-probs and
+        entropies, where they describe the policy that sampled it; at each pass, what the pass did with each token
+        (`loss_passes`). A record is done after its `num_iterations`-th pass."""
+        trainer = self.trainer
         # A record's `step` is `global_step + 1` at generation: an equal step here means no optimizer step since. A
         # sample trained in a later step of its generation batch gets no loss-pass values (TRL's old log-probs stay)
         # and no micro-batch: its line's step did not train it.
-        step = self.trainer.state.global_step + 1
-        sampling_policy = [entry is not None and entry[0]["step"] == step for entry in entries]
+        step = trainer.state.global_step + 1
+        first = [sample in self._waiting for sample in loss_pass.samples]
+        entries = [self._waiting.pop(sample, None) or self._updating.pop(sample, None) for sample in loss_pass.samples]
+        mask = loss_pass.inputs["completion_mask"].bool()
+        lengths = mask.sum(dim=1).tolist()
         logps = entropies = None
-        if result is not None and any(sampling_policy):
-            logps, entropies = result[:2]  # since TRL 1.7 an auxiliary loss follows
-            mask = completion_mask.bool()
-            lengths = mask.sum(dim=1).tolist()
-            logps = _masked_rows(logps.detach(), mask, lengths)
-            entropies = None if entropies is None else _masked_rows(entropies.detach(), mask, lengths)
+        sampling_policy = [is_first and entry[0]["step"] == step for is_first, entry in zip(first, entries)]
+        if loss_pass.logps is not None and any(sampling_policy):
+            logps = _masked_rows(loss_pass.logps.detach(), mask, lengths)
+            entropies = None if loss_pass.entropies is None else _masked_rows(loss_pass.entropies.detach(), mask, lengths)
+        updates = {name: _masked_rows(values, mask, lengths) for name, values in self._update_values(loss_pass, loss).items()}
         for position, entry in enumerate(entries):
-            if entry is None:
+            if entry is None:  # a sample of a batch already written
                 continue
             record, per_token = entry
             if sampling_policy[position]:
-                record["micro_batch"] = micro_batch
+                record["micro_batch"] = loss_pass.micro_batch
                 if per_token and logps is not None:
                     if record["logprobs"] is None:
                         record["logprobs"] = logps[position]
                     if entropies is not None:
                         record["entropies"] = entropies[position]
-            self._finished.append(_completed(record))
+            passes = record.setdefault("loss_passes", [])
+            tokens = {name: rows[position] for name, rows in updates.items()} if per_token else {}
+            passes.append({"step": step, "micro_batch": loss_pass.micro_batch, **tokens})
+            if len(passes) < trainer.num_iterations:
+                self._updating[loss_pass.samples[position]] = entry
+            else:
+                self._finished.append(_completed(record))
+
+    def _update_values(self, loss_pass: LossPass, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What the loss pass did with each token (batch × completion tokens; `LOSS_PASS_TOKEN_KEYS`), from its own
+        tensors: the ratio and clipping as TRL's loss computes them from the pass's log-probs, the entropy mask TRL
+        picked, and the gradient of the loss with respect to the log-probs (through the loss's last operations
+        only, not the model)."""
+        trainer, inputs, logps = self.trainer, loss_pass.inputs, loss_pass.logps
+        if logps is None:
+            return {}
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        values = {}
+        old_logps = inputs.get("old_per_token_logps")
+        log_ratio = logps.detach() - (logps.detach() if old_logps is None else old_logps)
+        if trainer.importance_sampling_level == "sequence":
+            log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+        ratio = torch.exp(log_ratio).expand_as(logps)
+        if old_logps is not None:
+            values["policy_ratio"] = ratio
+        advantages = inputs["advantages"]
+        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        if trainer.loss_type in PPO_CLIPPED_LOSSES:
+            delta = getattr(trainer.args, "delta", None)
+            clipped_ratio = ratio if delta is None else ratio.clamp(max=delta)  # TRL's metric reads the capped ratio
+            low = (clipped_ratio < 1 - trainer.epsilon_low) & (advantages < 0)
+            high = (clipped_ratio > 1 + trainer.epsilon_high) & (advantages > 0)
+            values["clipped"] = high.int() - low.int()
+        elif trainer.loss_type == CISPO_LOSS:
+            values["clipped"] = ((ratio > trainer.epsilon_high) & (advantages > 0)).int()
+        if loss_pass.entropy_mask is not None:
+            values["entropy_mask"] = loss_pass.entropy_mask.int()
+        if loss.requires_grad and logps.requires_grad:
+            (gradient,) = torch.autograd.grad(loss, logps, retain_graph=True, allow_unused=True)
+            if gradient is not None:
+                values["update_weight"] = -gradient
+        return values
 
     # ------------------------------------------------------------------ training events
 
@@ -493,7 +581,7 @@ class RolloutLoggerCallback(TrainerCallback):
         if not self._logging():
             return
         # Samples generated but never trained on (the run stopped mid generation batch) still get their line.
-        self._finished.extend(_completed(record) for record, _ in self._waiting.values())
+        self._finished.extend(_completed(record) for record, _ in (*self._waiting.values(), *self._updating.values()))
         self._writer.write(self._finished)
         self._stop()
         self._reset_batches()
@@ -525,6 +613,13 @@ class RolloutLoggerCallback(TrainerCallback):
             "seed": args.seed,
             SAMPLER_META_KEY: _sampler_settings(trainer, args),
             **_importance_sampling_settings(trainer),
+            LOSS_META_KEY: {
+                "epsilon_low": trainer.epsilon_low,
+                "epsilon_high": trainer.epsilon_high,
+                "delta": getattr(args, "delta", None),
+                "importance_sampling_level": trainer.importance_sampling_level,
+                "top_entropy_quantile": trainer.top_entropy_quantile,
+            },
             "trainer_config": _without_secrets(args.to_dict()),
         }
         path = self.run_dir / META_FILE.format(launch=self.launch_id)
@@ -560,6 +655,7 @@ class RolloutLoggerCallback(TrainerCallback):
                 writer.close()
         self._writer = self._metrics_writer = None
         self._waiting.clear()
+        self._updating.clear()
         self._finished = []
 
     def _warn_once(self, kind: str, message: str) -> None:
@@ -681,9 +777,14 @@ def _completed(record: dict) -> dict:
             del record[key]
     tool_mask = record.get("tool_mask")
     if tool_mask is not None and not all(tool_mask):
+        sampled_only = lambda values: [value if sampled else None for value, sampled in zip(values, tool_mask)]  # noqa: E731
         for key in PER_TOKEN_KEYS:
             if key in record:
-                record[key] = [value if sampled else None for value, sampled in zip(record[key], tool_mask)]
+                record[key] = sampled_only(record[key])
+        for loss_pass in record.get("loss_passes", ()):
+            for key in LOSS_PASS_TOKEN_KEYS:
+                if loss_pass.get(key) is not None:
+                    loss_pass[key] = sampled_only(loss_pass[key])
     return record
 
 
@@ -759,8 +860,10 @@ def _split(values: list, lengths: list[int]) -> list[list]:
 
 
 def _masked_rows(values: torch.Tensor, mask: torch.Tensor, lengths: list[int]) -> list[list[float]]:
-    """Per row, the values where `mask` is set, as Python lists: one tensor index and one copy for the whole batch."""
-    return _split(values[mask].float().tolist(), lengths)
+    """Per row, the values where `mask` is set, as Python lists (floats as 32-bit floats' values, integers as
+    integers): one tensor index and one copy for the whole batch."""
+    values = values[mask]
+    return _split((values.float() if values.is_floating_point() else values).tolist(), lengths)
 
 
 def _launch_exists(run_dir: Path, launch_id: str) -> bool:

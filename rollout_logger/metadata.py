@@ -24,6 +24,7 @@ LINE_KEYS = (
     "rank",
     "step",
     "micro_batch",
+    "loss_passes",
 )
 # The keys of the board's line format: the logger's and the others the board reads (docs/data-format.md). Any
 # other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
@@ -40,6 +41,19 @@ PER_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "ref_logprobs", "e
 #                          "clip_min", "clip_max"} (absent: none applied)}
 SAMPLER_META_KEY = "sampler"
 IMPORTANCE_SAMPLING_META_KEY = "importance_sampling"
+# What each loss pass over a sample did with it (`loss_passes`, one object per pass, in order): the optimizer step and
+# micro-batch of the pass ({"step", "micro_batch"}), and per response token (null at tokens a tool wrote):
+# `policy_ratio`, the ratio π_θ/π_old the loss clipped (absent when the pass ran on-policy: ratio 1 by construction);
+# `clipped`, -1 where PPO's lower clip, +1 where its upper clip zeroed the token's gradient (TRL's clip_ratio/*: ratio
+# below 1 - ε_low with a negative advantage, above 1 + ε_high with a positive one), else 0; `entropy_mask`, 1 where
+# the entropy mask (`top_entropy_quantile`) kept the token, 0 where it dropped it (absent without one); and
+# `update_weight`, -∂loss/∂logp of the token in the pass's loss: the weight of the token's log-prob gradient in the
+# update (advantage, ratio, clipping, masks, importance weight and the loss type's normalisation, plus the KL pull).
+LOSS_PASS_KEYS = ("step", "micro_batch", "policy_ratio", "clipped", "entropy_mask", "update_weight")
+LOSS_PASS_TOKEN_KEYS = ("policy_ratio", "clipped", "entropy_mask", "update_weight")
+# The run's metadata names the loss's clipping: {"loss": {"epsilon_low", "epsilon_high", "delta",
+# "importance_sampling_level": "token" | "sequence", "top_entropy_quantile"}} (with the top-level `loss_type`).
+LOSS_META_KEY = "loss"
 
 # A rank's lines: rollout_data_rank_<rank>_<launch id>.jsonl; the launch id orders a resumed run's launches.
 RANK_FILE = "rollout_data_rank_{rank}_{launch}.jsonl"

@@ -67,6 +67,11 @@ MISMATCH_NUMBERS = [
 ]
 
 
+# Per sample, of its loss passes (rollout_logger's loss_passes, rl_board.update): how many, the tokens their PPO clip
+# zeroed (summed over the passes), and Σ|update weight| over its tokens and passes.
+UPDATE_NUMBERS = ["loss_passes", "clipped_tokens", "abs_update_weight"]
+
+
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
 
 
@@ -79,7 +84,7 @@ SUMMARY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
+    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, *UPDATE_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
@@ -150,6 +155,7 @@ class RolloutTexts(msgspec.Struct, gc=False):
 # A whole line, read only for the sample in view.
 class Rollout(RolloutSummary):
     response_tokens: list[Any] | None = None
+    loss_passes: Any = None  # what each loss pass did with the tokens (rollout_logger; rl_board.update reads it)
     values: list[float | None] | None = None
     token_rewards: list[float | None] | None = None
     ground_truth: Any = None
@@ -164,6 +170,55 @@ class RolloutMismatch(msgspec.Struct, gc=False):
     is_ratio: list[float | None] | None = None
     entropies: list[float | None] | None = None
     tool_mask: msgspec.Raw = msgspec.Raw()
+
+
+# One loss pass over a sample, as a line holds it; the per-token lists have a null at the tokens a tool wrote.
+class LossPassRecord(msgspec.Struct, gc=False):
+    step: int | float | None = None
+    micro_batch: int | None = None
+    policy_ratio: list[float | None] | None = None
+    clipped: list[float | None] | None = None
+    entropy_mask: list[float | None] | None = None
+    update_weight: list[float | None] | None = None
+
+
+# The keys of a line the update pass reads (rl_board.update).
+class RolloutLossPasses(msgspec.Struct, gc=False):
+    step: int | float
+    loss_passes: list[LossPassRecord] | None = None
+
+
+LOSS_PASSES_DECODER = msgspec.json.Decoder(RolloutLossPasses, strict=False)
+
+
+LOSS_PASS_LIST_DECODER = msgspec.json.Decoder(list[LossPassRecord], strict=False)
+
+
+LOSS_PASS_FIELDS_DECODER = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+
+
+LOSS_PASS_TOKEN_KEYS = ("policy_ratio", "clipped", "entropy_mask", "update_weight")
+
+
+# A line's loss_passes (raw JSON, or a Python value where the line needed Python's json), each pass's per-token
+# lists as float arrays where simdjson takes them as they are (no Python float per token), else as lists; raises
+# ValueError on a value that is not a list of the logger's pass objects.
+def loss_pass_records(value, parser: simdjson.Parser) -> list[LossPassRecord]:
+    try:
+        if not isinstance(value, msgspec.Raw):
+            return msgspec.convert(value, list[LossPassRecord], strict=False)
+        try:
+            records = []
+            for fields in LOSS_PASS_FIELDS_DECODER.decode(value):
+                record = LossPassRecord(**{key: msgspec.json.decode(fields[key], type=int | float | None) for key in ("step", "micro_batch") if key in fields})
+                for key in LOSS_PASS_TOKEN_KEYS:
+                    setattr(record, key, flat_float_list(fields.get(key, msgspec.Raw()), parser))
+                records.append(record)
+            return records
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RuntimeError):  # nulls, a nested list...
+            return LOSS_PASS_LIST_DECODER.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
+        raise ValueError(f"loss_passes is not a list of loss-pass objects ({error})") from None
 
 
 SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
@@ -306,6 +361,8 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             column = (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name
             if column in fields or len(fields) < FIELD_COLUMNS:
                 fields.setdefault(column, missing_values(column, count))[row] = value
+        if "loss_passes" in line:
+            add_update_numbers(numbers, row, line["loss_passes"], problems, parser)
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["tool"] is not None:
@@ -482,6 +539,23 @@ def tool_flags(raw: msgspec.Raw) -> tuple[np.ndarray | None, list[str]]:
     if mask.ndim != 1 or mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
         return None, ["tool_mask is not a list of 0 and 1: ignored, every token taken as sampled"]
     return mask == 0, []
+
+
+# A line's UPDATE_NUMBERS from its loss_passes (raw JSON, or a Python value where the line needed Python's json); a
+# value that is not a list of the logger's pass objects is ignored, with a note.
+def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: simdjson.Parser):
+    try:
+        passes = loss_pass_records(value, parser)
+    except ValueError:
+        problems.append((row, "note", "loss_passes is not a list of loss-pass objects: ignored"))
+        return
+    numbers["loss_passes"][row] = len(passes)
+    clipped = [np.asarray(p.clipped, dtype=float) for p in passes if p.clipped is not None]
+    if clipped:
+        numbers["clipped_tokens"][row] = sum(int(np.count_nonzero(np.nan_to_num(array))) for array in clipped)
+    weights = [np.asarray(p.update_weight, dtype=float) for p in passes if p.update_weight is not None]
+    if weights:
+        numbers["abs_update_weight"][row] = sum(float(np.nansum(np.abs(array))) for array in weights)
 
 
 # Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.

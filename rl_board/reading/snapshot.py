@@ -261,6 +261,7 @@ class SampleTokens:
     tool: np.ndarray | None = None  # which tokens a tool wrote (tool_mask 0); None: no tool_mask
     sampler_logprobs: np.ndarray | None = None  # the sampler's log-prob of each token (vLLM's, generate's)
     is_ratio: np.ndarray | None = None  # the importance-sampling weight the trainer applied to each token
+    loss_passes: object = None  # the line's loss_passes as they are (rl_board.update.token_update reads them)
 
 
 # The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
@@ -278,7 +279,7 @@ def token_detail(record) -> "SampleTokens | None":
     length = int(length)
     names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
     names += ["?"] * (length - len(names))
-    return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes)
+    return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes, loss_passes=record.loss_passes)
 
 
 # A line read back must still hold the step it was indexed with (as a float, as the index holds steps): a file

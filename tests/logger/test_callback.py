@@ -55,12 +55,14 @@ GRPO_KEYS = {
     "rank",
     "step",
     "micro_batch",
+    "loss_passes",
 }
 HOOKED = {
     "_generate_and_score_completions",
     "_calculate_rewards",
     "_get_per_token_logps_and_entropies",
     "compute_loss",
+    "get_high_entropy_mask",
 }
 
 

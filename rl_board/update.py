@@ -1,0 +1,192 @@
+"""Which tokens drove each update: what every loss pass over a sample did with its tokens, as rollout_logger records
+it from the pass's own tensors (a line's `loss_passes`, rollout_logger/metadata.py): the policy ratio π_θ/π_old, the
+tokens PPO's clip zeroed (low: ratio below 1 - ε_low with a negative advantage; high: above 1 + ε_high with a positive
+one), the tokens the entropy mask dropped, and each token's update weight -∂loss/∂logp.
+
+Per step (the optimizer step a pass ran in, not the line's generation step): the clip fractions as TRL logs them
+(`clip_ratio/low_mean`, `high_mean`, `region_mean`: per loss pass, the clipped share of the tokens of all ranks in it,
+or of the sequences with `importance_sampling_level="sequence"`, then the mean over the step's passes), the share of
+tokens the entropy mask dropped, and how concentrated the update was: each sample's share of the step's Σ|weight|.
+Read by a pass of their own over the loaded lines, only when asked (the Step-Update tab, `Run.update_by_step`)."""
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import pandas as pd
+import simdjson
+
+from rl_board.reading.lines import (
+    LINE_FIELDS_DECODER,
+    LOSS_PASSES_DECODER,
+    BadLine,
+    LossPassRecord,
+    decode_line,
+    integer_step,
+    loss_pass_records,
+)
+from rl_board.reading.storage import read_spans
+from rollout_logger.metadata import LOSS_META_KEY
+
+# The lines read per batch of the pass: a batch's bytes are in memory at once.
+LINES_PER_READ = 2048
+
+
+# The numbers of one loss pass over one sample: its tokens (those with a value, tools' left out), how many were
+# clipped low and high and dropped by the entropy mask, Σ|weight| and Σ weight, and the ratio's extremes. The page's
+# and the index's per-sample numbers, and a row of the passes table.
+def pass_numbers(record: LossPassRecord) -> dict:
+    values = {key: np.asarray(getattr(record, key), dtype=float) if getattr(record, key) is not None else None for key in ("policy_ratio", "clipped", "entropy_mask", "update_weight")}
+    present = [array for array in values.values() if array is not None]
+    tokens = int(np.isfinite(present[0]).sum()) if present else 0
+    clipped, entropy_mask, weight, ratio = values["clipped"], values["entropy_mask"], values["update_weight"], values["policy_ratio"]
+    finite = lambda array: array[np.isfinite(array)] if array is not None else np.zeros(0)  # noqa: E731
+    return {
+        "tokens": tokens,
+        "clipped_low": int((clipped == -1).sum()) if clipped is not None else np.nan,
+        "clipped_high": int((clipped == 1).sum()) if clipped is not None else np.nan,
+        "entropy_dropped": int((entropy_mask == 0).sum()) if entropy_mask is not None else np.nan,
+        "abs_weight": float(np.abs(finite(weight)).sum()) if weight is not None else np.nan,
+        "weight": float(finite(weight).sum()) if weight is not None else np.nan,
+        "max_ratio": float(finite(ratio).max()) if ratio is not None and np.isfinite(ratio).any() else np.nan,
+        "min_ratio": float(finite(ratio).min()) if ratio is not None and np.isfinite(ratio).any() else np.nan,
+    }
+
+
+PASS_COLUMNS = ["sample", "generation_step", "step", "micro_batch", "tokens", "clipped_low", "clipped_high", "entropy_dropped", "abs_weight", "weight", "max_ratio", "min_ratio"]
+
+
+# Every loss pass over the samples (a snapshot's rows: path, offset, length, step, line), a row each: `sample`
+# is the sample's position in `samples`; and the lines that could not be read back, as "file line N: reason".
+@dataclass(frozen=True)
+class LossPasses:
+    table: pd.DataFrame
+    problems: list[str]
+
+
+def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
+    rows_out, problems, parser = [], [], simdjson.Parser()
+    for start in range(0, len(samples), LINES_PER_READ):
+        rows = samples.iloc[start : start + LINES_PER_READ]
+        spans = read_spans(rows["path"].tolist(), rows["offset"].astype(int).tolist(), rows["length"].astype(int).tolist())
+        for position, (raw, step, path, line) in enumerate(zip(spans, rows["step"].tolist(), rows["path"].tolist(), rows["line"].tolist())):
+            if b'"loss_passes"' not in raw:
+                continue
+            try:
+                line_step, loss_passes = decoded_loss_passes(raw, parser)
+                if float(line_step) != float(step):
+                    raise BadLine(f"it now holds step {line_step}, not {step}")
+            except (BadLine, ValueError) as error:
+                problems.append(f"{path} line {line}: {error}")
+                continue
+            for loss_pass in loss_passes:
+                if loss_pass.step is None:
+                    continue
+                pass_step = integer_step(loss_pass).step
+                rows_out.append({
+                    "sample": start + position, "generation_step": step, "step": pass_step,
+                    "micro_batch": loss_pass.micro_batch, **pass_numbers(loss_pass),
+                })
+    table = pd.DataFrame(rows_out, columns=PASS_COLUMNS)
+    return LossPasses(table=table.astype({"micro_batch": float}), problems=problems)
+
+
+# A line's step and loss passes: the fast way (rl_board.reading.lines.loss_pass_records) where the line is JSON
+# msgspec takes, else the general way (NaN, bad UTF-8...).
+def decoded_loss_passes(raw: bytes, parser: simdjson.Parser) -> tuple:
+    try:
+        fields = LINE_FIELDS_DECODER.decode(raw)
+        step = msgspec.json.decode(fields["step"], type=int | float)
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, ValueError, RecursionError):
+        record, _ = decode_line(raw, LOSS_PASSES_DECODER)
+        return record.step, record.loss_passes or []
+    return step, loss_pass_records(fields["loss_passes"], parser) if "loss_passes" in fields else []
+
+
+# Per optimizer step: TRL's clip fractions (clip_ratio/low_mean, high_mean, region_mean: per loss pass, the pooled
+# share of the tokens of all ranks, or of the sequences at sequence level, then the mean over the step's passes; TRL
+# before 1.9 averaged each rank's share instead, which differs only with several ranks), the share of tokens the
+# entropy mask dropped, the passes and samples, and how concentrated the update was: the largest sample's share of the
+# step's Σ|weight| and how many samples make half of it.
+UPDATE_SERIES = {
+    "clip_ratio/low_mean": "share of tokens PPO's lower clip zeroed (ratio < 1 - ε_low, advantage < 0), TRL's metric",
+    "clip_ratio/high_mean": "share of tokens PPO's upper clip zeroed (ratio > 1 + ε_high, advantage > 0), TRL's metric",
+    "clip_ratio/region_mean": "share of tokens either clip zeroed, TRL's metric",
+    "entropy_dropped": "share of tokens the entropy mask (top_entropy_quantile) left out of the loss",
+    "top_sample_share": "the largest share one sample has of the step's Σ|update weight|",
+    "samples_for_half": "the fewest samples that make half of the step's Σ|update weight|",
+    "max_ratio": "the largest policy ratio π_θ/π_old of the step's passes",
+    "min_ratio": "the smallest policy ratio π_θ/π_old of the step's passes",
+}
+
+
+def update_by_step(passes: pd.DataFrame, sequence_level: bool = False) -> pd.DataFrame:
+    if passes.empty:
+        return pd.DataFrame(columns=["step", *UPDATE_SERIES])
+    table = passes.assign(
+        low=(passes["clipped_low"] > 0).astype(float) if sequence_level else passes["clipped_low"],
+        high=(passes["clipped_high"] > 0).astype(float) if sequence_level else passes["clipped_high"],
+        region=((passes["clipped_low"] + passes["clipped_high"]) > 0).astype(float) if sequence_level else passes["clipped_low"] + passes["clipped_high"],
+        count=1.0 if sequence_level else passes["tokens"].astype(float),
+    )
+    table.loc[passes["clipped_low"].isna(), ["low", "high", "region"]] = np.nan
+    groups = table.groupby(["step", "micro_batch"], dropna=False)[["low", "high", "region", "count"]].sum(min_count=1)
+    per_pass = pd.DataFrame({name: groups[column] / groups["count"].clip(lower=1) for name, column in (("clip_ratio/low_mean", "low"), ("clip_ratio/high_mean", "high"), ("clip_ratio/region_mean", "region"))})
+    result = per_pass.groupby(level="step").mean()
+    sums = passes.groupby("step")[["entropy_dropped", "tokens", "abs_weight"]].sum(min_count=1)
+    result["entropy_dropped"] = sums["entropy_dropped"] / sums["tokens"].clip(lower=1)
+    result["max_ratio"] = passes.groupby("step")["max_ratio"].max()
+    result["min_ratio"] = passes.groupby("step")["min_ratio"].min()
+    shares = sample_shares(passes)
+    result["top_sample_share"] = shares.groupby("step")["share"].max()
+    result["samples_for_half"] = shares.groupby("step")["share"].apply(samples_for_half)
+    result["passes"] = per_pass.groupby(level="step").size()
+    result["samples"] = passes.groupby("step")["sample"].nunique()
+    return result.reset_index()
+
+
+# Whether the run's loss weighs whole sequences (TRL's importance_sampling_level="sequence"), from its metadata.
+def sequence_level(meta: dict | None) -> bool:
+    return ((meta or {}).get(LOSS_META_KEY) or {}).get("importance_sampling_level") == "sequence"
+
+
+# Each sample's share of its step's Σ|update weight| (over its passes in that step), with its clipped tokens there;
+# a row per (step, sample), the largest share first within a step.
+def sample_shares(passes: pd.DataFrame) -> pd.DataFrame:
+    weighted = passes.dropna(subset=["abs_weight"])
+    per_sample = weighted.groupby(["step", "sample"], as_index=False)[["abs_weight", "tokens", "clipped_low", "clipped_high", "entropy_dropped"]].sum(min_count=1)
+    totals = per_sample.groupby("step")["abs_weight"].transform("sum")
+    per_sample["share"] = np.where(totals > 0, per_sample["abs_weight"] / totals.where(totals > 0, 1.0), np.nan)
+    return per_sample.sort_values(["step", "share"], ascending=[True, False], kind="stable").reset_index(drop=True)
+
+
+# The fewest shares (any order) whose sum reaches half of their total.
+def samples_for_half(shares: pd.Series) -> float:
+    values = np.sort(shares.dropna().to_numpy())[::-1]
+    if not len(values) or values.sum() <= 0:
+        return np.nan
+    return float(np.searchsorted(np.cumsum(values), values.sum() / 2) + 1)
+
+
+# A sample's per-token update values over its passes (a line's loss_passes as they are): the ratio at its last pass
+# that has one, the passes that clipped the token (signed: -k for k passes of the lower clip, +k of the upper), the
+# passes whose entropy mask kept it, and Σ weight over the passes; none for a line without passes, or whose passes
+# are not the logger's objects (another tool's key of that name).
+def token_update(loss_passes, length: int) -> dict[str, np.ndarray]:
+    try:
+        loss_passes = msgspec.convert(loss_passes or [], list[LossPassRecord], strict=False)
+    except msgspec.ValidationError:
+        return {}
+    if not loss_passes:
+        return {}
+    def summed(key):
+        arrays = [fitted(getattr(loss_pass, key), length) for loss_pass in loss_passes if getattr(loss_pass, key) is not None]
+        return np.sum(arrays, axis=0) if arrays else None
+    ratios = [fitted(loss_pass.policy_ratio, length) for loss_pass in loss_passes if loss_pass.policy_ratio is not None]
+    values = {"policy_ratio": ratios[-1] if ratios else None, "clipped": summed("clipped"), "entropy_kept": summed("entropy_mask"), "update_weight": summed("update_weight")}
+    return {name: array for name, array in values.items() if array is not None}
+
+
+# A per-token list as a float array of `length` (null as NaN; cut, or NaN-padded).
+def fitted(values: list, length: int) -> np.ndarray:
+    array = np.asarray([np.nan if value is None else value for value in values[:length]], dtype=float)
+    return np.concatenate([array, np.full(length - len(array), np.nan)])
