@@ -1,6 +1,9 @@
 """Trainers' rollout files, a module each, in a registry the store asks in order: the first whose recognise(folder)
 takes a run folder says which of its files are read and how (RunFormat: as they are, or converted into the board's
-JSONL by its convert function). Adding a format is a module here, its test and a row of the README's table.
+JSONL by its convert function). Each module's LAYOUT (RunLayout) says, from a folder's listing alone, when the folder
+is one run of the format and which of its sub-folders are that run's: list_runs asks run_layouts, so a trainer's
+output folder is listed as one run, not as its sub-folders. Adding a format is a module here (recognise and LAYOUT),
+its test and a row of the README's table.
 
     trl          TRL's completion logs (completions/completions_<step>.parquet)
     verl         verl's generation dumps (<step>.jsonl of rollout_data_dir / validation_data_dir)
@@ -9,13 +12,27 @@ JSONL by its convert function). Adding a format is a module here, its test and a
     openrlhf     OpenRLHF's data_rank<r>.jsonl
     verl_fork    the verl fork's rollout_data_rank<r>.jsonl
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
-    base         RunFormat, Folder and what detectors share; conversion: converted files and their cache
+    base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache
 """
+import re
+
 from rl_board.formats import board_jsonl, nemo_rl, openrlhf, prime_rl, trl, verl, verl_fork
-from rl_board.formats.base import Folder, RunFormat
+from rl_board.formats.base import Folder, RunFormat, RunLayout
+from rl_board.reading.history import CHECKPOINT_FOLDER
 from rl_board.reading.storage import FileStatus
 
 FORMATS = (trl, verl, prime_rl, nemo_rl, openrlhf, verl_fork, board_jsonl)
+
+
+# Hugging Face's Trainer (TRL, and the rollout logger's runs) writes checkpoint-<n>/ (whose trainer_state.json is the
+# run's history) and, reporting to TensorBoard, runs/<date>_<host>/ into the output folder: parts of whatever run that
+# folder is (one with only a history included), never runs of their own.
+TRAINER_OUTPUT = RunLayout(parts=re.compile(f"{CHECKPOINT_FOLDER.pattern}|runs"))
+
+
+# The layouts that make a folder one run (none: it is not a run, at most a folder of runs), from its listing alone.
+def run_layouts(folder: Folder) -> tuple[RunLayout, ...]:
+    return tuple(module.LAYOUT for module in FORMATS if module.LAYOUT.takes(folder))
 
 
 # A run's data files with their status, and their format, from one listing of the folder.

@@ -1,15 +1,18 @@
 """What every format module gives the registry, and what detectors share: RunFormat (how a run folder's files are
-read), Folder (one listing of a run folder) and first_line_keys (the keys a JSONL file's first line has)."""
+read), RunLayout (which folders are one run of the format, from a listing), Folder (one listing of a run folder) and
+first_line_keys (the keys a JSONL file's first line has)."""
 import fnmatch
 import functools
 import hashlib
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from rl_board.reading.lines import LINE_FIELDS_DECODER, as_text
-from rl_board.reading.storage import Entry, FileStatus, list_folder, read_range
+from rl_board.reading.storage import Entry, FileStatus, is_remote, list_folder, read_range
 from rl_board.text import valid_text
 from rollout_logger.metadata import METRICS_FILES
 
@@ -50,6 +53,41 @@ class Folder:
 
     def sources(self, entries) -> dict[str, FileStatus]:
         return {entry.path: entry.status for entry in entries}
+
+
+# A folder's parent and its own name, symbolic links and ".." resolved on disk ("" for the parent of a bucket's root).
+def parent_and_name(folder: str) -> tuple[str, str]:
+    if is_remote(folder):
+        parent, _, name = folder.rstrip("/").rpartition("/")
+        return ("" if parent.endswith(":/") else parent), name
+    resolved = Path(folder).expanduser().resolve()
+    return str(resolved.parent), resolved.name
+
+
+EVERY_FOLDER = re.compile(r".*", re.DOTALL)  # RunLayout.parts of a trainer's own output folder: all its sub-folders are its
+
+
+# Which folders are one run of a format, told from the folder's listing alone (list_runs asks every format's layout
+# of a root before anything is opened: nothing is read, one listing, also on object storage). A folder is a run of
+# the format when it holds a file whose name `files` matches, or a sub-folder named in `folders`, or is itself named
+# in `named` (a folder of a run that also opens alone: prime-rl's token_exports/). Its sub-folders whose names `parts`
+# matches are that run's (a trainer's logs, checkpoints, exports), not runs of their own.
+@dataclass(frozen=True)
+class RunLayout:
+    files: re.Pattern | None = None
+    folders: frozenset[str] = frozenset()
+    named: frozenset[str] = frozenset()
+    parts: re.Pattern | None = None
+
+    def takes(self, folder: Folder) -> bool:
+        if self.folders & folder.folders:
+            return True
+        if self.files is not None and any(self.files.fullmatch(entry.name) for entry in folder.files):
+            return True
+        return bool(self.named) and parent_and_name(folder.run_dir)[1] in self.named
+
+    def holds(self, name: str) -> bool:
+        return self.parts is not None and self.parts.fullmatch(name) is not None
 
 
 # A format whose files are JSONL rank files named by a pattern, read as they are: it takes a folder whose every JSONL

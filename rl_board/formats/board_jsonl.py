@@ -1,7 +1,9 @@
 """The board's own JSONL (docs/data-format.md): the rollout logger's rank files,
 rollout_data_rank_<rank>_<launch>.jsonl, or any folder of JSONL files, one per rank, read as they are. Asked last: it
 takes every folder (one without JSONL has no sources)."""
-from rl_board.formats.base import Folder, RunFormat
+import re
+
+from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.storage import FileStatus
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
@@ -9,6 +11,10 @@ LOGGER_NAME = "rollout_logger JSONL (rollout_data_rank_<rank>_<launch>.jsonl)"
 
 
 NAME = "JSONL, the board's format"
+
+
+# Any JSONL file (a rank file, the logger's metrics) makes its folder a run; its sub-folders may be runs of their own.
+LAYOUT = RunLayout(files=re.compile(r".*\.jsonl", re.DOTALL))
 
 
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat]:

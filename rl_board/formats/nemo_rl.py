@@ -27,7 +27,7 @@ import json
 import math
 import re
 
-from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, group_of_prompt
+from rl_board.formats.base import EVERY_FOLDER, UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt
 from rl_board.reading.storage import FileStatus
 from rl_board.tokenizer import decoded, tokenizer_identity, tokenizer_of, tokens_of, undecoded
 from rollout_logger.metadata import FORMAT_KEYS
@@ -36,6 +36,12 @@ STEP_FILE = re.compile(r"train_data_step(\d+)\.jsonl")
 
 
 NAME = "NeMo-RL training samples (train_data_step<N>.jsonl)"
+
+
+# The logger's log_dir (logs/exp_<NNN>, get_next_experiment_dir) is one run: train_data_step<N>.jsonl and
+# val_data_step<N>.jsonl (validation at step 0 comes before any training step), and its loggers' folders (tensorboard/,
+# wandb/, swanlab/, mlflow/), all of them the run's.
+LAYOUT = RunLayout(files=re.compile(r"(train|val)_data_step\d+\.jsonl"), parts=EVERY_FOLDER)
 
 
 # NeMo-RL's keys that become the board's, or that the board's line is made from.

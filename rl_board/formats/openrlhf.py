@@ -2,10 +2,13 @@
 token in its texts), read as they are."""
 import re
 
-from rl_board.formats.base import Folder, RunFormat, named_rank_files
+from rl_board.formats.base import Folder, RunFormat, RunLayout, named_rank_files
 from rl_board.reading.storage import FileStatus
 
 RANK_FILE = re.compile(r"data_rank\d+\.jsonl")
+
+
+LAYOUT = RunLayout(files=RANK_FILE)  # a folder the integration writes the rank files to, no parts
 
 
 NAME = "OpenRLHF rank files (data_rank<r>.jsonl, the original board's format)"

@@ -32,11 +32,10 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, group_of_prompt
+from rl_board.formats.base import EVERY_FOLDER, UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt, parent_and_name
 from rl_board.reading.storage import FileStatus, file_status, is_remote, joined, list_folder, read_file
 from rl_board.tokenizer import text_of, tokenizer_identity, tokenizer_of, tokens_of
 from rollout_logger.metadata import FORMAT_KEYS
@@ -59,6 +58,12 @@ TRACES = ("rollouts", "step_{step}", "train", "effective", "traces.jsonl")  # un
 NAME = "prime-rl token exports (token_exports/step_<n>/rank_<r>.jsonl)"
 
 
+# A run folder (<output_dir>/<run.name>) holds token_exports/ beside the trainer's and orchestrator's other folders
+# (rollouts/, logs/, configs/, checkpoints/, weights/, broadcasts/, evals/, ...), all of them the run's; its
+# token_exports/ opened alone is the run too (its step_<n>/ folders the run's).
+LAYOUT = RunLayout(folders=frozenset({EXPORTS_FOLDER}), named=frozenset({EXPORTS_FOLDER}), parts=EVERY_FOLDER)
+
+
 # The steps of a run on object storage found complete, by folder: not listed again (a request each).
 complete_steps: dict[str, tuple] = {}
 
@@ -70,7 +75,7 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         exports, root = joined(run_dir, EXPORTS_FOLDER), run_dir
         steps = [entry.name for entry in list_folder(exports) if entry.is_dir]
     else:
-        parent, _, name = run_dir.rpartition("/") if is_remote(run_dir) else (str(Path(run_dir).resolve().parent), "", Path(run_dir).resolve().name)
+        parent, name = parent_and_name(run_dir)
         if name != EXPORTS_FOLDER or not parent:
             return None
         exports, root, steps = run_dir, parent, list(folder.folders)

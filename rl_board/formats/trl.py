@@ -14,7 +14,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet
 
-from rl_board.formats.base import Folder, RunFormat, group_of_prompt
+from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
 from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_meta
 from rl_board.reading.lines import FORMAT_KEYS
 from rl_board.reading.storage import FileStatus, is_remote, joined, list_folder
@@ -26,6 +26,11 @@ COMPLETIONS_FOLDER = "completions"
 
 
 NAME = "TRL completion logs (log_completions=True: completions/completions_<step>.parquet)"
+
+
+# The output folder (its completions/ is the run's; its checkpoint-* and TensorBoard runs/ are the Trainer's, which
+# the registry leaves out of every run), or its completions/ folder opened alone.
+LAYOUT = RunLayout(files=COMPLETIONS_FILE, folders=frozenset({COMPLETIONS_FOLDER}), parts=re.compile(re.escape(COMPLETIONS_FOLDER)))
 
 
 # The folder's parquet files, or its completions/ folder's; JSONL beside them is named in a note and not read.

@@ -7,11 +7,15 @@ import re
 
 import msgspec
 
-from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, first_line_keys, group_of_prompt
+from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, group_of_prompt
 from rl_board.reading.lines import LINE_FIELDS_DECODER, raw_value
 from rl_board.reading.storage import FileStatus, run_label
 
 DUMP_FILE = re.compile(r"\d+\.jsonl")
+
+
+# rollout_data_dir and validation_data_dir hold nothing but the dumps: a folder of them is a run, with no parts.
+LAYOUT = RunLayout(files=DUMP_FILE)
 
 
 DUMP_KEYS = {"input", "output", "score", "step"}  # every line of RayPPOTrainer._dump_generations has them

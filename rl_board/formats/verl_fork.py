@@ -3,10 +3,13 @@ reward model's answer in rm_response (verl/utils/rl_logging_board_utils.py of zy
 are."""
 import re
 
-from rl_board.formats.base import Folder, RunFormat, named_rank_files
+from rl_board.formats.base import Folder, RunFormat, RunLayout, named_rank_files
 from rl_board.reading.storage import FileStatus
 
 RANK_FILE = re.compile(r"rollout_data_rank\d+\.jsonl")
+
+
+LAYOUT = RunLayout(files=RANK_FILE)  # <project>/<experiment>: each experiment folder a run, no parts
 
 
 NAME = "verl fork's rollout_data_rank<r>.jsonl (the original board's format)"

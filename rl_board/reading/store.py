@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from rl_board.formats import run_sources, trl
-from rl_board.formats.base import RunFormat
+from rl_board.formats import TRAINER_OUTPUT, run_layouts, run_sources
+from rl_board.formats.base import Folder, RunFormat
 from rl_board.formats.conversion import CONVERSION_THREADS, conversions_folder, converted_file
-from rl_board.reading.history import CHECKPOINT_FOLDER, history_signature
+from rl_board.reading.history import history_signature
 from rl_board.reading.index import UNPARSED, FileIndex, IndexCache, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
 from rl_board.reading.storage import FileStatus, file_status, is_remote, list_folder
@@ -200,13 +200,18 @@ class RunStore:
                 progress(done / total, f"Processing {done} / {total} more samples...")
 
 
-# Runs are the root's sub-folders; the root itself is one too when it holds rank files or a training history (a user
-# pointed it at a run or at a training output folder, whose checkpoint-* folders are not runs of their own).
-# On object storage, a folder is a run when it holds rank files or TRL's completions.
+# Runs are the root's sub-folders, and the root itself when one of the formats' layouts makes it a run (it holds rank
+# files, TRL's completions, prime-rl's token_exports/, NeMo-RL's train_data_step<N>.jsonl...) or, on disk, it holds a
+# training history: a user pointed it at a run or at a trainer's output folder. Then its sub-folders that the layouts
+# say are the run's (prime-rl's rollouts/ and logs/, NeMo-RL's tensorboard/, the Trainer's checkpoint-*) are not
+# listed. One listing of the root, nothing read (a sub-folder is listed without looking inside it).
 def list_runs(root: str) -> list[str]:
-    entries = list_folder(root if is_remote(root) else str(Path(root).expanduser()))
-    data = any(not entry.is_dir and (entry.name.endswith(".jsonl") or trl.COMPLETIONS_FILE.fullmatch(entry.name)) for entry in entries)
-    is_run = data or any(entry.is_dir and entry.name == trl.COMPLETIONS_FOLDER for entry in entries)
-    is_run = is_run or (not is_remote(root) and history_signature(Path(root).expanduser()) != ())
-    part_of_run = lambda name: CHECKPOINT_FOLDER.fullmatch(name) or name == trl.COMPLETIONS_FOLDER  # noqa: E731
-    return (["."] if is_run else []) + [entry.name for entry in entries if entry.is_dir and not (is_run and part_of_run(entry.name))]
+    folder_path = root if is_remote(root) else str(Path(root).expanduser())
+    entries = list_folder(folder_path)
+    folders = [entry.name for entry in entries if entry.is_dir]
+    files = tuple(entry for entry in entries if not entry.is_dir)  # a name that is not UTF-8 too: the load report names it
+    layouts = run_layouts(Folder(folder_path, files, frozenset(folders), ()))
+    if not layouts and (is_remote(root) or history_signature(folder_path) == ()):
+        return folders
+    layouts += (TRAINER_OUTPUT,)
+    return ["."] + [name for name in folders if not any(layout.holds(name) for layout in layouts)]

@@ -4,8 +4,10 @@ index is an empty placeholder), fed with a toy GRPO batch whose token ids come f
 (tokenizers), so a test can decode them. Every writer is deterministic (seeded).
 
 - prime-rl: TokenExporter (token_exports/step_<n>/rank_<r>.jsonl, STABLE), FileMonitor.log_episodes
-  (rollouts/step_<n>/train/effective/traces.jsonl) with verifiers' Episode.to_record() layout.
-- NeMo-RL: the GRPO loop's log_data and Logger.log_batched_dict_as_jsonl (train_data_step<N>.jsonl).
+  (rollouts/step_<n>/train/effective/traces.jsonl) with verifiers' Episode.to_record() layout; prime_rl_run_folder
+  adds the run folder's other folders and metrics.jsonl.
+- NeMo-RL: the GRPO loop's log_data and Logger.log_batched_dict_as_jsonl (train_data_step<N>.jsonl);
+  nemo_rl_logger_folders adds the log_dir's folders of its loggers (tensorboard/, wandb/, mlflow/).
 """
 
 import atexit
@@ -468,6 +470,26 @@ def prime_rl_run(folder, tokenizer: Tokenizer, steps=(1, 2), ranks=2, group_size
     return output_dir
 
 
+# What else prime-rl writes into a run folder (output_dir / run.name) beside token_exports/ and the traces: the
+# launcher's resolved configs, each launch attempt's logs, the checkpoints, the weight broadcasts, the orchestrator's
+# micro batches and the file monitor's metrics.jsonl (src/prime_rl/utils/pathing.py, entrypoints/rl.py and
+# monitors/file.py at prime-rl 559b44772e471d1538537b8805cc77f3824a5e64); a file in each folder, as object storage has
+# no empty folders.
+def prime_rl_run_folder(run_dir, steps=(1,)) -> Path:
+    run_dir = Path(run_dir)
+    files = ["configs/rl.json", "configs/trainer.json", "configs/orchestrator.json", "configs/envs/train/math.json",
+             "logs/attempt_1/trainer.log", "logs/attempt_1/orchestrator.log", "evals/README"]
+    for step in steps:
+        files += [f"checkpoints/step_{step}/trainer/STABLE", f"broadcasts/step_{step}/STABLE", f"rollouts/step_{step}/rank_0.bin"]
+    for name in files:
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text("{}\n" if name.endswith(".json") else "")
+    with open(run_dir / "metrics.jsonl", "a", buffering=1) as file:  # FileMonitor.log_metrics, a line per step
+        for step in steps:
+            file.write(json.dumps({"step": step, "time": 1.7e9 + step, "loss/mean": 0.1}) + "\n")
+    return run_dir
+
+
 # Samples packed into one micro batch ([1, total] tensors, padding at the end), as the trainer receives it, and the
 # trainer's output for it; each sample cut at seq_len.
 def pack(batch, seq_len: int):
@@ -613,3 +635,13 @@ def nemo_rl_run(folder, tokenizer: Tokenizer, steps=2, group_size=2, multi_turn=
         log_batched_dict_as_jsonl(str(folder), log_data, f"train_data_step{step + 1}.jsonl")
     log_batched_dict_as_jsonl(str(folder), {"content": [[{"role": "user", "content": "q", "token_ids": torch.tensor([1, 2])}]], "rewards": [1.0]}, "val_data_step0.jsonl")
     return folder
+
+
+# What NeMo-RL's Logger also makes in its log_dir (logs/exp_<NNN>): a folder per enabled logger, wandb/, swanlab/,
+# tensorboard/ and mlflow/ (Logger.__init__ in nemo_rl/utils/logger.py at NeMo-RL 7ea279a), each with a file here.
+def nemo_rl_logger_folders(log_dir) -> Path:
+    log_dir = Path(log_dir)
+    for name in ("tensorboard/events.out.tfevents.1700000000.host", "wandb/run-20260101_000000-abc/files/config.yaml", "mlflow/meta.yaml"):
+        (log_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (log_dir / name).write_text("")
+    return log_dir
