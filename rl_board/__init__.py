@@ -25,6 +25,8 @@ The map, by the data path (each module's docstring says more; only the page impo
     the sampler against the trainer            mismatch.py          per-token Δ = logp - sampler_logp, TRL's
                                                                     corrections at chosen thresholds, per step,
                                                                     by bucket, the largest |Δ|
+    which tokens drove each update             update.py            the loss passes' clip, masks and update weights:
+                                                                    TRL's clip fractions per step, each sample's share
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run

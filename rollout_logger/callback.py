@@ -367,6 +367,7 @@ class RolloutLoggerCallback(TrainerCallback):
             "rank": [rank] * count,
             "step": [step] * count,
             "micro_batch": [None] * count,
+            "loss_passes": [None] * count,
         }
         for column, values in extras.items():
             values = [_plain(value) for value in values[:count]] + [None] * (count - len(values))
@@ -480,7 +481,7 @@ class RolloutLoggerCallback(TrainerCallback):
                         record["logprobs"] = logps[position]
                     if entropies is not None:
                         record["entropies"] = entropies[position]
-            passes = record.setdefault("loss_passes", [])
+            passes = record["loss_passes"] = record["loss_passes"] or []
             tokens = {name: rows[position] for name, rows in updates.items()} if per_token else {}
             passes.append({"step": step, "micro_batch": loss_pass.micro_batch, **tokens})
             if len(passes) < trainer.num_iterations:
@@ -771,8 +772,9 @@ def _sample_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor) 
 def _completed(record: dict) -> dict:
     """The record as its line: without the keys nothing filled in (per-token values: no reference model, a sample
     never trained on or trained after an update, a truncated completion TRL masked; its tool mask then too; the
-    micro-batch: a sample its step did not train), and with null per-token values at the tokens a tool wrote."""
-    for key in ("tool_mask", *PER_TOKEN_KEYS, "micro_batch"):
+    micro-batch: a sample its step did not train; the loss passes: a sample never trained), and with null per-token
+    values at the tokens a tool wrote."""
+    for key in ("tool_mask", *PER_TOKEN_KEYS, "micro_batch", "loss_passes"):
         if key in record and record[key] is None:
             del record[key]
     tool_mask = record.get("tool_mask")

@@ -507,23 +507,29 @@ def test_tool_mask_lines(tmp_path):
     callback._batch_inputs = [{"prompt": "sort 3 1 2 :"}] * 3
     callback._scored = (sampled, torch.tensor([[1.0, 0.5]] * 3), {})
     callback._start_records(output, 1)
-    logps, entropies = -torch.rand(3, 6), torch.rand(3, 6)
+    logps, entropies = (-torch.rand(3, 6)).requires_grad_(), torch.rand(3, 6)
     samples = output[rollout_logger.callback.SAMPLE_KEY].tolist()
-    callback._finish_records((samples, completion_mask, 0), (logps, entropies))
+    loss_pass = rollout_logger.callback.LossPass(samples, output, 0, logps=logps, entropies=entropies)
+    loss = (logps * completion_mask * tool_mask).sum()  # a loss whose gradient is 1 at each sampled token
+    callback._finish_pass(loss_pass, loss)
     callback.on_train_end(trainer.args, trainer.state, trainer.control)
     [lines] = read_records(callback.run_dir).values()
 
     first, second, truncated = lines
     assert first["tool_mask"] == [1, 0, 0, 1, 1] and list(first)[2:4] == ["response_tokens", "tool_mask"]
-    per_token = {"logprobs": logps, "ref_logprobs": output["ref_per_token_logps"], "entropies": entropies}
+    per_token = {"logprobs": logps.detach(), "ref_logprobs": output["ref_per_token_logps"], "entropies": entropies}
     for key, values in per_token.items():
         expected = values[0, :5].tolist()
         assert first[key][1:3] == [None, None]
         assert [first[key][i] for i in (0, 3, 4)] == pytest.approx([expected[i] for i in (0, 3, 4)])
         assert second[key] == pytest.approx(values[1, :3].tolist())
     assert second["tool_mask"] == [1, 1, 1]
+    [loss_pass] = first["loss_passes"]  # a tool's tokens have no update values either
+    assert loss_pass["update_weight"] == [-1.0, None, None, -1.0, -1.0] and loss_pass["clipped"] == [0, None, None, 0, 0]
+    assert second["loss_passes"][0]["update_weight"] == [-1.0] * 3
     assert truncated["truncated"] and len(truncated["response_tokens"]) == 6
     assert not {"tool_mask", "logprobs", "ref_logprobs", "entropies"} & set(truncated)
+    assert truncated["loss_passes"] == [{"step": 1, "micro_batch": 0}]  # trained, with no per-token values
     assert b"null" in json_line({"logprobs": [float("nan"), None]}) and json_line({"x": [None]}) == b'{"x":[null]}\n'
 
 
