@@ -25,7 +25,20 @@ LINE_KEYS = (
     "step",
     "micro_batch",
     "loss_passes",
+    "turns",
+    "stop_reason",
 )
+# An agent's trajectory, turn by turn (`turns`, a list in order; other trainers' formats convert into it too): each
+# turn {"role": "system" | "user" | "assistant" | "tool" | "environment", "text": the turn's text} and, where they
+# apply: "token_start", "token_end" (the turn's span in `response_tokens`, end exclusive; only the turns inside the
+# response: what the policy sampled, and the tool results a trainer put between them), "tool_calls" ([{"name",
+# "arguments" (a JSON object, or the text as written when it is not valid JSON), "id"}], on the assistant turn that
+# makes them), "tool_name", "tool_call_id" and "error" (a tool's turn: the tool that answered, and its error message
+# when it failed; its result is the text), "reward" and "advantage" (a format's per-turn values). `stop_reason` says
+# why the trajectory ended: "stop" (the policy ended it), "length" (cut at the token limit), "tool_limit" (the most
+# tool calls allowed), "error", or the trainer's own word.
+TURN_ROLES = ("system", "user", "assistant", "tool", "environment")
+STOP_REASONS = ("stop", "length", "tool_limit", "error")
 # The keys of the board's line format: the logger's and the others the board reads (docs/data-format.md). Any
 # other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
 # key is written as extra_<name>.
