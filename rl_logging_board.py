@@ -73,6 +73,7 @@ from rl_board.metrics import (
     token_rows,
     trl_kl_by_step,
     trl_pools_kl,
+    turn_rows,
 )
 from rl_board.mismatch import (
     CORRECTIONS,
@@ -158,6 +159,16 @@ from rl_board.text import (
     visible_whitespace,
 )
 from rl_board.tokenizer import TOKENIZER_VARIABLE
+from rl_board.trajectory import (
+    TOOL_SERIES,
+    ToolEvents,
+    Trajectory,
+    numbered,
+    read_tool_events,
+    read_trajectory,
+    tool_summary,
+    tools_by_step,
+)
 from rl_board.update import UPDATE_SERIES, LossPasses, read_loss_passes, sample_shares, sequence_level, update_by_step
 from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, METRICS_FILES
 
@@ -328,7 +339,8 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
 def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "StepBatch", step: int, settings: "Settings"):
     sample = draw_samples_pair(run, batch, step, settings) if settings.show_samples_pair else chosen_sample(batch)
     draw_other_fields(batch.table.iloc[sample])
-    draw_token_area(batch, sample, settings)
+    span = draw_trajectory(batch, sample, settings)
+    draw_token_area(batch, sample, settings, span)
     draw_sample_group(batch, sample, settings)
     draw_prompt_history(run, compared, batch.table.iloc[sample], settings)
 
@@ -389,6 +401,8 @@ class StateKey:
     CURVE_LOOK = "curve_look:"  # prefix: one per curve setting
     MISMATCH = "mismatch"  # prefix: Step-Mismatch's choices, the correction's per run
     UPDATE = "update"  # prefix: Step-Update's choices
+    TOOLS = "tools"  # prefix: Step-Tools' choices
+    TRAJECTORY = "trajectory"  # prefix: the turn picked in a sample's trajectory, per sample
 
 
 # How the curves are drawn, chosen above them.
@@ -896,6 +910,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Mismatch")
     if present("loss_passes"):
         tab_names.append("Step-Update")
+    if present("turns"):
+        tab_names.append("Step-Tools")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
@@ -937,6 +953,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_mismatch(runs, look)
         elif open_tab == "Step-Update":
             draw_update(runs, history, look)
+        elif open_tab == "Step-Tools":
+            draw_tools(runs, look)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -1015,6 +1033,91 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
         draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
         draw_largest_mismatches(shown, tokens)
+
+
+# Step-Tools: an agent's trajectories per step, each run compared a line: turns and tool calls per sample, the tool
+# error rate, and per tool name its calls per sample and success rate; the shown run's tools in a table.
+def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
+    shown = runs[0][1]
+    tables = []
+    for name, run in runs:
+        if run.samples["turns"].notna().any():
+            events = cached_tool_events(run.version, run.samples)
+            tables.append((name, cached_tools_by_step(run.version, run.samples, events.table)))
+    options = list(dict.fromkeys(column for _, table in tables for column in table if table[column].notna().any()))
+    if not options:
+        st.info("No sample with turns has a number to draw.")
+        return
+    remembered_choice(StateKey.TOOLS + ":series", options, options[0] if "tool calls per sample" not in options else "tool calls per sample")
+    series = st.selectbox("Per step", options, key=StateKey.TOOLS + ":series", format_func=one_line, help="; ".join(f"{name}: {text}" for name, text in TOOL_SERIES.items()) + "; calls per sample: <tool> and success rate: <tool> (results without an error over results), per tool name.")
+    draw_chart(st, step_table_chart(tables, [series], f"👾 Agent trajectories (Step level): {series}", series, look.smoothing), shown.steps)
+    events = cached_tool_events(shown.version, shown.samples)
+    if events.problems:
+        st.warning(f"{len(events.problems)} line(s) could not be read back for their turns, e.g. {markdown_literal(events.problems[0])}; if the files were rewritten, press Load & View.")
+    summary = tool_summary(events.table)
+    if len(summary):
+        st.markdown(f"**Tools** of {markdown_literal(run_label(shown.run_dir))}, over its loaded samples")
+        st.dataframe(summary, hide_index=True, width="stretch", height=min(300, 38 + 35 * len(summary)),
+                     column_config={"success rate": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="results without an error over results")})
+    st.caption("Samples with turns only. A call the trainer did not run (the tool limit, a result that did not fit) counts as a call without a result.")
+
+
+# The sample's trajectory, when its line has turns: a line per turn (a row per call of a turn that makes several)
+# with its numbers over its span of tokens; a click opens the turn (its text, tool call, result or error) and limits
+# the token area below to its tokens. Returns that span, or None (every token).
+def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tuple[int, int] | None:
+    row = batch.table.iloc[sample]
+    if not row["turns"] > 0:
+        return None
+    try:
+        trajectory = load_sample_trajectory(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+        tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"])) if trajectory else None
+    except (OSError, BadLine) as error:
+        st.warning(read_back_problem(row["path"], row["line"], error))
+        return None
+    if trajectory is None:
+        return None
+    trajectory = numbered(trajectory, tokens, settings.kl_estimator)
+    table = trajectory.table
+    stopped = f" · stopped: {markdown_literal(trajectory.stop_reason)}" if trajectory.stop_reason else ""
+    errors = int(table.loc[table["role"] == "tool", "error"].notna().sum())
+    st.markdown(f"**Trajectory** · {trajectory.turns} turns · {int(table['tool_arguments'].notna().sum())} tool calls · {errors} tool errors{stopped}")
+    for note in trajectory.notes[:5]:
+        st.warning(markdown_literal(note))
+    if len(trajectory.notes) > 5:
+        st.warning(f"{len(trajectory.notes) - 5} more notes on this trajectory's turns.")
+    view = pd.DataFrame({
+        "turn": table["turn"], "role": table["role"], "tool": table["tool_name"],
+        "text": [shorten(one_line(text), 120) for text in table["text"]],
+        "tokens": table["tokens"], "mean logp": table["mean_logp"], "mean kl": table["mean_kl"], "mean entropy": table["mean_entropy"],
+        "mean |Δ|": table["mean_abs_mismatch"], "reward": table["reward"], "advantage": table["advantage"],
+        "error": [None if error is None else shorten(one_line(error), 80) for error in table["error"]],
+    })
+    view = view[[column for column in view if column in ("turn", "role", "text") or view[column].notna().any()]]
+    key = f"{StateKey.TRAJECTORY}:{row['index_id']}:{row['offset']}"
+    picked = st.dataframe(view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row")
+    chosen = picked.selection.rows
+    if not chosen:
+        st.caption("A row per turn (a row per call of a turn that calls several tools). Click one to read it whole and see only its tokens below.")
+        return None
+    turn = table.iloc[chosen[0]]
+    draw_turn(turn)
+    start, end = turn["token_start"], turn["token_end"]
+    if pd.isna(start) or tokens is None:
+        return None
+    return int(start), min(int(end), len(tokens.logprobs))
+
+
+# One turn whole: its role, text, the tool call (name and arguments as JSON), the result or the error; all as text.
+def draw_turn(turn: pd.Series):
+    tool = f" · {markdown_literal(turn['tool_name'])}" if turn["tool_name"] else ""
+    st.markdown(f"**Turn {int(turn['turn'])}** · {markdown_literal(turn['role'])}{tool}")
+    if turn["tool_arguments"] is not None:
+        st.caption("tool call arguments")
+        st.code(turn["tool_arguments"], language="json")
+    if turn["error"] is not None:
+        st.error(f"Tool error: {markdown_literal(turn['error'])}")
+    st.text(as_written(turn["text"]) if turn["text"] else "(no text)")
 
 
 # Step-Update: what the loss passes did with the tokens, per optimizer step (each run compared a line): the shares
@@ -1727,7 +1830,7 @@ def chosen_sample(batch: "StepBatch") -> int:
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text. A fragment
 # inside the sample view's: choosing values or a view redraws only the token area.
 @st.fragment
-def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings"):
+def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span: tuple[int, int] | None = None):
     row = batch.table.iloc[sample]
     try:
         tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
@@ -1744,6 +1847,9 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings"):
         )
         return
     rows = token_rows(tokens, settings.kl_estimator, settings.pad_token)
+    if span is not None:
+        rows = turn_rows(rows, *span)
+        st.caption(f"The tokens of the turn picked in the trajectory above: positions {span[0]} to {span[1] - 1}.")
     for note in tokens.notes:
         st.warning(note)
     available = [name for name in TOKEN_ROWS if name in rows.values]
@@ -2087,6 +2193,23 @@ def cached_mismatch_sums(version, _tokens: "MismatchTokens") -> dict:
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_mismatch_by_step(version, mode: str, clip_min, clip_max, _steps: np.ndarray, _tokens: "MismatchTokens", _sums: dict) -> pd.DataFrame:
     return mismatch_by_step(_steps, _tokens, mode, clip_min, clip_max, _sums)
+
+
+# A sample's trajectory, read only while shown.
+@st.cache_data(show_spinner=False, max_entries=64)
+def load_sample_trajectory(index_id: str, path: str, offset: int, length: int, step: int) -> "Trajectory | None":
+    return read_trajectory(path, offset, length, step)
+
+
+# A run's tool calls and results, read once per run version (a pass over its lines with turns).
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_tool_events(version, _samples: pd.DataFrame) -> "ToolEvents":
+    return read_tool_events(_samples[_samples["turns"] > 0])
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_tools_by_step(version, _samples: pd.DataFrame, _events: pd.DataFrame) -> pd.DataFrame:
+    return tools_by_step(_samples, _events)
 
 
 # A run's loss passes, read once per run version (a pass over its loaded lines).

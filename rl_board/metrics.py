@@ -299,6 +299,15 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
     )
 
 
+# The token rows of one span of the response's tokens [start, end) (a turn of a trajectory).
+def turn_rows(rows: TokenRows, start: int, end: int) -> TokenRows:
+    kept = (rows.positions >= start) & (rows.positions < end)
+    return TokenRows(
+        tokens=[token for token, keep in zip(rows.tokens, kept) if keep], is_pad=rows.is_pad[kept], is_tool=rows.is_tool[kept],
+        positions=rows.positions[kept], values={name: values[kept] for name, values in rows.values.items()},
+    )
+
+
 # The normal density fitted (mean, population std) to values, on a grid spanning them.
 def normal_curve(values: np.ndarray, points: int = 200) -> tuple[np.ndarray, np.ndarray]:
     mean, std = values.mean(), values.std()

@@ -8,6 +8,8 @@
     run.step(12)                                          # that step's rows with prompt, response and the other texts
     run.tokens(12, 3)                                     # a row per token of sample 3 of step 12
     run.update_by_step()                                  # what each step's loss passes did: clip fractions, ...
+    run.turns(12, 3)                                      # an agent's trajectory: a row per turn, with its numbers
+    run.tools_by_step()                                   # turns, tool calls, errors per step and per tool name
     run.history.train                                     # the trainer's own logged numbers
 """
 import os
@@ -25,6 +27,7 @@ from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
 from rl_board.tokenizer import TOKENIZER_VARIABLE
+from rl_board.trajectory import numbered, read_tool_events, read_trajectory, tool_summary, tools_by_step
 from rl_board.update import read_loss_passes, sample_shares, sequence_level, update_by_step
 
 ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample of every step
@@ -88,10 +91,7 @@ class Run:
         rewritten since the run was opened raises ValueError saying so."""
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, not {kl_estimator!r}")
-        rows = self.snapshot.step_rows(step)
-        if not 0 <= sample < len(rows):
-            raise IndexError(f"step {step} has {len(rows)} loaded sample(s), no sample {sample}")
-        row = rows.iloc[sample]
+        row = self._row(step, sample)
         try:
             detail = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
         except (OSError, BadLine) as error:
@@ -102,6 +102,48 @@ class Run:
         frame = pd.DataFrame({"position": shown.positions, "token": shown.tokens, **shown.values})
         frame["tool"] = np.asarray(shown.is_tool, dtype=bool)
         return frame
+
+    def turns(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
+        """A row per turn of the sample's trajectory (its line's `turns`): turn, role, text, tool_name, tool_arguments
+        (JSON text), tool_result, error, token_start and token_end (its span in tokens(step, sample); empty for turns
+        the response does not hold), reward and advantage where the format has them, and the turn's numbers over its
+        span: tokens, mean_logp, mean_kl (kl_estimator), mean_entropy, mean_abs_mismatch. A policy turn that calls
+        tools is a row per call (the same turn), a tool's turn carries its result. Empty without turns; what in them
+        could not be used is warned about."""
+        row = self._row(step, sample)
+        try:
+            trajectory = read_trajectory(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+            tokens = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"])) if trajectory else None
+        except (OSError, BadLine) as error:
+            raise ValueError(read_back_problem(row["path"], row["line"], error)) from error
+        if trajectory is None:
+            return pd.DataFrame(columns=["turn", "role", "text"])
+        trajectory = numbered(trajectory, tokens, kl_estimator)
+        for note in trajectory.notes:
+            warnings.warn(note, stacklevel=2)
+        return trajectory.table
+
+    def tools_by_step(self) -> pd.DataFrame:
+        """Per step, of the samples with turns: turns, tool calls per sample and the tool error rate; per tool name,
+        its calls per sample and success rate (results without an error over results). Empty without turns."""
+        return tools_by_step(self.snapshot.samples, self._tool_events())
+
+    def tool_summary(self) -> pd.DataFrame:
+        """Per tool name over the run: calls, results, errors and success rate."""
+        return tool_summary(self._tool_events())
+
+    def _tool_events(self) -> pd.DataFrame:
+        samples = self.snapshot.samples
+        events = read_tool_events(samples[samples["turns"] > 0])
+        for problem in events.problems:
+            warnings.warn(problem, stacklevel=3)
+        return events.table
+
+    def _row(self, step: int, sample: int) -> pd.Series:
+        rows = self.snapshot.step_rows(step)
+        if not 0 <= sample < len(rows):
+            raise IndexError(f"step {step} has {len(rows)} loaded sample(s), no sample {sample}")
+        return rows.iloc[sample]
 
     def update_by_step(self) -> pd.DataFrame:
         """A row per optimizer step that loss passes ran in (rollout_logger's `loss_passes`): TRL's clip fractions

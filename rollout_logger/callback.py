@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -228,6 +229,8 @@ class RolloutLoggerCallback(TrainerCallback):
             # TRL's private methods' arguments, read by name: a renamed parameter fails here, not mid-run.
             self._batch_inputs_of = _argument_reader(trainer, "_generate_and_score_completions", "inputs")
             self._completion_ids_of = _argument_reader(trainer, "_calculate_rewards", "completion_ids_list")
+            self._prompts_of = _argument_reader(trainer, "_calculate_rewards", "prompts")
+            self._completions_of = _argument_reader(trainer, "_calculate_rewards", "completions")
             self._loss_inputs_of = _argument_reader(trainer, "compute_loss", "inputs")
             self._generate_logprobs = self._generate_logprobs_recorder() if sampler_logprobs else None
             self._install_hooks()
@@ -291,7 +294,8 @@ class RolloutLoggerCallback(TrainerCallback):
         rewards_per_func = calculate_rewards(*args, **kwargs)
         if self._writer is not None:
             extras = {column: values[logged.get(column, 0) :] for column, values in (pending or {}).items()}
-            self._scored = (self._completion_ids_of(args, kwargs), rewards_per_func, extras)
+            conversation = (self._prompts_of(args, kwargs), self._completions_of(args, kwargs))
+            self._scored = (self._completion_ids_of(args, kwargs), rewards_per_func, extras, conversation)
         return rewards_per_func
 
     def _around_loss(self, compute_loss, *args, **kwargs):
@@ -368,6 +372,7 @@ class RolloutLoggerCallback(TrainerCallback):
             "step": [step] * count,
             "micro_batch": [None] * count,
             "loss_passes": [None] * count,
+            **self._trajectories(sampled_ids, tool_mask, completion_mask, lengths, per_token),
         }
         for column, values in extras.items():
             values = [_plain(value) for value in values[:count]] + [None] * (count - len(values))
@@ -375,6 +380,21 @@ class RolloutLoggerCallback(TrainerCallback):
             columns["extra_" + column if column in RESERVED_KEYS else column] = values
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]
         self._await_loss_pass(output, records, per_token)
+
+    def _trajectories(self, sampled_ids, tool_mask, completion_mask, lengths, per_token) -> dict[str, list]:
+        """With TRL's tools, each sample's turns (`turns`: its prompt's messages, then the completion's messages as
+        TRL's tool loop made them, each policy turn and each round of tool results with its span of the completion's
+        tokens) and why it ended (`stop_reason`); nothing without tools."""
+        if tool_mask is None:
+            return {}
+        prompts, completions = self._scored[3]
+        masks = _tool_masks(tool_mask, completion_mask, lengths, per_token)
+        rounds = getattr(self.trainer, "max_tool_calling_iterations", None) or math.inf
+        trajectories = [
+            _trajectory(prompt, completion, mask, ids and ids[-1] not in self._stop_ids, rounds)
+            for prompt, completion, mask, ids in zip(prompts, completions, masks, sampled_ids)
+        ]
+        return {"turns": [turns for turns, _ in trajectories], "stop_reason": [reason for _, reason in trajectories]}
 
     def _sampler_values(self, output: dict, completion_mask: torch.Tensor) -> tuple:
         """The sampler's per-token log-probs of the batch (TRL's from vLLM or a rollout function, else those recorded
@@ -408,7 +428,7 @@ class RolloutLoggerCallback(TrainerCallback):
         columns the reward functions logged with `log_extra`."""
         if self._scored is None:
             raise RuntimeError("TRL's generation did not call `_calculate_rewards`")
-        completion_ids, gathered, extras = self._scored
+        completion_ids, gathered, extras, _ = self._scored
         trainer = self.trainer
         if gathered.size(0) != count * trainer.accelerator.num_processes:
             raise RuntimeError(f"TRL's rewards have {gathered.size(0)} rows for {count} samples per rank")
@@ -774,7 +794,7 @@ def _completed(record: dict) -> dict:
     never trained on or trained after an update, a truncated completion TRL masked; its tool mask then too; the
     micro-batch: a sample its step did not train; the loss passes: a sample never trained), and with null per-token
     values at the tokens a tool wrote."""
-    for key in ("tool_mask", *PER_TOKEN_KEYS, "micro_batch", "loss_passes"):
+    for key in ("tool_mask", *PER_TOKEN_KEYS, "micro_batch", "loss_passes", "turns", "stop_reason"):
         if key in record and record[key] is None:
             del record[key]
     tool_mask = record.get("tool_mask")
@@ -788,6 +808,72 @@ def _completed(record: dict) -> dict:
                 if loss_pass.get(key) is not None:
                     loss_pass[key] = sampled_only(loss_pass[key])
     return record
+
+
+def _trajectory(prompt, completion, tool_mask: list[int] | None, truncated: bool, tool_rounds: int) -> tuple:
+    """A sample's turns and stop reason from TRL's conversation: the prompt's messages (no tokens), then each message
+    of the completion (TRL's `completions` row: the assistant's, parsed with its tool calls, and the tools' results)
+    with its span of the completion's tokens: the k-th run of sampled tokens (tool mask 1) is the k-th assistant turn,
+    the k-th run of tool tokens (0) the k-th round of tool results (a round's tool turns share its span); no spans
+    without a mask (a truncated completion TRL masks). (None, None) for a completion that is not a list of messages."""
+    if not isinstance(completion, list) or not all(isinstance(message, dict) for message in completion):
+        return None, None
+    runs = {1: [], 0: []}
+    for value, group in itertools.groupby(enumerate(tool_mask or []), key=lambda item: item[1]):
+        positions = [position for position, _ in group]
+        runs[value].append((positions[0], positions[-1] + 1))
+    prompt_messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    turns = [{"role": str(message.get("role")), "text": _message_text(message.get("content"))} for message in prompt_messages if isinstance(message, dict)]
+    policy_turns = tool_rounds_seen = 0
+    previous_role = None
+    for message in completion:
+        role = str(message.get("role"))
+        turn = {"role": role, "text": _message_text(message.get("content"))}
+        span = None
+        if role == "assistant":
+            span = runs[1][policy_turns] if policy_turns < len(runs[1]) else None
+            policy_turns += 1
+            calls = [call.get("function") or {} for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+            if calls:
+                turn["tool_calls"] = [{"name": call.get("name"), "arguments": call.get("arguments")} for call in calls]
+        elif role == "tool":
+            if previous_role != "tool":
+                tool_rounds_seen += 1
+            span = runs[0][tool_rounds_seen - 1] if tool_rounds_seen <= len(runs[0]) else None
+            turn["tool_name"] = message.get("name")
+            error = _tool_error(turn["text"])
+            if error is not None:
+                turn["error"] = error
+        if span is not None and tool_mask is not None:
+            turn["token_start"], turn["token_end"] = span
+        turns.append(turn)
+        previous_role = role
+    last = completion[-1] if completion else {}
+    if truncated:
+        reason = "length"
+    elif last.get("role") == "assistant" and last.get("tool_calls"):  # a call TRL did not run
+        reason = "tool_limit" if tool_rounds_seen >= tool_rounds else "length"  # else its result did not fit
+    else:
+        reason = "stop"
+    return turns, reason
+
+
+def _message_text(content) -> str:
+    """A message's content as text: a string as it is, the text parts of a list of parts (images left out)."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def _tool_error(text: str) -> str | None:
+    """The error of a tool's result, as TRL writes a failed call's: `str({"error": message})`."""
+    if not text.startswith("{'error': ") or len(text) > 100_000:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return str(value["error"]) if isinstance(value, dict) and set(value) == {"error"} else None
 
 
 def _prompt_images(inputs: list[dict], count: int) -> list[list] | None:

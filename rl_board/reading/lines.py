@@ -72,6 +72,11 @@ MISMATCH_NUMBERS = [
 UPDATE_NUMBERS = ["loss_passes", "clipped_tokens", "abs_update_weight"]
 
 
+# Per sample with `turns` (an agent's trajectory, rl_board.trajectory): its turns, the tool calls its turns make, and
+# its tool turns that are errors. Its `stop_reason` is a text field (text/stop_reason): a facet and a filter.
+TURN_NUMBERS = ["turns", "tool_calls", "tool_errors"]
+
+
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
 
 
@@ -84,7 +89,7 @@ SUMMARY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, *UPDATE_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
+    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, *UPDATE_NUMBERS, *TURN_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
@@ -192,6 +197,19 @@ LOSS_PASSES_DECODER = msgspec.json.Decoder(RolloutLossPasses, strict=False)
 
 
 LOSS_PASS_LIST_DECODER = msgspec.json.Decoder(list[LossPassRecord], strict=False)
+
+
+# What the first pass reads of a turn (rl_board.trajectory reads it whole); anything else is skimmed.
+class TurnCounts(msgspec.Struct, gc=False):
+    role: Any = None
+    tool_calls: Any = None
+    error: Any = None
+
+
+TURN_COUNTS_DECODER = msgspec.json.Decoder(list[TurnCounts], strict=False)
+
+
+STOP_REASON_FIELD = "text/stop_reason"
 
 
 LOSS_PASS_FIELDS_DECODER = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
@@ -363,6 +381,13 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
                 fields.setdefault(column, missing_values(column, count))[row] = value
         if "loss_passes" in line:
             add_update_numbers(numbers, row, line["loss_passes"], problems, parser)
+        if "turns" in line:
+            add_turn_numbers(numbers, row, line["turns"], problems)
+        if "stop_reason" in line:
+            reason = line["stop_reason"]
+            reason = raw_value(reason) if isinstance(reason, msgspec.Raw) else reason
+            if isinstance(reason, str):
+                fields.setdefault(STOP_REASON_FIELD, missing_values(STOP_REASON_FIELD, count))[row] = valid_text(reason[:TEXT_FIELD_CHARACTERS])
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["tool"] is not None:
@@ -556,6 +581,19 @@ def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: s
     weights = [np.asarray(p.update_weight, dtype=float) for p in passes if p.update_weight is not None]
     if weights:
         numbers["abs_update_weight"][row] = sum(float(np.nansum(np.abs(array))) for array in weights)
+
+
+# A line's TURN_NUMBERS from its turns (raw JSON, or a Python value); a value that is not a list of objects is
+# ignored, with a note (the sample view says more).
+def add_turn_numbers(numbers: dict, row: int, value, problems: list):
+    try:
+        turns = TURN_COUNTS_DECODER.decode(value) if isinstance(value, msgspec.Raw) else msgspec.convert(value, list[TurnCounts], strict=False)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        problems.append((row, "note", "turns is not a list of turn objects: ignored"))
+        return
+    numbers["turns"][row] = len(turns)
+    numbers["tool_calls"][row] = sum(len(turn.tool_calls) for turn in turns if isinstance(turn.tool_calls, list))
+    numbers["tool_errors"][row] = sum(turn.role == "tool" and turn.error is not None for turn in turns)
 
 
 # Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.

@@ -1,0 +1,231 @@
+"""Agent trajectories turn by turn: a line's `turns` (rollout_logger/metadata.py: each turn's role, text, tool calls,
+tool result or error, and its span of the response's tokens) as a table a row per turn, with each turn's own numbers
+from the line's per-token values over its span (tokens, mean log-prob, KL, entropy, sampler-trainer mismatch); and,
+over a run, each tool call and result (the Step-Tools tab: per step and per tool name, calls and success rate).
+
+A policy turn that makes several tool calls is a row per call (the same `turn`); a tool's turn carries its result.
+Spans are checked against the tokens: one that does not fit (past the end, reversed, not integers) keeps its row
+without numbers, and a note says so; an unknown role is shown as given, with a note."""
+import json
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from rl_board.reading.lines import BadLine, decode_line, kl_per_token
+from rl_board.reading.snapshot import SampleTokens, read_line
+from rl_board.reading.storage import read_spans
+from rollout_logger.metadata import TURN_ROLES
+
+TURN_COLUMNS = ["turn", "role", "text", "tool_name", "tool_arguments", "tool_result", "error", "token_start", "token_end"]
+NUMBER_COLUMNS = ["tokens", "mean_logp", "mean_kl", "mean_entropy", "mean_abs_mismatch", "reward", "advantage"]
+
+
+# A turn as a line holds it: every key optional, any type (a turn is checked when read, never trusted).
+class Turn(msgspec.Struct, gc=False):
+    role: object = None
+    text: object = None
+    token_start: object = None
+    token_end: object = None
+    tool_calls: object = None
+    tool_name: object = None
+    tool_call_id: object = None
+    error: object = None
+    reward: object = None
+    advantage: object = None
+
+
+class RolloutTurns(msgspec.Struct, gc=False):
+    step: int | float
+    turns: list[Turn] | None = None
+    stop_reason: object = None
+
+
+TURNS_DECODER = msgspec.json.Decoder(RolloutTurns, strict=False)
+
+
+# A sample's trajectory: a row per turn (a row per call of a turn that makes several), why it ended, and notes on
+# what in its turns could not be used.
+@dataclass(frozen=True)
+class Trajectory:
+    table: pd.DataFrame  # TURN_COLUMNS (+ NUMBER_COLUMNS once numbered)
+    stop_reason: str | None
+    notes: list[str]
+
+    @property
+    def turns(self) -> int:
+        return int(self.table["turn"].nunique()) if len(self.table) else 0
+
+
+def read_trajectory(path: str, offset: int, length: int, step: int) -> Trajectory | None:
+    """The trajectory of the line at offset (None: the line has no turns); BadLine if it no longer holds `step`."""
+    record, _ = decode_line(read_line(path, offset, length), TURNS_DECODER)
+    if float(record.step) != float(step):
+        raise BadLine(f"it now holds step {record.step}, not {step}")
+    return trajectory_of(record.turns, record.stop_reason) if record.turns else None
+
+
+def trajectory_of(turns: list[Turn], stop_reason=None) -> Trajectory:
+    rows, notes = [], []
+    for number, turn in enumerate(turns):
+        role = text_of(turn.role) or "?"
+        if role not in TURN_ROLES:
+            notes.append(f"turn {number}: role {role!r} is none of {', '.join(TURN_ROLES)}; shown as given")
+        start, end = span_of(turn, number, notes)
+        base = {"turn": number, "role": role, "text": text_of(turn.text) or "", "tool_name": None, "tool_arguments": None, "tool_result": None,
+                "error": text_of(turn.error), "token_start": start, "token_end": end, "reward": number_of(turn.reward), "advantage": number_of(turn.advantage)}
+        if role == "tool":
+            base |= {"tool_name": text_of(turn.tool_name), "tool_result": base["text"]}
+        calls = turn.tool_calls if isinstance(turn.tool_calls, list) else []
+        if turn.tool_calls is not None and not isinstance(turn.tool_calls, list):
+            notes.append(f"turn {number}: tool_calls is not a list; left out")
+        if not calls:
+            rows.append(base)
+        for call in calls:
+            call = call if isinstance(call, dict) else {"name": None, "arguments": call}
+            function = call.get("function") if isinstance(call.get("function"), dict) else call  # OpenAI's nesting
+            rows.append(base | {"tool_name": text_of(function.get("name")), "tool_arguments": arguments_text(function.get("arguments"))})
+    table = pd.DataFrame(rows, columns=TURN_COLUMNS + ["reward", "advantage"])
+    texts = ["role", "text", "tool_name", "tool_arguments", "tool_result", "error"]
+    table[texts] = table[texts].astype(object).where(table[texts].notna(), None)  # None, not NaN, for no text
+    return Trajectory(table=table.astype({"token_start": "Int64", "token_end": "Int64"}), stop_reason=text_of(stop_reason), notes=notes)
+
+
+# A turn's span of the response's tokens, (None, None) when it has none or it is not two integers, start ≤ end.
+def span_of(turn: Turn, number: int, notes: list) -> tuple:
+    start, end = turn.token_start, turn.token_end
+    if start is None and end is None:
+        return None, None
+    if not (type(start) is int and type(end) is int and 0 <= start <= end):
+        notes.append(f"turn {number}: token span [{str(start)[:20]}, {str(end)[:20]}) is not two integers 0 ≤ start ≤ end; no numbers")
+        return None, None
+    return start, end
+
+
+# A tool call's arguments as the table shows them: JSON, pretty, keys as written; a string as written (a call whose
+# arguments are not valid JSON keeps its text).
+def arguments_text(arguments) -> str | None:
+    if arguments is None:
+        return None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments
+    return json.dumps(arguments, ensure_ascii=False, indent=1)
+
+
+def text_of(value) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def number_of(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
+
+
+# Each turn's numbers from the sample's per-token values over its span (NaN without tokens or a span; a span past the
+# tokens gets numbers over the part that fits, and a note): tokens, mean logp, mean KL under `estimator`, mean
+# entropy, mean |Δ| of the sampler-trainer mismatch, over the tokens that have each value (a tool's have none).
+def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str = "k3") -> Trajectory:
+    table, notes = trajectory.table.copy(), list(trajectory.notes)
+    for column in NUMBER_COLUMNS[:5]:
+        table[column] = np.nan
+    if tokens is None:
+        return Trajectory(table=table, stop_reason=trajectory.stop_reason, notes=notes)
+    length = len(tokens.logprobs)
+    per_token = {"mean_logp": tokens.logprobs}
+    if tokens.ref_logprobs is not None:
+        per_token["mean_kl"] = kl_per_token(tokens.logprobs - tokens.ref_logprobs, estimator)
+    if tokens.entropies is not None:
+        per_token["mean_entropy"] = tokens.entropies
+    if tokens.sampler_logprobs is not None:
+        per_token["mean_abs_mismatch"] = np.abs(tokens.logprobs - tokens.sampler_logprobs)
+    spanned = table["token_start"].notna()
+    for index in table.index[spanned]:
+        start, end = int(table.at[index, "token_start"]), int(table.at[index, "token_end"])
+        if end > length:
+            if index == table.index[table["turn"] == table.at[index, "turn"]][0]:
+                notes.append(f"turn {table.at[index, 'turn']}: token span [{start}, {end}) goes past the response's {length} tokens; numbers over the tokens it has")
+            end = min(end, length)
+        table.at[index, "tokens"] = max(end - start, 0)
+        for column, values in per_token.items():
+            part = values[start:end]
+            part = part[np.isfinite(part)]
+            table.at[index, column] = part.mean() if len(part) else np.nan
+    return Trajectory(table=table, stop_reason=trajectory.stop_reason, notes=notes)
+
+
+# Every tool call and tool result of the samples (a snapshot's rows: path, offset, length, step, line), a row each:
+# `sample` (its position in samples), step, kind ("call" or "result"), tool (name), error (a result's); and the lines
+# that could not be read back.
+@dataclass(frozen=True)
+class ToolEvents:
+    table: pd.DataFrame
+    problems: list[str]
+
+
+LINES_PER_READ = 2048
+
+
+def read_tool_events(samples: pd.DataFrame) -> ToolEvents:
+    rows, problems = [], []
+    for start in range(0, len(samples), LINES_PER_READ):
+        chunk = samples.iloc[start : start + LINES_PER_READ]
+        spans = read_spans(chunk["path"].tolist(), chunk["offset"].astype(int).tolist(), chunk["length"].astype(int).tolist())
+        for position, (raw, step, path, line) in enumerate(zip(spans, chunk["step"].tolist(), chunk["path"].tolist(), chunk["line"].tolist())):
+            if b'"turns"' not in raw:
+                continue
+            try:
+                record, _ = decode_line(raw, TURNS_DECODER)
+                if float(record.step) != float(step):
+                    raise BadLine(f"it now holds step {record.step}, not {step}")
+            except BadLine as error:
+                problems.append(f"{path} line {line}: {error}")
+                continue
+            table = trajectory_of(record.turns or []).table
+            for tool, error, role, arguments in zip(table["tool_name"].tolist(), table["error"].tolist(), table["role"].tolist(), table["tool_arguments"].tolist()):
+                if role == "tool":
+                    rows.append((start + position, step, "result", tool or "?", error))
+                elif tool is not None or arguments is not None:
+                    rows.append((start + position, step, "call", tool or "?", None))
+    return ToolEvents(table=pd.DataFrame(rows, columns=["sample", "step", "kind", "tool", "error"]), problems=problems)
+
+
+# Per step (of the samples with turns): turns, tool calls and tool errors per sample and the error rate (index
+# numbers); per tool name (from the tool events): its calls per sample and its success rate (results without an error
+# over results), columns "calls per sample: <tool>" and "success rate: <tool>".
+TOOL_SERIES = {
+    "turns per sample": "turns of a trajectory, prompt's included, per sample with turns",
+    "tool calls per sample": "tool calls the policy made per sample with turns",
+    "tool error rate": "tool results that were errors, over all tool results",
+}
+
+
+def tools_by_step(samples: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    with_turns = samples[samples["turns"] > 0]
+    if with_turns.empty:
+        return pd.DataFrame(columns=list(TOOL_SERIES))
+    grouped = with_turns.groupby("step")
+    result = pd.DataFrame({"turns per sample": grouped["turns"].mean(), "tool calls per sample": grouped["tool_calls"].mean()})
+    results = events[events["kind"] == "result"]
+    counts = results.groupby("step").agg(results=("kind", "size"), errors=("error", lambda errors: errors.notna().sum()))
+    result["tool error rate"] = (counts["errors"] / counts["results"]).reindex(result.index)
+    sizes = grouped.size()
+    for tool in sorted(events["tool"].unique()):
+        calls = events[(events["kind"] == "call") & (events["tool"] == tool)].groupby("step").size()
+        result[f"calls per sample: {tool}"] = (calls.reindex(result.index, fill_value=0) / sizes).astype(float)
+        answered = results[results["tool"] == tool].groupby("step")["error"]
+        result[f"success rate: {tool}"] = (answered.apply(lambda errors: errors.isna().mean())).reindex(result.index)
+    return result
+
+
+# Per tool name over the samples: calls, results, errors and success rate, most called first.
+def tool_summary(events: pd.DataFrame) -> pd.DataFrame:
+    calls = events[events["kind"] == "call"].groupby("tool").size().rename("calls")
+    results = events[events["kind"] == "result"].groupby("tool")["error"].agg(results="size", errors=lambda errors: errors.notna().sum())
+    table = pd.concat([calls, results], axis=1).fillna(0).astype(int)
+    table["success rate"] = np.where(table["results"] > 0, 1 - table["errors"] / table["results"].where(table["results"] > 0, 1), np.nan)
+    return table.sort_values("calls", ascending=False, kind="stable").reset_index(names="tool")
