@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from examples.train_grpo_tiny_tools import add
 from tests.support import PROJECT
 from tests.support.logger_runs import KL_ROUNDING, add_logger, max_difference, read_records
 from tests.support.logger_tool_runs import (
@@ -30,6 +31,7 @@ from tests.support.logger_tool_runs import (
 )
 
 PER_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies")
+TOOL_CALL_TEXT = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
 STEPS = [1, 2, 3]
 
 
@@ -206,3 +208,75 @@ def test_bundled_tools_example_run():
     run = board.RunStore(str(BUNDLED)).load(10240, parallel=False)
     by_board = board.trl_kl_by_step(run.samples, board.trl_pools_kl(run.meta["trl_version"]))
     assert by_board.to_dict() == pytest.approx(recomputed, rel=1e-9, abs=1e-12)
+
+
+def test_each_line_has_its_turns_as_trls_tool_loop_made_them(tools_run):
+    """The turns of a line: the prompt's message, then per round the assistant's turn (its span: the round's run of
+    sampled tokens; its tool call: the one its text holds) and the tool's turn (its span: the run of tool tokens; its
+    result: what `add` returns for that call), recomputed here from the line's tokens and tool mask alone."""
+    tokenizer = tools_run["trainer"].processing_class
+    checked_results = 0
+    for record in tools_run["records"]:
+        turns, mask = record["turns"], record["tool_mask"]
+        assert turns[0] == {"role": "user", "text": re.search(r"user\n(.*?)<\|im_end\|>", record["prompt"], re.DOTALL).group(1)}
+        spans = [(turn["token_start"], turn["token_end"]) for turn in turns[1:]]
+        assert spans[0][0] == 0 and spans[-1][1] == len(mask) and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        ids = tokenizer.convert_tokens_to_ids(record["response_tokens"])
+        for turn, (start, end) in zip(turns[1:], spans):
+            assert set(mask[start:end]) == {1 if turn["role"] == "assistant" else 0}
+            text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
+            if turn["role"] == "assistant":
+                calls = [parsed_call(call) for call in TOOL_CALL_TEXT.findall(text)]
+                if all(calls):  # the model's calls are all well-formed JSON: TRL's parser gets each of them
+                    assert [(call["name"], call["arguments"]) for call in turn.get("tool_calls", [])] == [(call["name"], call["arguments"]) for call in calls]
+                call = turn.get("tool_calls", [None])[-1]
+            else:
+                assert turn["tool_name"] == call["name"] and f"<tool_response>\n{turn['text']}\n</tool_response>" in text
+                try:  # what TRL's call of the tool returns, or None where it raises (TRL then writes the error)
+                    expected = str(add(**call["arguments"])) if call["name"] == "add" else None
+                except Exception:
+                    expected = None
+                if expected is None:
+                    assert "error" in turn
+                else:
+                    assert turn["text"] == expected and "error" not in turn
+                    checked_results += 1
+        # A last call TRL did not run: the tool limit, else its result would not fit in max_completion_length
+        ends_with_call = turns[-1]["role"] == "assistant" and "tool_calls" in turns[-1]
+        rounds = sum(turn["role"] == "assistant" and "tool_calls" in turn for turn in turns) - ends_with_call
+        at_limit = rounds >= tools_run["trainer"].max_tool_calling_iterations
+        expected = "length" if record["truncated"] else ("tool_limit" if at_limit else "length") if ends_with_call else "stop"
+        assert record["stop_reason"] == expected
+    assert checked_results >= len(tools_run["records"]) // 2
+
+
+def parsed_call(text: str) -> dict | None:
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return None
+    return call if isinstance(call, dict) and "name" in call and "arguments" in call else None
+
+
+def test_board_turns_and_tools_equal_a_recount(tools_run):
+    import rl_board
+
+    run = rl_board.open_run(tools_run["run_dir"])
+    records = tools_run["records"]
+    by_step = run.tools_by_step()
+    for step in STEPS:
+        lines = [record for record in records if record["step"] == step]
+        calls = sum(len(turn.get("tool_calls", [])) for record in lines for turn in record["turns"])
+        results = [turn for record in lines for turn in record["turns"] if turn["role"] == "tool"]
+        assert by_step.loc[step, "tool calls per sample"] == pytest.approx(calls / len(lines))
+        assert by_step.loc[step, "turns per sample"] == pytest.approx(statistics.mean(len(record["turns"]) for record in lines))
+        assert by_step.loc[step, "success rate: add"] == pytest.approx(sum("error" not in turn for turn in results) / len(results))
+    record = records[0]
+    step_lines = [line for line in records if line["step"] == record["step"]]
+    table = run.turns(record["step"], step_lines.index(record))
+    for (_, row), turn in zip(table.iterrows(), record["turns"]):
+        if "token_start" in turn:
+            start, end = turn["token_start"], turn["token_end"]
+            sampled = [value for value in record["logprobs"][start:end] if value is not None]
+            assert row["tokens"] == end - start
+            assert row["mean_logp"] == pytest.approx(statistics.mean(sampled)) if sampled else math.isnan(row["mean_logp"])
