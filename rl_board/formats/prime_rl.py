@@ -131,9 +131,10 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         effective = traces.get((step, kind, "effective")) if subset == "all" else None
         sources[path] = status
         contexts[path] = (f"step_{step}.{kind}.{subset}.traces.jsonl",
-                          {"step": step, "kind": kind, "subset": subset, "effective": list(map(list, effective)) if effective else None})
+                          {"step": step, "kind": kind, "subset": subset, "effective": [effective[0], list(effective[1])] if effective else None})
     if folder.jsonl:
-        problems.append(("", 0, "note", f"{len(folder.jsonl)} .jsonl file(s) beside {EXPORTS_FOLDER}/ are not read (prime-rl's metrics.jsonl holds its logged metrics, not samples)"))
+        beside = EXPORTS_FOLDER if steps else ROLLOUTS_FOLDER
+        problems.append(("", 0, "note", f"{len(folder.jsonl)} .jsonl file(s) beside {beside}/ are not read (prime-rl's metrics.jsonl holds its logged metrics, not samples)"))
     identity, note = tokenizer_identity()
     if note:
         problems.append(("", 0, "note", note))

@@ -77,7 +77,8 @@ class RunStore:
             path, notes = converted_file(source, status, run_format, folder, self.conversions)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
             reason = f"could not be read as {run_format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
-            problem = (valid_text(source.rsplit("/", 1)[-1]), 0, "skipped", reason)
+            name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
+            problem = (valid_text(name), 0, "skipped", reason)
             self.failures[source] = ((status, run_format.context), problem)
             return None, (problem,)
         name = valid_text(Path(path).name)  # the conversion's lines are reported under its name
