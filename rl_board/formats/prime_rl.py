@@ -25,7 +25,18 @@ advantage the mean of the per-token advantages over the loss tokens (token_advan
 they differ); prompt and response the matched trace's
 messages, else the tokens decoded with a tokenizer (rl_board.tokenizer), else the ids; step the folder's. A step
 folder without STABLE, or with a rank file newer than it (a resumed trainer rewrites a step it had marked: its files
-are opened with "w" again), is being written: left out, and named in the load report."""
+are opened with "w" again), is being written: left out, and named in the load report. A matched line also takes its
+branch's turns (spans in its response), stop_reason, ref_logprobs and the facets kind (train) and subset (effective).
+
+The file monitor writes more traces than the effective ones (Orchestrator.main_loop and finalize_train_batch,
+src/prime_rl/orchestrator/orchestrator.py; eval's in finalize_eval_batch and src/prime_rl/evals/evals.py; the subsets
+are TrainEpisodes.effective and EvalEpisodes.effective in src/prime_rl/orchestrator/metrics.py, at the commit above):
+rollouts/step_<n>/<kind>/all/traces.jsonl gets every rollout as it arrives (train: at the window it arrived in, errored,
+rejected, cancelled or never shipped ones too, before the algorithm stamped advantages; eval: at the eval's step), and
+<kind>/effective/traces.jsonl the cohort shipped to the trainer (eval: the non-errored ones). These are read too, a
+line per trace branch (verifiers_traces.trace_line), with the facets kind and subset: an all file without the traces
+of its step's effective file (each rollout once per step), an effective file of train unless its step has token
+exports (their lines are its lines). A run folder with rollouts/ and no token_exports/ is a run of traces alone."""
 import json
 import math
 import re
