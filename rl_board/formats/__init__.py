@@ -7,21 +7,25 @@ its test and a row of the README's table.
 
     trl          TRL's completion logs (completions/completions_<step>.parquet)
     verl         verl's generation dumps (<step>.jsonl of rollout_data_dir / validation_data_dir)
-    prime_rl     prime-rl's per-token exports (token_exports/step_<n>/rank_<r>.jsonl, complete steps), with its traces
+    prime_rl     prime-rl's per-token exports (token_exports/step_<n>/rank_<r>.jsonl, complete steps) and its verifiers
+                 traces (rollouts/step_<n>/<train|eval>/<all|effective>/traces.jsonl: verifiers_traces)
     nemo_rl      NeMo-RL's train_data_step<N>.jsonl
+    rllm         rLLM's episode logs (episodes/<mode>_step_<n>_epoch_<e>/*.json), a line per trajectory
+    roll         ROLL's rollout dumps (rollout_dump_data.step_<n>.jsonl), a line per trajectory
     openrlhf     OpenRLHF's data_rank<r>.jsonl
     verl_fork    the verl fork's rollout_data_rank<r>.jsonl
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
-    base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache
+    base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache;
+                 agent_turns: chat messages as the board's turns, and a conversion's notes
 """
 import re
 
-from rl_board.formats import board_jsonl, nemo_rl, openrlhf, prime_rl, trl, verl, verl_fork
+from rl_board.formats import board_jsonl, nemo_rl, openrlhf, prime_rl, rllm, roll, trl, verl, verl_fork
 from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import CHECKPOINT_FOLDER
 from rl_board.reading.storage import FileStatus
 
-FORMATS = (trl, verl, prime_rl, nemo_rl, openrlhf, verl_fork, board_jsonl)
+FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, board_jsonl)
 
 
 # Hugging Face's Trainer (TRL, and the rollout logger's runs) writes checkpoint-<n>/ (whose trainer_state.json is the

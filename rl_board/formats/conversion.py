@@ -1,5 +1,8 @@
 """Other trainers' files converted into the board's JSONL once, kept in the cache folder with a stamp of what each was
-made from (source, size, mtime or ETag, conversion version, context), and made again only when that changes."""
+made from (source, size, mtime or ETag, conversion version, context), and made again only when that changes. A format's
+convert returns the lines' bytes, or (bytes, notes): notes [(line number in the conversion, reason)] for the load
+report, about what the conversion could not take as it was (kept in the stamp, so a conversion found made gives them
+again)."""
 import contextlib
 import hashlib
 import json
@@ -11,7 +14,7 @@ from rl_board.formats.base import RunFormat
 from rl_board.reading.index import IndexCache
 from rl_board.reading.storage import FileStatus, canonical_path, read_file
 
-CONVERSION_FORMAT = 2  # a conversion made by another version of this code is made again
+CONVERSION_FORMAT = 3  # a conversion made by another version of this code is made again
 
 
 CONVERSION_THREADS = 16  # files of a run on object storage fetched and converted at once
@@ -23,24 +26,28 @@ def conversions_folder(cache: "IndexCache", run_dir: str) -> Path:
 
 
 # A source file's conversion, made when the file (or what the conversion depends on) changed since the last one; a
-# stamp beside it records what it was made from. Returns the conversion's path.
-def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: Path, known: dict) -> str:
+# stamp beside it records what it was made from, and the conversion's notes. Returns the conversion's path and notes.
+def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: Path, known: dict) -> tuple[str, tuple]:
     name, extra = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1], None))
     context = run_format.context if extra is None else (*run_format.context, extra)
     target = folder / (name if name.endswith(".jsonl") else f"{name}.jsonl")
     stamp_path = target.with_name(f"{target.name}.source")
     stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(context))}
-    if known.get(source) == (stamp, str(target)) and target.is_file():
-        return str(target)
-    with contextlib.suppress(OSError, ValueError):
-        if target.is_file() and json.loads(stamp_path.read_bytes()) == stamp:
-            known[source] = (stamp, str(target))
-            return str(target)
+    if source in known and known[source][:2] == (stamp, str(target)) and target.is_file():
+        return str(target), known[source][2]
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        made = json.loads(stamp_path.read_bytes())
+        notes = tuple((int(line), str(reason)) for line, reason in made.pop("notes", []))
+        if target.is_file() and made == stamp:
+            known[source] = (stamp, str(target), notes)
+            return str(target), notes
     data = run_format.convert(read_file(source), context)
+    data, notes = data if isinstance(data, tuple) else (data, ())
+    notes = tuple((int(line), str(reason)) for line, reason in notes)
     folder.mkdir(parents=True, exist_ok=True)
-    for path, content in ((target, data), (stamp_path, json.dumps(stamp).encode())):
+    for path, content in ((target, data), (stamp_path, json.dumps(stamp | {"notes": notes}).encode())):
         temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
         temporary.write_bytes(content)
         os.replace(temporary, path)
-    known[source] = (stamp, str(target))
-    return str(target)
+    known[source] = (stamp, str(target), notes)
+    return str(target), notes

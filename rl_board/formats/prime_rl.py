@@ -25,20 +25,28 @@ advantage the mean of the per-token advantages over the loss tokens (token_advan
 they differ); prompt and response the matched trace's
 messages, else the tokens decoded with a tokenizer (rl_board.tokenizer), else the ids; step the folder's. A step
 folder without STABLE, or with a rank file newer than it (a resumed trainer rewrites a step it had marked: its files
-are opened with "w" again), is being written: left out, and named in the load report."""
-import functools
-import hashlib
+are opened with "w" again), is being written: left out, and named in the load report. A matched line also takes its
+branch's turns (spans in its response), stop_reason, ref_logprobs and the facets kind (train) and subset (effective).
+
+The file monitor writes more traces than the effective ones (Orchestrator.main_loop and finalize_train_batch,
+src/prime_rl/orchestrator/orchestrator.py; eval's in finalize_eval_batch and src/prime_rl/evals/evals.py; the subsets
+are TrainEpisodes.effective and EvalEpisodes.effective in src/prime_rl/orchestrator/metrics.py, at the commit above):
+rollouts/step_<n>/<kind>/all/traces.jsonl gets every rollout as it arrives (train: at the window it arrived in, errored,
+rejected, cancelled or never shipped ones too, before the algorithm stamped advantages; eval: at the eval's step), and
+<kind>/effective/traces.jsonl the cohort shipped to the trainer (eval: the non-errored ones). These are read too, a
+line per trace branch (verifiers_traces.trace_line), with the facets kind and subset: an all file without the traces
+of its step's effective file (each rollout once per step), an effective file of train unless its step has token
+exports (their lines are its lines). A run folder with rollouts/ and no token_exports/ is a run of traces alone."""
 import json
 import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
+from rl_board.formats.agent_turns import LineNotes, Notes, encoded
 from rl_board.formats.base import EVERY_FOLDER, UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt, parent_and_name
-from rl_board.reading.storage import FileStatus, file_status, is_remote, joined, list_folder, read_file
+from rl_board.formats.verifiers_traces import episode_branches, records, trace_line, traces_index
+from rl_board.reading.storage import FileStatus, file_status, is_remote, joined, list_folder
 from rl_board.tokenizer import text_of, tokenizer_identity, tokenizer_of, tokens_of
-from rollout_logger.metadata import FORMAT_KEYS
 
 EXPORTS_FOLDER = "token_exports"
 
@@ -52,49 +60,125 @@ RANK_FILE = re.compile(r"rank_(\d+)\.jsonl")
 STABLE = "STABLE"  # touched in a step's folder once every rank has flushed it
 
 
-TRACES = ("rollouts", "step_{step}", "train", "effective", "traces.jsonl")  # under the run folder
+ROLLOUTS_FOLDER = "rollouts"
+
+
+TRACES = (ROLLOUTS_FOLDER, "step_{step}", "train", "effective", "traces.jsonl")  # under the run folder
+
+
+KINDS, SUBSETS = ("train", "eval"), ("effective", "all")  # rollouts/step_<n>/<kind>/<subset>/traces.jsonl
 
 
 NAME = "prime-rl token exports (token_exports/step_<n>/rank_<r>.jsonl)"
 
 
-# A run folder (<output_dir>/<run.name>) holds token_exports/ beside the trainer's and orchestrator's other folders
-# (rollouts/, logs/, configs/, checkpoints/, weights/, broadcasts/, evals/, ...), all of them the run's; its
-# token_exports/ opened alone is the run too (its step_<n>/ folders the run's).
-LAYOUT = RunLayout(folders=frozenset({EXPORTS_FOLDER}), named=frozenset({EXPORTS_FOLDER}), parts=EVERY_FOLDER)
+TRACES_NAME = "prime-rl traces (rollouts/step_<n>/<train|eval>/<all|effective>/traces.jsonl)"
+
+
+# The file monitor writes metrics.jsonl (its default path) beside rollouts/ into the run folder: with it, rollouts/ (a
+# name too common to make a run alone) is prime-rl's.
+METRICS_FILE = "metrics.jsonl"
+
+
+# A run folder (<output_dir>/<run.name>) holds token_exports/, or rollouts/ (the file monitor's traces) beside
+# metrics.jsonl, beside the trainer's and orchestrator's other folders (logs/, configs/, checkpoints/, weights/,
+# broadcasts/, evals/, ...), all of them the run's; its token_exports/ opened alone is the run too (its step_<n>/
+# folders the run's), and so is its rollouts/ (a folder of that name with step_<n>/ folders).
+@dataclass(frozen=True)
+class PrimeRunLayout(RunLayout):
+    def takes(self, folder: Folder) -> bool:
+        if EXPORTS_FOLDER in folder.folders:
+            return True
+        if ROLLOUTS_FOLDER in folder.folders and any(entry.name == METRICS_FILE for entry in folder.files):
+            return True
+        name = parent_and_name(folder.run_dir)[1]
+        return name == EXPORTS_FOLDER or (name == ROLLOUTS_FOLDER and any(STEP_FOLDER.fullmatch(sub) for sub in folder.folders))
+
+
+LAYOUT = PrimeRunLayout(parts=EVERY_FOLDER)
 
 
 # The steps of a run on object storage found complete, by folder: not listed again (a request each).
 complete_steps: dict[str, tuple] = {}
 
 
-# The run folder (its token_exports/ holds step folders) or its token_exports/ folder itself.
+# The traces files of a run on object storage's older steps, by step folder: not listed again (a request each).
+listed_traces: dict[str, list] = {}
+
+
+# The run folder (its token_exports/ holds step folders, its rollouts/ the traces), or its token_exports/ or rollouts/
+# folder itself.
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     run_dir = folder.run_dir.rstrip("/")
-    if EXPORTS_FOLDER in folder.folders:
-        exports, root = joined(run_dir, EXPORTS_FOLDER), run_dir
-        steps = [entry.name for entry in list_folder(exports) if entry.is_dir]
+    parent, name = parent_and_name(run_dir)
+    if EXPORTS_FOLDER in folder.folders or ROLLOUTS_FOLDER in folder.folders:
+        root, root_folders = run_dir, folder.folders
+    elif name in (EXPORTS_FOLDER, ROLLOUTS_FOLDER) and parent:
+        root = parent
+        root_folders = {entry.name for entry in list_folder(parent) if entry.is_dir}
     else:
-        parent, name = parent_and_name(run_dir)
-        if name != EXPORTS_FOLDER or not parent:
-            return None
-        exports, root, steps = run_dir, parent, list(folder.folders)
-    steps = sorted((int(match.group(1)), name) for name in steps if (match := STEP_FOLDER.fullmatch(name)))
-    sources, contexts, problems = {}, {}, []
-    for step, name in steps:
-        ranks, traces, problem = step_files(joined(exports, name), root, step)
+        return None
+    steps = []
+    if EXPORTS_FOLDER in root_folders:
+        exports = joined(root, EXPORTS_FOLDER)
+        names = folder.folders if name == EXPORTS_FOLDER else [entry.name for entry in list_folder(exports) if entry.is_dir]
+        steps = sorted((int(match.group(1)), step_name) for step_name in names if (match := STEP_FOLDER.fullmatch(step_name)))
+    traces = trace_files(joined(root, ROLLOUTS_FOLDER)) if ROLLOUTS_FOLDER in root_folders else {}
+    if not steps and not traces:
+        return None
+    sources, contexts, problems, exported = {}, {}, [], set()
+    for step, step_name in steps:
+        exported.add(step)  # its effective traces are the exports' (or wait with them)
+        ranks, step_traces, problem = step_files(joined(exports, step_name), root, step)
         if problem:
-            problems.append((f"{name}/", 0, "skipped", problem))
+            problems.append((f"{step_name}/", 0, "skipped", problem))
             continue
         for entry in ranks:
             sources[entry.path] = entry.status
-            contexts[entry.path] = (f"{name}.{entry.name}", {"step": step, "traces": traces})
+            contexts[entry.path] = (f"{step_name}.{entry.name}", {"step": step, "traces": step_traces})
+    for (step, kind, subset), (path, status) in sorted(traces.items()):
+        if kind == "train" and subset == "effective" and step in exported:
+            continue
+        effective = traces.get((step, kind, "effective")) if subset == "all" else None
+        sources[path] = status
+        contexts[path] = (f"step_{step}.{kind}.{subset}.traces.jsonl",
+                          {"step": step, "kind": kind, "subset": subset, "effective": [effective[0], list(effective[1])] if effective else None})
     if folder.jsonl:
-        problems.append(("", 0, "note", f"{len(folder.jsonl)} .jsonl file(s) beside {EXPORTS_FOLDER}/ are not read (prime-rl's metrics.jsonl holds its logged metrics, not samples)"))
+        beside = EXPORTS_FOLDER if steps else ROLLOUTS_FOLDER
+        problems.append(("", 0, "note", f"{len(folder.jsonl)} .jsonl file(s) beside {beside}/ are not read (prime-rl's metrics.jsonl holds its logged metrics, not samples)"))
     identity, note = tokenizer_identity()
     if note:
         problems.append(("", 0, "note", note))
-    return sources, RunFormat(NAME, export_lines, (identity,), tuple(problems), file_contexts=contexts)
+    return sources, RunFormat(NAME if steps else TRACES_NAME, convert, (identity,), tuple(problems), file_contexts=contexts)
+
+
+# The file monitor's traces files under rollouts/: (step, kind, subset) -> (path, status).
+def trace_files(rollouts: str) -> dict[tuple, tuple]:
+    steps = sorted((int(match.group(1)), entry.path) for entry in list_folder(rollouts) if entry.is_dir and (match := STEP_FOLDER.fullmatch(entry.name)))
+    found = {}
+    for position, (step, step_dir) in enumerate(steps):
+        if step_dir in listed_traces:
+            files = listed_traces[step_dir]
+        else:
+            files = []
+            for kind_entry in list_folder(step_dir):
+                if kind_entry.is_dir and kind_entry.name in KINDS:
+                    for subset_entry in list_folder(kind_entry.path):
+                        if subset_entry.is_dir and subset_entry.name in SUBSETS:
+                            try:
+                                path = joined(subset_entry.path, "traces.jsonl")
+                                files.append(((kind_entry.name, subset_entry.name), (path, file_status(path))))
+                            except OSError:
+                                pass
+            if is_remote(step_dir) and position < len(steps) - 2:  # an older step's files are written (an eval's may lag)
+                listed_traces[step_dir] = files
+        found |= {(step, *key): value for key, value in files}
+    return found
+
+
+# A source of the run as the board's lines: a rank file of token exports, or a traces file.
+def convert(data: bytes, context: tuple) -> tuple[bytes, list]:
+    return (trace_lines if "kind" in context[1] else export_lines)(data, context)
 
 
 # A step folder's rank files and its traces file ([path, status], or None), or why the step is left out.
@@ -121,36 +205,33 @@ def step_files(step_dir: str, root: str, step: int) -> tuple[list, list | None, 
 
 
 # A rank file of token exports as the board's lines, line for line (a line that is not an export stays as it is: a
-# bad line at its number).
-def export_lines(data: bytes, context: tuple) -> bytes:
+# bad line at its number), with the notes of what its traces held that could not be taken as it was.
+def export_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     identity, extra = context
     tokenizer = tokenizer_of(None if identity is None else tuple(identity))
     branches = traces_index(extra["traces"][0], tuple(extra["traces"][1])) if extra.get("traces") else None
-    return b"\n".join(export_line(line, extra["step"], tokenizer, branches) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
+    notes, lines = Notes(), []
+    for number, line in enumerate(data.removeprefix(UTF8_BOM).split(b"\n"), 1):
+        line_notes = LineNotes()
+        lines.append(export_line(line, extra["step"], tokenizer, branches, line_notes))
+        notes.add(number, line_notes)
+    return b"\n".join(lines), notes.rows
 
 
-def export_line(line: bytes, step: int, tokenizer, branches) -> bytes:
+def export_line(line: bytes, step: int, tokenizer, branches, notes: LineNotes) -> bytes:
     if not line.strip():
         return line
     try:
-        return encoded(board_line(json.loads(line), step, tokenizer, branches))
+        return encoded(board_line(json.loads(line), step, tokenizer, branches, notes))
     except (ValueError, TypeError, KeyError, AttributeError, StopIteration, OverflowError, RecursionError):  # not an export line
         return line
-
-
-# A board line as JSON: UTF-8, or escaped where a text holds half a surrogate pair (the board shows it as �).
-def encoded(line: dict) -> bytes:
-    try:
-        return json.dumps(line, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return json.dumps(line).encode()
 
 
 # The keys of an export line kept as fields of the board's line (numbers and short texts: columns and facets).
 KEPT = ("rank", "micro_step", "micro_sequence_idx", "export_sequence_idx", "env_name", "schema_version")
 
 
-def board_line(fields: dict, step: int, tokenizer, branches) -> dict:
+def board_line(fields: dict, step: int, tokenizer, branches, notes: LineNotes) -> dict:
     ids, loss = fields["token_ids"], fields["loss_mask"]
     first = next(i for i, sampled in enumerate(loss) if sampled)  # the writer skips sequences without one
     response_ids = ids[first:]
@@ -177,7 +258,7 @@ def board_line(fields: dict, step: int, tokenizer, branches) -> dict:
         line["token_advantages"] = values("advantages")
     match = branches.find(ids) if branches is not None else None
     if match is not None:
-        line |= match.board_fields(first, len(ids))
+        line |= match.board_fields(first, len(ids), notes)
     else:
         line["prompt"], line["response"] = text_of(tokenizer, ids[:first]), text_of(tokenizer, response_ids)
         line["group_id"] = group_of_prompt(" ".join(str(i) for i in ids[:first]))
@@ -189,6 +270,7 @@ def board_line(fields: dict, step: int, tokenizer, branches) -> dict:
             if flags is not None:
                 line[name] = sum(bool(flag) for flag in flags)
     line |= {key: fields[key] for key in KEPT if key in fields}
+    line |= {"kind": "train", "subset": "effective"}  # what the trainer trained on (the effective traces' episodes)
     return line
 
 
@@ -208,110 +290,43 @@ def policy_tokens(fields: dict) -> list[bool]:
 # ------------------------------------------------------------------------------------------------------- traces
 
 
-# One root-to-leaf branch of a trace's message graph (verifiers' Trace.branches): its messages, where each message's
-# tokens end, its tokens, and what the board shows of its trace and episode (kept small: a step's traces can be large).
-@dataclass
-class Branch:
-    messages: list
-    ends: np.ndarray
-    tokens: np.ndarray
-    rewards: dict
-    shown: dict  # group_id, episode_id, trace_id, stop_condition (None: absent)
-    metrics: dict
-
-    # The board's fields from the branch, for an exported sequence of `length` tokens whose response starts at
-    # `first`: the messages before the one holding that token are the prompt, the others the response.
-    def board_fields(self, first: int, length: int) -> dict:
-        split = int(np.searchsorted(self.ends, first, side="right"))
-        scores = {name: reward.get("score") for name, reward in self.rewards.items() if isinstance(reward, dict)}
-        fields = {"prompt": messages_value(self.messages[:split]), "response": messages_value(self.messages[split:]),
-                  "reward": trace_reward(self.rewards), "rewards_per_func": scores or None, **self.shown}
-        if fields["group_id"] is None:
-            fields["group_id"] = group_of_prompt(" ".join(str(i) for i in self.tokens[:first].tolist()))
-        if length < len(self.tokens):
-            fields["cut_tokens"] = len(self.tokens) - length  # the trainer's seq_len cut them (or trailing context)
-        taken = FORMAT_KEYS | set(fields) | set(KEPT) | {"prompt_tokens", "masked_tokens", "masked_high_tokens", "masked_low_tokens", "token_advantages"}
-        fields |= {(f"{name} (metric)" if name in taken else name): value for name, value in self.metrics.items()}
-        return fields
-
-
-# Trace.reward: the rewards' score times weight, summed (None ones skipped).
-def trace_reward(rewards: dict) -> float:
-    return math.fsum(reward["score"] * reward.get("weight", 1.0) for reward in rewards.values() if isinstance(reward, dict) and reward.get("score") is not None)
-
-
-# Messages as a prompt or response: one message of only role and text content is its text; others the list.
-def messages_value(messages: list):
-    if len(messages) == 1 and isinstance(messages[0], dict) and set(messages[0]) <= {"role", "content"} and isinstance(messages[0].get("content"), str):
-        return messages[0]["content"]
-    return messages
-
-
-# The branches of a step's traces, found by their tokens.
-class Branches:
-    def __init__(self, branches: list[Branch]):
-        self.branches = branches
-        self.by_tokens = {}
-        for index, branch in enumerate(branches):
-            self.by_tokens.setdefault(tokens_key(branch.tokens), index)
-
-    # The branch whose tokens the sequence is, else the first whose tokens it starts (cut at seq_len), else None.
-    def find(self, ids: list[int]) -> Branch | None:
-        tokens = np.asarray(ids, dtype=np.int64)
-        index = self.by_tokens.get(tokens_key(tokens))
-        if index is not None:
-            return self.branches[index]
-        return next((branch for branch in self.branches if len(branch.tokens) > len(tokens) and np.array_equal(branch.tokens[: len(tokens)], tokens)), None)
-
-
-def tokens_key(tokens: np.ndarray) -> bytes:
-    return hashlib.blake2b(tokens.astype(np.int64).tobytes(), digest_size=16).digest()
-
-
-# A traces.jsonl as branches, read once per version of the file (the ranks of a step share it). Each trace's graph is
-# walked as verifiers walks it: a leaf is a node no node names as parent, its branch the path from the root to it.
-@functools.lru_cache(maxsize=4)
-def traces_index(path: str, status: tuple) -> Branches:
-    branches = []
-    for line in read_file(path).split(b"\n"):
-        try:
-            episode = json.loads(line)
-        except (ValueError, RecursionError):
+# A traces file of the file monitor as the board's lines, a line per trace branch (verifiers_traces.trace_line), each
+# with its kind (train, eval) and subset (effective: shipped to the trainer; all: every completed rollout of the
+# window, filtered, errored and cancelled ones too). An all file leaves out the traces its step's effective file holds
+# (their lines are the effective ones), so a rollout is one line of its step. An episode without traces (it failed
+# before any) is a line of its task and error.
+def trace_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
+    identity, extra = context
+    tokenizer = tokenizer_of(None if identity is None else tuple(identity))
+    shipped = traces_index(extra["effective"][0], tuple(extra["effective"][1])).keys if extra.get("effective") else set()
+    notes, lines = Notes(), []
+    shown = {"kind": extra["kind"], "subset": extra["subset"]}
+    for number, record, last in records(data.removeprefix(UTF8_BOM)):
+        if record is None:
+            reason = "has no end yet: still being written, or cut off" if last else "is not a JSON object"
+            notes.add(0, f"traces.jsonl line {number} {reason}: left out")
             continue
-        if not isinstance(episode, dict):
+        branches = episode_branches(record)
+        if not branches and not record.get("traces"):
+            lines.append(encoded(failed_episode(record, extra["step"]) | shown))
             continue
-        group = episode.get("group")
-        for trace in episode.get("traces") or []:
-            nodes = trace.get("nodes") if isinstance(trace, dict) else None
-            if not isinstance(nodes, list) or not all(isinstance(node, dict) for node in nodes):
+        for branch in branches:
+            if (branch.shown["episode_id"], branch.shown["trace_id"]) in shipped:
                 continue
-            rewards, metrics = trace.get("rewards"), trace.get("metrics")
-            shown = {
-                "group_id": group.get("id") if isinstance(group, dict) else None,
-                "episode_id": episode.get("id"),
-                "trace_id": trace.get("id"),
-                "stop_condition": trace.get("stop_condition"),
-            }
-            parents = {node.get("parent") for node in nodes}
-            for leaf in range(len(nodes)):
-                if leaf in parents:
-                    continue
-                route, node_id = [], leaf
-                while isinstance(node_id, int) and 0 <= node_id < len(nodes) and node_id not in route:
-                    route.append(node_id)
-                    node_id = nodes[node_id].get("parent")
-                path_nodes = [nodes[i] for i in reversed(route)]
-                ids = [node.get("token_ids") or [] for node in path_nodes]
-                try:
-                    tokens = np.asarray([t for part in ids for t in part], dtype=np.int64)
-                except (ValueError, TypeError, OverflowError):  # not token ids: a branch nothing matches
-                    continue
-                branches.append(Branch(
-                    messages=[node.get("message") for node in path_nodes],
-                    ends=np.cumsum([len(part) for part in ids]),
-                    tokens=tokens,
-                    rewards=rewards if isinstance(rewards, dict) else {},
-                    shown=shown,
-                    metrics=metrics if isinstance(metrics, dict) else {},
-                ))
-    return Branches(branches)
+            line_notes = LineNotes()
+            lines.append(encoded(trace_line(branch, extra["step"], tokenizer, line_notes) | shown))
+            notes.add(len(lines), line_notes)
+    return b"".join(line + b"\n" for line in lines), notes.rows
+
+
+# An episode that produced no trace: its task as the prompt, its last error.
+def failed_episode(record: dict, step: int) -> dict:
+    task = record.get("task") if isinstance(record.get("task"), dict) else {}
+    errors = [error for error in record.get("errors") or [] if isinstance(error, dict)]
+    line = {"step": step, "prompt": task.get("data", task), "response": "", "reward": None, "turns": [], "stop_reason": "error",
+            "episode_id": record.get("id"), "errored": 1}
+    group = record.get("group")
+    line["group_id"] = group.get("id") if isinstance(group, dict) and group.get("id") is not None else group_of_prompt(json.dumps(line["prompt"], sort_keys=True, default=str))
+    if errors:
+        line["error"] = f"{errors[-1].get('type', 'Error')}: {errors[-1].get('message', '')}"
+    return line

@@ -65,21 +65,24 @@ class RunStore:
         folder = conversions_folder(self.cache, self.run_dir)
         with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:  # on object storage the files are fetched at once
             results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
-        run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problem in results if problem))
+        run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problems in results for problem in problems))
         return {path: file_status(path) for path, _ in results if path}, run_format
 
-    # A source file's conversion, or the problem that stops it (tried again only once the file changed).
-    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: Path) -> tuple[str | None, tuple | None]:
+    # A source file's conversion and its notes, or the problem that stops it (tried again only once the file changed).
+    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: Path) -> tuple[str | None, tuple]:
         failed = self.failures.get(source)
         if failed and failed[0] == (status, run_format.context):
-            return None, failed[1]
+            return None, (failed[1],)
         try:
-            return converted_file(source, status, run_format, folder, self.conversions), None
+            path, notes = converted_file(source, status, run_format, folder, self.conversions)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
             reason = f"could not be read as {run_format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
-            problem = (valid_text(source.rsplit("/", 1)[-1]), 0, "skipped", reason)
+            name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
+            problem = (valid_text(name), 0, "skipped", reason)
             self.failures[source] = ((status, run_format.context), problem)
-            return None, problem
+            return None, (problem,)
+        name = valid_text(Path(path).name)  # the conversion's lines are reported under its name
+        return path, tuple((name, line, "note", valid_text(reason)) for line, reason in notes)
 
     # The run's files and format as listed now when load() would read anything, else None. Cheap: a listing.
     def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
