@@ -143,18 +143,22 @@ def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str
         per_token["mean_entropy"] = tokens.entropies
     if tokens.sampler_logprobs is not None:
         per_token["mean_abs_mismatch"] = np.abs(tokens.logprobs - tokens.sampler_logprobs)
-    spanned = table["token_start"].notna()
-    for index in table.index[spanned]:
-        start, end = int(table.at[index, "token_start"]), int(table.at[index, "token_end"])
-        if end > length:
-            if index == table.index[table["turn"] == table.at[index, "turn"]][0]:
-                notes.append(f"turn {table.at[index, 'turn']}: token span [{start}, {end}) goes past the response's {length} tokens; numbers over the tokens it has")
-            end = min(end, length)
-        table.at[index, "tokens"] = max(end - start, 0)
-        for column, values in per_token.items():
-            part = values[start:end]
-            part = part[np.isfinite(part)]
-            table.at[index, column] = part.mean() if len(part) else np.nan
+    spanned = table["token_start"].notna().to_numpy()
+    starts = table["token_start"].to_numpy(dtype=float, na_value=0).astype(np.int64)
+    ends = table["token_end"].to_numpy(dtype=float, na_value=0).astype(np.int64)
+    past = spanned & (ends > length)
+    for turn in table.loc[past, "turn"].unique().tolist():
+        start, end = starts[table["turn"].to_numpy() == turn][0], ends[table["turn"].to_numpy() == turn][0]
+        notes.append(f"turn {turn}: token span [{start}, {end}) goes past the response's {length} tokens; numbers over the tokens it has")
+    starts, ends = np.minimum(starts, length), np.minimum(ends, length)
+    table["tokens"] = np.where(spanned, np.maximum(ends - starts, 0), np.nan)
+    for column, values in per_token.items():  # each span's mean from prefix sums: one pass however many turns
+        finite = np.isfinite(values)
+        sums = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+        counts = np.concatenate([[0], np.cumsum(finite)])
+        count = counts[ends] - counts[starts]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            table[column] = np.where(spanned & (count > 0), (sums[ends] - sums[starts]) / count, np.nan)
     return Trajectory(table=table, stop_reason=trajectory.stop_reason, notes=notes)
 
 

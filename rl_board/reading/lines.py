@@ -161,6 +161,8 @@ class RolloutTexts(msgspec.Struct, gc=False):
 class Rollout(RolloutSummary):
     response_tokens: list[Any] | None = None
     loss_passes: Any = None  # what each loss pass did with the tokens (rollout_logger; rl_board.update reads it)
+    turns: Any = None  # an agent's trajectory, turn by turn (rl_board.trajectory reads it)
+    stop_reason: Any = None  # why the trajectory ended (the index keeps it as text/stop_reason)
     values: list[float | None] | None = None
     token_rewards: list[float | None] | None = None
     ground_truth: Any = None

@@ -1,0 +1,119 @@
+"""Agent trajectories on the page (AppTest): a sample's turns a row each with its numbers recomputed here from the
+line's tokens, a click on a turn opening it (tool call, result, error: as text) and limiting the token area to its span,
+bad turns noted without breaking the view, and the Step-Tools tab's counts equal to a recount of the lines."""
+
+import json
+
+import numpy as np
+import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.runs import sample, write_lines
+
+STEPS, SAMPLES = 3, 4
+
+
+def agent_line(step: int, index: int, rng) -> dict:
+    """A trajectory: the question, then rounds of an assistant turn calling `search` or `calc` and the tool's answer
+    (every third one an error), then the answer; tokens: each policy turn 3 to 6 tokens, each tool turn 4."""
+    turns = [{"role": "user", "text": f"question {step}.{index}"}]
+    tokens, logprobs, mask = [], [], []
+    for round_ in range(index % 3 + 1):
+        length = int(rng.integers(3, 7))
+        tool = ["search", "calc"][(index + round_) % 2]
+        turns.append({"role": "assistant", "text": f"thinking {round_}", "token_start": len(tokens), "token_end": len(tokens) + length,
+                      "tool_calls": [{"name": tool, "arguments": {"query": f"q{round_}"} if tool == "search" else '{"expr": "1+'}]})
+        tokens += [f"a{round_}.{k}" for k in range(length)]
+        logprobs += [float(-rng.exponential()) for _ in range(length)]
+        mask += [1] * length
+        failed = (step + index + round_) % 3 == 0
+        turns.append({"role": "tool", "text": "{'error': 'bad'}" if failed else f"<b>result {round_}</b>", "tool_name": tool, "token_start": len(tokens), "token_end": len(tokens) + 4, **({"error": "bad expression <script>"} if failed else {})})
+        tokens += [f"t{round_}.{k}" for k in range(4)]
+        logprobs += [None] * 4
+        mask += [0] * 4
+    turns.append({"role": "assistant", "text": "the answer", "token_start": len(tokens), "token_end": len(tokens) + 2})
+    tokens += ["ans", "wer"]
+    logprobs += [float(-rng.exponential()) for _ in range(2)]
+    mask += [1, 1]
+    return sample(step, reward=float(index % 2), response_tokens=tokens, logprobs=logprobs, tool_mask=mask, turns=turns, stop_reason="stop")
+
+
+@pytest.fixture
+def root(tmp_path):
+    rng = np.random.default_rng(0)
+    write_lines(tmp_path / "runs" / "agent" / "rollout_data_rank_0.jsonl", [agent_line(step, index, rng) for step in range(1, STEPS + 1) for index in range(SAMPLES)])
+    return tmp_path / "runs"
+
+
+def trajectory_frame(app):
+    return next(frame for frame in app.dataframe if frame.key and frame.key.startswith("trajectory:"))
+
+
+def click(app, frame, row: int):
+    states = app._tree.get_widget_states()  # as the browser sends it (tests/page/test_search.py says why)
+    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
+    app._run(states)
+    assert not app.exception, app.exception
+
+
+def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root, monkeypatch):
+    app = load_and_view(start(root, monkeypatch))
+    widget(app.number_input, "Sample index in current step batch").set_value(2).run()
+    step = widget(app.slider, f"Step Index({STEPS} total steps)").value
+    line = [line for line in lines_of(root / "agent") if line["step"] == step][2]
+    frame = trajectory_frame(app)
+    turns = line["turns"]
+    assert frame.value["role"].tolist() == [turn["role"] for turn in turns]
+    for (_, row), turn in zip(frame.value.iterrows(), turns):
+        if "token_start" in turn and turn["role"] == "assistant":
+            values = line["logprobs"][turn["token_start"] : turn["token_end"]]
+            assert row["tokens"] == len(values) and row["mean logp"] == pytest.approx(np.mean(values))
+        elif turn["role"] == "tool":
+            assert row["tokens"] == 4 and np.isnan(row["mean logp"])  # a tool's tokens have no log-probs
+    header = next(markdown.value for markdown in app.markdown if markdown.value.startswith("**Trajectory**"))
+    errors = sum("error" in turn for turn in turns)
+    assert f"{len(turns)} turns · {len(turns) // 2 - 1} tool calls · {errors} tool errors · stopped: stop" in header
+    # The second tool call's arguments are not JSON: kept as written. A click on its turn opens it.
+    click(app, frame, 3)
+    assert turns[3]["tool_calls"][0]["name"] == "calc" and [code.value for code in app.code] == ['{"expr": "1+']
+    token_table = next(frame.value for frame in app.dataframe if "logp" in frame.value.columns)
+    span = turns[3]
+    assert len(token_table) == span["token_end"] - span["token_start"]
+    assert token_table["logp"].tolist() == pytest.approx(line["logprobs"][span["token_start"] : span["token_end"]])
+    # A tool's turn: its result as text (never HTML), its error escaped.
+    click(app, trajectory_frame(app), 4)
+    assert turns[4]["text"] in [text.value for text in app.text]
+    if "error" in turns[4]:
+        assert any("bad expression \\<script\\>" in error.value for error in app.error)
+
+
+def test_bad_turns_are_noted_and_the_rest_shown(tmp_path, monkeypatch):
+    turns = [{"role": "user", "text": "q"}, {"role": "wizard", "text": "?"}, {"role": "assistant", "text": "a", "token_start": 1, "token_end": 99},
+             {"role": "assistant", "text": "b", "token_start": "x", "token_end": 2}, {"role": "tool", "text": "r", "tool_calls": "not a list"}]
+    write_lines(tmp_path / "runs" / "bad" / "rollout_data_rank_0.jsonl", [sample(1, response_tokens=["a", "b", "c"], logprobs=[-1.0, -2.0, -3.0], turns=turns), sample(2, turns="not a list", logprobs=[-1.0], response_tokens=["x"])])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    widget(app.slider, "Step Index(2 total steps)").set_value(1).run()
+    assert trajectory_frame(app).value["role"].tolist() == ["user", "wizard", "assistant", "assistant", "tool"]
+    warnings = " ".join(warning.value for warning in app.warning)
+    assert "role 'wizard'" in warnings and "goes past the response's 3 tokens" in warnings and "is not two integers" in warnings
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    assert not app.exception and not [frame for frame in app.dataframe if frame.key and frame.key.startswith("trajectory:")]
+
+
+def test_step_tools_counts_equal_a_recount(root, monkeypatch):
+    app = load_and_view(start(root, monkeypatch))
+    app.session_state["curve_tabs"] = "Step-Tools"
+    app.run()
+    assert not app.exception, app.exception
+    lines = lines_of(root / "agent")
+    widget(app.selectbox, "Per step").set_value("success rate: calc").run()
+    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Tools"]
+    [chart] = [chart_spec(chart) for chart in tab.get("vega_lite_chart")]
+    points = {point["step"]: point["value"] for point in chart["data"]["values"]}
+    for step in range(1, STEPS + 1):
+        results = [turn for line in lines if line["step"] == step for turn in line["turns"] if turn["role"] == "tool" and turn["tool_name"] == "calc"]
+        assert points[step] == pytest.approx(sum("error" not in turn for turn in results) / len(results))
+    summary = next(frame.value for frame in app.dataframe if "success rate" in frame.value.columns)
+    calls = [call["name"] for line in lines for turn in line["turns"] for call in turn.get("tool_calls", [])]
+    assert dict(zip(summary["tool"], summary["calls"])) == {name: calls.count(name) for name in set(calls)}
