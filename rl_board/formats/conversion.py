@@ -36,7 +36,7 @@ def converted_file(source: str, status: FileStatus, run_format: RunFormat, folde
         if target.is_file() and json.loads(stamp_path.read_bytes()) == stamp:
             known[source] = (stamp, str(target))
             return str(target)
-    data = run_format.convert(read_file(source), context)
+    data = run_format.convert(source if run_format.reads_path else read_file(source), context)
     folder.mkdir(parents=True, exist_ok=True)
     for path, content in ((target, data), (stamp_path, json.dumps(stamp).encode())):
         temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
