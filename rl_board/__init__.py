@@ -18,7 +18,8 @@ The map, by the data path (each module's docstring says more; only the page impo
     the samples the page draws, read back      reading/snapshot.py  RunSnapshot, StepBatch (a step's texts),
                                                                     SampleTokens (a sample's per-token lists)
     the trainer's own numbers                  reading/history.py   TrainingHistory from the logger's metrics files,
-                                                                    training_log.json, trainer_state.json
+                                                                    training_log.json, trainer_state.json, trackio's
+                                                                    databases (reading/trackio_db.py opens them)
     the prompts' images                        reading/images.py    checked inside the run folder, decoded by Pillow
     search and export                          reading/search.py    RunTexts, RE2 search, CSV/JSONL/Parquet exports
     numbers for the charts and tables          metrics.py           step statistics, groups, filters, token rows

@@ -23,12 +23,13 @@ UTF8_BOM = b"\xef\xbb\xbf"
 @dataclass(frozen=True)
 class RunFormat:
     name: str
-    convert: Any = None  # (bytes of a source file, context) -> bytes of the board's JSONL lines
+    convert: Any = None  # (bytes of a source file, or its path with reads_path, context) -> bytes of the board's JSONL lines
     context: tuple = ()  # what a conversion depends on besides the file (TRL: the reward functions' names)
     problems: tuple = ()  # load-report rows (file, line, kind, reason): notes, files that could not be converted
     weights: tuple = ()  # (name, weight) of each reward function, from the logger's metadata (none: unknown)
     sums_reward: bool = False  # reward is the functions' scores weighted by `weights`, summed when the run loads
     history_dir: str = ""  # where the trainer's history is, when not in the run folder (TRL's output folder)
+    reads_path: bool = False  # convert is given the source's path, not its bytes: a database it opens itself (trackio's)
     # source -> (its conversion's name, what converting it depends on besides context, given to convert after it), for
     # files whose names repeat in a run (prime-rl's step_<n>/rank_<r>.jsonl) or whose path says what their lines do not
     # (NeMo-RL's step); a source not in it keeps its name. Not compared: a change shows as a conversion made again.

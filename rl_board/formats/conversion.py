@@ -41,7 +41,7 @@ def converted_file(source: str, status: FileStatus, run_format: RunFormat, folde
         if target.is_file() and made == stamp:
             known[source] = (stamp, str(target), notes)
             return str(target), notes
-    data = run_format.convert(read_file(source), context)
+    data = run_format.convert(source if run_format.reads_path else read_file(source), context)
     data, notes = data if isinstance(data, tuple) else (data, ())
     notes = tuple((int(line), str(reason)) for line, reason in notes)
     folder.mkdir(parents=True, exist_ok=True)

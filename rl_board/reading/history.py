@@ -1,7 +1,8 @@
 """The trainer's own numbers (training history): from the logger's rollout_metrics_*.jsonl, seed 004's
-training_log.json or Hugging Face's trainer_state.json (the newest checkpoint's), read as JSON only (a run folder is
-untrusted: the Trainer's pickled arguments are never read), into train and eval frames with the configuration and the
-best checkpoint; a remote run's history files mirrored into the cache folder; the logger's rollout_meta*.json."""
+training_log.json, Hugging Face's trainer_state.json (the newest checkpoint's) or trackio's project databases (their
+metrics table), read as JSON only (a run folder is untrusted: the Trainer's pickled arguments are never read), into
+train and eval frames with the configuration and the best checkpoint; a remote run's history files mirrored into the
+cache folder; the logger's rollout_meta*.json."""
 import contextlib
 import fnmatch
 import hashlib
@@ -9,12 +10,14 @@ import json
 import math
 import os
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+import rl_board.reading.trackio_db as trackio_db
 from rl_board.reading.index import IndexCache
 from rl_board.reading.lines import as_float
 from rl_board.reading.storage import (
@@ -61,6 +64,9 @@ def read_meta(run_dir: str) -> dict | None:
 
 
 TRAINING_LOG, TRAINER_STATE = "training_log.json", "trainer_state.json"
+
+
+TRACKIO_DATABASES = "*.db"  # trackio's <project>.db (its -wal beside it while a writer has it open)
 
 
 CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")
@@ -121,6 +127,11 @@ def read_history(folder) -> TrainingHistory:
     state_path, state = newest_trainer_state(folder, problems)
     if state is not None:
         return history_from_trainer_state(state_path, state, problems)
+    databases = sorted(path for path in folder.glob(TRACKIO_DATABASES) if path.is_file())
+    if databases:
+        history = history_from_trackio(databases, problems)
+        if history is not None:
+            return history
     empty = pd.DataFrame({"step": np.array([], dtype=np.int64)})
     return TrainingHistory([], empty, empty, {}, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
 
@@ -138,6 +149,9 @@ def history_signature(folder) -> tuple:
         with contextlib.suppress(OSError):
             status = path.stat()
             signature.append((str(path.relative_to(folder)), status.st_size, status.st_mtime_ns))
+    for path in sorted(folder.glob(TRACKIO_DATABASES)):  # trackio's: a commit in WAL mode changes only the -wal
+        with contextlib.suppress(OSError):
+            signature.append((path.name, *trackio_db.file_stamp(str(path))))
     return tuple(signature)
 
 
@@ -271,6 +285,94 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
     best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
     config = {key: value for key, value in state.items() if type(value) in (int, float, str, bool)}
     return TrainingHistory([valid_text(name)], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+# trackio's metrics tables: each row one trackio.log call of a run, its metrics a JSON object (non-finite numbers as
+# "NaN", "Infinity", "-Infinity"). Hugging Face's TrackioCallback logs every Trainer log with rewrite_logs' names
+# (train/<key>, eval/<key>, test/<key>) and train/global_step, on trackio's own step counter: such a row is read back
+# as the Trainer logged it (<key>, eval_<key>, test_<key>; evaluations as in trainer_state.json) at its global step;
+# other rows (verl's, a script's) keep their names at the row's step. A row without numbers (a trackio.log of traces
+# only, as TRL's async GRPO logs rollouts) is passed over. Runs (of a database, or of several: <database>/<run>) are
+# told apart by " · <run>" after each metric's name when several logged metrics, their configurations by run when
+# there are several; one run keeps the names and its configuration.
+def history_from_trackio(paths: list, problems: list) -> TrainingHistory | None:
+    runs, sources = {}, []  # (database, run key) -> [label, train, eval, config]
+    for path in paths:
+        name = valid_text(path.name)
+        try:
+            with trackio_db.read(str(path)) as connection:
+                available = trackio_db.tables(connection)
+                if "metrics" not in available:
+                    continue  # not trackio's, or no metrics: the format's load report names it
+                labels = trackio_db.run_names(connection, available)
+                key = trackio_db.run_key_column(connection, "metrics")
+                rows = connection.execute(f"SELECT rowid, {key}, step, metrics FROM metrics ORDER BY rowid").fetchall()
+                configs = []
+                if "configs" in available:
+                    config_key = trackio_db.run_key_column(connection, "configs")
+                    configs = connection.execute(f"SELECT {config_key}, config FROM configs ORDER BY rowid").fetchall()
+        except (sqlite3.Error, OSError) as error:
+            problems.append([name, 0, "skipped", f"not readable as trackio's database ({shorten(str(error), 200)}): no training metrics from it"])
+            continue
+        sources.append(name)
+        for run_key, config in configs:
+            run = runs.setdefault((name, str(run_key)), [labels.get(str(run_key), str(run_key)), HistorySeries(), HistorySeries(), {}])
+            with contextlib.suppress(ValueError, TypeError, RecursionError):
+                value = json.loads(config)
+                run[3] = value if isinstance(value, dict) else {}
+        for row_id, run_key, step, metrics in rows:
+            where = (name, 0, f"metrics row {row_id}")
+            try:
+                entry = json.loads(metrics)
+            except (ValueError, TypeError, RecursionError) as error:
+                problems.append([name, 0, "skipped", f"metrics row {row_id}: not JSON ({shorten(str(error), 120)}): entry left out"])
+                continue
+            if not isinstance(entry, dict):
+                problems.append([name, 0, "skipped", f"metrics row {row_id}: not a JSON object: entry left out"])
+                continue
+            entry = {str(key): trackio_db.number_of(value) for key, value in entry.items()}
+            if not any(type(value) in (int, float) for value in entry.values()):
+                continue
+            entry, logged_step = trainer_names(entry)
+            entry["step"] = step if logged_step is None else logged_step
+            step = history_entry_step(entry, where, problems)
+            if step is None:
+                continue
+            run = runs.setdefault((name, str(run_key)), [labels.get(str(run_key), str(run_key)), HistorySeries(), HistorySeries(), {}])
+            (run[2] if is_evaluation(entry) else run[1]).add(step, entry_numbers(entry, where, problems))
+    if not sources:
+        return None
+    logged = sum(bool(run[1].rows or run[2].rows) for run in runs.values())  # a run of traces only has no entries
+    several_databases = len({database for database, _ in runs}) > 1
+    train, evaluation, config = HistorySeries(), HistorySeries(), {}
+    for (database, _), (label, run_train, run_eval, run_config) in runs.items():
+        label = f"{database.removesuffix('.db')}/{label}" if several_databases else label
+        suffix = f" · {label}" if logged > 1 else ""
+        for series, merged in ((run_train, train), (run_eval, evaluation)):
+            for step, numbers in series.rows.items():
+                merged.rows.setdefault(step, {}).update({key + suffix: value for key, value in numbers.items()})
+        if len(runs) == 1:
+            config = run_config
+        elif run_config:
+            config[label] = run_config
+    return TrainingHistory(sources, train.frame(), evaluation.frame(), config, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+HF_PREFIXES = (("train/", ""), ("eval/", "eval_"), ("test/", "test_"))  # transformers' rewrite_logs, undone
+
+
+# A row of Hugging Face's TrackioCallback with the Trainer's own names, and its global step (None for other rows).
+def trainer_names(entry: dict) -> tuple[dict, int | None]:
+    global_step = entry.get("train/global_step")
+    if type(global_step) is not int:
+        return entry, None
+    renamed = {}
+    for key, value in entry.items():
+        if key == "train/global_step":
+            continue
+        prefix, replacement = next(((prefix, replacement) for prefix, replacement in HF_PREFIXES if key.startswith(prefix)), ("", ""))
+        renamed[replacement + key[len(prefix):]] = value
+    return renamed, global_step
 
 
 # The best checkpoint from its path and metric value: the step is the checkpoint's number unless given, the metric is
