@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from collections.abc import Iterator
 
 import torch
 import transformers
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.generation import logits_process
 
 # The method of a transformers model that builds `generate`'s logits processors, and the parameter the logger reads.
 LOGITS_PROCESSORS_METHOD = "_get_logits_processor"
 GENERATION_CONFIG_PARAMETER = "generation_config"
+# The warpers that truncate the distribution `generate` samples from (top-k, top-p, min-p, typical, epsilon, eta;
+# top-h where transformers has it): each only sets the scores of the tokens it drops to its `filter_value`, -inf
+# (transformers' `generation/logits_process.py`), so the log-sum-exp of the scores after them minus that before them
+# is the log of the probability mass they kept. `_get_logits_processor` appends them one after the other, after
+# temperature; only a watermark or `renormalize_logits`' normalisation follow them.
+TRUNCATING_WARPERS = tuple(
+    getattr(logits_process, name)
+    for name in (
+        "TopHLogitsWarper",
+        "TopKLogitsWarper",
+        "TopPLogitsWarper",
+        "MinPLogitsWarper",
+        "TypicalLogitsWarper",
+        "EpsilonLogitsWarper",
+        "EtaLogitsWarper",
+    )
+    if hasattr(logits_process, name)
+)
 
 
 class SampledTokenLogprobs(LogitsProcessor):
@@ -22,6 +42,11 @@ class SampledTokenLogprobs(LogitsProcessor):
     token under them. It keeps a single step's log-softmax (batch × vocabulary) until its next call, whose `input_ids`
     end with the token sampled from it; [`~SampledTokenLogprobs.logprobs`] adds the last step's token after
     generation. The scores pass through unchanged.
+
+    Where `generate` truncates the distribution (top-k, top-p...), [`~SampledTokenLogprobs.before_truncation`] and
+    [`~SampledTokenLogprobs.after_truncation`] are called on the scores before and after the truncating warpers: at
+    each step, each row's log of the probability mass they kept (`sampler_kept_logmass`), from the log-sum-exp of the
+    scores on each side, one number per row and step.
     """
 
     def __init__(self):
@@ -29,6 +54,15 @@ class SampledTokenLogprobs(LogitsProcessor):
         self._input_ids: torch.Tensor | None = None  # the last call's: the prompts and every sampled token but the last
         self._log_softmax: torch.Tensor | None = None  # the last call's
         self._columns: list[torch.Tensor] = []  # per step but the last, each row's sampled token's log-prob
+        self._untruncated: torch.Tensor | None = None  # this step's log-sum-exp of the scores before truncation
+        self._kept: list[torch.Tensor] = []  # per step, each row's log of the mass the truncation kept
+        self.truncation_problem = ""  # why the kept mass cannot be told where `generate` truncates
+
+    def before_truncation(self, scores: torch.FloatTensor) -> None:
+        self._untruncated = torch.logsumexp(scores, dim=-1, keepdim=True)
+
+    def after_truncation(self, scores: torch.FloatTensor) -> None:
+        self._kept.append(torch.logsumexp(scores, dim=-1, keepdim=True) - self._untruncated)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._log_softmax is None:
@@ -57,19 +91,65 @@ class SampledTokenLogprobs(LogitsProcessor):
         logprobs = torch.cat(columns, dim=1)
         return torch.nn.functional.pad(logprobs, (0, width - logprobs.size(1)))
 
+    def kept_logmass(self, width: int) -> torch.Tensor | None:
+        """Each row's log of the mass the truncation kept at each step, in a tensor of `width` columns (0 past the steps
+        sampled); None where nothing truncated. Asked after [`~SampledTokenLogprobs.logprobs`] found the tokens."""
+        if not self._kept:
+            return None
+        kept = torch.cat(self._kept[:width], dim=1)
+        return torch.nn.functional.pad(kept, (0, width - kept.size(1)))
+
 
 class ProcessorsThenRecorder(LogitsProcessorList):
     r"""
     `generate`'s logits processors, then a [`SampledTokenLogprobs`] on the scores they return. The recorder is called
     by the list, not as one of its processors, which transformers inspects at every step: it costs only its own work.
+    Where the list truncates (top-k, top-p...), it is run in three parts, the processors before the truncating
+    warpers, those warpers, and the rest, and the recorder sees the scores on each side of the warpers
+    ([`truncation_span`]).
     """
 
     def __init__(self, processors: LogitsProcessorList, recorder: SampledTokenLogprobs):
         super().__init__(processors)
         self.recorder = recorder
+        span, recorder.truncation_problem = truncation_span(processors)
+        self._parts = None
+        if span is not None:
+            first, end = span
+            self._parts = tuple(LogitsProcessorList(part) for part in (self[:first], self[first:end], self[end:]))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.FloatTensor:
-        return self.recorder(input_ids, super().__call__(input_ids, scores, **kwargs))
+        if self._parts is None:
+            return self.recorder(input_ids, super().__call__(input_ids, scores, **kwargs))
+        before, truncating, after = self._parts
+        scores = before(input_ids, scores, **kwargs)
+        self.recorder.before_truncation(scores)
+        scores = truncating(input_ids, scores, **kwargs)
+        self.recorder.after_truncation(scores)
+        return self.recorder(input_ids, after(input_ids, scores, **kwargs))
+
+
+def truncation_span(processors: list) -> tuple[tuple[int, int] | None, str]:
+    """Where the truncating warpers are in `processors`: (first, end) of the run of them, or None where there is none
+    or (with a reason) where the mass they keep cannot be told from the scores around them: another processor among
+    them, or one that sets dropped tokens to a finite value (a `filter_value` of its own)."""
+    truncating = [index for index, processor in enumerate(processors) if type(processor) in TRUNCATING_WARPERS]
+    if not truncating:
+        return None, ""
+    first, end = truncating[0], truncating[-1] + 1
+    others = [
+        type(processor).__name__ for processor in processors[first:end] if type(processor) not in TRUNCATING_WARPERS
+    ]
+    if others:
+        return None, f"{', '.join(others)} among `generate`'s truncating warpers"
+    finite = [
+        type(processor).__name__
+        for processor in processors[first:end]
+        if getattr(processor, "filter_value", None) != -math.inf
+    ]
+    if finite:
+        return None, f"{', '.join(finite)} sets the tokens it drops to a finite score, not -inf"
+    return (first, end), ""
 
 
 class GenerateLogprobs:
@@ -120,13 +200,19 @@ class GenerateLogprobs:
             else:
                 setattr(model, LOGITS_PROCESSORS_METHOD, own)
 
-    def logprobs(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> tuple[torch.Tensor | None, str]:
-        """The last recording's log-probs of the completions, a tensor of `completion_ids`'s shape, or None and why
-        not: the recording must have seen exactly one sampling `generate` call, which sampled these tokens."""
+    def logprobs(
+        self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, str]:
+        """The last recording's log-probs of the completions and the log of the mass `generate`'s truncation (top-k,
+        top-p...) kept at each of their positions, tensors of `completion_ids`'s shape, and a problem: without
+        log-probs, why none (the recording must have seen exactly one sampling `generate` call, which sampled these
+        tokens); with them, why no kept mass where `generate` truncated. The kept mass is None where nothing
+        truncated."""
         recorders, self._recorders = self._recorders, []
         if len(recorders) != 1:
-            return None, f"{len(recorders)} sampling `generate` calls for one generation batch, not 1"
-        logprobs = recorders[0].logprobs(completion_ids, completion_mask.bool())
+            return None, None, f"{len(recorders)} sampling `generate` calls for one generation batch, not 1"
+        recorder = recorders[0]
+        logprobs = recorder.logprobs(completion_ids, completion_mask.bool())
         if logprobs is None:
-            return None, "the tokens `generate` sampled are not TRL's completions, row for row"
-        return logprobs, ""
+            return None, None, "the tokens `generate` sampled are not TRL's completions, row for row"
+        return logprobs, recorder.kept_logmass(completion_ids.size(1)), recorder.truncation_problem
