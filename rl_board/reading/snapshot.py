@@ -261,6 +261,7 @@ class SampleTokens:
     tool: np.ndarray | None = None  # which tokens a tool wrote (tool_mask 0); None: no tool_mask
     sampler_logprobs: np.ndarray | None = None  # the sampler's log-prob of each token (vLLM's, generate's)
     is_ratio: np.ndarray | None = None  # the importance-sampling weight the trainer applied to each token
+    sampler_kept_logmass: np.ndarray | None = None  # log of the mass the sampler's truncation kept at each token
 
 
 # The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
