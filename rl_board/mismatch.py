@@ -316,7 +316,7 @@ def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
 
 
 # The tokens of the run with the largest |Δ|, largest first: their sample (position in the samples), position in the
-# response, Δ and raw ratio.
+# response, Δ and raw ratio; where lines carry the kept mass, its log and the drift Δ - log M (NaN where a line has none).
 def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
     candidates = []  # each block's own largest, then the largest of those
     for first, last, delta, present in token_blocks(tokens):
@@ -328,9 +328,13 @@ def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
     order = np.concatenate(candidates) if candidates else np.zeros(0, dtype=np.int64)
     order = order[np.lexsort((order, -np.abs(tokens.delta[order])))][:count]  # largest first; the earlier token on a tie
     owners = np.searchsorted(np.cumsum(tokens.lengths), order, side="right")
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "sample": owners,
         "position": order - tokens.starts[owners],
         "Δ": tokens.delta[order],
         "ratio": np.exp(tokens.delta[order]),
     })
+    if tokens.kept_logmass is not None:
+        table["log kept mass"] = tokens.kept_logmass[order]
+        table["drift"] = tokens.delta[order] - tokens.kept_logmass[order]
+    return table

@@ -255,6 +255,15 @@ def test_the_step_table_splits_delta_into_renormalisation_and_drift(run_lines):
     assert split["mean |Δ|"] == pytest.approx(np.mean(np.abs(pairs[:, 0])))
     assert split["Δ from renormalisation"] == pytest.approx(np.mean(-pairs[:, 1]))
     assert split["drift (Δ − log kept mass)"] == pytest.approx(np.mean(np.abs(pairs[:, 0] - pairs[:, 1])))
+    largest = largest_mismatches(tokens, 30)
+    for (_, row) in largest.iterrows():
+        line = lines[int(row["sample"])]
+        kept = (line.get("sampler_kept_logmass") or [None] * len(line["logprobs"]))[int(row["position"])]
+        if kept is None:
+            assert np.isnan(row["log kept mass"]) and np.isnan(row["drift"])
+        else:
+            assert (row["log kept mass"], row["drift"]) == pytest.approx((kept, row["Δ"] - kept))
+    assert largest["log kept mass"].notna().any() and largest["log kept mass"].isna().any()
 
 
 def test_without_kept_mass_there_is_no_split(tmp_path):
