@@ -528,6 +528,12 @@ def test_bundled_mismatch_run():
     assert all(len(record["sampler_logprobs"]) == len(record["response_tokens"]) for record in records)
     assert differences(records).max() < 0  # the trainer's log-prob below the sampler's, at every token
     assert any(0.0 in record["sampler_logprobs"] for record in records)  # a single token left by top-p
+    # The kept mass of every token: top-p's renormalisation is most of Δ, bfloat16's drift the rest.
+    assert all(len(record["sampler_kept_logmass"]) == len(record["response_tokens"]) for record in records)
+    kept = np.concatenate([record["sampler_kept_logmass"] for record in records])
+    assert kept.max() <= 0 and (kept < 0).all()
+    delta = differences(records)
+    assert -kept.mean() > 0.8 * np.abs(delta).mean() and np.abs(delta - kept).mean() < 0.2 * np.abs(delta).mean()
 
     import rl_logging_board as board
 
