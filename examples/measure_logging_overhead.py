@@ -69,8 +69,8 @@ def time_logger_methods(callback: RolloutLoggerCallback) -> list[float]:
 
 
 # The recorder's methods `generate` calls: the sampled tokens' log-probs at every step, and, where a warper truncates
-# (top-k, top-p...), the log-sum-exp of the scores before and after it (the kept mass, `sampler_kept_logmass`).
-RECORDER_METHODS = {"__call__": 0, "before_truncation": 1, "after_truncation": 1}
+# (top-k, top-p...), their log-probs before it (for the kept mass, `sampler_kept_logmass`).
+RECORDER_METHODS = {"__call__": 0, "before_truncation": 1}
 
 
 @contextlib.contextmanager
@@ -145,9 +145,9 @@ def timed_run(
 
 
 def without_kept_mass():
-    """The recorder as it was before it recorded the kept mass: no truncating warpers found, the processors run as one
+    """The recorder as it was before it recorded the kept mass: no truncating warper found, the processors run as one
     list (a patch of the logger's module for the block, for this measurement only)."""
-    return unittest.mock.patch.object(sampler, "truncation_span", lambda processors: (None, ""))
+    return unittest.mock.patch.object(sampler, "truncation_start", lambda processors: (None, ""))
 
 
 def generate_times(

@@ -26,7 +26,7 @@ import rollout_logger.callback
 from examples import train_grpo_tiny_tools
 from rollout_logger import RolloutLoggerCallback
 from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, SAMPLER_META_KEY
-from rollout_logger.sampler import truncation_span
+from rollout_logger.sampler import truncation_start
 from tests.support import SAMPLES
 from tests.support.logger_runs import GenerateScores, make_trainer, max_difference, read_records, sample_key
 from tests.support.logger_tool_runs import why_trl_runs_no_tools
@@ -228,14 +228,16 @@ def test_the_truncating_warpers_are_found_where_their_kept_mass_can_be_told():
     from transformers.generation import logits_process as lp
 
     temperature, top_k, top_p = lp.TemperatureLogitsWarper(0.7), lp.TopKLogitsWarper(5), lp.TopPLogitsWarper(0.9)
-    assert truncation_span([lp.RepetitionPenaltyLogitsProcessor(1.2), temperature, top_k, top_p]) == ((2, 4), "")
-    assert truncation_span([temperature, lp.LogitNormalization()]) == (None, "")
-    assert truncation_span([top_k, temperature, top_p]) == (
+    penalty, normalisation = lp.RepetitionPenaltyLogitsProcessor(1.2), lp.LogitNormalization()
+    assert truncation_start([penalty, temperature, top_k, top_p]) == (2, "")
+    assert truncation_start([temperature, top_p, normalisation]) == (1, "")
+    assert truncation_start([temperature, normalisation]) == (None, "")
+    assert truncation_start([top_k, temperature, top_p]) == (
         None,
-        "TemperatureLogitsWarper among `generate`'s truncating warpers",
+        "TemperatureLogitsWarper after `generate`'s first truncating warper",
     )
     finite = lp.TopKLogitsWarper(5, filter_value=-1e4)
-    assert truncation_span([temperature, finite]) == (
+    assert truncation_start([temperature, finite]) == (
         None,
         "TopKLogitsWarper sets the tokens it drops to a finite score, not -inf",
     )
