@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import time
 import unittest.mock
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -39,16 +40,21 @@ from rollout_logger.writer import json_line
 
 
 class StepTimer(TrainerCallback):
-    """Seconds between consecutive ends of optimizer steps."""
+    """Seconds between consecutive ends of optimizer steps; and, of each total `totals` gives (the logger's work timed
+    directly), what it grew by in each of those steps (`per_step`): a median of those is not inflated by the few steps
+    another job on a shared machine slowed down, as a mean is."""
 
-    def __init__(self):
+    def __init__(self, totals=dict):
         self.durations, self._last = [], None
+        self.totals, self.per_step, self._last_totals = totals, defaultdict(list), None
 
     def on_step_end(self, args, state, control, **kwargs):
-        now = time.perf_counter()
+        now, totals = time.perf_counter(), self.totals()
         if self._last is not None:
             self.durations.append(now - self._last)
-        self._last = now
+            for name, total in totals.items():
+                self.per_step[name].append(total - self._last_totals[name])
+        self._last, self._last_totals = now, totals
 
 
 def time_logger_methods(callback: RolloutLoggerCallback) -> list[float]:
@@ -132,10 +138,16 @@ def timed_run(
     logger_time = time_logger_methods(callback)
     trainer.add_callback(callback)
     processor_time = [0.0, 0.0]
+    timer.totals = lambda: {
+        "training thread": logger_time[0] + processor_time[0],
+        "of it, in generate's recorder": processor_time[0],
+        "of that, the kept mass": processor_time[1],
+    }
     with timed_logits_processor(processor_time), contextlib.nullcontext() if kept_logmass else without_kept_mass():
         trainer.train()
     return {
         "durations": timer.durations,
+        "per step": timer.per_step,
         "steps": steps,
         "training thread": logger_time[0] + processor_time[0],
         "of it, in generate's recorder": processor_time[0],
@@ -244,6 +256,11 @@ def main() -> None:
     print("|---|---|---|---|")
     for name in OWN_WORK:
         off, on = (sum(run[name] for run in runs[arm]) / sum(run["steps"] for run in runs[arm]) for arm in runs)
+        print(f"| {name} | {1000 * off:.3f} | {1000 * on:.3f} | {100 * (on - off) / step_time:.2f}% |")
+    # The same per step, as the median of the steps (the writer thread's work is timed apart, not per step).
+    print(f"\n| median of the steps | {options.compare} off, ms | on, ms | added: % of a step |\n|---|---|---|---|")
+    for name in OWN_WORK[:-1]:
+        off, on = (statistics.median(t for run in runs[arm] for t in run["per step"][name]) for arm in runs)
         print(f"| {name} | {1000 * off:.3f} | {1000 * on:.3f} | {100 * (on - off) / step_time:.2f}% |")
     if options.compare != "logging":
         (off, added, kept), pairs = generate, 100 * options.repeats
