@@ -78,11 +78,14 @@ from rl_board.metrics import (
 from rl_board.mismatch import (
     CORRECTIONS,
     DEFAULT_CORRECTION,
+    DRIFT,
+    RENORMALISATION,
     MismatchTokens,
     largest_mismatches,
     mismatch_by_bucket,
     mismatch_by_step,
     read_mismatch_tokens,
+    renormalisation_split,
     sample_sums,
 )
 from rl_board.reading.history import (
@@ -457,6 +460,8 @@ RUNNING_TEXT_TOKENS = 2000
 # Step-Mismatch's series, per step (rl_board.mismatch.mismatch_by_step).
 MISMATCH_SERIES = {
     "mean |Δ|": "mean of |logp - sampler_logp| over the step's tokens",
+    RENORMALISATION: "mean of -log M, M the mass the sampler's top-k/top-p kept at the token (sampler_kept_logmass): the part of Δ that is the truncated distribution's renormalisation",
+    DRIFT: "mean of |Δ - log M|: the sampler-trainer difference without the renormalisation (numeric drift: kernels, bf16, a cache)",
     "mismatch KL": "mean of exp(Δ) - 1 - Δ: KL(sampler ‖ trainer), k3 on the sampler's tokens",
     "max ratio": "the largest token ratio exp(Δ)",
     "min ratio": "the smallest token ratio exp(Δ)",
@@ -1031,6 +1036,7 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     st.caption(note)
     if shown.samples["avg_abs_mismatch"].notna().any():
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
+        draw_renormalisation_split(shown, tokens)
         draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
         draw_largest_mismatches(shown, tokens)
 
@@ -1185,6 +1191,26 @@ def draw_update_drivers(run: "RunSnapshot", passes: "LossPasses"):
     st.caption(f"The {len(table)} samples with the largest share of step {step}'s update. Click a row to show the sample below; its token table has update_weight, clipped and policy_ratio per token.")
 
 
+# How much of the shown run's mean |Δ| is the renormalisation of the sampler's truncated distribution (top-k, top-p...),
+# and how much numeric drift, where its lines carry the mass the truncation kept; else a caption says what that needs.
+def draw_renormalisation_split(run: "RunSnapshot", tokens: "MismatchTokens"):
+    split = renormalisation_split(cached_mismatch_sums(run.version, tokens))
+    if split is None:
+        st.caption(
+            "Δ is not split into the renormalisation of a truncated distribution (top-k, top-p) and numeric drift: that needs the "
+            "sampler's kept mass per token (`sampler_kept_logmass`), which rollout_logger records with transformers' `generate` "
+            "where it truncates; vLLM returns none. Without truncation, Δ is all drift."
+        )
+        return
+    mean, renormalisation, drift = split["mean |Δ|"], split[RENORMALISATION], split[DRIFT]
+    share = f" ({100 * renormalisation / mean:.0f} %)" if mean > 0 and math.isfinite(mean) else ""
+    st.markdown(
+        f"**Renormalisation:** of mean |Δ| = {mean:.4g} over {markdown_literal(run_label(run.run_dir))}'s {split['tokens']:,} tokens "
+        f"with the sampler's kept mass, {renormalisation:.4g}{share} is the renormalisation of its truncated distribution "
+        f"(mean −log kept mass); the drift, mean |Δ − log kept mass|, is {drift:.4g}. *Per step* draws both."
+    )
+
+
 # A Step-Mismatch threshold from the run's metadata: a number (an int as TRL may keep it) not below 0, or None.
 def threshold(value) -> float | None:
     return max(float(value), 0.0) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
@@ -1214,7 +1240,9 @@ def draw_largest_mismatches(run: "RunSnapshot", tokens: "MismatchTokens"):
         "token": [token_at(row, position) for (_, row), position in zip(rows.iterrows(), largest["position"].tolist())],
         "Δ": largest["Δ"].to_numpy(), "ratio exp(Δ)": largest["ratio"].to_numpy(),
     })
-    st.markdown(f"**Largest mismatches** of {run_label(run.run_dir)}: the {len(table)} tokens with the largest |Δ|")
+    if "log kept mass" in largest:  # how much of each Δ is the sampler's renormalisation, how much drift
+        table["log kept mass"], table["drift"] = largest["log kept mass"].to_numpy(), largest["drift"].to_numpy()
+    st.markdown(f"**Largest mismatches** of {markdown_literal(run_label(run.run_dir))}: the {len(table)} tokens with the largest |Δ|")
     key = f"{StateKey.MISMATCH}:largest:{run.version}"
     st.dataframe(
         table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",

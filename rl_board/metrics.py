@@ -34,6 +34,8 @@ TOKEN_ROWS = {
     "is_ratio": "exp(Δ): the raw importance ratio, trainer over sampler, before any truncation or mask",
     "applied_is_ratio": "is_ratio: the importance weight the trainer applied (after its truncation or mask)",
     "mismatch_kl": "exp(Δ) - 1 - Δ: the token's term of KL(sampler ‖ trainer), k3 on the sampler's tokens",
+    "kept_logmass": "sampler_kept_logmass: log of the mass the sampler's top-k/top-p kept here (log M ≤ 0): Δ's renormalisation part",
+    "drift": "Δ - kept_logmass: the sampler-trainer difference without the truncation's renormalisation (numeric drift)",
     "ref_logp": "ref_logprobs: log-prob under the reference model",
     "entropy": "entropies: the policy's entropy at each position",
     "token_reward": "token_rewards: the per-token reward the policy was trained on",
@@ -268,6 +270,8 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
         delta = logp - tokens.sampler_logprobs
         with np.errstate(over="ignore"):
             values.update(sampler_logp=tokens.sampler_logprobs, delta=delta, is_ratio=np.exp(delta), mismatch_kl=np.expm1(delta) - delta)
+        if tokens.sampler_kept_logmass is not None:
+            values.update(kept_logmass=tokens.sampler_kept_logmass, drift=delta - tokens.sampler_kept_logmass)
     for name, per_token in (
         ("token_reward", tokens.token_rewards), ("token_value", tokens.values), ("entropy", tokens.entropies), ("applied_is_ratio", tokens.is_ratio),
     ):

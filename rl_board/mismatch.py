@@ -6,6 +6,11 @@ masked at thresholds: TRL's four `vllm_importance_sampling_mode`s, which are als
 IcePop (token_mask). Here, the thresholds are the user's: the share of tokens and of sequences they would correct, and
 the effective sample size of the raw ratios, per step; and the tokens with the largest |Δ| of the run.
 
+Where the sampler truncated the distribution (top-k, top-p, min-p...) it sampled from the renormalised rest, so its
+log-prob of a token is log p(x) - log M, M the mass the truncation kept at that position, and Δ = drift + log M
+(log M <= 0). Where the lines carry log M (`sampler_kept_logmass`), Δ is split into that renormalisation (-log M per
+token) and the drift Δ - log M, the numeric disagreement between sampler and trainer.
+
 The per-sample numbers (mean |Δ|, ΣΔ, ...) are the index's (rl_board.reading.lines.MISMATCH_NUMBERS); the per-token
 values are read here, by a pass of their own over the loaded lines, once per run version."""
 from dataclasses import dataclass
@@ -43,6 +48,11 @@ CORRECTIONS = {
 DEFAULT_CORRECTION = ("sequence_mask", 0.0, 3.0)
 
 
+# The per-step columns of Δ's split, where the lines carry the log of the kept mass log M: the mean of -log M (the
+# part of |Δ| that is the truncated distribution's renormalisation) and the mean |Δ - log M| (the numeric drift).
+RENORMALISATION, DRIFT = "Δ from renormalisation", "drift (Δ − log kept mass)"
+
+
 # The lines read per batch of the pass: a batch's bytes are in memory at once.
 LINES_PER_READ = 2048
 
@@ -57,6 +67,8 @@ class MismatchTokens:
     entropy: np.ndarray  # the trainer's entropy at the token (NaN without)
     turn: np.ndarray  # 1 + the runs of tool tokens before the token: the assistant turn it is in
     problems: list[str]  # lines that could not be read back, as "file line N: reason"
+    # float64: log of the mass the sampler's truncation kept at the token (NaN without); None: no line has it
+    kept_logmass: np.ndarray | None = None
 
     @property
     def starts(self) -> np.ndarray:
@@ -66,7 +78,7 @@ class MismatchTokens:
 # The per-token values of the samples (a snapshot's rows: path, offset, length, step, line).
 def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
     lengths, problems = np.zeros(len(samples), dtype=np.int64), []
-    deltas, applied, entropies, turns = [], [], [], []
+    deltas, applied, entropies, turns, kept = [], [], [], [], []
     parser = simdjson.Parser()
     for start in range(0, len(samples), LINES_PER_READ):
         rows = samples.iloc[start : start + LINES_PER_READ]
@@ -88,12 +100,16 @@ def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
             missing = np.full(len(delta), np.nan, dtype=np.float32)
             applied.append(missing if arrays["is_ratio"] is None else arrays["is_ratio"].astype(np.float32))
             entropies.append(missing if arrays["entropies"] is None else arrays["entropies"].astype(np.float32))
+            kept.append(arrays["sampler_kept_logmass"])
             tool = np.zeros(len(delta), dtype=bool) if arrays["tool"] is None else arrays["tool"]
             turns.append((1 + np.cumsum(tool & ~np.concatenate([[False], tool[:-1]]))).astype(np.int32))
     flat = lambda parts, kind: np.concatenate(parts) if parts else np.zeros(0, dtype=kind)  # noqa: E731
+    kept_logmass = None
+    if any(values is not None for values in kept):
+        kept_logmass = flat([np.full(len(delta), np.nan) if values is None else values for values, delta in zip(kept, deltas)], np.float64)
     return MismatchTokens(
         lengths=lengths, delta=flat(deltas, np.float64), applied=flat(applied, np.float32), entropy=flat(entropies, np.float32),
-        turn=flat(turns, np.int32), problems=problems,
+        turn=flat(turns, np.int32), problems=problems, kept_logmass=kept_logmass,
     )
 
 
@@ -137,9 +153,11 @@ def sample_blocks(lengths: np.ndarray) -> list[tuple[int, int]]:
 # Per sample, over its tokens with a Δ (a token without one counts as Δ = 0 in ΣΔ, as TRL counts it): their number,
 # Σ|Δ|, Σ mismatch KL, the largest and smallest Δ, ΣΔ, Σ exp(Δ - m) and Σ exp(2(Δ - m)) with m the largest Δ (the
 # sums of the token ratios r = exp(Δ) and of r², without overflow), and the trainer's applied weights (Σ, and how many
-# tokens have one). The same at every threshold: computed once per run.
+# tokens have one); over its tokens with a Δ and the log of the kept mass log M, their number, Σ|Δ|, Σ -log M (the
+# renormalisation) and Σ|Δ - log M| (the drift). The same at every threshold: computed once per run.
 def sample_sums(tokens: MismatchTokens) -> dict[str, np.ndarray]:
     names = ["count", "abs", "kl", "largest", "smallest", "delta", "scaled_ratio", "scaled_square", "applied", "applied_count"]
+    names += ["split_count", "split_abs", "renormalisation", "abs_drift"]
     sums = {name: np.zeros(len(tokens.lengths)) for name in names}
     sums["largest"][:], sums["smallest"][:] = -np.inf, np.inf
     for first, last, delta, present in token_blocks(tokens):
@@ -156,6 +174,13 @@ def sample_sums(tokens: MismatchTokens) -> dict[str, np.ndarray]:
                 "scaled_ratio": np.where(present, scaled, 0.0), "scaled_square": np.where(present, scaled**2, 0.0),
                 "applied": np.where(applied_present, applied, 0.0), "applied_count": applied_present,
             }
+            if tokens.kept_logmass is not None:
+                kept = tokens.kept_logmass[tokens.starts[first] : tokens.starts[first] + len(delta)]
+                split = present & ~np.isnan(kept)
+                values |= {
+                    "split_count": split, "split_abs": np.where(split, np.abs(delta), 0.0),
+                    "renormalisation": np.where(split, -kept, 0.0), "abs_drift": np.where(split, np.abs(delta - kept), 0.0),
+                }
         for name, value in values.items():
             sums[name][first:last] = segment_reduce(np.add, value.astype(float), lengths, 0.0)
     return sums
@@ -193,8 +218,9 @@ def corrected_sums(tokens: MismatchTokens, sums: dict, mode: str, clip_min: floa
 # Per step (`steps`: each sample's), over the tokens with a Δ: mean |Δ|, the mismatch KL, the largest and smallest
 # token ratio, the share of tokens and of sequences the correction changes (clipped or masked), the effective sample
 # size of the raw ratios at the correction's level (tokens, or sequences), (Σr)² / (n Σr²), in % of n, the mean
-# weight under the correction, and the mean weight the trainer applied (the lines' is_ratio; NaN without). Reduced
-# per sample (`sums`: sample_sums, computed once per run), then per step.
+# weight under the correction, and the mean weight the trainer applied (the lines' is_ratio; NaN without); over the
+# tokens with the log of the kept mass log M (NaN without), the mean renormalisation -log M and the mean drift
+# |Δ - log M|. Reduced per sample (`sums`: sample_sums, computed once per run), then per step.
 def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_min: float | None, clip_max: float | None, sums: dict | None = None) -> pd.DataFrame:
     sums = sample_sums(tokens) if sums is None else sums
     changed, weights = corrected_sums(tokens, sums, mode, clip_min, clip_max)
@@ -221,6 +247,8 @@ def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return pd.DataFrame({
             "mean |Δ|": total(sums["abs"]) / counted,
+            RENORMALISATION: total(sums["renormalisation"]) / total(sums["split_count"]),
+            DRIFT: total(sums["abs_drift"]) / total(sums["split_count"]),
             "mismatch KL": total(sums["kl"]) / counted,
             "max ratio": np.exp(extremes[0]),
             "min ratio": np.exp(extremes[1]),
@@ -231,6 +259,18 @@ def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_
             "mean applied weight": total(sums["applied"]) / total(sums["applied_count"]),
             "tokens": counted.astype(np.int64),
         }, index=pd.Index(step_values, name="step"))
+
+
+# Over all the samples' tokens with a Δ and log M (`sums`: sample_sums): their number, mean |Δ|, mean -log M and
+# mean |Δ - log M|; None where no token has both.
+def renormalisation_split(sums: dict) -> dict | None:
+    count = sums["split_count"].sum()
+    if not count:
+        return None
+    return {
+        "tokens": int(count), "mean |Δ|": sums["split_abs"].sum() / count,
+        RENORMALISATION: sums["renormalisation"].sum() / count, DRIFT: sums["abs_drift"].sum() / count,
+    }
 
 
 # Where the mismatch lives: the tokens bucketed by their position in the response, by the trainer's entropy at them
@@ -276,7 +316,7 @@ def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
 
 
 # The tokens of the run with the largest |Δ|, largest first: their sample (position in the samples), position in the
-# response, Δ and raw ratio.
+# response, Δ and raw ratio; where lines carry the kept mass, its log and the drift Δ - log M (NaN where a line has none).
 def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
     candidates = []  # each block's own largest, then the largest of those
     for first, last, delta, present in token_blocks(tokens):
@@ -288,9 +328,13 @@ def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
     order = np.concatenate(candidates) if candidates else np.zeros(0, dtype=np.int64)
     order = order[np.lexsort((order, -np.abs(tokens.delta[order])))][:count]  # largest first; the earlier token on a tie
     owners = np.searchsorted(np.cumsum(tokens.lengths), order, side="right")
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "sample": owners,
         "position": order - tokens.starts[owners],
         "Δ": tokens.delta[order],
         "ratio": np.exp(tokens.delta[order]),
     })
+    if tokens.kept_logmass is not None:
+        table["log kept mass"] = tokens.kept_logmass[order]
+        table["drift"] = tokens.delta[order] - tokens.kept_logmass[order]
+    return table

@@ -86,9 +86,10 @@ class Run:
         token, logp, prob, ref_logp, ref_prob, log_ratio, kl (by kl_estimator: kl, k1, k2 or k3, TRL's), entropy,
         token_reward, token_value, advantage where the line has them; with the sampler's log-probs, sampler_logp, delta
         (logp - sampler_logp), is_ratio (exp(delta), raw), mismatch_kl (exp(delta) - 1 - delta) and applied_is_ratio
-        (the line's is_ratio: the weight the trainer applied); and tool (a token a tool wrote, which has no
-        values); a run of an image placeholder token is one row, its values averaged. Empty without logprobs. A line
-        rewritten since the run was opened raises ValueError saying so."""
+        (the line's is_ratio: the weight the trainer applied), and where the line has the kept mass of the sampler's
+        truncation (sampler_kept_logmass), kept_logmass (log M) and drift (delta - log M); and tool (a token a tool
+        wrote, which has no values); a run of an image placeholder token is one row, its values averaged. Empty
+        without logprobs. A line rewritten since the run was opened raises ValueError saying so."""
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, not {kl_estimator!r}")
         row = self._row(step, sample)

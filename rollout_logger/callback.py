@@ -163,6 +163,10 @@ class RolloutLoggerCallback(TrainerCallback):
     masking. The metadata names the sampler and its settings (`sampler`) and TRL's correction (`importance_sampling`:
     its mode and clip bounds, only when applied).
 
+    Where `generate` truncates (top-k, top-p, min-p, typical, epsilon, eta), the same recorder also logs
+    `sampler_kept_logmass`: the log of the mass the truncation kept at each token's position (no key where nothing
+    truncates, nor with vLLM, which returns none).
+
     Reward functions' `log_extra(column, values)` (TRL versions that pass it; not 0.29): this rank's values of each
     column become a key of its lines, `extra_<column>` where the column is named like a key of the line format, as
     plain JSON, null for the samples a column has no value for. Their `log_metric(name, value)` values reach the
@@ -345,7 +349,7 @@ class RolloutLoggerCallback(TrainerCallback):
         # truncated completion out of attention, so its log-probs and entropies were computed without it.
         per_token = [length == len(ids) for length, ids in zip(lengths, sampled_ids)]
         generated = (output.get("old_per_token_logps"), output.get("ref_per_token_logps"))
-        logprobs, ref_logprobs, sampler_logprobs, is_ratio = (
+        logprobs, ref_logprobs, sampler_logprobs, sampler_kept_logmass, is_ratio = (
             _per_token_rows(values, completion_mask, lengths, per_token)
             for values in (*generated, *self._sampler_values(output, completion_mask))
         )
@@ -360,6 +364,7 @@ class RolloutLoggerCallback(TrainerCallback):
             **({} if tool_mask is None else {"tool_mask": _tool_masks(tool_mask, completion_mask, lengths, per_token)}),
             "logprobs": logprobs,
             "sampler_logprobs": sampler_logprobs,
+            "sampler_kept_logmass": sampler_kept_logmass,
             "is_ratio": is_ratio,
             "ref_logprobs": ref_logprobs,
             "entropies": [None] * count,
@@ -398,15 +403,22 @@ class RolloutLoggerCallback(TrainerCallback):
 
     def _sampler_values(self, output: dict, completion_mask: torch.Tensor) -> tuple:
         """The sampler's per-token log-probs of the batch (TRL's from vLLM or a rollout function, else those recorded
-        from `generate`; None when the option is off or none were recorded), and the importance-sampling ratio TRL
-        applies for the difference, one per token (a sequence-level ratio repeated; None when TRL applies none)."""
+        from `generate`; None when the option is off or none were recorded), the log of the mass `generate`'s
+        truncation (top-k, top-p...) kept at each token's position (None where nothing truncated, and with vLLM, which
+        returns none), and the importance-sampling ratio TRL applies for the difference, one per token (a
+        sequence-level ratio repeated; None when TRL applies none)."""
         sampler_logprobs = output.get("sampling_per_token_logps") if self.sampler_logprobs else None
+        kept_logmass = None
         if sampler_logprobs is None and self._generate_logprobs is not None:
-            sampler_logprobs, problem = self._generate_logprobs.logprobs(output["completion_ids"], completion_mask)
+            sampler_logprobs, kept_logmass, problem = self._generate_logprobs.logprobs(
+                output["completion_ids"], completion_mask
+            )
             if sampler_logprobs is None:
                 self._warn_once("sampler-logprobs", f"no sampler_logprobs for a generation batch: {problem}")
+            elif problem:
+                self._warn_once("sampler-kept-logmass", f"no sampler_kept_logmass: {problem}")
         is_ratio = output.get("importance_sampling_ratio")  # (batch, tokens), or (batch, 1) in TRL's sequence modes
-        return sampler_logprobs, None if is_ratio is None else is_ratio.expand_as(completion_mask)
+        return sampler_logprobs, kept_logmass, None if is_ratio is None else is_ratio.expand_as(completion_mask)
 
     def _generate_logprobs_recorder(self) -> GenerateLogprobs | None:
         """What records the sampler's log-probs where TRL samples each generation batch with one `generate` call and

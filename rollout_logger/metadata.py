@@ -13,6 +13,7 @@ LINE_KEYS = (
     "tool_mask",
     "logprobs",
     "sampler_logprobs",
+    "sampler_kept_logmass",
     "is_ratio",
     "ref_logprobs",
     "entropies",
@@ -47,7 +48,13 @@ FORMAT_KEYS = frozenset(LINE_KEYS + ("ref_response", "ref_reward", "valid_reward
 # the loss uses), the sampler's (`sampler_logprobs`: vLLM's, or `generate`'s from the distribution it sampled from,
 # after temperature, top-k and top-p), the importance-sampling weight the trainer applied for their difference
 # (`is_ratio`, e.g. TRL's vLLM correction, after its truncation or masking), the reference model's, and entropies.
+# `sampler_kept_logmass`: where the sampler truncated the distribution (top-k, top-p, min-p, typical, epsilon, eta),
+# the log of the probability mass, under the distribution before truncation (after temperature), that the truncation
+# kept at the token's position (0 where it cut nothing; absent where the sampler truncated nothing, or cannot say):
+# `sampler_logprobs` is the truncated distribution's, log p(x) - log M, so logprobs - sampler_logprobs is log M plus
+# the numeric drift between sampler and trainer.
 PER_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "ref_logprobs", "entropies")
+PER_TOKEN_KEYS += ("sampler_kept_logmass",)
 # The run's metadata (META_FILE) names the sampler and the importance-sampling correction the trainer applied:
 # {"sampler": {"engine": "vllm" | "transformers", "temperature", "top_k", "top_p", "min_p"},
 #  "importance_sampling": {"mode": "token_truncate" | "token_mask" | "sequence_truncate" | "sequence_mask",

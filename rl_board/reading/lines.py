@@ -81,6 +81,7 @@ SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "adva
 
 
 TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "values", "token_rewards", "sampler_logprobs", "is_ratio")
+TOKEN_KEYS += ("sampler_kept_logmass",)  # the log of the mass the sampler's truncation (top-k, top-p...) kept
 
 
 SUMMARY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs", "is_ratio")  # the per-token lists the first pass reduces
@@ -99,12 +100,14 @@ SUMMARY_TEXTS = ["group_id", "image_paths"]
 
 # The per-token lists of values the policy had when sampling: none for tokens a tool wrote (tool_mask 0).
 POLICY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs", "is_ratio")
+POLICY_TOKEN_KEYS += ("sampler_kept_logmass",)
 
 
 # The per-token lists of the sampler-trainer mismatch: the trainer's log-probs beside the sampler's, the
-# importance-sampling weight the trainer applied, and the entropies (where the mismatch lives); read by a pass of
-# their own (rl_board.mismatch), not the first.
-MISMATCH_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "entropies")
+# importance-sampling weight the trainer applied, and the entropies (where the mismatch lives); and the log of the
+# mass the sampler's truncation kept (the part of Δ that is its renormalisation); read by a pass of their own
+# (rl_board.mismatch), not the first.
+MISMATCH_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "entropies", "sampler_kept_logmass")
 
 
 # `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
@@ -165,6 +168,7 @@ class Rollout(RolloutSummary):
     stop_reason: Any = None  # why the trajectory ended (the index keeps it as text/stop_reason)
     values: list[float | None] | None = None
     token_rewards: list[float | None] | None = None
+    sampler_kept_logmass: list[float | None] | None = None  # log of the mass the sampler's top-k/top-p... kept
     ground_truth: Any = None
 
 
@@ -177,6 +181,7 @@ class RolloutMismatch(msgspec.Struct, gc=False):
     is_ratio: list[float | None] | None = None
     entropies: list[float | None] | None = None
     tool_mask: msgspec.Raw = msgspec.Raw()
+    sampler_kept_logmass: list[float | None] | None = None
 
 
 # One loss pass over a sample, as a line holds it; the per-token lists have a null at the tokens a tool wrote.

@@ -262,6 +262,7 @@ class SampleTokens:
     sampler_logprobs: np.ndarray | None = None  # the sampler's log-prob of each token (vLLM's, generate's)
     is_ratio: np.ndarray | None = None  # the importance-sampling weight the trainer applied to each token
     loss_passes: object = None  # the line's loss_passes as they are (rl_board.update.token_update reads them)
+    sampler_kept_logmass: np.ndarray | None = None  # log of the mass the sampler's truncation kept at each token
 
 
 # The per-token arrays of a sample, parsed only when it is shown; None without logprobs.

@@ -3,7 +3,9 @@
 
 With transformers' `generate`, the logger records the log-prob of each sampled token under the distribution it was
 sampled from; the tests compare them with `generate`'s own scores (`output_scores`) of the same calls, in bfloat16,
-where the sampler's and the trainer's log-probs really differ. vLLM is not installable here: its path is run by TRL's
+where the sampler's and the trainer's log-probs really differ. Where `generate` truncates (top-k, top-p, min-p,
+typical), the log of the mass the truncation kept (`sampler_kept_logmass`) is compared with its recomputation from the
+same calls' raw logits (`output_logits`) and processed scores. vLLM is not installable here: its path is run by TRL's
 own code, on a trainer whose generation returns what vLLM returns (`VLLMLikeGRPOTrainer`).
 """
 
@@ -24,6 +26,7 @@ import rollout_logger.callback
 from examples import train_grpo_tiny_tools
 from rollout_logger import RolloutLoggerCallback
 from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, SAMPLER_META_KEY
+from rollout_logger.sampler import truncation_start
 from tests.support import SAMPLES
 from tests.support.logger_runs import GenerateScores, make_trainer, max_difference, read_records, sample_key
 from tests.support.logger_tool_runs import why_trl_runs_no_tools
@@ -94,6 +97,29 @@ def assert_sampler_logprobs_are_generates(run):
         candidates.remove(match)
 
 
+def assert_kept_logmass_is_generates(run, tolerance: float = 2e-6):
+    """Each line's `sampler_kept_logmass` is the log of the mass `generate`'s truncation kept at each of its tokens'
+    positions, recomputed from the same call's raw logits and processed scores (`GenerateScores.truncation`); and the
+    sampler's log-prob plus it is the token's log-prob under the untruncated, temperature-scaled distribution."""
+    expected = defaultdict(list)
+    for step, samples in run["scores"].truncation.items():
+        for key, kept, untruncated in samples:
+            expected[step, key].append((kept, untruncated))
+    for record in run["records"]:
+        kept, logprobs = record["sampler_kept_logmass"], record["sampler_logprobs"]
+        assert len(kept) == len(logprobs) == len(record["response_tokens"])
+        untruncated = np.add(logprobs, kept).tolist()
+        candidates = expected[record["step"], sample_key(record)]
+        close = (
+            candidate
+            for candidate in candidates
+            if max_difference(candidate[0], kept) < tolerance and max_difference(candidate[1], untruncated) < tolerance
+        )
+        match = next(close, None)
+        assert match is not None, (record, candidates)
+        candidates.remove(match)
+
+
 def differences(records) -> np.ndarray:
     """Every token's trainer log-prob minus its sampler log-prob."""
     return np.concatenate([np.subtract(record["logprobs"], record["sampler_logprobs"]) for record in records])
@@ -157,6 +183,64 @@ def test_top_k_and_top_p_sampler_logprobs_are_of_the_truncated_distribution(trun
     }
     assert IMPORTANCE_SAMPLING_META_KEY not in truncated_run["meta"]
     assert not any("is_ratio" in record for record in records)
+
+
+def test_the_kept_mass_of_top_k_and_top_p_is_generates(truncated_run):
+    records = truncated_run["records"]
+    assert_kept_logmass_is_generates(truncated_run)
+    kept = np.concatenate([record["sampler_kept_logmass"] for record in records])
+    assert kept.max() <= 0 and kept.min() < -0.05  # top-k 8 and top-p 0.9 cut real mass
+    # Δ without the renormalisation is bfloat16's drift alone: far smaller than Δ.
+    drift = differences(records) - kept
+    assert np.abs(drift).mean() < 0.2 * np.abs(differences(records)).mean() and np.abs(drift).max() < 0.1
+
+
+@pytest.fixture(scope="module")
+def stacked_truncation_run(tmp_path_factory):
+    """One step sampling at temperature 0.7 with min-p and typical sampling, the logits normalised after them
+    (`renormalize_logits`: a processor after the truncating warpers, whose log-sum-exp is then 0)."""
+    trainer = make_trainer(
+        tmp_path_factory.mktemp("stacked"),
+        max_steps=1,
+        beta=0.0,
+        temperature=0.7,
+        min_p=0.05,
+        generation_kwargs={"typical_p": 0.9, "renormalize_logits": True},
+    )
+    return logged_run(trainer)
+
+
+def test_the_kept_mass_of_min_p_and_typical_is_generates(stacked_truncation_run):
+    records = stacked_truncation_run["records"]
+    assert len(records) == 8 and not stacked_truncation_run["warnings"]
+    assert_sampler_logprobs_are_generates(stacked_truncation_run)
+    assert_kept_logmass_is_generates(stacked_truncation_run)
+    assert np.concatenate([record["sampler_kept_logmass"] for record in records]).min() < -0.01
+
+
+def test_no_truncation_no_kept_mass(bf16_run):
+    """TRL's default sampling (no top-k, no top-p) truncates nothing: no `sampler_kept_logmass`, not zeros."""
+    assert all("sampler_logprobs" in record for record in bf16_run["records"])
+    assert not any("sampler_kept_logmass" in record for record in bf16_run["records"])
+
+
+def test_the_truncating_warpers_are_found_where_their_kept_mass_can_be_told():
+    from transformers.generation import logits_process as lp
+
+    temperature, top_k, top_p = lp.TemperatureLogitsWarper(0.7), lp.TopKLogitsWarper(5), lp.TopPLogitsWarper(0.9)
+    penalty, normalisation = lp.RepetitionPenaltyLogitsProcessor(1.2), lp.LogitNormalization()
+    assert truncation_start([penalty, temperature, top_k, top_p]) == (2, "")
+    assert truncation_start([temperature, top_p, normalisation]) == (1, "")
+    assert truncation_start([temperature, normalisation]) == (None, "")
+    assert truncation_start([top_k, temperature, top_p]) == (
+        None,
+        "TemperatureLogitsWarper after `generate`'s first truncating warper",
+    )
+    finite = lp.TopKLogitsWarper(5, filter_value=-1e4)
+    assert truncation_start([temperature, finite]) == (
+        None,
+        "TopKLogitsWarper sets the tokens it drops to a finite score, not -inf",
+    )
 
 
 def test_option_off_records_nothing(tmp_path):
@@ -304,6 +388,12 @@ def test_vllm_sampler_logprobs_and_metadata(vllm_run):
     assert not vllm_run["warnings"]
 
 
+def test_vllm_lines_have_no_kept_mass(vllm_run):
+    """vLLM returns the sampled token's log-prob alone (TRL asks for `processed_logprobs`: after top-k and top-p), not
+    the mass a truncation kept: no `sampler_kept_logmass`."""
+    assert not any("sampler_kept_logmass" in record for record in vllm_run["records"])
+
+
 def test_vllm_is_ratio_is_trls_recomputed_from_the_lines(vllm_run):
     records, settings = vllm_run["records"], vllm_run["meta"][IMPORTANCE_SAMPLING_META_KEY]
     for record in records:
@@ -440,6 +530,12 @@ def test_bundled_mismatch_run():
     assert all(len(record["sampler_logprobs"]) == len(record["response_tokens"]) for record in records)
     assert differences(records).max() < 0  # the trainer's log-prob below the sampler's, at every token
     assert any(0.0 in record["sampler_logprobs"] for record in records)  # a single token left by top-p
+    # The kept mass of every token: top-p's renormalisation is most of Δ, bfloat16's drift the rest.
+    assert all(len(record["sampler_kept_logmass"]) == len(record["response_tokens"]) for record in records)
+    kept = np.concatenate([record["sampler_kept_logmass"] for record in records])
+    assert kept.max() <= 0 and (kept < 0).all()
+    delta = differences(records)
+    assert -kept.mean() > 0.8 * np.abs(delta).mean() and np.abs(delta - kept).mean() < 0.2 * np.abs(delta).mean()
 
     import rl_logging_board as board
 

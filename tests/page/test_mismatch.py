@@ -1,7 +1,9 @@
 """Step-Mismatch on the page (AppTest): the tab only for runs with the sampler's log-probs, its curve equal to the
 engine's table recomputed from the lines at the correction and thresholds chosen (the run's own from its metadata by
 default), a compared run as a second line, the largest |Δ| tokens, a click on one showing its sample with the
-sampler's columns in the token table, and the mismatch columns in the batch table and the search's filters."""
+sampler's columns in the token table, and the mismatch columns in the batch table and the search's filters; Δ split
+into the renormalisation of the sampler's truncated distribution and drift for the bundled top-p run, whose lines
+carry the kept mass, and a caption saying what the split needs for a run without it."""
 
 import json
 import math
@@ -10,8 +12,11 @@ import numpy as np
 import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
+from tests.support import SAMPLES
 from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
+
+BUNDLED = SAMPLES / "grpo_tiny_mismatch_example"
 
 STEPS, SAMPLES, TOKENS = 4, 6, 8
 
@@ -129,3 +134,47 @@ def test_the_correction_stays_across_tabs_and_starts_from_integer_bounds(root, m
     app.run()
     open_mismatch(app)
     assert widget(app.selectbox, "Correction").value == "sequence_mask" and widget(app.number_input, "C_max").value == 1.5
+
+
+def test_without_the_kept_mass_a_caption_says_what_the_split_needs(root, monkeypatch):
+    app = start(root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")
+    open_mismatch(load_and_view(app))
+    assert not any(item.value.startswith("**Renormalisation:**") for item in app.markdown)
+    [caption] = [item.value for item in app.caption if "sampler_kept_logmass" in item.value]
+    assert "needs the sampler's kept mass" in caption
+    assert not {"Δ from renormalisation", "drift (Δ − log kept mass)"} & set(widget(app.selectbox, "Per step").options)
+
+
+# The bundled top-p run: the split's line and its two series, equal to a recomputation from its lines.
+@pytest.mark.skipif(not BUNDLED.is_dir(), reason="no bundled mismatch run")
+def test_the_bundled_top_p_run_splits_delta_into_renormalisation_and_drift(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / BUNDLED.name).symlink_to(BUNDLED, target_is_directory=True)
+    app = start(root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value(BUNDLED.name)
+    open_mismatch(load_and_view(app))
+    lines = lines_of(BUNDLED)
+    delta = {step: [] for step in sorted({line["step"] for line in lines})}
+    kept = {step: [] for step in delta}
+    for line in lines:
+        delta[line["step"]] += [a - b for a, b in zip(line["logprobs"], line["sampler_logprobs"])]
+        kept[line["step"]] += line["sampler_kept_logmass"]
+    every_delta, every_kept = np.concatenate(list(delta.values())), np.concatenate(list(kept.values()))
+    mean, renormalisation = np.abs(every_delta).mean(), -every_kept.mean()
+    drift = np.abs(every_delta - every_kept).mean()
+    assert renormalisation > 0.8 * mean and drift < 0.2 * mean  # top-p's renormalisation is most of Δ
+    [split] = [item.value for item in app.markdown if item.value.startswith("**Renormalisation:**")]
+    assert f"mean |Δ| = {mean:.4g} " in split and f"{len(every_delta):,} tokens" in split
+    assert f", {renormalisation:.4g} ({100 * renormalisation / mean:.0f} %) is the renormalisation" in split
+    assert f"mean |Δ − log kept mass|, is {drift:.4g}." in split
+    largest = next(frame.value for frame in app.dataframe if frame.key and frame.key.startswith("mismatch:largest:"))
+    assert largest["drift"].tolist() == pytest.approx((largest["Δ"] - largest["log kept mass"]).tolist())
+    assert (largest["log kept mass"] < 0).all()
+    widget(app.selectbox, "Per step").set_value("Δ from renormalisation").run()
+    expected = {step: -np.mean(values) for step, values in kept.items()}
+    assert mismatch_points(app)["Δ from renormalisation"] == pytest.approx(expected)
+    widget(app.selectbox, "Per step").set_value("drift (Δ − log kept mass)").run()
+    expected = {step: np.mean(np.abs(np.subtract(delta[step], kept[step]))) for step in delta}
+    assert mismatch_points(app)["drift (Δ − log kept mass)"] == pytest.approx(expected)

@@ -1,7 +1,8 @@
 """The sampler-trainer mismatch read from the lines (sampler_logprobs beside logprobs, is_ratio): each sample's numbers
 in the index, the per-step table under each of TRL's four corrections at thresholds, the largest |Δ| tokens and the
 token columns of the Python API, each against a plain recomputation from the raw lines (null values, tool tokens and
-a line without sampler log-probs included)."""
+a line without sampler log-probs included); and Δ split into the renormalisation of a truncated distribution and
+drift where lines carry the kept mass (sampler_kept_logmass; some lines do, some not)."""
 
 import math
 
@@ -17,6 +18,8 @@ from rl_board.mismatch import (
     mismatch_by_bucket,
     mismatch_by_step,
     read_mismatch_tokens,
+    renormalisation_split,
+    sample_sums,
 )
 from tests.support.runs import sample, write_lines
 
@@ -52,6 +55,9 @@ def run_lines(tmp_path_factory):
                 line["tool_mask"] = [1] + [0] * (length - 2) + [1]  # a tool wrote the middle: no values there
                 logprobs[1] = sampler[1] = entropies[1] = None
             line |= {"sampler_logprobs": sampler, "is_ratio": [float(min(math.exp(d), 2.0)) if d is not None else 1.0 for d in deltas(line | {"sampler_logprobs": sampler})]}
+            if index < 3:  # a sampler that truncated: the log of the mass kept at each token (none at a tool's)
+                kept = [0.0 if k % 4 == 3 else float(-rng.exponential(0.2)) for k in range(length)]
+                line["sampler_kept_logmass"] = [None if index == 2 and 0 < k < length - 1 else value for k, value in enumerate(kept)]
             lines.append(line)
     root = tmp_path_factory.mktemp("mismatch")
     write_lines(root / "run" / "rollout_data_rank_0.jsonl", lines)
@@ -227,3 +233,61 @@ def test_the_effective_sample_size_does_not_overflow(tmp_path):
     assert per_token.loc[2, "effective sample size (%)"] == pytest.approx(100 / 3)
     ratios = np.exp([0.05] * 8000 + [0.0] * 4)  # token level, step 1: no overflow, the formula as it is
     assert per_token.loc[1, "effective sample size (%)"] == pytest.approx(100 * ratios.sum() ** 2 / (len(ratios) * (ratios**2).sum()))
+
+
+# Per line, (Δ, log M) at the tokens with both (and no tool wrote); nothing for a line without the kept mass.
+def splits(line: dict) -> list[tuple[float, float]]:
+    return [(d, kept) for d, kept in zip(deltas(line), line.get("sampler_kept_logmass") or []) if d is not None and kept is not None]
+
+
+def test_the_step_table_splits_delta_into_renormalisation_and_drift(run_lines):
+    run, lines = run_lines
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    table = mismatch_by_step(run.snapshot.samples["step"].to_numpy(), tokens, "token_mask", 0.5, 2.0)
+    for step in (1, 2, 3):
+        pairs = np.array([pair for line in lines if line["step"] == step for pair in splits(line)])
+        assert len(pairs) and len(pairs) < table.loc[step, "tokens"]  # lines without the kept mass are not in it
+        assert table.loc[step, "Δ from renormalisation"] == pytest.approx(np.mean(-pairs[:, 1]))
+        assert table.loc[step, "drift (Δ − log kept mass)"] == pytest.approx(np.mean(np.abs(pairs[:, 0] - pairs[:, 1])))
+    pairs = np.array([pair for line in lines for pair in splits(line)])
+    split = renormalisation_split(sample_sums(tokens))
+    assert split["tokens"] == len(pairs)
+    assert split["mean |Δ|"] == pytest.approx(np.mean(np.abs(pairs[:, 0])))
+    assert split["Δ from renormalisation"] == pytest.approx(np.mean(-pairs[:, 1]))
+    assert split["drift (Δ − log kept mass)"] == pytest.approx(np.mean(np.abs(pairs[:, 0] - pairs[:, 1])))
+    largest = largest_mismatches(tokens, 30)
+    for (_, row) in largest.iterrows():
+        line = lines[int(row["sample"])]
+        kept = (line.get("sampler_kept_logmass") or [None] * len(line["logprobs"]))[int(row["position"])]
+        if kept is None:
+            assert np.isnan(row["log kept mass"]) and np.isnan(row["drift"])
+        else:
+            assert (row["log kept mass"], row["drift"]) == pytest.approx((kept, row["Δ"] - kept))
+    assert largest["log kept mass"].notna().any() and largest["log kept mass"].isna().any()
+
+
+def test_without_kept_mass_there_is_no_split(tmp_path):
+    line = sample(1, response_tokens=["a", "b"], logprobs=[-1.0, -2.0], sampler_logprobs=[-0.9, -2.5])
+    write_lines(tmp_path / "run" / "r.jsonl", [line])
+    run = rl_board.open_run(tmp_path / "run")
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    assert tokens.kept_logmass is None and renormalisation_split(sample_sums(tokens)) is None
+    table = mismatch_by_step(run.snapshot.samples["step"].to_numpy(), tokens, "token_mask", 0.5, 2.0)
+    assert table["Δ from renormalisation"].isna().all() and table["drift (Δ − log kept mass)"].isna().all()
+    assert table["mean |Δ|"].tolist() == pytest.approx([0.3])
+    assert "kept_logmass" not in run.tokens(1, 0) and "drift" not in run.tokens(1, 0)
+
+
+def test_the_api_token_rows_have_the_kept_mass_and_the_drift(run_lines):
+    run, lines = run_lines
+    step_lines = [line for line in lines if line["step"] == 2]
+    for index in (0, 2, 3):
+        line, frame = step_lines[index], run.tokens(2, index)
+        if index == 3:
+            assert "kept_logmass" not in frame and "drift" not in frame and "delta" in frame
+            continue
+        sampled = line.get("tool_mask") or [1] * len(line["logprobs"])
+        kept = [np.nan if value is None or not keep else value for value, keep in zip(line["sampler_kept_logmass"], sampled)]
+        np.testing.assert_allclose(frame["kept_logmass"], kept)
+        expected = [np.nan if d is None else d for d in deltas(line)]
+        np.testing.assert_allclose(frame["drift"], np.array(expected) - np.array(kept))

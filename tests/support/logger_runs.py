@@ -117,27 +117,41 @@ class GenerateScores:
     `generate`'s own account of the sampler's log-probs, independent of the logger's. Per step, each training
     generation's samples as `(sample_key, log-probs)`; of the last call (training or evaluation), one row per sequence
     (`last`); and, per call, whether the model was training and had a `_get_logits_processor` of its own then (the
-    logger's recorder)."""
+    logger's recorder). With the raw logits too (`output_logits`), per step and training sample, `truncation`: the log
+    of the mass `generate`'s truncation (top-k, top-p...) kept at each sampled position, recomputed as the
+    log-sum-exp of the temperature-scaled log-softmax over the tokens whose processed score is finite, and the sampled
+    tokens' log-probs under that untruncated distribution."""
 
     def __init__(self, trainer):
         self.samples, self.last, self.calls = defaultdict(list), None, []
+        self.truncation = defaultdict(list)
         model, tokenizer = trainer.model, trainer.processing_class
         eos_token_ids = set(getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id])  # TRL's, where it has
         generate = model.generate
 
         def generate_with_scores(*args, **kwargs):
             self.calls.append((model.training, "_get_logits_processor" in vars(model)))
-            output = generate(*args, **kwargs, output_scores=True, return_dict_in_generate=True)
+            output = generate(*args, **kwargs, output_scores=True, output_logits=True, return_dict_in_generate=True)
             prompts, prompt_masks = kwargs["input_ids"], kwargs["attention_mask"].bool()
             completions = output.sequences[:, prompts.size(1) :]
             scores = torch.stack(output.scores, dim=1)
             self.last = torch.log_softmax(scores, dim=-1).gather(2, completions[..., None]).squeeze(-1)
+            temperature = (kwargs.get("generation_config") or trainer.generation_config).temperature or 1.0
+            untruncated = torch.log_softmax(torch.stack(output.logits, dim=1).double() / temperature, dim=-1)
+            kept = torch.logsumexp(untruncated.masked_fill(~scores.isfinite(), -torch.inf), dim=-1)
+            untruncated = untruncated.gather(2, completions[..., None]).squeeze(-1)
             if model.training:
-                for prompt, mask, ids, logprobs in zip(prompts, prompt_masks, completions.tolist(), self.last.tolist()):
+                rows = zip(
+                    prompts, prompt_masks, completions.tolist(), self.last.tolist(), kept.tolist(), untruncated.tolist()
+                )
+                for prompt, mask, ids, logprobs, kept_logmass, untruncated_logprobs in rows:
                     end = next((index + 1 for index, id_ in enumerate(ids) if id_ in eos_token_ids), len(ids))
                     text = tokenizer.decode(prompt[mask], skip_special_tokens=False, clean_up_tokenization_spaces=False)
                     key = (text, tuple(tokenizer.convert_ids_to_tokens(ids[:end])))
                     self.samples[trainer.state.global_step + 1].append((key, logprobs[:end]))
+                    self.truncation[trainer.state.global_step + 1].append(
+                        (key, kept_logmass[:end], untruncated_logprobs[:end])
+                    )
             return output.sequences
 
         model.generate = generate_with_scores
