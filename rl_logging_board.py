@@ -1123,7 +1123,10 @@ def draw_turn(turn: pd.Series):
         st.code(turn["tool_arguments"], language="json")
     if turn["error"] is not None:
         st.error(f"Tool error: {markdown_literal(turn['error'])}")
-    st.text(as_written(turn["text"]) if turn["text"] else "(no text)")
+    if turn["text"]:
+        st.text(as_written(turn["text"]))
+    elif turn["tool_arguments"] is None:
+        st.caption("(no text)")
 
 
 # Step-Update: what the loss passes did with the tokens, per optimizer step (each run compared a line): the shares

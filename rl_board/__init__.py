@@ -28,6 +28,8 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     by bucket, the largest |Δ|
     which tokens drove each update             update.py            the loss passes' clip, masks and update weights:
                                                                     TRL's clip fractions per step, each sample's share
+    agent trajectories                         trajectory.py        a line's turns with each turn's numbers; tool
+                                                                    calls and results per step and per tool
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run

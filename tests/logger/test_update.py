@@ -14,6 +14,7 @@ import pytest
 import rl_board
 from rollout_logger import RolloutLoggerCallback
 from rollout_logger.metadata import LOSS_META_KEY
+from tests.support import SAMPLES
 from tests.support.logger_runs import make_trainer, read_records
 
 CLIP_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -143,3 +144,20 @@ def test_an_on_policy_run_has_no_ratio_and_no_clip(tmp_path):
         [loss_pass] = record["loss_passes"]
         assert "policy_ratio" not in loss_pass and "entropy_mask" not in loss_pass  # ratio 1 by construction; no mask
         assert not any(loss_pass["clipped"]) and len(loss_pass["update_weight"]) == len(record["logprobs"])
+
+
+def test_bundled_update_example_clips_as_trl_logged():
+    """rollout_samples/grpo_tiny_update_example (docs/bundled-runs.md): every line trained twice, and the board's
+    clip fractions equal the ones TRL logged at each of its 60 steps."""
+    run_dir = SAMPLES / "grpo_tiny_update_example"
+    assert sum(path.stat().st_size for path in run_dir.iterdir()) < 5_000_000
+    [records] = read_records(run_dir).values()
+    assert len(records) == 30 * 16 and all(len(record["loss_passes"]) == 2 for record in records)
+    [metrics_file] = run_dir.glob("rollout_metrics_*.jsonl")
+    logged = {entry["step"]: entry for entry in map(json.loads, metrics_file.read_text().splitlines()) if entry["kind"] == "train" and "clip_ratio/region_mean" in entry}
+    by_step = rl_board.open_run(run_dir).update_by_step().set_index("step")
+    assert sorted(by_step.index) == sorted(logged) == list(range(1, 61))
+    for step, entry in logged.items():
+        for name in CLIP_METRICS:
+            assert by_step.loc[step, name] == pytest.approx(entry[name], abs=1e-6)
+    assert by_step["clip_ratio/region_mean"].max() > 0.3

@@ -323,7 +323,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     root = Path(board.DEFAULT_ROOT)
     app = start(root, monkeypatch)
     run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
-    assert run_choice.options == ["from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data", "generated_every_key", "grpo_tiny_example", "grpo_tiny_example_lr1e-4", "grpo_tiny_mismatch_example", "grpo_tiny_tools_example", "grpo_tiny_vlm_example"]
+    assert run_choice.options == ["from_trl_log_completions", "from_verl_rollout_data", "from_verl_validation_data", "generated_every_key", "grpo_tiny_example", "grpo_tiny_example_lr1e-4", "grpo_tiny_mismatch_example", "grpo_tiny_tools_example", "grpo_tiny_update_example", "grpo_tiny_vlm_example"]
     run_choice.set_value("grpo_tiny_example")
     app = load_and_view(app)
     run_dir = root / "grpo_tiny_example"
