@@ -169,6 +169,7 @@ def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
 def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
     columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
     columns += ["avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio", "clipped_tokens", "abs_update_weight"]
+    columns += ["turns", "tool_calls", "tool_errors"]
     return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
 
 
@@ -241,7 +242,7 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
         sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
     columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
-    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "clipped_tokens", "abs_update_weight", "response_tokens_len", "tool_tokens", "truncated"]
+    columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "clipped_tokens", "abs_update_weight", "turns", "tool_calls", "tool_errors", "response_tokens_len", "tool_tokens", "truncated"]
     columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
     return view[[c for c in columns if view[c].notna().any()]]

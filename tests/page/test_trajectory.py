@@ -71,6 +71,9 @@ def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root
             assert row["tokens"] == len(values) and row["mean logp"] == pytest.approx(np.mean(values))
         elif turn["role"] == "tool":
             assert row["tokens"] == 4 and np.isnan(row["mean logp"])  # a tool's tokens have no log-probs
+    batch = next(frame.value for frame in app.dataframe if "tool_calls" in frame.value.columns)
+    assert batch["turns"].iloc[2] == len(turns) and batch["tool_calls"].iloc[2] == len(turns) // 2 - 1
+    assert {"turns", "tool_calls", "tool_errors"} <= set(widget(app.multiselect, "Filter by").options)
     header = next(markdown.value for markdown in app.markdown if markdown.value.startswith("**Trajectory**"))
     errors = sum("error" in turn for turn in turns)
     assert f"{len(turns)} turns · {len(turns) // 2 - 1} tool calls · {errors} tool errors · stopped: stop" in header
