@@ -913,9 +913,9 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Fields")
     if present("avg_abs_mismatch"):
         tab_names.append("Step-Mismatch")
-    if present("loss_passes"):
+    if any("loss_passes" in frame and (frame["loss_passes"] > 0).any() for frame in frames):
         tab_names.append("Step-Update")
-    if present("turns"):
+    if any("turns" in frame and (frame["turns"] > 0).any() for frame in frames):
         tab_names.append("Step-Tools")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
@@ -1109,7 +1109,7 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
     turn = table.iloc[chosen[0]]
     draw_turn(turn)
     start, end = turn["token_start"], turn["token_end"]
-    if pd.isna(start) or tokens is None:
+    if pd.isna(start) or tokens is None or int(start) >= len(tokens.logprobs):
         return None
     return int(start), min(int(end), len(tokens.logprobs))
 
@@ -1136,9 +1136,9 @@ def draw_update(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory
     shown = runs[0][1]
     tables = []
     for name, run in runs:
-        if run.samples["loss_passes"].notna().any():
+        if (run.samples["loss_passes"] > 0).any():
             passes = cached_loss_passes(run.version, run.samples)
-            tables.append((name, cached_update_by_step(run.version, sequence_level(run.meta), passes.table).set_index("step")))
+            tables.append((name, cached_update_by_step(run.version, sequence_level(run.meta), (run.meta or {}).get("loss_type"), passes.table).set_index("step")))
     options = [name for name in UPDATE_SERIES if any(name in table and table[name].notna().any() for _, table in tables)]
     if not options:  # the index saw loss passes the lines no longer hold (rewritten)
         problems = cached_loss_passes(shown.version, shown.samples).problems
@@ -1147,15 +1147,21 @@ def draw_update(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory
     remembered_choice(StateKey.UPDATE + ":series", options, options[0] if "clip_ratio/region_mean" not in options else "clip_ratio/region_mean")
     series = st.selectbox("Per step", options, key=StateKey.UPDATE + ":series", help="; ".join(f"{name}: {UPDATE_SERIES[name]}" for name in options))
     draw_chart(st, step_table_chart(tables, [series], f"👾 What the loss passes did (Step level): {series}", series, look.smoothing), shown.steps)
-    st.caption(update_note(tables[0][1], history, series))
-    passes = cached_loss_passes(shown.version, shown.samples)
-    if not passes.table.empty:
-        draw_update_drivers(shown, passes)
+    shown_table = next((table for name, table in tables if name == runs[0][0]), None)
+    st.caption(update_note(shown_table, history, series, (shown.meta or {}).get("trainer_config") or {}))
+    if (shown.samples["loss_passes"] > 0).any():
+        passes = cached_loss_passes(shown.version, shown.samples)
+        if not passes.table.empty:
+            draw_update_drivers(shown, passes)
 
 
 # What the curve is, and for TRL's clip metrics whether the run's own logged values agree with the lines.
-def update_note(table: pd.DataFrame, history: "TrainingHistory", series: str) -> str:
+def update_note(table: pd.DataFrame | None, history: "TrainingHistory", series: str, trainer_config: dict) -> str:
     note = "Steps are the optimizer steps the loss passes ran in. Update weight: -∂loss/∂logp of a token in its pass's loss (0 where a clip or a mask zeroed it)."
+    if table is None or series not in table:
+        return note
+    if trainer_config.get("logging_steps", 1) != 1:  # TRL's logged value then averages the passes of several steps
+        return note + f" The trainer logged every {trainer_config['logging_steps']} steps: its values average several steps' passes, so they are not compared here."
     logged = history.train.set_index("step")[series].dropna() if series in history.train else pd.Series(dtype=float)
     both = table[series].dropna().index.intersection(logged.index)
     if len(both):
@@ -1878,6 +1884,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
         )
         return
     rows = token_rows(tokens, settings.kl_estimator, settings.pad_token)
+    merged_rows = len(rows.positions) and rows.positions[-1] >= len(rows.positions)  # a row stands for more than one token
     if span is not None:
         rows = turn_rows(rows, *span)
         st.caption(f"The tokens of the turn picked in the trajectory above: positions {span[0]} to {span[1] - 1}.")
@@ -1901,7 +1908,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
         grid = pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
         if view == "Token table":
             caption = "A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl."
-            if rows.positions[-1] >= len(rows.positions):  # a row stands for more than one token
+            if merged_rows:
                 caption += " A run of one image placeholder token is one row (its values: their mean)."
             if rows.is_tool.any():
                 caption += " Tokens a tool wrote (tool ✓) were not sampled by the policy: they have no values."
@@ -2250,8 +2257,8 @@ def cached_loss_passes(version, _samples: pd.DataFrame) -> "LossPasses":
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def cached_update_by_step(version, sequence: bool, _passes: pd.DataFrame) -> pd.DataFrame:
-    return update_by_step(_passes, sequence)
+def cached_update_by_step(version, sequence: bool, loss_type, _passes: pd.DataFrame) -> pd.DataFrame:
+    return update_by_step(_passes, sequence, loss_type)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

@@ -151,7 +151,7 @@ class Run:
         clip_ratio/low_mean, high_mean and region_mean recomputed from the tokens, the share of tokens the entropy mask
         dropped, the policy ratio's extremes, how concentrated the update was (top_sample_share, samples_for_half;
         rl_board.update.UPDATE_SERIES), passes and samples. Empty without loss passes."""
-        return update_by_step(self._loss_passes(), sequence_level(self.snapshot.meta))
+        return update_by_step(self._loss_passes(), sequence_level(self.snapshot.meta), (self.snapshot.meta or {}).get("loss_type"))
 
     def update_shares(self) -> pd.DataFrame:
         """A row per (step, sample) of the loss passes: the optimizer step, the sample's generation step and index in

@@ -97,7 +97,7 @@ def span_of(turn: Turn, number: int, notes: list) -> tuple:
     start, end = turn.token_start, turn.token_end
     if start is None and end is None:
         return None, None
-    if not (type(start) is int and type(end) is int and 0 <= start <= end):
+    if not (type(start) is int and type(end) is int and 0 <= start <= end < 2**53):
         notes.append(f"turn {number}: token span [{str(start)[:20]}, {str(end)[:20]}) is not two integers 0 ≤ start ≤ end; no numbers")
         return None, None
     return start, end
@@ -111,9 +111,12 @@ def arguments_text(arguments) -> str | None:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return arguments
-    return json.dumps(arguments, ensure_ascii=False, indent=1)
+    try:
+        return json.dumps(arguments, ensure_ascii=False, indent=1)
+    except (ValueError, RecursionError):  # nested too deep to write out again
+        return text_of(str(arguments)[:10_000])
 
 
 def text_of(value) -> str | None:
@@ -144,13 +147,15 @@ def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str
     if tokens.sampler_logprobs is not None:
         per_token["mean_abs_mismatch"] = np.abs(tokens.logprobs - tokens.sampler_logprobs)
     spanned = table["token_start"].notna().to_numpy()
-    starts = table["token_start"].to_numpy(dtype=float, na_value=0).astype(np.int64)
-    ends = table["token_end"].to_numpy(dtype=float, na_value=0).astype(np.int64)
-    past = spanned & (ends > length)
-    for turn in table.loc[past, "turn"].unique().tolist():
-        start, end = starts[table["turn"].to_numpy() == turn][0], ends[table["turn"].to_numpy() == turn][0]
+    raw_starts = [int(value) if ok else 0 for value, ok in zip(table["token_start"].tolist(), spanned)]  # exact ints: < 2**53
+    raw_ends = [int(value) if ok else 0 for value, ok in zip(table["token_end"].tolist(), spanned)]
+    past = [(turn, start, end) for turn, start, end, ok in zip(table["turn"].tolist(), raw_starts, raw_ends, spanned) if ok and end > length]
+    for turn, start, end in list(dict.fromkeys(past))[:NOTED_TURNS]:
         notes.append(f"turn {turn}: token span [{start}, {end}) goes past the response's {length} tokens; numbers over the tokens it has")
-    starts, ends = np.minimum(starts, length), np.minimum(ends, length)
+    if len(past) > NOTED_TURNS:
+        notes.append(f"{len(past) - NOTED_TURNS} more turns' spans go past the response's tokens")
+    starts = np.minimum(np.asarray(raw_starts, dtype=np.int64), length)
+    ends = np.minimum(np.asarray(raw_ends, dtype=np.int64), length)
     table["tokens"] = np.where(spanned, np.maximum(ends - starts, 0), np.nan)
     for column, values in per_token.items():  # each span's mean from prefix sums: one pass however many turns
         finite = np.isfinite(values)
@@ -163,7 +168,7 @@ def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str
 
 
 # Every tool call and tool result of the samples (a snapshot's rows: path, offset, length, step, line), a row each:
-# `sample` (its position in samples), step, kind ("call" or "result"), tool (name), error (a result's); and the lines
+# `sample` (its position in the samples given), step, kind ("call" or "result"), tool (name), error (a result's); and the lines
 # that could not be read back.
 @dataclass(frozen=True)
 class ToolEvents:
@@ -172,6 +177,10 @@ class ToolEvents:
 
 
 LINES_PER_READ = 2048
+
+
+# Turns whose span goes past the tokens named one by one in a trajectory's notes; the rest are counted.
+NOTED_TURNS = 20
 
 
 def read_tool_events(samples: pd.DataFrame) -> ToolEvents:
@@ -189,13 +198,32 @@ def read_tool_events(samples: pd.DataFrame) -> ToolEvents:
             except BadLine as error:
                 problems.append(f"{path} line {line}: {error}")
                 continue
-            table = trajectory_of(record.turns or []).table
-            for tool, error, role, arguments in zip(table["tool_name"].tolist(), table["error"].tolist(), table["role"].tolist(), table["tool_arguments"].tolist()):
-                if role == "tool":
-                    rows.append((start + position, step, "result", tool or "?", error))
-                elif tool is not None or arguments is not None:
-                    rows.append((start + position, step, "call", tool or "?", None))
+            rows += [(start + position, step, *event) for event in tool_events(record.turns or [])]
     return ToolEvents(table=pd.DataFrame(rows, columns=["sample", "step", "kind", "tool", "error"]), problems=problems)
+
+
+# A trajectory's tool calls and results, as (kind, tool name, error), straight from its turns (no table: a run's
+# pass reads every line with turns).
+def tool_events(turns: list[Turn]) -> list[tuple]:
+    events = []
+    for turn in turns:
+        if turn.role == "tool":
+            events.append(("result", shortened_name(turn.tool_name), text_of(turn.error)))
+        elif isinstance(turn.tool_calls, list):
+            for call in turn.tool_calls:
+                function = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
+                events.append(("call", shortened_name(function.get("name") if isinstance(function, dict) else None), None))
+    return events
+
+
+def shortened_name(name) -> str:
+    return (text_of(name) or "?")[:TOOL_NAME_CHARACTERS]
+
+
+TOOL_NAME_CHARACTERS = 64
+# Tool names with a series of their own in Step-Tools, the most called first; a policy that invents names (each a
+# call TRL answers "not found") would otherwise add two series per name.
+TOOLS_SHOWN = 20
 
 
 # Per step (of the samples with turns): turns, tool calls and tool errors per sample and the error rate (index
@@ -218,11 +246,15 @@ def tools_by_step(samples: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     counts = results.groupby("step").agg(results=("kind", "size"), errors=("error", lambda errors: errors.notna().sum()))
     result["tool error rate"] = (counts["errors"] / counts["results"]).reindex(result.index)
     sizes = grouped.size()
-    for tool in sorted(events["tool"].unique()):
-        calls = events[(events["kind"] == "call") & (events["tool"] == tool)].groupby("step").size()
-        result[f"calls per sample: {tool}"] = (calls.reindex(result.index, fill_value=0) / sizes).astype(float)
-        answered = results[results["tool"] == tool].groupby("step")["error"]
-        result[f"success rate: {tool}"] = (answered.apply(lambda errors: errors.isna().mean())).reindex(result.index)
+    calls = events[events["kind"] == "call"]
+    shown = calls["tool"].value_counts().index[:TOOLS_SHOWN].tolist()
+    call_counts = calls[calls["tool"].isin(shown)].groupby(["step", "tool"]).size().unstack(fill_value=0)
+    answered = results[results["tool"].isin(shown)].assign(ok=lambda table: table["error"].isna())
+    success = answered.groupby(["step", "tool"])["ok"].mean().unstack()
+    for tool in shown:
+        counts = call_counts[tool] if tool in call_counts else pd.Series(dtype=float)
+        result[f"calls per sample: {tool}"] = (counts.reindex(result.index, fill_value=0) / sizes).astype(float)
+        result[f"success rate: {tool}"] = (success[tool] if tool in success else pd.Series(dtype=float)).reindex(result.index)
     return result
 
 

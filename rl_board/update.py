@@ -37,7 +37,7 @@ LINES_PER_READ = 2048
 def pass_numbers(record: LossPassRecord) -> dict:
     values = {key: np.asarray(getattr(record, key), dtype=float) if getattr(record, key) is not None else None for key in ("policy_ratio", "clipped", "entropy_mask", "update_weight")}
     present = [array for array in values.values() if array is not None]
-    tokens = int(np.isfinite(present[0]).sum()) if present else 0
+    tokens = int((~np.isnan(present[0])).sum()) if present else 0
     clipped, entropy_mask, weight, ratio = values["clipped"], values["entropy_mask"], values["update_weight"], values["policy_ratio"]
     finite = lambda array: array[np.isfinite(array)] if array is not None else np.zeros(0)  # noqa: E731
     return {
@@ -65,8 +65,11 @@ class LossPasses:
 
 def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
     rows_out, problems, parser = [], [], simdjson.Parser()
-    for start in range(0, len(samples), LINES_PER_READ):
-        rows = samples.iloc[start : start + LINES_PER_READ]
+    # only the lines the index saw passes in (all of them when it has no such column)
+    positions = np.flatnonzero(samples["loss_passes"].to_numpy() > 0) if "loss_passes" in samples else np.arange(len(samples))
+    for start in range(0, len(positions), LINES_PER_READ):
+        chosen = positions[start : start + LINES_PER_READ]
+        rows = samples.iloc[chosen]
         spans = read_spans(rows["path"].tolist(), rows["offset"].astype(int).tolist(), rows["length"].astype(int).tolist())
         for position, (raw, step, path, line) in enumerate(zip(spans, rows["step"].tolist(), rows["path"].tolist(), rows["line"].tolist())):
             if b'"loss_passes"' not in raw:
@@ -81,9 +84,13 @@ def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
             for loss_pass in loss_passes:
                 if loss_pass.step is None:
                     continue
-                pass_step = integer_step(loss_pass).step
+                try:
+                    pass_step = integer_step(loss_pass).step
+                except BadLine as error:
+                    problems.append(f"{path} line {line}: a loss pass's {error}")
+                    continue
                 rows_out.append({
-                    "sample": start + position, "generation_step": step, "step": pass_step,
+                    "sample": int(chosen[position]), "generation_step": step, "step": pass_step,
                     "micro_batch": loss_pass.micro_batch, **pass_numbers(loss_pass),
                 })
     table = pd.DataFrame(rows_out, columns=PASS_COLUMNS)
@@ -111,6 +118,7 @@ UPDATE_SERIES = {
     "clip_ratio/low_mean": "share of tokens PPO's lower clip zeroed (ratio < 1 - ε_low, advantage < 0), TRL's metric",
     "clip_ratio/high_mean": "share of tokens PPO's upper clip zeroed (ratio > 1 + ε_high, advantage > 0), TRL's metric",
     "clip_ratio/region_mean": "share of tokens either clip zeroed, TRL's metric",
+    "cispo_clip_ratio": "CISPO: share of tokens whose weight its cap lowered (ratio > ε_high, advantage > 0), TRL's metric",
     "entropy_dropped": "share of tokens the entropy mask (top_entropy_quantile) left out of the loss",
     "top_sample_share": "the largest share one sample has of the step's Σ|update weight|",
     "samples_for_half": "the fewest samples that make half of the step's Σ|update weight|",
@@ -119,7 +127,7 @@ UPDATE_SERIES = {
 }
 
 
-def update_by_step(passes: pd.DataFrame, sequence_level: bool = False) -> pd.DataFrame:
+def update_by_step(passes: pd.DataFrame, sequence_level: bool = False, loss_type: str | None = None) -> pd.DataFrame:
     if passes.empty:
         return pd.DataFrame(columns=["step", *UPDATE_SERIES])
     table = passes.assign(
@@ -141,6 +149,8 @@ def update_by_step(passes: pd.DataFrame, sequence_level: bool = False) -> pd.Dat
     result["samples_for_half"] = shares.groupby("step")["share"].apply(samples_for_half)
     result["passes"] = per_pass.groupby(level="step").size()
     result["samples"] = passes.groupby("step")["sample"].nunique()
+    if loss_type == "cispo":  # CISPO caps the weight of a high ratio (clipped +1), it zeroes no gradient: TRL's own name
+        result = result.drop(columns=["clip_ratio/low_mean", "clip_ratio/region_mean"]).rename(columns={"clip_ratio/high_mean": "cispo_clip_ratio"})
     return result.reset_index()
 
 

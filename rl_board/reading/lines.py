@@ -240,7 +240,7 @@ def loss_pass_records(value, parser: simdjson.Parser) -> list[LossPassRecord]:
                     setattr(record, key, flat_float_list(fields.get(key, msgspec.Raw()), parser))
                 records.append(record)
             return records
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RuntimeError):  # nulls, a nested list...
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RuntimeError, AttributeError):  # nulls, a nested list...
             return LOSS_PASS_LIST_DECODER.decode(value)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
         raise ValueError(f"loss_passes is not a list of loss-pass objects ({error})") from None
@@ -510,7 +510,10 @@ def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | N
     text = bytes(raw)
     if text.find(b"[", 1) >= 0:
         raise ValueError("a nested list")
-    return np.frombuffer(parser.parse(text).as_buffer(of_type="d"))
+    value = parser.parse(text)
+    if not isinstance(value, simdjson.Array):
+        raise ValueError("not a list")
+    return np.frombuffer(value.as_buffer(of_type="d"))
 
 
 # A step is an integer (2.0 is 2) within int64.
