@@ -205,6 +205,10 @@ class RolloutLoggerCallback(TrainerCallback):
             Whether to log the sampler's log-prob of each completion token (`sampler_logprobs`). With transformers'
             `generate` this records them while it samples: a log-softmax over the vocabulary per generated token (on
             the tiny example, 2 CPU cores: about 1 % of an optimizer step, see docs/logger.md).
+        loss_pass_values (`bool`, *optional*, defaults to `True`):
+            Whether each loss pass's per-token values go into `loss_passes` (the policy ratio, PPO's clip, the entropy
+            mask and the update weight -∂loss/∂logp: a gradient through the loss's last operations, and four copies of
+            batch × tokens values per pass). Off, each pass is still listed with its step and micro-batch.
     """
 
     def __init__(
@@ -214,10 +218,12 @@ class RolloutLoggerCallback(TrainerCallback):
         save_dir: str | os.PathLike | None = None,
         exp_name: str | None = None,
         sampler_logprobs: bool = True,
+        loss_pass_values: bool = True,
     ):
         self.trainer = trainer
         self.enabled = rollout_logging_enabled() if enabled is None else enabled
         self.sampler_logprobs = sampler_logprobs
+        self.loss_pass_values = loss_pass_values
         self.save_dir = _setting(save_dir, SAVE_DIR_VARIABLE)  # None: `<output_dir>/rollout_samples`
         self.exp_name = _setting(exp_name, EXP_NAME_VARIABLE)  # None: the run name, else the output folder's name
         self.run_dir: Path | None = None
@@ -501,7 +507,8 @@ class RolloutLoggerCallback(TrainerCallback):
         if loss_pass.logps is not None and any(sampling_policy):
             logps = _masked_rows(loss_pass.logps.detach(), mask, lengths)
             entropies = None if loss_pass.entropies is None else _masked_rows(loss_pass.entropies.detach(), mask, lengths)
-        updates = {name: _masked_rows(values, mask, lengths) for name, values in self._update_values(loss_pass, loss).items()}
+        values = self._update_values(loss_pass, loss) if self.loss_pass_values else {}
+        updates = {name: _masked_rows(tensor, mask, lengths) for name, tensor in values.items()}
         for position, entry in enumerate(entries):
             if entry is None:  # a sample of a batch already written
                 continue

@@ -139,7 +139,7 @@ def test_update_shares_are_each_samples_share_of_its_step(token_level):
 
 
 def test_an_on_policy_run_has_no_ratio_and_no_clip(tmp_path):
-    run = logged_run(tmp_path, max_steps=2)
+    run = logged_run(tmp_path / "on", max_steps=2)
     for record in run["records"]:
         [loss_pass] = record["loss_passes"]
         assert "policy_ratio" not in loss_pass and "entropy_mask" not in loss_pass  # ratio 1 by construction; no mask
@@ -161,3 +161,12 @@ def test_bundled_update_example_clips_as_trl_logged():
         for name in CLIP_METRICS:
             assert by_step.loc[step, name] == pytest.approx(entry[name], abs=1e-6)
     assert by_step["clip_ratio/region_mean"].max() > 0.3
+
+
+def test_loss_pass_values_off_lists_the_passes_only(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=2, num_iterations=2)
+    callback = RolloutLoggerCallback(trainer, enabled=True, loss_pass_values=False)
+    trainer.add_callback(callback)
+    trainer.train()
+    [records] = read_records(callback.run_dir).values()
+    assert [loss_pass for record in records for loss_pass in record["loss_passes"]] == [{"step": 1, "micro_batch": 0}, {"step": 2, "micro_batch": 0}] * len(records)
