@@ -505,7 +505,9 @@ def test_tool_mask_lines(tmp_path):
         "tool_mask": tool_mask,
     }
     callback._batch_inputs = [{"prompt": "sort 3 1 2 :"}] * 3
-    callback._scored = (sampled, torch.tensor([[1.0, 0.5]] * 3), {})
+    # what _calculate_rewards saw: the completion ids, the rewards, log_extra columns, and the prompts and completions
+    # (texts here: no conversation, so no turns)
+    callback._scored = (sampled, torch.tensor([[1.0, 0.5]] * 3), {}, (["sort 3 1 2 :"] * 3, ["a", "b", "c"]))
     callback._start_records(output, 1)
     logps, entropies = (-torch.rand(3, 6)).requires_grad_(), torch.rand(3, 6)
     samples = output[rollout_logger.callback.SAMPLE_KEY].tolist()
