@@ -32,7 +32,7 @@ from rl_board.reading.lines import (
     integer_step,
     segment_reduce,
 )
-from rl_board.reading.storage import read_spans
+from rl_board.reading.snapshot import ensure_same_step, lines_read_back
 
 # TRL's names (GRPOConfig.vllm_importance_sampling_mode), what each does to the ratio r = exp(Δ) of a token, or of a
 # sequence (exp(ΣΔ)), at [C_min, C_max] (either may be absent: no bound).
@@ -52,9 +52,6 @@ DEFAULT_CORRECTION = ("sequence_mask", 0.0, 3.0)
 # part of |Δ| that is the truncated distribution's renormalisation) and the mean |Δ - log M| (the numeric drift).
 RENORMALISATION, DRIFT = "Δ from renormalisation", "drift (Δ − log kept mass)"
 
-
-# The lines read per batch of the pass: a batch's bytes are in memory at once.
-LINES_PER_READ = 2048
 
 
 # Per token of the loaded samples (in the samples' order, one after the other), Δ and the weight the trainer
@@ -80,29 +77,25 @@ def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
     lengths, problems = np.zeros(len(samples), dtype=np.int64), []
     deltas, applied, entropies, turns, kept = [], [], [], [], []
     parser = simdjson.Parser()
-    for start in range(0, len(samples), LINES_PER_READ):
-        rows = samples.iloc[start : start + LINES_PER_READ]
-        spans = read_spans(rows["path"].tolist(), rows["offset"].astype(int).tolist(), rows["length"].astype(int).tolist())
-        for position, (raw, step, path, line) in enumerate(zip(spans, rows["step"].tolist(), rows["path"].tolist(), rows["line"].tolist())):
-            try:
-                record = decoded_mismatch(raw, parser)
-                if float(record.step) != float(step):
-                    raise BadLine(f"it now holds step {record.step}, not {step}")
-            except BadLine as error:
-                problems.append(f"{path} line {line}: {error}")
-                continue
-            arrays, _, _ = aligned_token_arrays(record, MISMATCH_TOKEN_KEYS)
-            if arrays["logprobs"] is None or arrays["sampler_logprobs"] is None:
-                continue
-            delta = arrays["logprobs"] - arrays["sampler_logprobs"]
-            lengths[start + position] = len(delta)
-            deltas.append(delta)
-            missing = np.full(len(delta), np.nan, dtype=np.float32)
-            applied.append(missing if arrays["is_ratio"] is None else arrays["is_ratio"].astype(np.float32))
-            entropies.append(missing if arrays["entropies"] is None else arrays["entropies"].astype(np.float32))
-            kept.append(arrays["sampler_kept_logmass"])
-            tool = np.zeros(len(delta), dtype=bool) if arrays["tool"] is None else arrays["tool"]
-            turns.append((1 + np.cumsum(tool & ~np.concatenate([[False], tool[:-1]]))).astype(np.int32))
+    for position, raw, step, place in lines_read_back(samples):
+        try:
+            record = decoded_mismatch(raw, parser)
+            ensure_same_step(record, step)
+        except BadLine as error:
+            problems.append(f"{place}: {error}")
+            continue
+        arrays, _, _ = aligned_token_arrays(record, MISMATCH_TOKEN_KEYS)
+        if arrays["logprobs"] is None or arrays["sampler_logprobs"] is None:
+            continue
+        delta = arrays["logprobs"] - arrays["sampler_logprobs"]
+        lengths[position] = len(delta)
+        deltas.append(delta)
+        missing = np.full(len(delta), np.nan, dtype=np.float32)
+        applied.append(missing if arrays["is_ratio"] is None else arrays["is_ratio"].astype(np.float32))
+        entropies.append(missing if arrays["entropies"] is None else arrays["entropies"].astype(np.float32))
+        kept.append(arrays["sampler_kept_logmass"])
+        tool = np.zeros(len(delta), dtype=bool) if arrays["tool"] is None else arrays["tool"]
+        turns.append((1 + np.cumsum(tool & ~np.concatenate([[False], tool[:-1]]))).astype(np.int32))
     flat = lambda parts, kind: np.concatenate(parts) if parts else np.zeros(0, dtype=kind)  # noqa: E731
     kept_logmass = None
     if any(values is not None for values in kept):

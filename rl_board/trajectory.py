@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 
 from rl_board.reading.lines import BadLine, decode_line, kl_per_token
-from rl_board.reading.snapshot import SampleTokens, read_line
-from rl_board.reading.storage import read_spans
+from rl_board.reading.snapshot import SampleTokens, ensure_same_step, lines_read_back, read_line
 from rollout_logger.metadata import TURN_ROLES
 
 TURN_COLUMNS = ["turn", "role", "text", "tool_name", "tool_arguments", "tool_result", "error", "token_start", "token_end"]
@@ -61,8 +60,7 @@ class Trajectory:
 def read_trajectory(path: str, offset: int, length: int, step: int) -> Trajectory | None:
     """The trajectory of the line at offset (None: the line has no turns); BadLine if it no longer holds `step`."""
     record, _ = decode_line(read_line(path, offset, length), TURNS_DECODER)
-    if float(record.step) != float(step):
-        raise BadLine(f"it now holds step {record.step}, not {step}")
+    ensure_same_step(record, step)
     return trajectory_of(record.turns, record.stop_reason) if record.turns else None
 
 
@@ -176,29 +174,22 @@ class ToolEvents:
     problems: list[str]
 
 
-LINES_PER_READ = 2048
-
-
 # Turns whose span goes past the tokens named one by one in a trajectory's notes; the rest are counted.
 NOTED_TURNS = 20
 
 
 def read_tool_events(samples: pd.DataFrame) -> ToolEvents:
     rows, problems = [], []
-    for start in range(0, len(samples), LINES_PER_READ):
-        chunk = samples.iloc[start : start + LINES_PER_READ]
-        spans = read_spans(chunk["path"].tolist(), chunk["offset"].astype(int).tolist(), chunk["length"].astype(int).tolist())
-        for position, (raw, step, path, line) in enumerate(zip(spans, chunk["step"].tolist(), chunk["path"].tolist(), chunk["line"].tolist())):
-            if b'"turns"' not in raw:
-                continue
-            try:
-                record, _ = decode_line(raw, TURNS_DECODER)
-                if float(record.step) != float(step):
-                    raise BadLine(f"it now holds step {record.step}, not {step}")
-            except BadLine as error:
-                problems.append(f"{path} line {line}: {error}")
-                continue
-            rows += [(start + position, step, *event) for event in tool_events(record.turns or [])]
+    for position, raw, step, place in lines_read_back(samples):
+        if b'"turns"' not in raw:
+            continue
+        try:
+            record, _ = decode_line(raw, TURNS_DECODER)
+            ensure_same_step(record, step)
+        except BadLine as error:
+            problems.append(f"{place}: {error}")
+            continue
+        rows += [(position, step, *event) for event in tool_events(record.turns or [])]
     return ToolEvents(table=pd.DataFrame(rows, columns=["sample", "step", "kind", "tool", "error"]), problems=problems)
 
 

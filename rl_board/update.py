@@ -24,11 +24,8 @@ from rl_board.reading.lines import (
     integer_step,
     loss_pass_records,
 )
-from rl_board.reading.storage import read_spans
+from rl_board.reading.snapshot import lines_read_back
 from rollout_logger.metadata import LOSS_META_KEY
-
-# The lines read per batch of the pass: a batch's bytes are in memory at once.
-LINES_PER_READ = 2048
 
 
 # The numbers of one loss pass over one sample: its tokens (those with a value, tools' left out), how many were
@@ -67,32 +64,28 @@ def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
     rows_out, problems, parser = [], [], simdjson.Parser()
     # only the lines the index saw passes in (all of them when it has no such column)
     positions = np.flatnonzero(samples["loss_passes"].to_numpy() > 0) if "loss_passes" in samples else np.arange(len(samples))
-    for start in range(0, len(positions), LINES_PER_READ):
-        chosen = positions[start : start + LINES_PER_READ]
-        rows = samples.iloc[chosen]
-        spans = read_spans(rows["path"].tolist(), rows["offset"].astype(int).tolist(), rows["length"].astype(int).tolist())
-        for position, (raw, step, path, line) in enumerate(zip(spans, rows["step"].tolist(), rows["path"].tolist(), rows["line"].tolist())):
-            if b'"loss_passes"' not in raw:
+    for position, raw, step, place in lines_read_back(samples, positions):
+        if b'"loss_passes"' not in raw:
+            continue
+        try:
+            line_step, loss_passes = decoded_loss_passes(raw, parser)
+            if float(line_step) != float(step):
+                raise BadLine(f"it now holds step {line_step}, not {step}")
+        except (BadLine, ValueError) as error:
+            problems.append(f"{place}: {error}")
+            continue
+        for loss_pass in loss_passes:
+            if loss_pass.step is None:
                 continue
             try:
-                line_step, loss_passes = decoded_loss_passes(raw, parser)
-                if float(line_step) != float(step):
-                    raise BadLine(f"it now holds step {line_step}, not {step}")
-            except (BadLine, ValueError) as error:
-                problems.append(f"{path} line {line}: {error}")
+                pass_step = integer_step(loss_pass).step
+            except BadLine as error:
+                problems.append(f"{place}: a loss pass's {error}")
                 continue
-            for loss_pass in loss_passes:
-                if loss_pass.step is None:
-                    continue
-                try:
-                    pass_step = integer_step(loss_pass).step
-                except BadLine as error:
-                    problems.append(f"{path} line {line}: a loss pass's {error}")
-                    continue
-                rows_out.append({
-                    "sample": int(chosen[position]), "generation_step": step, "step": pass_step,
-                    "micro_batch": loss_pass.micro_batch, **pass_numbers(loss_pass),
-                })
+            rows_out.append({
+                "sample": position, "generation_step": step, "step": pass_step,
+                "micro_batch": loss_pass.micro_batch, **pass_numbers(loss_pass),
+            })
     table = pd.DataFrame(rows_out, columns=PASS_COLUMNS)
     return LossPasses(table=table.astype({"micro_batch": float}), problems=problems)
 

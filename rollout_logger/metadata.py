@@ -69,7 +69,6 @@ IMPORTANCE_SAMPLING_META_KEY = "importance_sampling"
 # the entropy mask (`top_entropy_quantile`) kept the token, 0 where it dropped it (absent without one); and
 # `update_weight`, -∂loss/∂logp of the token in the pass's loss: the weight of the token's log-prob gradient in the
 # update (advantage, ratio, clipping, masks, importance weight and the loss type's normalisation, plus the KL pull).
-LOSS_PASS_KEYS = ("step", "micro_batch", "policy_ratio", "clipped", "entropy_mask", "update_weight")
 LOSS_PASS_TOKEN_KEYS = ("policy_ratio", "clipped", "entropy_mask", "update_weight")
 # The run's metadata names the loss's clipping: {"loss": {"epsilon_low", "epsilon_high", "delta",
 # "importance_sampling_level": "token" | "sequence", "top_entropy_quantile"}} (with the top-level `loss_type`).

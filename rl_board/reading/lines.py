@@ -14,7 +14,7 @@ import numpy as np
 import simdjson
 
 from rl_board.text import valid_text
-from rollout_logger.metadata import FORMAT_KEYS
+from rollout_logger.metadata import FORMAT_KEYS, LOSS_PASS_TOKEN_KEYS
 
 # KL estimators over log_ratio r = logp - ref_logp; the first is the original's, k3 the one TRL logs as kl.
 KL_ESTIMATORS = {
@@ -220,9 +220,6 @@ STOP_REASON_FIELD = "text/stop_reason"
 
 
 LOSS_PASS_FIELDS_DECODER = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
-
-
-LOSS_PASS_TOKEN_KEYS = ("policy_ratio", "clipped", "entropy_mask", "update_weight")
 
 
 # A line's loss_passes (raw JSON, or a Python value where the line needed Python's json), each pass's per-token

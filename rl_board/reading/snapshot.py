@@ -294,5 +294,21 @@ def read_line(path: str, offset: int, length: int) -> bytes:
     return read_spans([path], [offset], [length])[0]
 
 
+# The lines a pass over many samples reads at a time: a batch's bytes are in memory at once.
+LINES_PER_READ = 2048
+
+
+# The lines of the samples (a snapshot's rows: path, offset, length, step, line) at `positions` (all: None), read
+# back in batches: (its position in samples, its bytes, the step the index holds, "file line N" for a problem).
+def lines_read_back(samples: pd.DataFrame, positions: np.ndarray | None = None):
+    positions = np.arange(len(samples)) if positions is None else positions
+    for start in range(0, len(positions), LINES_PER_READ):
+        chosen = positions[start : start + LINES_PER_READ]
+        rows = samples.iloc[chosen]
+        spans = read_spans(rows["path"].tolist(), rows["offset"].astype(int).tolist(), rows["length"].astype(int).tolist())
+        for position, raw, step, path, line in zip(chosen.tolist(), spans, rows["step"].tolist(), rows["path"].tolist(), rows["line"].tolist()):
+            yield position, raw, step, f"{path} line {line}"
+
+
 def read_back_problem(path: str, line: int, error: Exception) -> str:
     return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."
