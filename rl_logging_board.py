@@ -1098,6 +1098,7 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
         "tokens": table["tokens"], "mean logp": table["mean_logp"], "mean kl": table["mean_kl"], "mean entropy": table["mean_entropy"],
         "mean |Δ|": table["mean_abs_mismatch"], "reward": table["reward"], "advantage": table["advantage"],
         "error": [None if error is None else shorten(one_line(error), 80) for error in table["error"]],
+        "images": [len(images) or None for images in table["images"]],
     })
     view = view[[column for column in view if column in ("turn", "role", "text") or view[column].notna().any()]]
     key = f"{StateKey.TRAJECTORY}:{row['index_id']}:{row['offset']}"
@@ -1107,15 +1108,16 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
         st.caption("A row per turn (a row per call of a turn that calls several tools). Click one to read it whole and see only its tokens below.")
         return None
     turn = table.iloc[chosen[0]]
-    draw_turn(turn)
+    draw_turn(turn, row["path"])
     start, end = turn["token_start"], turn["token_end"]
     if pd.isna(start) or tokens is None or int(start) >= len(tokens.logprobs):
         return None
     return int(start), min(int(end), len(tokens.logprobs))
 
 
-# One turn whole: its role, text, the tool call (name and arguments as JSON), the result or the error; all as text.
-def draw_turn(turn: pd.Series):
+# One turn whole: its role, text, the tool call (name and arguments as JSON), the result or the error, all as text;
+# its images (a tool's, a prompt message's), read from the folder of its line's file.
+def draw_turn(turn: pd.Series, line_path: str):
     tool = f" · {markdown_literal(turn['tool_name'])}" if turn["tool_name"] else ""
     st.markdown(f"**Turn {int(turn['turn'])}** · {markdown_literal(turn['role'])}{tool}")
     if turn["tool_arguments"] is not None:
@@ -1125,8 +1127,10 @@ def draw_turn(turn: pd.Series):
         st.error(f"Tool error: {markdown_literal(turn['error'])}")
     if turn["text"]:
         st.text(as_written(turn["text"]))
-    elif turn["tool_arguments"] is None:
+    elif turn["tool_arguments"] is None and not turn["images"]:
         st.caption("(no text)")
+    if turn["images"]:
+        draw_images(pd.Series({"images": turn["images"], "path": line_path}), width=150)
 
 
 # Step-Update: what the loss passes did with the tokens, per optimizer step (each run compared a line): the shares

@@ -106,7 +106,8 @@ class Run:
 
     def turns(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
         """A row per turn of the sample's trajectory (its line's `turns`): turn, role, text, tool_name, tool_arguments
-        (JSON text), tool_result, error, token_start and token_end (its span in tokens(step, sample); empty for turns
+        (JSON text), tool_result, error, images (a list of {"path", "width", "height"}, the path relative to the line's
+        folder; empty for a turn without images), token_start and token_end (its span in tokens(step, sample); empty for turns
         the response does not hold), reward and advantage where the format has them, and the turn's numbers over its
         span: tokens, mean_logp, mean_kl (kl_estimator), mean_entropy, mean_abs_mismatch. A policy turn that calls
         tools is a row per call (the same turn), a tool's turn carries its result. Empty without turns; what in them

@@ -1,5 +1,5 @@
 """Agent trajectories turn by turn: a line's `turns` (rollout_logger/metadata.py: each turn's role, text, tool calls,
-tool result or error, and its span of the response's tokens) as a table a row per turn, with each turn's own numbers
+tool result or error, its images, and its span of the response's tokens) as a table a row per turn, with each turn's own numbers
 from the line's per-token values over its span (tokens, mean log-prob, KL, entropy, sampler-trainer mismatch); and,
 over a run, each tool call and result (the Step-Tools tab: per step and per tool name, calls and success rate).
 
@@ -13,11 +13,11 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from rl_board.reading.lines import BadLine, decode_line, kl_per_token
+from rl_board.reading.lines import BadLine, decode_line, image_references, kl_per_token
 from rl_board.reading.snapshot import SampleTokens, ensure_same_step, lines_read_back, read_line
 from rollout_logger.metadata import TURN_ROLES
 
-TURN_COLUMNS = ["turn", "role", "text", "tool_name", "tool_arguments", "tool_result", "error", "token_start", "token_end"]
+TURN_COLUMNS = ["turn", "role", "text", "tool_name", "tool_arguments", "tool_result", "error", "images", "token_start", "token_end"]
 NUMBER_COLUMNS = ["tokens", "mean_logp", "mean_kl", "mean_entropy", "mean_abs_mismatch", "reward", "advantage"]
 
 
@@ -31,6 +31,7 @@ class Turn(msgspec.Struct, gc=False):
     tool_name: object = None
     tool_call_id: object = None
     error: object = None
+    images: object = None
     reward: object = None
     advantage: object = None
 
@@ -72,7 +73,7 @@ def trajectory_of(turns: list[Turn], stop_reason=None) -> Trajectory:
             notes.append(f"turn {number}: role {role!r} is none of {', '.join(TURN_ROLES)}; shown as given")
         start, end = span_of(turn, number, notes)
         base = {"turn": number, "role": role, "text": text_of(turn.text) or "", "tool_name": None, "tool_arguments": None, "tool_result": None,
-                "error": text_of(turn.error), "token_start": start, "token_end": end, "reward": number_of(turn.reward), "advantage": number_of(turn.advantage)}
+                "error": text_of(turn.error), "images": image_references(turn.images) if turn.images is not None else [], "token_start": start, "token_end": end, "reward": number_of(turn.reward), "advantage": number_of(turn.advantage)}
         if role == "tool":
             base |= {"tool_name": text_of(turn.tool_name), "tool_result": base["text"]}
         calls = turn.tool_calls if isinstance(turn.tool_calls, list) else []

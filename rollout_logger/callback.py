@@ -35,6 +35,7 @@ from .metadata import (
     METRICS_FILE,
     PER_TOKEN_KEYS,
     RANK_FILE,
+    ROLLOUTS_FOLDER,
     SAMPLER_META_KEY,
 )
 from .sampler import GenerateLogprobs
@@ -144,7 +145,8 @@ class RolloutLoggerCallback(TrainerCallback):
     the path relative to the run folder, the original size. Each distinct image is written once into
     `<run_dir>/images/` by the writer thread (see [`ImageFiles`]: at most 768 px on its longest side, `.jpg` when it
     was decoded from a JPEG, else `.png`). An image that is not a PIL image (a path or URL) is listed with a null path
-    and a `note`; images a tool returns inside a completion are not listed.
+    and a `note`. A line's `turns` (below) list the images of each turn the same way: those of a prompt message, and
+    those a tool returned (content parts `{"type": "image", "image": ...}`, as TRL's tool loop passes them on).
 
     Tool calls (TRL's `tools=`): each line of a batch where TRL marks the completion tokens a tool wrote has
     `"tool_mask"`, one 1 (sampled by the policy) or 0 (a tool's result) per token of `response_tokens`, and its
@@ -569,7 +571,7 @@ class RolloutLoggerCallback(TrainerCallback):
         if not self.enabled:
             return
         self._reset_batches()
-        root = self.save_dir or Path(args.output_dir) / "rollout_samples"
+        root = self.save_dir or Path(args.output_dir) / ROLLOUTS_FOLDER
         name = self.exp_name or args.run_name or Path(args.output_dir).resolve().name
         self.run_dir = Path(root) / _folder_name(name)
         accelerator = self.trainer.accelerator
@@ -842,12 +844,12 @@ def _trajectory(prompt, completion, tool_mask: list[int] | None, truncated: bool
         positions = [position for position, _ in group]
         runs[value].append((positions[0], positions[-1] + 1))
     prompt_messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    turns = [{"role": str(message.get("role")), "text": _message_text(message.get("content"))} for message in prompt_messages if isinstance(message, dict)]
+    turns = [_turn(message) for message in prompt_messages if isinstance(message, dict)]
     policy_turns = tool_rounds_seen = 0
     previous_role = None
     for message in completion:
         role = str(message.get("role"))
-        turn = {"role": role, "text": _message_text(message.get("content"))}
+        turn = _turn(message)
         span = None
         if role == "assistant":
             span = runs[1][policy_turns] if policy_turns < len(runs[1]) else None
@@ -875,6 +877,17 @@ def _trajectory(prompt, completion, tool_mask: list[int] | None, truncated: bool
     else:
         reason = "stop"
     return turns, reason
+
+
+def _turn(message: dict) -> dict:
+    """A message's role, text and images (the image objects of its content's image parts; the writer thread writes
+    their files)."""
+    turn = {"role": str(message.get("role")), "text": _message_text(message.get("content"))}
+    content = message.get("content")
+    images = [part["image"] for part in content if isinstance(part, dict) and part.get("type") == "image" and part.get("image") is not None] if isinstance(content, list) else []
+    if images:
+        turn["images"] = images
+    return turn
 
 
 def _message_text(content) -> str:

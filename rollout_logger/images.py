@@ -46,7 +46,8 @@ class ImageFiles:
     Turns the images of a batch's records into line entries, writing each distinct image once into
     `<run_dir>/images/`. Runs on the writer thread, so hashing, downscaling and encoding never hold up training.
 
-    A record's `"images"` holds the sample's image objects; they are replaced by one entry each, in order:
+    A record's `"images"`, and each of its `"turns"`' `"images"`, hold image objects; they are replaced by one entry
+    each, in order:
     `{"path": "images/<content hash>.<png or jpg>", "width": W, "height": H}` for a PIL image, with its original size
     and a path relative to the run folder. The file is the image downscaled to at most 768 px on its longest side,
     a JPEG (quality 90) when the image was decoded from one, else a PNG. It is written under a temporary name and
@@ -75,16 +76,18 @@ class ImageFiles:
         entries = {}  # id(image) -> entry: an image object several samples share is read once
         self._previous = None
         for record in records:
-            if record.get("images") is None:
-                continue
-            try:
-                for image in record["images"]:
-                    if id(image) not in entries:
-                        entries[id(image)] = self._entry(image)
-                record["images"] = [entries[id(image)] for image in record["images"]]
-            except Exception as error:  # never an image object left in a line: it would lose the whole line
-                self._warn("image-encode", f"images could not be logged ({error!r}); their lines are written without them")
-                record["images"] = [{"path": None, "width": None, "height": None} for _ in record["images"]]
+            holders = [record, *(turn for turn in record.get("turns") or () if isinstance(turn, dict))]
+            for holder in holders:
+                if holder.get("images") is None:
+                    continue
+                try:
+                    for image in holder["images"]:
+                        if id(image) not in entries:
+                            entries[id(image)] = self._entry(image)
+                    holder["images"] = [entries[id(image)] for image in holder["images"]]
+                except Exception as error:  # never an image object left in a line: it would lose the whole line
+                    self._warn("image-encode", f"images could not be logged ({error!r}); their lines are written without them")
+                    holder["images"] = [{"path": None, "width": None, "height": None} for _ in holder["images"]]
         self._previous = None  # its pixels are not kept beyond the batch
 
     def _entry(self, image: Any) -> dict:

@@ -35,7 +35,8 @@ LINE_KEYS = (
 # response: what the policy sampled, and the tool results a trainer put between them), "tool_calls" ([{"name",
 # "arguments" (a JSON object, or the text as written when it is not valid JSON), "id"}], on the assistant turn that
 # makes them), "tool_name", "tool_call_id" and "error" (a tool's turn: the tool that answered, and its error message
-# when it failed; its result is the text), "reward" and "advantage" (a format's per-turn values). `stop_reason` says
+# when it failed; its result is the text), "images" (the turn's images, entries as a line's `images`: a tool that
+# returned an image, a prompt message that shows one), "reward" and "advantage" (a format's per-turn values). `stop_reason` says
 # why the trajectory ended: "stop" (the policy ended it), "length" (cut at the token limit), "tool_limit" (the most
 # tool calls allowed), "error", or the trainer's own word.
 TURN_ROLES = ("system", "user", "assistant", "tool", "environment")
@@ -74,6 +75,8 @@ LOSS_PASS_TOKEN_KEYS = ("policy_ratio", "clipped", "entropy_mask", "update_weigh
 # "importance_sampling_level": "token" | "sequence", "top_entropy_quantile"}} (with the top-level `loss_type`).
 LOSS_META_KEY = "loss"
 
+# Where a run's folder goes by default: <the trainer's output_dir>/rollout_samples/<the run's name>.
+ROLLOUTS_FOLDER = "rollout_samples"
 # A rank's lines: rollout_data_rank_<rank>_<launch id>.jsonl; the launch id orders a resumed run's launches.
 RANK_FILE = "rollout_data_rank_{rank}_{launch}.jsonl"
 RANK_FILE_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")

@@ -20,7 +20,7 @@ from rl_board.formats.conversion import CONVERSION_THREADS, conversions_folder, 
 from rl_board.reading.history import history_signature
 from rl_board.reading.index import UNPARSED, FileIndex, IndexCache, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
-from rl_board.reading.storage import FileStatus, file_status, is_remote, list_folder
+from rl_board.reading.storage import FileStatus, file_status, is_remote, joined, list_folder
 from rl_board.reading.workers import (
     PARALLEL_MIN_BYTES,
     WORKERS,
@@ -31,6 +31,7 @@ from rl_board.reading.workers import (
     summarize_lines,
 )
 from rl_board.text import shorten, valid_text
+from rollout_logger.metadata import ROLLOUTS_FOLDER
 
 SNAPSHOTS_KEPT = 4  # of one run, for different Max Samples Each Step
 
@@ -207,7 +208,9 @@ class RunStore:
 # files, TRL's completions, prime-rl's token_exports/, NeMo-RL's train_data_step<N>.jsonl...) or, on disk, it holds a
 # training history: a user pointed it at a run or at a trainer's output folder. Then its sub-folders that the layouts
 # say are the run's (prime-rl's rollouts/ and logs/, NeMo-RL's tensorboard/, the Trainer's checkpoint-*) are not
-# listed. One listing of the root, nothing read (a sub-folder is listed without looking inside it).
+# listed. A sub-folder named as the logger's default folder of runs (a trainer's output_dir/rollout_samples/) stands
+# for the runs inside it, each listed as rollout_samples/<run>. One listing of the root (and of that folder), nothing
+# read (a sub-folder is listed without looking inside it).
 def list_runs(root: str) -> list[str]:
     folder_path = root if is_remote(root) else str(Path(root).expanduser())
     entries = list_folder(folder_path)
@@ -215,6 +218,19 @@ def list_runs(root: str) -> list[str]:
     files = tuple(entry for entry in entries if not entry.is_dir)  # a name that is not UTF-8 too: the load report names it
     layouts = run_layouts(Folder(folder_path, files, frozenset(folders), ()))
     if not layouts and (is_remote(root) or history_signature(folder_path) == ()):
-        return folders
+        return runs_inside_rollouts_folder(folder_path, folders)
     layouts += (TRAINER_OUTPUT,)
-    return ["."] + [name for name in folders if not any(layout.holds(name) for layout in layouts)]
+    return ["."] + runs_inside_rollouts_folder(folder_path, [name for name in folders if not any(layout.holds(name) for layout in layouts)])
+
+
+def runs_inside_rollouts_folder(folder_path: str, folders: list[str]) -> list[str]:
+    if ROLLOUTS_FOLDER not in folders:
+        return folders
+    path = joined(folder_path, ROLLOUTS_FOLDER)
+    entries = list_folder(path)
+    inner = [entry.name for entry in entries if entry.is_dir]
+    if run_layouts(Folder(path, tuple(entry for entry in entries if not entry.is_dir), frozenset(inner), ())):
+        return folders  # a run of that name
+    inside = sorted(f"{ROLLOUTS_FOLDER}/{name}" for name in inner)
+    position = folders.index(ROLLOUTS_FOLDER)
+    return folders[:position] + (inside or [ROLLOUTS_FOLDER]) + folders[position + 1:]

@@ -22,6 +22,7 @@ from transformers import LlavaForConditionalGeneration, LlavaProcessor
 from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
+import rl_board
 import rollout_logger.callback
 import rollout_logger.images
 import rollout_logger.writer
@@ -533,6 +534,69 @@ def test_tool_mask_lines(tmp_path):
     assert not {"tool_mask", "logprobs", "ref_logprobs", "entropies"} & set(truncated)
     assert truncated["loss_passes"] == [{"step": 1, "micro_batch": 0}]  # trained, with no per-token values
     assert b"null" in json_line({"logprobs": [float("nan"), None]}) and json_line({"x": [None]}) == b'{"x":[null]}\n'
+
+
+def test_images_a_tool_returned_are_listed_on_its_turn(tmp_path):
+    """A multimodal tool result, as TRL's tool loop (grpo_trainer.py, `_tool_call_loop`, TRL 1.16) puts it into the
+    completion: `{"role": "tool", "name": ..., "content": [{"type": "image", "image": <PIL>}, {"type": "text", ...}]}`.
+    Its image is written once into the run folder and listed on the tool's turn; the prompt's image (placed by TRL's
+    own `prepare_multimodal_messages`) on the prompt's turn, the same entry as the line's `images`; the board lists
+    both per turn and reads their files. (A real run needs a vision model that calls tools, and TRL 1.16 fails on
+    image results with a text-only one: KeyError 'pixel_values' in `_generate_and_score_completions`.)"""
+    trainer = make_trainer(tmp_path, max_completion_length=6)
+    callback = RolloutLoggerCallback(trainer, enabled=True, save_dir=tmp_path / "rollouts", exp_name="tool_images")
+    callback.on_train_begin(trainer.args, trainer.state, trainer.control)
+    eos = trainer.processing_class.eos_token_id
+    picture, drawn = shapes((120, 90)), shapes((300, 200), "RGBA")
+    question = [{"role": "user", "content": "draw a circle"}]
+    completions = [
+        [
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "draw", "arguments": {"shape": "circle"}}}]},
+            {"role": "tool", "name": "draw", "content": [{"type": "image", "image": drawn}, {"type": "text", "text": "a circle"}]},
+            {"role": "assistant", "content": "done"},
+        ],
+        [{"role": "assistant", "content": "no"}],
+    ]
+    sampled = [[5, 6, 7, 8, eos], [5, 6, eos]]
+    tool_mask = torch.tensor([[1, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    prompt_ids = torch.tensor(trainer.processing_class("draw a circle")["input_ids"]).repeat(2, 1)
+    output = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": torch.tensor([ids + [eos] * (6 - len(ids)) for ids in sampled]),
+        "completion_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]),
+        "advantages": torch.tensor([0.5, -0.5]),
+        "tool_mask": tool_mask,
+    }
+    callback._batch_inputs = [{"prompt": question, "image": picture}] * 2
+    prompts = [prepare_multimodal_messages(question, images=[picture])] * 2
+    callback._scored = (sampled, torch.tensor([[1.0], [0.0]]), {}, (prompts, completions))
+    callback._start_records(output, 1)
+    samples = output[rollout_logger.callback.SAMPLE_KEY].tolist()
+    loss_pass = rollout_logger.callback.LossPass(samples, output, 0, logps=(-torch.rand(2, 6)).requires_grad_(), entropies=torch.rand(2, 6))
+    callback._finish_pass(loss_pass, loss_pass.logps.sum())
+    callback.on_train_end(trainer.args, trainer.state, trainer.control)
+    [(first, second)] = read_records(callback.run_dir).values()
+
+    [prompt_entry] = first["images"]
+    assert prompt_entry == {"path": f"images/{content_hash(picture)}.png", "width": 120, "height": 90}
+    assert [turn["role"] for turn in first["turns"]] == ["user", "assistant", "tool", "assistant"]
+    assert first["turns"][0]["images"] == [prompt_entry] and second["turns"][0]["images"] == [prompt_entry]
+    tool_turn = first["turns"][2]
+    assert tool_turn["text"] == "a circle" and tool_turn["tool_name"] == "draw"
+    assert tool_turn["images"] == [{"path": f"images/{content_hash(drawn)}.png", "width": 300, "height": 200}]
+    assert (tool_turn["token_start"], tool_turn["token_end"]) == (1, 3)
+    assert not any("images" in turn for turn in first["turns"][1::2] + second["turns"][1:])
+    with Image.open(callback.run_dir / tool_turn["images"][0]["path"]) as written:
+        assert content_hash(written) == content_hash(drawn)  # lossless: an RGBA PNG
+    assert sorted(path.name for path in (callback.run_dir / "images").iterdir()) == sorted(
+        f"{content_hash(image)}.png" for image in (picture, drawn)
+    )
+
+    run = rl_board.open_run(callback.run_dir)
+    turns = max((run.turns(1, sample) for sample in range(2)), key=len)
+    assert [len(images) for images in turns["images"]] == [1, 0, 1, 0]
+    assert turns["images"].iloc[2] == [tool_turn["images"][0]]
 
 
 # ---------------------------------------------------------------- the example and its bundled run

@@ -10,6 +10,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
+from tests.support.vision_tool_runs import draw_images
 
 STEPS, SAMPLES = 3, 4
 
@@ -102,6 +103,30 @@ def test_bad_turns_are_noted_and_the_rest_shown(tmp_path, monkeypatch):
     assert "role 'wizard'" in warnings and "goes past the response's 3 tokens" in warnings and "is not two integers" in warnings
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
     assert not app.exception and not [frame for frame in app.dataframe if frame.key and frame.key.startswith("trajectory:")]
+
+
+def test_a_turns_images_are_shown_when_it_is_opened(tmp_path, monkeypatch):
+    """A tool's turn with images: their count in the trajectory table; opened, the good image shown with its size and
+    each path that cannot be shown (outside the run folder, a link out of it, not an image) noted, never read."""
+    run_dir = tmp_path / "runs" / "drawn"
+    draw_images(run_dir / "images")
+    shown = {"path": "images/wide.png", "width": 1200, "height": 500}
+    hostile = [{"path": path} for path in ("../outside.png", "images/link.png", "images/page.png", "/etc/passwd")]
+    turns = [{"role": "user", "text": "draw it"}, {"role": "assistant", "text": "", "tool_calls": [{"name": "draw", "arguments": {}}], "token_start": 0, "token_end": 2},
+             {"role": "tool", "text": "", "tool_name": "draw", "images": [shown, *hostile], "token_start": 2, "token_end": 3},
+             {"role": "assistant", "text": "a circle", "token_start": 3, "token_end": 4}]
+    write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(1, response_tokens=["a", "b", "c", "d"], logprobs=[-1.0, -2.0, None, -3.0], tool_mask=[1, 1, 0, 1], turns=turns)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    frame = trajectory_frame(app)
+    assert frame.value["images"].tolist()[2] == 5 and frame.value["images"].isna().sum() == 3
+    assert not any(element.proto.imgs for element in app.get("image"))  # nothing drawn until a turn is opened
+    click(app, frame, 2)
+    [image] = [image for element in app.get("image") for image in element.proto.imgs]
+    assert image.caption == "image 1 · 1200 × 500"
+    [notes] = [caption.value for caption in app.caption if caption.value.startswith("🖼️")]
+    assert notes.startswith("🖼️ 4 image(s) not shown:")
+    for reason in ("'..' leads out", "symbolic link", "not a PNG", "absolute"):
+        assert reason in notes
 
 
 def test_step_tools_counts_equal_a_recount(root, monkeypatch):

@@ -139,6 +139,23 @@ def test_a_trl_output_folder_with_tensorboard_runs_and_checkpoints_is_one_run(tm
     assert list_runs(str(output)) == ["."]  # the history alone
 
 
+def test_a_trainer_output_folder_lists_the_logger_s_runs_inside_its_rollout_samples(tmp_path):
+    """rollout_logger writes to <output_dir>/rollout_samples/<run>: pointed at the output folder, the board lists each
+    run inside as rollout_samples/<run>, which opens; beside the Trainer's own history (the output folder, "."). A
+    run that is itself named rollout_samples (its rank files inside) stays one run."""
+    output = tmp_path / "output"
+    board_run(output / "rollout_samples" / "b")
+    board_run(output / "rollout_samples" / "a")
+    board_run(output / "other")
+    assert list_runs(str(output)) == ["other", "rollout_samples/a", "rollout_samples/b"]
+    assert len(rl_board.open_run(output / "rollout_samples/a").samples) == len(rl_board.open_run(output / "rollout_samples" / "a").samples) > 0
+    shutil.copytree(SAMPLES / "from_trl_log_completions" / "checkpoint-3", output / "checkpoint-3")
+    assert list_runs(str(output)) == [".", "other", "rollout_samples/a", "rollout_samples/b"]
+    board_run(tmp_path / "root" / "rollout_samples")
+    (tmp_path / "root" / "rollout_samples" / "images").mkdir()
+    assert list_runs(str(tmp_path / "root")) == ["rollout_samples"]
+
+
 def test_openrlhf_rank_file_folders_are_runs_of_their_own(tmp_path):
     write_openrlhf_rank_files(tmp_path / "a", steps=1)
     write_openrlhf_rank_files(tmp_path / "b", steps=1)
