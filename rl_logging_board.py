@@ -37,6 +37,7 @@ import pandas as pd
 import streamlit as st
 import streamlit.components.v1 as components
 
+from rl_board.changes import DIFF_WORDS, STATUSES, PromptChanges, default_threshold, in_steps, prompt_changes, word_diff
 from rl_board.figures import (
     PICK_STEP,
     VALUE_LABELLED_TOKENS,
@@ -246,6 +247,7 @@ def main():
         draw_curves(runs, [history, *compared_histories], settings)
     if not run.samples.empty:
         draw_search(run, settings)
+        draw_changes(run, compared, settings)
     if settings.response_compare and not run.samples.empty:
         draw_step_response(run, compared, settings)
     else:
@@ -406,6 +408,7 @@ class StateKey:
     UPDATE = "update"  # prefix: Step-Update's choices
     TOOLS = "tools"  # prefix: Step-Tools' choices
     TRAJECTORY = "trajectory"  # prefix: the turn picked in a sample's trajectory, per sample
+    CHANGES = "changes"  # What changed between A and B: the expander, and a prefix for its choices
 
 
 # How the curves are drawn, chosen above them.
@@ -1571,6 +1574,117 @@ def draw_downloads(rows: pd.DataFrame, what: str, name: str):
         note_column.caption(f"{len(rows):,} lines, {rows['length'].sum() / 2**20:,.0f} MB: more than a download holds ({EXPORT_ROWS:,} lines, {EXPORT_BYTES >> 20} MB of JSONL); narrow the filter.")
 
 
+# What changed between A and B (two step windows of the shown run, or two runs): every prompt seen on both sides with
+# its numbers on each, counted as regressed, newly solved, improved or unchanged; a click on a prompt shows its
+# responses on each side, word by word. Nothing is computed while it is closed.
+def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "Settings"):
+    details = st.expander("🔀 What changed between A and B: the prompts that regressed or were newly solved", key=StateKey.CHANGES, on_change="rerun")
+    if not details.open:
+        return
+    with details:
+        runs = {run_label(shown.run_dir): shown for shown in [run, *compared]}
+        (run_a, steps_a), (run_b, steps_b) = draw_change_sides(runs)
+        a, b = in_steps(runs[run_a].samples, steps_a), in_steps(runs[run_b].samples, steps_b)
+        functions = [column for column in dict.fromkeys([*runs[run_a].reward_function_columns, *runs[run_b].reward_function_columns]) if column in a and column in b]
+        column, threshold = draw_pass_rule(["reward", *functions], a, b)
+        if a.empty or b.empty:
+            st.info("A side has no loaded sample: widen its steps.")
+            return
+        changes = cached_prompt_changes((runs[run_a].version, steps_a, runs[run_b].version, steps_b, column, threshold), a, b)
+        counted = changes.counts()
+        for place, (status, count) in zip(st.columns(len(counted)), counted.items()):
+            place.metric(status, f"{count:,}", help=f"Prompts whose {STATUSES[status]}")
+        unmatched = f"{changes.only_a:,} prompt(s) only on A and {changes.only_b:,} only on B are left out" + (f", and {changes.collisions} whose texts differ under one key" if changes.collisions else "")
+        st.caption(
+            f"{len(changes.table):,} prompts on both sides, matched by their text; pass: {markdown_literal(column)} ≥ {threshold:g}. "
+            f"change = mean reward on B − on A; length in {changes.length_unit}. {unmatched}."
+        )
+        if changes.table.empty:
+            return
+        shown_statuses = st.pills("Show", list(STATUSES), selection_mode="multi", default=list(STATUSES), key=StateKey.CHANGES + ":statuses")
+        table = changes.table[changes.table["status"].isin(shown_statuses)]
+        view = table.assign(prompt=[shorten(one_line(text), 120) for text in table["prompt"]]).reset_index(drop=True)[CHANGES_SHOWN]
+        key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, run_b, steps_b, column, threshold, shown_statuses)).encode()).hexdigest()
+        picked = st.dataframe(
+            view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",
+            column_config={name: st.column_config.NumberColumn(format="%.3f") for name in ["reward_a", "reward_b", "pass_a", "pass_b", "change", "pass_change"]}
+            | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium")},
+        )
+        st.download_button("Prompts (CSV)", functools.partial(lambda rows: rows.to_csv(index=False), table), file_name=f"changes_{run_a}_{run_b}.csv", mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
+        if not picked.selection.rows:
+            st.caption("Sorted by change, the worst first; click a column to sort by it. Click a prompt to see its responses on A and B, word by word.")
+            return
+        prompt_key = table.index[picked.selection.rows[0]]
+        draw_prompt_sides(a[a["prompt_key"] == prompt_key], b[b["prompt_key"] == prompt_key], table.loc[prompt_key], functions, settings)
+
+
+# A and B: a run each (when runs are compared) and a window of its steps. By default, with a compared run, all of the
+# shown run against all of the other; else the shown run's first half against its second.
+def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[int, int]]]:
+    names = list(runs)
+    sides = []
+    for side, place, default_run in zip("AB", st.columns(2), [names[0], names[min(1, len(names) - 1)]]):
+        run_key, steps_key = f"{StateKey.CHANGES}:{side}:run", f"{StateKey.CHANGES}:{side}:steps"
+        fit_state(run_key, names)
+        name = place.selectbox(f"{side}: run", names, index=names.index(default_run), key=run_key, format_func=one_line) if len(names) > 1 else names[0]
+        steps = runs[name].steps
+        halves = len(names) > 1 and default_run != names[0] if side == "B" else len(names) > 1
+        middle = steps[max(len(steps) // 2 - 1, 0)]
+        default = (steps[0], steps[-1]) if halves else ((steps[0], middle) if side == "A" else (steps[min(len(steps) // 2, len(steps) - 1)], steps[-1]))
+        fit_range(steps_key, steps[0], steps[-1], steps)
+        if len(steps) > 1:
+            chosen = place.select_slider(f"{side}: steps", steps, value=st.session_state.get(steps_key, default), key=steps_key)
+        else:
+            chosen = (steps[0], steps[0])
+        sides.append((name, tuple(int(step) for step in chosen)))
+    return sides
+
+
+# What passing means: a reward (the total, or one function such as a correctness check) at least a threshold.
+def draw_pass_rule(columns: list[str], a: pd.DataFrame, b: pd.DataFrame) -> tuple[str, float]:
+    column_place, threshold_place = st.columns(2)
+    fit_state(f"{StateKey.CHANGES}:pass_column", columns)
+    column = column_place.selectbox("Pass on", columns, key=f"{StateKey.CHANGES}:pass_column", format_func=one_line, help="The reward, or one reward function (e.g. a correctness check), that says whether a sample passed")
+    default = default_threshold(a, b, column) if not (a.empty or b.empty) else 1.0
+    threshold_key = f"{StateKey.CHANGES}:threshold:{column}"
+    threshold = threshold_place.number_input("Pass when at least", value=st.session_state.get(threshold_key, default), key=threshold_key, format="%g", help="A sample passes when its value is at least this: 1 by default for a 0/1 reward, else the middle of the values seen")
+    return column, float(threshold)
+
+
+# One prompt's responses on A and B side by side: each side's response picked among its samples (the highest reward
+# first), its numbers, and its words marked against the other's: removed (A's, not in B's) and added (B's).
+def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, functions: list[str], settings: "Settings"):
+    st.markdown(f"**Prompt** · {numbers['status']} · pass {numbers['pass_a']:.2f} → {numbers['pass_b']:.2f} · mean reward {numbers['reward_a']:.3f} → {numbers['reward_b']:.3f}")
+    st.text(as_written(clean_text(numbers["prompt"], settings.pad_token)))
+    responses = []
+    for side, rows, place in zip("AB", (a, b), st.columns(2)):
+        rows = rows.sort_values("reward", ascending=False, kind="stable").head(PROMPT_SIDE_LINES)
+        batch = load_step_batch(f"changes {side} " + lines_key(rows), rows)
+        labels = [f"step {step} · sample {sample} · reward {reward:.3f}" for step, sample, reward in zip(batch.table["step"], batch.table["sample"], batch.table["reward"])]
+        choice = place.selectbox(f"{side}'s response", range(len(labels)), format_func=lambda position, labels=labels: labels[position], key=f"{StateKey.CHANGES}:{side}:response:{lines_key(rows)}")
+        row = batch.table.iloc[choice]
+        shown = [name for name in ["reward", *functions, "advantage", "response_tokens_len", f"avg_kl_{settings.kl_estimator}"] if name in row.index and pd.notna(row[name])]
+        place.caption(" · ".join(f"{markdown_literal(name)} {row[name]:.4g}" for name in shown))
+        responses.append((place, clean_text(row["response"] or "", settings.pad_token)))
+    runs_a, runs_b, cut = word_diff(responses[0][1], responses[1][1])
+    for (place, _), runs in zip(responses, (runs_a, runs_b)):
+        place.markdown(marked_words(runs))
+    st.caption("Words of A's response not in B's are marked red, B's not in A's green." + (f" Only the first {DIFF_WORDS:,} words of each are compared." if cut else ""))
+
+
+# Runs of words (word_diff's) as markdown: each escaped as text, the removed and added ones on a coloured background;
+# line breaks kept.
+def marked_words(runs: list[tuple[str, str]]) -> str:
+    colours = {"removed": "red", "added": "green"}
+    parts = []
+    for kind, text in runs:
+        escaped = [markdown_literal(line) if line.strip() else line[:1] for line in text.split("\n")]
+        if kind in colours:
+            escaped = [f":{colours[kind]}-background[{line}]" if line.strip() else line for line in escaped]
+        parts.append("  \n".join(escaped))
+    return "".join(parts) or "(empty)"
+
+
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
 # each new last step when following a live run. New steps the user has not looked at are announced with a way there.
 def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
@@ -1828,6 +1942,8 @@ def draw_other_fields(row: pd.Series):
             details.json(text, expanded=2)
 
 
+CHANGES_SHOWN = ["prompt", "status", "change", "pass_a", "pass_b", "reward_a", "reward_b", "samples_a", "samples_b", "length_a", "length_b", "pass_change"]  # What changed's table, in this order
+PROMPT_SIDE_LINES = 64  # of a prompt's lines on each side of What changed, read back at most: the highest rewards
 PROMPT_HISTORY_LINES = 2000  # read back and sent to the page at most: the latest steps'
 
 
@@ -2134,6 +2250,12 @@ def run_store(run_dir: str) -> "RunStore":
 @st.cache_resource(show_spinner=False, max_entries=16)
 def load_step_batch(key: str, _rows: pd.DataFrame) -> "StepBatch":
     return read_step_batch(key, _rows)
+
+
+# What changed between two sides, per version of each run and choice of steps and pass rule.
+@st.cache_resource(show_spinner="Matching the prompts of A and B…", max_entries=8)
+def cached_prompt_changes(choices: tuple, _a: pd.DataFrame, _b: pd.DataFrame) -> "PromptChanges":
+    return prompt_changes(_a, _b, choices[-1], choices[-2])
 
 
 # The sample in view's tokens; index_id tells a line read anew from one at the same place in an older file.

@@ -30,12 +30,14 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     TRL's clip fractions per step, each sample's share
     agent trajectories                         trajectory.py        a line's turns with each turn's numbers; tool
                                                                     calls and results per step and per tool
+    what changed between two sides             changes.py           per prompt on both: reward, pass rate, length,
+                                                                    regressed / newly solved; a word-level diff
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
-    the API                                    run.py               open_run, list_runs, Run
+    the API                                    run.py               open_run, list_runs, Run, prompt_changes
 """
 
-__all__ = ["Run", "list_runs", "open_run"]
+__all__ = ["Run", "list_runs", "open_run", "prompt_changes"]
 
 
 # The API is imported when first asked for: a worker process imports rl_board.reading.workers, and with it this

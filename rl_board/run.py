@@ -11,6 +11,7 @@
     run.turns(12, 3)                                      # an agent's trajectory: a row per turn, with its numbers
     run.tools_by_step()                                   # turns, tool calls, errors per step and per tool name
     run.history.train                                     # the trainer's own logged numbers
+    rl_board.prompt_changes(run, other, steps_a=(1, 20))  # per prompt seen on both: reward, pass rate, length, change
 """
 import os
 import warnings
@@ -20,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rl_board.changes import default_threshold, in_steps
+from rl_board.changes import prompt_changes as changes_between
 from rl_board.metrics import token_rows
 from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
@@ -167,6 +170,25 @@ class Run:
         for problem in passes.problems:
             warnings.warn(problem, stacklevel=3)
         return passes.table
+
+
+def prompt_changes(a: Run, b: Run, steps_a: tuple[int, int] | None = None, steps_b: tuple[int, int] | None = None,
+                   pass_threshold: float | None = None, pass_column: str = "reward") -> pd.DataFrame:
+    """Every prompt with samples on both sides, A (run a, steps_a: a window of steps, both ends included; None: all)
+    and B, matched by its text: prompt, samples_a/_b, reward_a/_b (mean reward), pass_a/_b (the share of its samples
+    whose pass_column, the reward or a reward function such as "rewards/correct", is at least pass_threshold; None: 1
+    for a 0/1 reward, else the midpoint of the values seen), length_a/_b (mean response length, in tokens where both
+    sides have them), change (reward_b - reward_a), pass_change, and status: "regressed" (pass rate fell), "newly
+    solved" (none passed on A, some on B), "improved", "unchanged". Sorted by change, the worst first. Prompts seen on
+    one side only, and keys whose texts differ, are warned about."""
+    sides = [in_steps(run.snapshot.samples, steps) for run, steps in ((a, steps_a), (b, steps_b))]
+    if pass_column not in sides[0] or pass_column not in sides[1]:
+        raise ValueError(f"{pass_column!r} is not a number of both runs' samples")
+    threshold = default_threshold(*sides, pass_column) if pass_threshold is None else float(pass_threshold)
+    changes = changes_between(*sides, threshold, pass_column)
+    if changes.only_a or changes.only_b or changes.collisions:
+        warnings.warn(f"{changes.only_a} prompt(s) only on A, {changes.only_b} only on B" + (f", {changes.collisions} whose texts differ under one key" if changes.collisions else "") + ": left out", stacklevel=2)
+    return changes.table.reset_index(drop=True)
 
 
 # The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for ".").

@@ -1,0 +1,145 @@
+"""What changed between two sides, A and B (two step windows of one run, two runs, two evaluation steps of a validation
+run): every prompt seen on both sides, matched by its text, with its samples, mean reward, pass rate (the share of its
+samples whose reward, or a chosen reward function, is at least a threshold) and mean length on each side; whether it
+regressed, was newly solved, improved or stayed unchanged; then one prompt's responses on each side, word by word.
+
+Matching uses the index alone (its prompt key, a hash of the prompt's text); then one line per prompt and side is read
+back for the prompt's text, which must be the same on both sides (a key shared by two texts is left out and counted).
+A response's words are compared with difflib, as text: nothing of a rollout is ever markup."""
+import difflib
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rl_board.reading.search import TEXT_SPAN_COLUMNS, read_texts
+
+CHANGE_COLUMNS = ["prompt", "samples_a", "samples_b", "reward_a", "reward_b", "pass_a", "pass_b", "length_a", "length_b", "change", "pass_change", "status"]
+# A prompt's status from its pass rates on A and B, in the order the counts are shown.
+STATUSES = {
+    "regressed": "its pass rate fell",
+    "newly solved": "no sample passed on A, some on B",
+    "improved": "its pass rate rose (some samples passed on A already)",
+    "unchanged": "the same pass rate",
+}
+
+
+# Two sides' prompts, a row each (CHANGE_COLUMNS, indexed by the prompt key), and what could not be compared.
+@dataclass(frozen=True)
+class PromptChanges:
+    table: pd.DataFrame
+    only_a: int  # prompts seen on A alone
+    only_b: int
+    collisions: int  # keys whose texts differ between the sides: left out
+    length_unit: str  # "tokens" or "characters"
+
+    def counts(self) -> dict[str, int]:
+        return {status: int((self.table["status"] == status).sum()) for status in STATUSES}
+
+
+# The samples of a side: a snapshot's rows in a window of steps (both ends included; None: every step).
+def in_steps(samples: pd.DataFrame, steps: tuple[int, int] | None) -> pd.DataFrame:
+    if steps is None:
+        return samples
+    return samples[(samples["step"] >= steps[0]) & (samples["step"] <= steps[1])]
+
+
+# A threshold to start from: 1 when every reward of the column is 0 or 1 (a correctness reward), else the midpoint of
+# the values seen on both sides.
+def default_threshold(a: pd.DataFrame, b: pd.DataFrame, column: str = "reward") -> float:
+    values = pd.concat([a[column], b[column]]).dropna()
+    if values.empty:
+        return 1.0
+    if values.isin([0, 1]).all():
+        return 1.0
+    return float((values.min() + values.max()) / 2)
+
+
+def prompt_changes(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: str = "reward") -> PromptChanges:
+    """Every prompt with samples on both sides (snapshot rows: prompt_key, reward, the lines' places), its numbers on
+    each, sorted by the change of mean reward (the worst first). A sample without a value of `column` counts in
+    `samples_*` but not in `pass_*`."""
+    length = "response_tokens_len" if a["response_tokens_len"].notna().any() and b["response_tokens_len"].notna().any() else "response_len"
+    sides = [side_numbers(side, threshold, column, length) for side in (a, b)]
+    keys = sides[0].index.intersection(sides[1].index)
+    only_a, only_b = len(sides[0].index.difference(keys)), len(sides[1].index.difference(keys))
+    texts = [prompt_texts(first_lines(side, keys)) for side in (a, b)]
+    same = [key for key in keys if texts[0].get(key) is not None and texts[0].get(key) == texts[1].get(key)]
+    collisions = len(keys) - len(same)
+    table = sides[0].loc[same].add_suffix("_a").join(sides[1].loc[same].add_suffix("_b"))
+    table.insert(0, "prompt", [texts[0][key] for key in same])
+    table["change"] = table["reward_b"] - table["reward_a"]
+    table["pass_change"] = table["pass_b"] - table["pass_a"]
+    table["status"] = statuses(table["pass_a"].to_numpy(), table["pass_b"].to_numpy())
+    table = table[CHANGE_COLUMNS].sort_values(["change", "pass_change"], kind="stable", na_position="last")
+    table.index.name = "prompt_key"
+    return PromptChanges(table=table, only_a=only_a, only_b=only_b, collisions=collisions, length_unit="tokens" if length == "response_tokens_len" else "characters")
+
+
+# Per prompt key of a side: samples, mean reward, pass rate over the samples with a value, mean length.
+def side_numbers(samples: pd.DataFrame, threshold: float, column: str, length: str) -> pd.DataFrame:
+    keyed = samples[samples["prompt_key"].notna()]
+    valued = keyed[column].notna()
+    numbers = pd.DataFrame({
+        "prompt_key": keyed["prompt_key"].to_numpy(),
+        "reward": keyed["reward"].to_numpy(dtype=float),
+        "passed": np.where(valued, keyed[column].to_numpy(dtype=float) >= threshold, np.nan),
+        "length": keyed[length].to_numpy(dtype=float),
+    })
+    grouped = numbers.groupby("prompt_key", sort=False)
+    return pd.DataFrame({"samples": grouped.size(), "reward": grouped["reward"].mean(), "pass": grouped["passed"].mean(), "length": grouped["length"].mean()})
+
+
+def statuses(pass_a: np.ndarray, pass_b: np.ndarray) -> np.ndarray:
+    return np.select(
+        [pass_b < pass_a, (pass_a == 0) & (pass_b > 0), pass_b > pass_a, pass_b == pass_a],
+        ["regressed", "newly solved", "improved", "unchanged"],
+        default=None,  # no pass rate on a side (no sample has the column's value)
+    )
+
+
+# The first line (in the snapshot's order) of each of the prompt keys on a side.
+def first_lines(samples: pd.DataFrame, keys: pd.Index) -> pd.DataFrame:
+    rows = samples[samples["prompt_key"].isin(keys)]
+    return rows.drop_duplicates("prompt_key")
+
+
+# The prompt text of each line, by its prompt key; only the prompt's bytes of each line are read where the index knows
+# them. A line that can no longer be read has none.
+def prompt_texts(rows: pd.DataFrame) -> dict[float, str]:
+    texts = {}
+    for path, part in rows.groupby("path", sort=False):
+        data, sizes = read_texts(path, part[TEXT_SPAN_COLUMNS].to_numpy(dtype=float))
+        ends = np.cumsum(sizes.ravel())
+        starts = ends - sizes.ravel()
+        for row, key in enumerate(part["prompt_key"].tolist()):
+            if sizes[row].any():
+                texts[key] = data[starts[2 * row] : ends[2 * row]].decode("utf-8", "replace")
+    return texts
+
+
+WORDS = re.compile(r"\s+|[^\s]+")
+DIFF_WORDS = 20_000  # words of each response compared; the rest is shown unmarked, with a note
+
+
+def word_diff(a: str, b: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]], bool]:
+    """A's and B's text as runs of (kind, text): kind "same", "removed" (A's words B does not have) or "added" (B's
+    words A does not have); whitespace stays with the words around it. True when a response was longer than DIFF_WORDS
+    words, whose rest is "same"."""
+    words_a, words_b = WORDS.findall(a), WORDS.findall(b)
+    cut = len(words_a) > DIFF_WORDS or len(words_b) > DIFF_WORDS
+    head_a, head_b = words_a[:DIFF_WORDS], words_b[:DIFF_WORDS]
+    runs_a, runs_b = [], []
+    for kind, start_a, end_a, start_b, end_b in difflib.SequenceMatcher(None, head_a, head_b, autojunk=False).get_opcodes():
+        if kind == "equal":
+            runs_a.append(("same", "".join(head_a[start_a:end_a])))
+            runs_b.append(("same", "".join(head_b[start_b:end_b])))
+            continue
+        if end_a > start_a:
+            runs_a.append(("removed", "".join(head_a[start_a:end_a])))
+        if end_b > start_b:
+            runs_b.append(("added", "".join(head_b[start_b:end_b])))
+    runs_a += [("same", "".join(words_a[DIFF_WORDS:]))] if len(words_a) > DIFF_WORDS else []
+    runs_b += [("same", "".join(words_b[DIFF_WORDS:]))] if len(words_b) > DIFF_WORDS else []
+    return runs_a, runs_b, cut

@@ -1,0 +1,98 @@
+"""What changed between A and B on the page (AppTest): the counts and the table equal a recount from the raw lines, for
+two halves of one run and for two runs; a click on a prompt shows its responses on each side with the words that
+differ marked, hostile text escaped; nothing is computed while the region is closed."""
+
+import json
+
+import pandas as pd
+import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+import rl_logging_board as board
+from tests.support.page import lines_of, load_and_view, start, widget
+from tests.support.runs import sample, write_lines
+
+HOSTILE = "<script>alert(1)</script> :red[x] ] [link](http://example.com)"
+
+
+def agent_lines(rewards: dict[str, tuple[list, list]], steps=(1, 2)) -> list[dict]:
+    lines = []
+    for prompt, sides in rewards.items():
+        for step, values in zip(steps, sides):
+            lines += [sample(step, prompt=prompt, reward=value, response=f"the answer to {prompt} is {value} {HOSTILE if step == steps[1] else ''}",
+                             response_tokens=["w"] * (2 + k)) for k, value in enumerate(values)]
+    return lines
+
+
+REWARDS = {
+    "add 2 and 3": ([1, 1], [0, 0]),  # regressed
+    "add 4 and 4": ([0, 0], [1, 0]),  # newly solved
+    "add 1 and 9": ([1, 0], [1, 1]),  # improved
+    "add 7 and 0": ([1, 1], [1, 1]),  # unchanged
+    "add 5 and 5": ([0, 1], [0, 0]),  # regressed
+}
+
+
+@pytest.fixture
+def root(tmp_path):
+    write_lines(tmp_path / "runs" / "b_run" / "rollout_data_rank_0.jsonl", agent_lines(REWARDS))
+    other = {prompt: (sides[1], [1 - value for value in sides[1]]) for prompt, sides in REWARDS.items()}
+    write_lines(tmp_path / "runs" / "a_other" / "rollout_data_rank_0.jsonl", agent_lines(other, steps=(1, 3)))
+    return tmp_path / "runs"
+
+
+def open_changes(app):
+    app.session_state[board.StateKey.CHANGES] = True
+    app.run()
+    assert not app.exception, app.exception
+    return widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+
+
+def expected_counts(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, int]:
+    rates = pd.concat([a.groupby("prompt")["reward"].apply(lambda r: (r >= 1).mean()), b.groupby("prompt")["reward"].apply(lambda r: (r >= 1).mean())], axis=1, keys=["a", "b"]).dropna()
+    return {"regressed": int((rates["b"] < rates["a"]).sum()), "newly solved": int(((rates["a"] == 0) & (rates["b"] > 0)).sum()),
+            "improved": int(((rates["b"] > rates["a"]) & (rates["a"] > 0)).sum()), "unchanged": int((rates["b"] == rates["a"]).sum())}
+
+
+def click(app, frame, row: int):
+    states = app._tree.get_widget_states()  # as the browser sends it (tests/page/test_search.py says why)
+    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
+    app._run(states)
+    assert not app.exception, app.exception
+
+
+def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_responses(root, monkeypatch):
+    app = load_and_view(start(root, monkeypatch))
+    assert not [metric for metric in app.get("metric") if metric.label == "regressed"]  # closed: nothing computed
+    details = open_changes(app)
+    lines = pd.DataFrame(lines_of(root / "b_run"))
+    expected = expected_counts(lines[lines["step"] == 1], lines[lines["step"] == 2])
+    assert expected == {"regressed": 2, "newly solved": 1, "improved": 1, "unchanged": 1}
+    assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected
+    [frame] = [frame for frame in details.dataframe]
+    table = frame.value
+    assert table["prompt"].tolist()[:2] == ["add 2 and 3", "add 5 and 5"]  # the worst change first
+    assert table.set_index("prompt")["samples_a"].to_dict() == lines[lines["step"] == 1].groupby("prompt").size().to_dict()
+    click(app, frame, 0)
+    details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+    assert widget(details.selectbox, "A's response").value == 0 and widget(details.selectbox, "B's response").value == 0
+    marked = [markdown.value for markdown in details.markdown if "background[" in markdown.value]
+    assert len(marked) == 2
+    removed, added = marked
+    assert ":red-background[1]" in removed and ":green-background[0]" in added
+    assert "\\<script\\>" in added and "\\:red\\[x\\]" in added and "<script>" not in added.replace("\\<script\\>", "")
+    assert "(http" not in added.replace("\\(http", "")  # no link made of the text
+
+
+def test_two_runs_and_the_pass_rule(root, monkeypatch):
+    app = load_and_view(start(root, monkeypatch))
+    widget(app.sidebar.multiselect, "Compare with").set_value(["a_other"]).run()
+    details = open_changes(app)
+    assert widget(details.selectbox, "A: run").value == "b_run" and widget(details.selectbox, "B: run").value == "a_other"
+    a, b = pd.DataFrame(lines_of(root / "b_run")), pd.DataFrame(lines_of(root / "a_other"))
+    assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected_counts(a, b)
+    widget(details.select_slider, "B: steps").set_value((3, 3)).run()
+    details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+    assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected_counts(a, b[b["step"] == 3])
+    widget(details.number_input, "Pass when at least").set_value(0.5).run()  # the same with these 0/1 rewards
+    assert not app.exception

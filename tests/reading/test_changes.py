@@ -1,0 +1,124 @@
+"""What changed between two sides (rl_board/changes.py, rl_board.prompt_changes): per prompt matched by its text, the
+samples, mean reward, pass rate and mean length on A and B and the statuses, equal to a pandas recount from the raw
+lines, on the bundled runs (lr 1e-4 against the default, and two windows of one run) and on a run built so that each
+status is known; keys whose texts differ are left out and counted; the word diff gives back both texts."""
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import rl_board
+from rl_board.changes import DIFF_WORDS, prompt_changes, word_diff
+from tests.support import SAMPLES
+from tests.support.runs import sample, write_lines
+
+DEFAULT, LOW_LR = SAMPLES / "grpo_tiny_example", SAMPLES / "grpo_tiny_example_lr1e-4"
+
+
+def raw_lines(run_dir) -> pd.DataFrame:
+    """Every line of a run's rank files, as the JSON says: prompt, step, reward, reward functions, token count."""
+    rows = []
+    for path in sorted(run_dir.glob("rollout_data_rank_*.jsonl")):
+        for text in path.read_text().splitlines():
+            line = json.loads(text)
+            rows.append({"prompt": line["prompt"], "step": line["step"], "reward": line["reward"], "tokens": len(line["response_tokens"]),
+                         **{f"rewards/{name}": value for name, value in line["rewards_per_func"].items()}})
+    return pd.DataFrame(rows)
+
+
+def recount(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: str = "reward") -> pd.DataFrame:
+    """The table recomputed here: per prompt text on both sides, its numbers and status."""
+    def side(lines):
+        return lines.assign(passed=lines[column] >= threshold).groupby("prompt").agg(samples=("reward", "size"), reward=("reward", "mean"), passed=("passed", "mean"), length=("tokens", "mean"))
+    table = side(a).merge(side(b), left_index=True, right_index=True, suffixes=("_a", "_b"))
+    fell, rose = table["passed_b"] < table["passed_a"], table["passed_b"] > table["passed_a"]
+    table["status"] = np.select([fell, rose & (table["passed_a"] == 0), rose], ["regressed", "newly solved", "improved"], "unchanged")
+    return table
+
+
+def assert_same(found: pd.DataFrame, expected: pd.DataFrame):
+    found = found.set_index("prompt").sort_index()
+    expected = expected.sort_index()
+    assert list(found.index) == list(expected.index)
+    for ours, theirs in [("samples_a", "samples_a"), ("samples_b", "samples_b"), ("reward_a", "reward_a"), ("reward_b", "reward_b"),
+                         ("pass_a", "passed_a"), ("pass_b", "passed_b"), ("length_a", "length_a"), ("length_b", "length_b")]:
+        assert found[ours].to_numpy() == pytest.approx(expected[theirs].to_numpy(), rel=1e-12), ours
+    assert found["change"].to_numpy() == pytest.approx((expected["reward_b"] - expected["reward_a"]).to_numpy(), rel=1e-12)
+    assert found["status"].tolist() == expected["status"].tolist()
+
+
+def test_the_lower_learning_rate_run_against_the_default_equals_a_pandas_recount():
+    a, b = rl_board.open_run(DEFAULT), rl_board.open_run(LOW_LR)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = rl_board.prompt_changes(a, b)
+    raw_a, raw_b = raw_lines(DEFAULT), raw_lines(LOW_LR)
+    threshold = (min(raw_a["reward"].min(), raw_b["reward"].min()) + max(raw_a["reward"].max(), raw_b["reward"].max())) / 2  # the default
+    expected = recount(raw_a, raw_b, threshold)
+    assert_same(table, expected)
+    counts = table["status"].value_counts()
+    assert counts["regressed"] == (expected["status"] == "regressed").sum() > 100 and counts["newly solved"] == (expected["status"] == "newly solved").sum() > 50
+    assert table["change"].is_monotonic_increasing  # the worst first
+    assert set(raw_a["prompt"]) == set(raw_b["prompt"]) and not caught  # the same prompts (seed 0): none left out
+
+
+def test_a_reward_function_as_the_pass_rule_and_two_windows_of_one_run():
+    run = rl_board.open_run(LOW_LR)
+    raw = raw_lines(LOW_LR)
+    column = "rewards/sorted_digits"
+    with pytest.warns(UserWarning) as caught:
+        table = rl_board.prompt_changes(run, run, steps_a=(1, 200), steps_b=(201, 400), pass_threshold=0.5, pass_column=column)
+    a, b = raw[raw["step"] <= 200], raw[raw["step"] > 200]
+    expected = recount(a, b, 0.5, column)
+    only_a, only_b = len(set(a["prompt"]) - set(b["prompt"])), len(set(b["prompt"]) - set(a["prompt"]))
+    assert f"{only_a} prompt(s) only on A, {only_b} only on B" in str(caught[0].message)
+    assert len(expected) >= 20
+    assert_same(table, expected)
+    with pytest.raises(ValueError, match="not a number of both"):
+        rl_board.prompt_changes(run, run, pass_column="rewards/none")
+
+
+def test_each_status_where_it_was_built(tmp_path):
+    """Prompts whose pass rates go 1/2 -> 0 (regressed), 0 -> 1/2 (newly solved), 1/2 -> 1 (improved), 1/2 -> 1/2
+    (unchanged), one with no sample on B, and one whose rewards are missing on A (no pass rate there: no status)."""
+    built = {"regressed": ([1, 0], [0, 0]), "newly solved": ([0, 0], [0, 1]), "improved": ([1, 0], [1, 1]), "unchanged": ([0, 1], [1, 0])}
+    lines = []
+    for name, (rewards_a, rewards_b) in built.items():
+        lines += [sample(1, prompt=f"prompt {name}", reward=reward, response_tokens=["w"] * (3 + k)) for k, reward in enumerate(rewards_a)]
+        lines += [sample(2, prompt=f"prompt {name}", reward=reward, response_tokens=["w"] * 5) for reward in rewards_b]
+    lines += [sample(1, prompt="prompt only on A", reward=1.0)]
+    lines += [sample(1, prompt="prompt without rewards on A", reward=None), sample(2, prompt="prompt without rewards on A", reward=1.0)]
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines)
+    run = rl_board.open_run(tmp_path / "run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = rl_board.prompt_changes(run, run, steps_a=(1, 1), steps_b=(2, 2), pass_threshold=1)
+    statuses = dict(zip(table["prompt"], table["status"]))
+    assert pd.isna(statuses.pop("prompt without rewards on A"))  # no pass rate on A: no status
+    assert statuses == {f"prompt {name}": name for name in built}
+    regressed = table.set_index("prompt").loc["prompt regressed"]
+    assert (regressed["pass_a"], regressed["pass_b"], regressed["length_a"], regressed["length_b"]) == (0.5, 0.0, 3.5, 5.0)
+
+
+def test_keys_whose_texts_differ_are_left_out_and_counted(tmp_path):
+    write_lines(tmp_path / "a" / "rollout_data_rank_0.jsonl", [sample(1, prompt=f"p{k}", reward=1.0) for k in range(3)])
+    write_lines(tmp_path / "b" / "rollout_data_rank_0.jsonl", [sample(1, prompt=f"p{k}", reward=0.0) for k in range(3)])
+    a, b = (rl_board.open_run(tmp_path / name).snapshot.samples for name in "ab")
+    b = b.assign(prompt_key=b["prompt_key"].replace(b["prompt_key"].iat[2], a["prompt_key"].iat[1])).iloc[[0, 2]]  # B: p0, and p2 under p1's key
+    changes = prompt_changes(a, b, threshold=1.0)
+    assert changes.table["prompt"].tolist() == ["p0"] and changes.collisions == 1 and (changes.only_a, changes.only_b) == (1, 0)
+    assert changes.counts() == {"regressed": 1, "newly solved": 0, "improved": 0, "unchanged": 0}
+
+
+def test_the_word_diff_gives_back_both_texts_and_marks_what_differs():
+    a, b = "The answer is 42.\nDone <b>now</b>", "The answer is 41.\nDone <b>now</b> twice"
+    runs_a, runs_b, cut = word_diff(a, b)
+    assert "".join(text for _, text in runs_a) == a and "".join(text for _, text in runs_b) == b and not cut
+    assert [text for kind, text in runs_a if kind == "removed"] == ["42."]
+    assert [text for kind, text in runs_b if kind == "added"] == ["41.", " twice"]
+    long = " ".join(f"w{k}" for k in range(DIFF_WORDS))
+    runs_a, runs_b, cut = word_diff(long, long + " more")
+    assert cut and "".join(text for _, text in runs_b) == long + " more"
