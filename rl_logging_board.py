@@ -1073,8 +1073,9 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
 
 # The sample's trajectory, when its line has turns: a line per turn (a row per call of a turn that makes several)
 # with its numbers over its span of tokens; a click opens the turn (its text, tool call, result or error) and limits
-# the token area below to its tokens. Returns that span, or None (every token).
-def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tuple[int, int] | None:
+# the token area below to its tokens. Returns the span of tokens the token area shows and a caption saying which, or
+# None (every token). A long trajectory's token area shows its first tokens until a turn is picked.
+def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tuple[int, int, str] | None:
     row = batch.table.iloc[sample]
     if not row["turns"] > 0:
         return None
@@ -1107,15 +1108,18 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
     key = f"{StateKey.TRAJECTORY}:{row['index_id']}:{row['offset']}"
     picked = st.dataframe(view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row")
     chosen = picked.selection.rows
+    length = len(tokens.logprobs) if tokens is not None else 0
     if not chosen:
         st.caption("A row per turn (a row per call of a turn that calls several tools). Click one to read it whole and see only its tokens below.")
+        if length > LONG_TRAJECTORY_TOKENS:
+            return 0, LONG_TRAJECTORY_TOKENS, f"The first {LONG_TRAJECTORY_TOKENS:,} of this trajectory's {length:,} tokens: click a turn above to see its own."
         return None
     turn = table.iloc[chosen[0]]
     draw_turn(turn, row["path"])
     start, end = turn["token_start"], turn["token_end"]
-    if pd.isna(start) or tokens is None or int(start) >= len(tokens.logprobs):
+    if pd.isna(start) or int(start) >= length:
         return None
-    return int(start), min(int(end), len(tokens.logprobs))
+    return int(start), min(int(end), length), f"The tokens of the turn picked in the trajectory above: positions {int(start)} to {min(int(end), length) - 1}."
 
 
 # One turn whole: its role, text, the tool call (name and arguments as JSON), the result or the error, all as text;
@@ -1943,6 +1947,7 @@ def draw_other_fields(row: pd.Series):
 
 
 CHANGES_SHOWN = ["prompt", "status", "change", "pass_a", "pass_b", "reward_a", "reward_b", "samples_a", "samples_b", "length_a", "length_b", "pass_change"]  # What changed's table, in this order
+LONG_TRAJECTORY_TOKENS = 30_000  # a trajectory with more tokens shows these first in the token area until a turn is picked
 PROMPT_SIDE_LINES = 64  # of a prompt's lines on each side of What changed, read back at most: the highest rewards
 PROMPT_HISTORY_LINES = 2000  # read back and sent to the page at most: the latest steps'
 
@@ -1987,7 +1992,7 @@ def chosen_sample(batch: "StepBatch") -> int:
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text. A fragment
 # inside the sample view's: choosing values or a view redraws only the token area.
 @st.fragment
-def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span: tuple[int, int] | None = None):
+def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span: tuple[int, int, str] | None = None):
     row = batch.table.iloc[sample]
     try:
         tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
@@ -2006,8 +2011,8 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
     rows = token_rows(tokens, settings.kl_estimator, settings.pad_token)
     merged_rows = len(rows.positions) and rows.positions[-1] >= len(rows.positions)  # a row stands for more than one token
     if span is not None:
-        rows = turn_rows(rows, *span)
-        st.caption(f"The tokens of the turn picked in the trajectory above: positions {span[0]} to {span[1] - 1}.")
+        rows = turn_rows(rows, span[0], span[1])
+        st.caption(span[2])
     for note in tokens.notes:
         st.warning(note)
     available = [name for name in TOKEN_ROWS if name in rows.values]

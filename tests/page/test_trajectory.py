@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
+import rl_logging_board as board
 from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 from tests.support.vision_tool_runs import draw_images
@@ -127,6 +128,21 @@ def test_a_turns_images_are_shown_when_it_is_opened(tmp_path, monkeypatch):
     assert notes.startswith("🖼️ 4 image(s) not shown:")
     for reason in ("'..' leads out", "symbolic link", "not a PNG", "absolute"):
         assert reason in notes
+
+
+def test_a_long_trajectory_s_token_area_shows_its_first_tokens_until_a_turn_is_picked(tmp_path, monkeypatch):
+    length = board.LONG_TRAJECTORY_TOKENS * 2 // 3  # two turns: more tokens than the token area shows at once
+    turns = [{"role": "user", "text": "go"}, {"role": "assistant", "text": "a", "token_start": 0, "token_end": length},
+             {"role": "assistant", "text": "b", "token_start": length, "token_end": 2 * length}]
+    logprobs = [-float(k % 7) for k in range(2 * length)]
+    write_lines(tmp_path / "runs" / "long" / "rollout_data_rank_0.jsonl", [sample(1, response_tokens=["w"] * (2 * length), logprobs=logprobs, turns=turns)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    token_table = next(frame.value for frame in app.dataframe if "logp" in frame.value.columns)
+    assert len(token_table) == board.LONG_TRAJECTORY_TOKENS
+    assert f"The first {board.LONG_TRAJECTORY_TOKENS:,} of this trajectory's {2 * length:,} tokens" in " ".join(caption.value for caption in app.caption)
+    click(app, trajectory_frame(app), 2)
+    token_table = next(frame.value for frame in app.dataframe if "logp" in frame.value.columns)
+    assert len(token_table) == length and token_table["logp"].tolist() == logprobs[length:]
 
 
 def test_step_tools_counts_equal_a_recount(root, monkeypatch):
