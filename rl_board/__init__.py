@@ -2,6 +2,7 @@
 
     import rl_board
     run = rl_board.open_run("rollout_samples/grpo_tiny_example")  # run.samples, run.step(s), run.tokens(s, i), run.history
+    rl_board.pattern_rate(run, r"I cannot", field="response")     # per step, the share of samples the pattern matches
 
 The map, by the data path (each module's docstring says more; only the page imports Streamlit):
 
@@ -30,19 +31,25 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     TRL's clip fractions per step, each sample's share
     agent trajectories                         trajectory.py        a line's turns with each turn's numbers; tool
                                                                     calls and results per step and per tool
+    watch patterns (reward hacking)            watch.py             a saved search's hit rate per step, a step's hits;
+                                                                    the saved patterns per root, in the cache folder
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run
 """
 
-__all__ = ["Run", "list_runs", "open_run"]
+__all__ = ["Run", "list_runs", "open_run", "pattern_rate"]
+
+
+# The module each name of the API is in.
+API_MODULES = {"Run": "run", "list_runs": "run", "open_run": "run", "pattern_rate": "watch"}
 
 
 # The API is imported when first asked for: a worker process imports rl_board.reading.workers, and with it this
 # module, and needs none of it (the store, the formats, pyarrow and Pillow stay out of its memory and start-up).
 def __getattr__(name: str):
-    if name in __all__:
-        from rl_board import run
+    if name in API_MODULES:
+        import importlib
 
-        return getattr(run, name)
+        return getattr(importlib.import_module(f"rl_board.{API_MODULES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

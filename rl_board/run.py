@@ -11,7 +11,9 @@
     run.turns(12, 3)                                      # an agent's trajectory: a row per turn, with its numbers
     run.tools_by_step()                                   # turns, tool calls, errors per step and per tool name
     run.history.train                                     # the trainer's own logged numbers
+    rl_board.pattern_rate(run, r"I cannot")               # per step, the share of responses the pattern matches
 """
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from rl_board.metrics import token_rows
 from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
+from rl_board.reading.search import RunTexts
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
 from rl_board.tokenizer import TOKENIZER_VARIABLE
@@ -64,6 +67,11 @@ class Run:
         line say where it is."""
         samples = self.snapshot.samples
         return samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]).assign(file=samples["path"])
+
+    @functools.cached_property
+    def texts(self) -> RunTexts:
+        """The loaded samples' prompts and responses, read on the first search (rl_board.pattern_rate) and kept."""
+        return RunTexts()
 
     @property
     def steps(self) -> list[int]:
