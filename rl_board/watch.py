@@ -25,7 +25,6 @@ from rl_board.reading.search import (
     SEARCH_PLACES,
     SEARCH_SECONDS,
     RunTexts,
-    SearchResult,
     match_snippets,
     search_pattern,
     search_samples,
@@ -82,20 +81,16 @@ def checked_search(watch: WatchPattern) -> WatchPattern:
     return watch
 
 
-# Per step: its loaded samples, those whose field the search matched (hits), and hits / samples (rate); NaN for a step
-# the search did not wholly reach before its deadline. Indexed by step.
-def hits_by_step(samples: pd.DataFrame, found: SearchResult) -> pd.DataFrame:
+# One pattern over a run's loaded samples (a snapshot's, their texts read through `texts`), per step: its samples,
+# those whose field the pattern matches (hits), and hits / samples (rate); hits and rate NaN for a step the search did
+# not wholly reach before its deadline. Indexed by step.
+def watch_counts(texts: RunTexts, samples: pd.DataFrame, watch: WatchPattern) -> pd.DataFrame:
+    found = search_samples(texts, samples, watch.compiled(), watch.field)
     rows = pd.DataFrame({"step": samples["step"].to_numpy(), "hit": found.place > 0, "searched": np.arange(len(samples)) < found.searched})
     table = rows.groupby("step").agg(samples=("hit", "size"), hits=("hit", "sum"), searched=("searched", "all"))
     table["hits"] = table["hits"].where(table["searched"])
     table["rate"] = table["hits"] / table["samples"]
     return table.drop(columns="searched")
-
-
-# The hit counts of one pattern over a run's loaded samples (a snapshot's, with the texts read through `texts`), and
-# whether the search reached every sample.
-def watch_counts(texts: RunTexts, samples: pd.DataFrame, watch: WatchPattern) -> pd.DataFrame:
-    return hits_by_step(samples, search_samples(texts, samples, watch.compiled(), watch.field))
 
 
 # The hits of some patterns at one step: the step's matching rows (as `samples` has them), a row per pattern and sample
@@ -113,8 +108,9 @@ def step_hits(texts: RunTexts, samples: pd.DataFrame, watches: list[WatchPattern
 
 
 # The share of each step's loaded samples of a run (rl_board.open_run's) whose field the pattern matches: a Series
-# indexed by step, named by the pattern. field: "response", "prompt" or "prompt and response"; regex: RE2 syntax (else the text as it is); a step
-# the search did not reach in SEARCH_SECONDS is NaN, with a warning. rl_board.watch.hits_by_step has hits and samples.
+# indexed by step, named by the pattern. field: "response", "prompt" or "prompt and response"; regex: RE2 syntax, else
+# the text as it is; case-sensitive unless match_case=False. A step the search did not reach in SEARCH_SECONDS is
+# NaN, with a warning. watch_counts has each step's samples and hits too.
 def pattern_rate(run, pattern: str, field: str = "response", regex: bool = True, match_case: bool = True) -> pd.Series:
     watch = checked_search(WatchPattern(str(pattern), pattern, field, regex, match_case))
     counts = watch_counts(run.texts, run.snapshot.samples, watch)

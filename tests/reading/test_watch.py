@@ -3,6 +3,7 @@
 trip, one list per root, a damaged file or entry, bad patterns, nothing written in a run folder, writers that never
 leave half a file."""
 
+import itertools
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import rl_board
+from rl_board.reading import search
 from rl_board.watch import (
     NAME_CHARACTERS,
     WATCH_FILE,
@@ -125,6 +127,21 @@ def test_a_steps_hits_are_its_matching_lines(run_dir):
         for snippet, (path, line) in zip(mine["match"], zip(mine["path"], mine["line"])):
             matched = re.search(watch.pattern, lines[(Path(path).name, int(line))]["response"], 0 if watch.match_case else re.I).group(0)
             assert f"⟦{matched}⟧" in snippet
+
+
+# A search stopped by its deadline (a clock that ticks once per text, 10.5 ticks allowed): the steps it wholly
+# searched keep their rate, the others have none, and a warning says so.
+def test_the_steps_a_stopped_search_did_not_reach_have_no_rate(run_dir, monkeypatch):
+    run = rl_board.open_run(run_dir)
+    ticks = itertools.count()
+    monkeypatch.setattr(search, "SEARCH_SECONDS", 10.5)
+    monkeypatch.setattr(search.time, "perf_counter", lambda: float(next(ticks)))
+    with pytest.warns(UserWarning, match="stopped after 10 s: 4 step"):
+        rate = rl_board.pattern_rate(run, "I cannot")
+    monkeypatch.undo()
+    samples = run.snapshot.samples["step"].value_counts().sort_index()
+    assert samples.iloc[0] <= 10 < samples.iloc[:2].sum()  # step 1 wholly searched, step 2 not
+    assert rate.iloc[0] == pytest.approx(recount(run_dir, "I cannot", "response", True, True)[1]) and rate.iloc[1:].isna().all()
 
 
 def test_a_bad_pattern_or_field_is_a_clear_error(run_dir):
