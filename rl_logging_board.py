@@ -1176,9 +1176,9 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
     step = st.selectbox("Hits at step", run.steps, key=key, help="A click on a point of the chart picks its step.")
     hits = cached_step_hits(run.version, tuple(patterns), step, run)
     samples = int((run.samples["step"] == step).sum())
-    st.markdown(f"**{len(hits):,}** hit(s) at step {step}, of its {samples:,} loaded samples: " + ", ".join(
-        f"{markdown_literal(watch.name)} {int((hits['pattern'] == watch.name).sum())}" for watch in patterns
-    ))
+    st.markdown(f"Step {step}, of its {samples:,} loaded samples: " + ", ".join(
+        f"{markdown_literal(watch.name)} matches **{int((hits['pattern'] == watch.name).sum()):,}**" for watch in patterns
+    ) + ".")
     if hits.empty:
         return
     table = pd.DataFrame({

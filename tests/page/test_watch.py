@@ -155,7 +155,7 @@ def test_a_click_on_a_point_lists_the_steps_hits_and_a_hit_opens_its_sample(root
     frame = next(frame for frame in app.dataframe if frame.key and frame.key.startswith("watch:hits:"))
     assert frame.value["sample"].tolist() == expected and (frame.value["step"] == 3).all() and len(expected) == 3
     assert all(match.startswith("⟦I cannot⟧ do that.") for match in frame.value["match"])
-    assert any(text.value.startswith(f"**{len(expected)}** hit(s) at step 3, of its 6 loaded samples") for text in app.markdown)
+    assert "Step 3, of its 6 loaded samples: refusal matches **3**." in [text.value for text in app.markdown]
 
     states = app._tree.get_widget_states()
     states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [2], "columns": []}})))
