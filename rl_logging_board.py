@@ -174,6 +174,16 @@ from rl_board.trajectory import (
     tools_by_step,
 )
 from rl_board.update import UPDATE_SERIES, LossPasses, read_loss_passes, sample_shares, sequence_level, update_by_step
+from rl_board.watch import (
+    WatchPattern,
+    remove_pattern,
+    save_pattern,
+    saved_patterns,
+    step_hits,
+    watch_counts,
+    watch_file,
+    watch_pattern,
+)
 from rollout_logger.metadata import IMPORTANCE_SAMPLING_META_KEY, METRICS_FILES
 
 # ====================================================================================================================
@@ -409,6 +419,7 @@ class StateKey:
     TOOLS = "tools"  # prefix: Step-Tools' choices
     TRAJECTORY = "trajectory"  # prefix: the turn picked in a sample's trajectory, per sample
     CHANGES = "changes"  # What changed between A and B: the expander, and a prefix for its choices
+    WATCH = "watch"  # prefix: Step-Watch's form, the step whose hits are listed, the hits table
 
 
 # How the curves are drawn, chosen above them.
@@ -922,6 +933,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Tools")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
+    tab_names.append("Step-Watch")  # a watch pattern is a search: every run with samples has one
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
     steps = runs[0][1].steps  # a click on a curve shows the shown run's step nearest it
     open_tab = next(name for name, container in tab.items() if container.open)
@@ -963,6 +975,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_update(runs, history, look)
         elif open_tab == "Step-Tools":
             draw_tools(runs, look)
+        elif open_tab == "Step-Watch":
+            draw_watch(runs, look, settings)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -1069,6 +1083,121 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         st.dataframe(summary, hide_index=True, width="stretch", height=min(300, 38 + 35 * len(summary)),
                      column_config={"success rate": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="results without an error over results")})
     st.caption("Samples with turns only. A call the trainer did not run (the tool limit, a result that did not fit) counts as a call without a result.")
+
+
+# Step-Watch: the root's watch patterns (saved searches: "I cannot", a format tag, a known exploit) as curves of their
+# hit rate per step, each run compared a line; a click on a point lists the shown run's hits at that step, each row a
+# click to its sample. The patterns are kept per root (Log(s) Root Path) in a file in the index cache's folder.
+def draw_watch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook, settings: "Settings"):
+    shown = runs[0][1]
+    saved = saved_patterns(settings.root)
+    for problem in saved.problems:
+        st.warning(f"Watch patterns: {markdown_literal(problem)}")
+    draw_watch_patterns(settings.root, saved.patterns)
+    if not saved.patterns:
+        st.info("No watch pattern for this root yet: add one above (a phrase such as I cannot, a format tag, a known exploit) to see the share of each step's samples it matches.")
+        return
+    tables = [
+        (name, pd.DataFrame({watch.name: cached_watch_counts(run.version, watch, run)["rate"] for watch in saved.patterns}))
+        for name, run in runs if not run.samples.empty
+    ]
+    spec = step_table_chart(tables, [watch.name for watch in saved.patterns], "👾 Watch patterns (Step level): share of samples matching", "share of samples", look.smoothing)
+    key = f"{StateKey.WATCH}:chart"  # the chart keeps its zoom as patterns come and go
+    st.vega_lite_chart(spec={**spec, "usermeta": {"embedOptions": {"renderer": "canvas"}}}, width="stretch", key=key, on_select=lambda: pick_watch_step(key, shown.steps), selection_mode=[PICK_STEP])
+    unreached = sum(int(table.isna().all(axis=1).sum()) for _, table in tables)
+    st.caption(
+        "Each point: the share of the step's loaded samples whose field the pattern matches (RE2, each text on its own). Click a point to list the step's hits below."
+        + (f" The search stops after {SEARCH_SECONDS:.0f} s: {unreached} step(s) were not reached and have no point." if unreached else "")
+    )
+    if not shown.samples.empty:
+        draw_watch_hits(shown, saved.patterns)
+
+
+# The form that saves a watch pattern for the root (one of the same name is replaced), and the saved ones, each a
+# click to remove; the messages of the last change.
+def draw_watch_patterns(root: str, patterns: list["WatchPattern"]):
+    key = StateKey.WATCH + ":"
+    with st.expander(f"Watch patterns of this root ({len(patterns)} saved)", expanded=not patterns):
+        with st.form(key + "form", border=False):
+            name_column, pattern_column, field_column, option_column = st.columns([2, 4, 2, 2], vertical_alignment="bottom")
+            name_column.text_input("Name", key=key + "name", placeholder="refusal", max_chars=80)
+            pattern_column.text_input("Pattern", key=key + "pattern", placeholder=r"I cannot|I can't", help="RE2 syntax (no look-around or backreferences), or the text as it is with Regular expression off.")
+            field_column.selectbox("Field", list(SEARCH_PLACES), index=list(SEARCH_PLACES).index("response"), key=key + "field")
+            option_column.toggle("Regular expression (RE2)", value=True, key=key + "regex")
+            option_column.toggle("Case-sensitive", value=True, key=key + "case", help="Off: upper and lower case match alike.")
+            st.form_submit_button("Save pattern", on_click=add_watch_pattern, args=(root,), icon=":material/add:")
+        kind, message = st.session_state.pop(key + "message", (None, ""))
+        if kind:
+            (st.success if kind == "success" else st.error)(markdown_literal(message))
+        if patterns:
+            listed = pd.DataFrame([{"name": w.name, "pattern": w.pattern, "field": w.field, "regular expression": w.regex, "match case": w.match_case} for w in patterns])
+            st.dataframe(listed, hide_index=True, width="stretch", height=min(300, 38 + 35 * len(listed)))
+            names = [watch.name for watch in patterns]
+            fit_state(key + "remove", names)
+            remove_column, button_column = st.columns([4, 1], vertical_alignment="bottom")
+            remove_column.selectbox("Remove a saved pattern", names, key=key + "remove", format_func=one_line)
+            button_column.button("Remove", on_click=drop_watch_pattern, args=(root,), icon=":material/delete:", width="stretch")
+        st.caption(f"Kept for {markdown_literal(root)} in {markdown_literal(watch_file())}, never in a run folder.")
+
+
+# The form's pattern saved (its fields emptied for the next), or what is wrong with it.
+def add_watch_pattern(root: str):
+    key, state = StateKey.WATCH + ":", st.session_state
+    try:
+        watch = watch_pattern(state[key + "name"], state[key + "pattern"], state[key + "field"], state[key + "regex"], state[key + "case"])
+        note = save_pattern(root, watch)
+    except ValueError as error:
+        state[key + "message"] = ("error", f"Not saved: {error}")
+        return
+    state[key + "message"] = ("success", f"Saved {watch.name}. {note}".strip())
+    state[key + "name"] = state[key + "pattern"] = ""
+
+
+def drop_watch_pattern(root: str):
+    key = StateKey.WATCH + ":"
+    try:
+        note = remove_pattern(root, st.session_state[key + "remove"])
+    except ValueError as error:
+        st.session_state[key + "message"] = ("error", f"Not removed: {error}")
+        return
+    st.session_state[key + "message"] = ("success", f"Removed {st.session_state[key + 'remove']}. {note}".strip())
+
+
+# A click on the watch chart: the hits listed are those of the shown run's step nearest it.
+def pick_watch_step(key: str, steps: list[int]):
+    points = st.session_state[key].selection.get(PICK_STEP) or []
+    if points and points[0].get("step") is not None:
+        st.session_state[StateKey.WATCH + ":step"] = min(steps, key=lambda step: abs(step - int(points[0]["step"])))
+
+
+# The shown run's hits at one step, a row per pattern and sample it matches, with the text around the match; a click
+# shows the sample in the step area.
+def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
+    key = StateKey.WATCH + ":step"
+    fit_state(key, run.steps)
+    st.session_state.setdefault(key, run.steps[-1])
+    step = st.selectbox("Hits at step", run.steps, key=key, help="A click on a point of the chart picks its step.")
+    hits = cached_step_hits(run.version, tuple(patterns), step, run)
+    samples = int((run.samples["step"] == step).sum())
+    st.markdown(f"Step {step}, of its {samples:,} loaded samples: " + ", ".join(
+        f"{markdown_literal(watch.name)} matches **{int((hits['pattern'] == watch.name).sum()):,}**" for watch in patterns
+    ) + ".")
+    if hits.empty:
+        return
+    table = pd.DataFrame({
+        "pattern": hits["pattern"].to_numpy(), "step": hits["step"].to_numpy(), "sample": hits["sample"].to_numpy(), "reward": hits["reward"].to_numpy(),
+        "found in": hits["found in"].to_numpy(), "match": hits["match"].to_numpy(), "file": [Path(path).name for path in hits["path"]], "line": hits["line"].to_numpy(),
+    })
+    table_key = f"{StateKey.WATCH}:hits:{run.version}:{step}"
+    st.dataframe(
+        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=table_key, selection_mode="single-row",
+        on_select=lambda: pick_search_result(table_key, table["step"].tolist(), table["sample"].tolist()),
+        column_config={
+            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
+            "match": st.column_config.TextColumn(width="large", help="The text around the first match, which is between ⟦ ⟧"),
+        },
+    )
+    st.caption("Click a row to show that sample in Each Step Response below.")
 
 
 # The sample's trajectory, when its line has turns: a line per turn (a row per call of a turn that makes several)
@@ -2425,6 +2554,18 @@ def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end)
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFrame:
     return group_table(_table, pad_token, system_prompt_end)
+
+
+# A watch pattern's hits per step in a run, once per run version and pattern (a search of every loaded text).
+@st.cache_resource(show_spinner="Searching every loaded sample…", max_entries=64)
+def cached_watch_counts(version, watch: "WatchPattern", _run: "RunSnapshot") -> pd.DataFrame:
+    return watch_counts(run_texts(_run.run_dir), _run.samples, watch)
+
+
+# The patterns' hits at one step of a run, with their snippets: picking another step searches only that step's texts.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_step_hits(version, watches: tuple, step: int, _run: "RunSnapshot") -> pd.DataFrame:
+    return step_hits(run_texts(_run.run_dir), _run.samples, list(watches), step)
 
 
 # The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).

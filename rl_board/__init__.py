@@ -2,6 +2,7 @@
 
     import rl_board
     run = rl_board.open_run("rollout_samples/grpo_tiny_example")  # run.samples, run.step(s), run.tokens(s, i), run.history
+    rl_board.pattern_rate(run, r"I cannot", field="response")     # per step, the share of samples the pattern matches
 
 The map, by the data path (each module's docstring says more; only the page imports Streamlit):
 
@@ -32,19 +33,25 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     calls and results per step and per tool
     what changed between two sides             changes.py           per prompt on both: reward, pass rate, length,
                                                                     regressed / newly solved; a word-level diff
+    watch patterns (reward hacking)            watch.py             a saved search's hit rate per step, a step's hits;
+                                                                    the saved patterns per root, in the cache folder
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run, prompt_changes
 """
 
-__all__ = ["Run", "list_runs", "open_run", "prompt_changes"]
+__all__ = ["Run", "list_runs", "open_run", "pattern_rate", "prompt_changes"]
+
+
+# The module each name of the API is in.
+API_MODULES = {"Run": "run", "list_runs": "run", "open_run": "run", "pattern_rate": "watch", "prompt_changes": "run"}
 
 
 # The API is imported when first asked for: a worker process imports rl_board.reading.workers, and with it this
 # module, and needs none of it (the store, the formats, pyarrow and Pillow stay out of its memory and start-up).
 def __getattr__(name: str):
-    if name in __all__:
-        from rl_board import run
+    if name in API_MODULES:
+        import importlib
 
-        return getattr(run, name)
+        return getattr(importlib.import_module(f"rl_board.{API_MODULES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,9 @@
     run.tools_by_step()                                   # turns, tool calls, errors per step and per tool name
     run.history.train                                     # the trainer's own logged numbers
     rl_board.prompt_changes(run, other, steps_a=(1, 20))  # per prompt seen on both: reward, pass rate, length, change
+    rl_board.pattern_rate(run, r"I cannot")               # per step, the share of responses the pattern matches
 """
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from rl_board.metrics import token_rows
 from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
+from rl_board.reading.search import RunTexts
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
 from rl_board.tokenizer import TOKENIZER_VARIABLE
@@ -67,6 +70,11 @@ class Run:
         line say where it is."""
         samples = self.snapshot.samples
         return samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]).assign(file=samples["path"])
+
+    @functools.cached_property
+    def texts(self) -> RunTexts:
+        """The loaded samples' prompts and responses, read on the first search (rl_board.pattern_rate) and kept."""
+        return RunTexts()
 
     @property
     def steps(self) -> list[int]:

@@ -66,7 +66,7 @@ def test_the_sidebar_has_the_original_controls_and_the_first_screen_shows_the_ch
 def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     run_lines = lines_of(grpo_root / "grpo_run")
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Watch"]
     assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s) (JSONL, the board's format): 0 bad line(s) skipped." in [c.value for c in app.caption]
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
@@ -158,7 +158,7 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Watch"]
     assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples"]  # no groups
     assert any(i.value.startswith("No token area: this sample has no `logprobs`.") for i in app.info)
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
@@ -216,10 +216,10 @@ def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root
     widget(app.multiselect, "Reward series").set_value(["rewards/format_reward"]).run()
     app.session_state["curve_tabs"] = "Step-Entropy"
     app.run()
-    assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [0, 0, 0, 0, 1]
+    assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [0, 0, 0, 0, 1, 0]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
     app = load_and_view(app)
-    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in curve_tabs(app)] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0)]
+    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in curve_tabs(app)] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0), ("Step-Watch", 0)]
     assert widget(app.multiselect, "Reward series").value == ["reward", "ref_reward"]
 
 
@@ -332,7 +332,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
     assert metrics["model"] == markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Watch"]
     assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
 
     # Which groups had no learning signal at the step in view: the caption's count is a recomputation from the file.
