@@ -9,6 +9,7 @@ import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 import rl_logging_board as board
+from tests.page.test_history import downloads  # noqa: F401  (a fixture)
 from tests.support.page import lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
@@ -84,13 +85,16 @@ def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_r
     assert "(http" not in added.replace("\\(http", "")  # no link made of the text
 
 
-def test_two_runs_and_the_pass_rule(root, monkeypatch):
+def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):
     app = load_and_view(start(root, monkeypatch))
     widget(app.sidebar.multiselect, "Compare with").set_value(["a_other"]).run()
     details = open_changes(app)
     assert widget(details.selectbox, "A: run").value == "b_run" and widget(details.selectbox, "B: run").value == "a_other"
     a, b = pd.DataFrame(lines_of(root / "b_run")), pd.DataFrame(lines_of(root / "a_other"))
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected_counts(a, b)
+    exported = downloads(app, "Prompts (CSV)").set_index("prompt")
+    assert exported["reward_b"].to_dict() == pytest.approx(b.groupby("prompt")["reward"].mean().to_dict())
+    assert exported["samples_a"].to_dict() == a.groupby("prompt").size().to_dict()
     widget(details.select_slider, "B: steps").set_value((3, 3)).run()
     details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected_counts(a, b[b["step"] == 3])
