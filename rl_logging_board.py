@@ -48,6 +48,7 @@ from rl_board.figures import (
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
+    staleness_share_chart,
     step_curve_chart,
     step_fraction_chart,
     step_table_chart,
@@ -151,6 +152,7 @@ from rl_board.reading.storage import (
 )
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import WORKERS, worker_pool
+from rl_board.staleness import STALENESS_SERIES, staleness_by_step, staleness_distribution
 from rl_board.text import (
     as_written,
     clean_text,
@@ -405,6 +407,7 @@ class StateKey:
     MISMATCH = "mismatch"  # prefix: Step-Mismatch's choices, the correction's per run
     UPDATE = "update"  # prefix: Step-Update's choices
     TOOLS = "tools"  # prefix: Step-Tools' choices
+    STALENESS = "staleness"  # prefix: Step-Staleness' choices
     TRAJECTORY = "trajectory"  # prefix: the turn picked in a sample's trajectory, per sample
 
 
@@ -917,6 +920,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Update")
     if any("turns" in frame and (frame["turns"] > 0).any() for frame in frames):
         tab_names.append("Step-Tools")
+    if present("policy_version"):
+        tab_names.append("Step-Staleness")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
@@ -960,6 +965,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_update(runs, history, look)
         elif open_tab == "Step-Tools":
             draw_tools(runs, look)
+        elif open_tab == "Step-Staleness":
+            draw_staleness(runs, look)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -1066,6 +1073,27 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         st.dataframe(summary, hide_index=True, width="stretch", height=min(300, 38 + 35 * len(summary)),
                      column_config={"success rate": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="results without an error over results")})
     st.caption("Samples with turns only. A call the trainer did not run (the tool limit, a result that did not fit) counts as a call without a result.")
+
+
+# Step-Staleness: an asynchronous trainer's samples, how many steps old the policy that sampled each was when the step
+# trained it (step - policy_version), per step, each run compared a line; then the shown run's samples by staleness.
+def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
+    shown = runs[0][1]
+    tables = [(name, cached_staleness_by_step(run.version, run.samples)) for name, run in runs if run.samples["staleness"].notna().any()]
+    if not tables:
+        st.info("No sample has a staleness: every policy_version is after its line's step (the versions must count the lines' steps); the load report names the lines.")
+        return
+    options = list(STALENESS_SERIES)
+    remembered_choice(StateKey.STALENESS + ":series", options, options[0])
+    series = st.selectbox("Per step", options, key=StateKey.STALENESS + ":series", help="; ".join(f"{name}: {text}" for name, text in STALENESS_SERIES.items()))
+    draw_chart(st, step_table_chart(tables, [series], f"👾 Staleness (Step level): {series}", series, look.smoothing), shown.steps)
+    if shown.samples["staleness"].notna().any():
+        distribution = cached_staleness_distribution(shown.version, shown.samples)
+        draw_chart(st, staleness_share_chart(distribution, f"Samples by staleness of {run_label(shown.run_dir)}"), shown.steps, kind="staleness")
+    st.caption(
+        "Staleness = the line's step − its policy_version: how many steps the policy being trained had moved on from the one that "
+        "sampled it (0: on-policy). Samples with a policy_version only; filter and sort by staleness in Find samples."
+    )
 
 
 # The sample's trajectory, when its line has turns: a line per turn (a row per call of a turn that makes several)
@@ -2298,6 +2326,17 @@ def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end)
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFrame:
     return group_table(_table, pad_token, system_prompt_end)
+
+
+# A run's staleness per step and its samples by staleness, once per run version.
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_staleness_by_step(version, _samples: pd.DataFrame) -> pd.DataFrame:
+    return staleness_by_step(_samples)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_staleness_distribution(version, _samples: pd.DataFrame) -> pd.DataFrame:
+    return staleness_distribution(_samples)
 
 
 # The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).

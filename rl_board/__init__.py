@@ -30,6 +30,8 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     TRL's clip fractions per step, each sample's share
     agent trajectories                         trajectory.py        a line's turns with each turn's numbers; tool
                                                                     calls and results per step and per tool
+    how old the sampling policy was            staleness.py         an asynchronous run's step - policy_version per
+                                                                    sample (TRL's async model_version), per step
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run
