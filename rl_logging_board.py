@@ -49,6 +49,7 @@ from rl_board.figures import (
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
+    staleness_share_chart,
     step_curve_chart,
     step_fraction_chart,
     step_table_chart,
@@ -152,6 +153,7 @@ from rl_board.reading.storage import (
 )
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import WORKERS, worker_pool
+from rl_board.staleness import STALENESS_SERIES, staleness_by_step, staleness_distribution
 from rl_board.text import (
     as_written,
     clean_text,
@@ -417,6 +419,7 @@ class StateKey:
     MISMATCH = "mismatch"  # prefix: Step-Mismatch's choices, the correction's per run
     UPDATE = "update"  # prefix: Step-Update's choices
     TOOLS = "tools"  # prefix: Step-Tools' choices
+    STALENESS = "staleness"  # prefix: Step-Staleness' choices
     TRAJECTORY = "trajectory"  # prefix: the turn picked in a sample's trajectory, per sample
     CHANGES = "changes"  # What changed between A and B: the expander, and a prefix for its choices
     WATCH = "watch"  # prefix: Step-Watch's form, the step whose hits are listed, the hits table
@@ -931,6 +934,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Update")
     if any("turns" in frame and (frame["turns"] > 0).any() for frame in frames):
         tab_names.append("Step-Tools")
+    if present("policy_version"):
+        tab_names.append("Step-Staleness")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
     tab_names.append("Step-Watch")  # a watch pattern is a search: every run with samples has one
@@ -977,6 +982,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_tools(runs, look)
         elif open_tab == "Step-Watch":
             draw_watch(runs, look, settings)
+        elif open_tab == "Step-Staleness":
+            draw_staleness(runs, look)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -1198,6 +1205,25 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
         },
     )
     st.caption("Click a row to show that sample in Each Step Response below.")
+# Step-Staleness: an asynchronous trainer's samples, how many steps old the policy that sampled each was when the step
+# trained it (step - policy_version), per step, each run compared a line; then the shown run's samples by staleness.
+def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
+    shown = runs[0][1]
+    tables = [(name, cached_staleness_by_step(run.version, run.samples)) for name, run in runs if run.samples["staleness"].notna().any()]
+    if not tables:
+        st.info("No sample has a staleness: every policy_version is after its line's step (the versions must count the lines' steps); the load report names the lines.")
+        return
+    options = list(STALENESS_SERIES)
+    remembered_choice(StateKey.STALENESS + ":series", options, options[0])
+    series = st.selectbox("Per step", options, key=StateKey.STALENESS + ":series", help="; ".join(f"{name}: {text}" for name, text in STALENESS_SERIES.items()))
+    draw_chart(st, step_table_chart(tables, [series], f"👾 Staleness (Step level): {series}", series, look.smoothing), shown.steps)
+    if shown.samples["staleness"].notna().any():
+        distribution = cached_staleness_distribution(shown.version, shown.samples)
+        draw_chart(st, staleness_share_chart(distribution, f"Samples by staleness of {run_label(shown.run_dir)}"), shown.steps, kind="staleness")
+    st.caption(
+        "Staleness = the line's step − its policy_version: how many steps the policy being trained had moved on from the one that "
+        "sampled it (0: on-policy). Samples with a policy_version only; filter and sort by staleness in Find samples."
+    )
 
 
 # The sample's trajectory, when its line has turns: a line per turn (a row per call of a turn that makes several)
@@ -2568,6 +2594,15 @@ def cached_watch_counts(version, watch: "WatchPattern", _run: "RunSnapshot") -> 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_step_hits(version, watches: tuple, step: int, _run: "RunSnapshot") -> pd.DataFrame:
     return step_hits(run_texts(_run.run_dir), _run.samples, list(watches), step)
+# A run's staleness per step and its samples by staleness, once per run version.
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_staleness_by_step(version, _samples: pd.DataFrame) -> pd.DataFrame:
+    return staleness_by_step(_samples)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_staleness_distribution(version, _samples: pd.DataFrame) -> pd.DataFrame:
+    return staleness_distribution(_samples)
 
 
 # The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).

@@ -35,6 +35,8 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     regressed / newly solved; a word-level diff
     watch patterns (reward hacking)            watch.py             a saved search's hit rate per step, a step's hits;
                                                                     the saved patterns per root, in the cache folder
+    how old the sampling policy was            staleness.py         an asynchronous run's step - policy_version per
+                                                                    sample (TRL's async model_version), per step
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run, prompt_changes

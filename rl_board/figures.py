@@ -311,6 +311,51 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
     }
 
 
+# Each step's samples by staleness (rl_board.staleness.staleness_distribution), as stacked bars of shares: on-policy
+# (0) at the bottom, staler above in darker shades; the values from STALENESS_SHADES on are one part of a bar. A click
+# on a bar shows its step.
+STALENESS_SHADES = 8
+
+
+def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
+    lumped = distribution.assign(staleness=distribution["staleness"].clip(upper=STALENESS_SHADES))
+    parts = lumped.groupby(["step", "staleness"])[["samples", "share"]].sum().reset_index()
+    label = lambda staleness: f"≥ {STALENESS_SHADES}" if staleness == STALENESS_SHADES else str(staleness)  # noqa: E731
+    values = [
+        {"step": int(step), "staleness": label(int(staleness)), "order": int(staleness), "samples": int(samples), "share": json_number(share)}
+        for step, staleness, samples, share in zip(parts["step"], parts["staleness"], parts["samples"], parts["share"])
+    ]
+    steps = sorted(parts["step"].unique().tolist())
+    labels = [label(staleness) for staleness in sorted(parts["staleness"].unique().tolist())]
+    return {
+        "title": title,
+        "height": 300,
+        "padding": {"top": 24},  # a title otherwise starts above its canvas, cut in half
+        "data": {"values": values},
+        "mark": {"type": "bar"},
+        "params": [{"name": PICK_STEP, "select": {"type": "point", "encodings": ["x"], "on": "click"}}],
+        "encoding": {
+            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelAngle": 0, "values": [int(step) for step in steps[::math.ceil(len(steps) / STEP_LABELS)]] if steps else []}},
+            "y": {"field": "share", "type": "quantitative", "title": "share of the step's samples", "scale": {"domain": [0, 1]}, "axis": {"format": ".0%"}},
+            "color": {"field": "staleness", "type": "ordinal", "title": "staleness", "sort": labels, "scale": {"domain": labels, "range": staleness_colours(labels)}},
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": [{"field": "step"}, {"field": "staleness"}, {"field": "samples", "format": ","}, {"field": "share", "format": ".1%"}],
+        },
+    }
+
+
+# On-policy in the step curves' blue; stale from yellow (1) to dark red (the stalest shown), by staleness.
+def staleness_colours(labels: list[str]) -> list[str]:
+    low, high = np.array([0xF3, 0xC9, 0x69]), np.array([0x9B, 0x1C, 0x1C])
+    values = [int(label.removeprefix("≥ ")) for label in labels]
+    stalest = max(values)
+    colours = []
+    for staleness in values:
+        shade = low + (high - low) * (staleness - 1) / max(stalest - 1, 1)
+        colours.append(STEP_PALETTE[1] if staleness == 0 else "#" + "".join(f"{round(channel):02x}" for channel in shade))
+    return colours
+
+
 # Grouped bars of reward and ref_reward for each sample of the step.
 def batch_reward_chart(table: pd.DataFrame) -> dict:
     series = [(column, name) for column, name in (("reward", "Reward"), ("ref_reward", "Ref Reward")) if table[column].notna().any()]

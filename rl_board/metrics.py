@@ -165,11 +165,12 @@ def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
 
 # The numbers a search can be filtered and sorted by, those the run has: rewards, advantage, length, log ratio, the
 # chosen KL estimator, entropy, the sampler-trainer mismatch (mean and largest |Δ|, ΣΔ: the log of the sequence's
-# ratio, mismatch KL, largest and smallest token ratio), and every number of a key outside the format.
+# ratio, mismatch KL, largest and smallest token ratio), an asynchronous run's staleness and policy version, and every
+# number of a key outside the format.
 def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
     columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
     columns += ["avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio", "clipped_tokens", "abs_update_weight"]
-    columns += ["turns", "tool_calls", "tool_errors"]
+    columns += ["turns", "tool_calls", "tool_errors", "staleness", "policy_version"]
     return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
 
 
@@ -230,8 +231,8 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
 
 
 # The batch table's columns, the original's and GRPO's (absent ones hidden): first the short numbers that say which
-# samples matter (reward, advantage, group, KL, entropy, length), then the texts, then the rest; the wide texts first
-# would push them off-screen.
+# samples matter (reward, advantage, group, staleness, KL, entropy, length), then the texts, then the rest; the wide
+# texts first would push them off-screen.
 def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | None, system_prompt_end: str | None) -> pd.DataFrame:
     view = table.assign(
         sample=np.arange(len(table)),
@@ -241,7 +242,7 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
         avg_kl=table[f"avg_kl_{kl_estimator}"],
         sum_kl=table[f"sum_kl_{kl_estimator}"],
     )
-    columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")]
+    columns = ["sample", "reward", "advantage", "group"] + [c for c in table.columns if c.startswith("rewards/")] + ["staleness", "policy_version"]
     columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "clipped_tokens", "abs_update_weight", "turns", "tool_calls", "tool_errors", "response_tokens_len", "tool_tokens", "truncated"]
     columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]

@@ -10,6 +10,7 @@
     run.update_by_step()                                  # what each step's loss passes did: clip fractions, ...
     run.turns(12, 3)                                      # an agent's trajectory: a row per turn, with its numbers
     run.tools_by_step()                                   # turns, tool calls, errors per step and per tool name
+    run.staleness_by_step()                               # an asynchronous run's staleness per step
     run.history.train                                     # the trainer's own logged numbers
     rl_board.prompt_changes(run, other, steps_a=(1, 20))  # per prompt seen on both: reward, pass rate, length, change
     rl_board.pattern_rate(run, r"I cannot")               # per step, the share of responses the pattern matches
@@ -32,6 +33,7 @@ from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.search import RunTexts
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
+from rl_board.staleness import staleness_by_step, staleness_distribution
 from rl_board.tokenizer import TOKENIZER_VARIABLE
 from rl_board.trajectory import numbered, read_tool_events, read_trajectory, tool_summary, tools_by_step
 from rl_board.update import read_loss_passes, sample_shares, sequence_level, update_by_step
@@ -157,6 +159,16 @@ class Run:
         if not 0 <= sample < len(rows):
             raise IndexError(f"step {step} has {len(rows)} loaded sample(s), no sample {sample}")
         return rows.iloc[sample]
+
+    def staleness_by_step(self) -> pd.DataFrame:
+        """Per step (the index), of an asynchronous run's samples with a staleness (step - policy_version: how many
+        steps the trained policy had moved on from the one that sampled the sample): mean staleness, max staleness,
+        stale share (staleness > 0) and samples. Empty without policy versions."""
+        return staleness_by_step(self.snapshot.samples)
+
+    def staleness_distribution(self) -> pd.DataFrame:
+        """A row per step and staleness: samples, and their share of the step's samples with a staleness."""
+        return staleness_distribution(self.snapshot.samples)
 
     def update_by_step(self) -> pd.DataFrame:
         """A row per optimizer step that loss passes ran in (rollout_logger's `loss_passes`): TRL's clip fractions

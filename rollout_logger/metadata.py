@@ -44,7 +44,11 @@ STOP_REASONS = ("stop", "length", "tool_limit", "error")
 # The keys of the board's line format: the logger's and the others the board reads (docs/data-format.md). Any
 # other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
 # key is written as extra_<name>.
-FORMAT_KEYS = frozenset(LINE_KEYS + ("ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards"))
+FORMAT_KEYS = frozenset(LINE_KEYS + ("ref_response", "ref_reward", "valid_reward", "ref_valid_reward", "ground_truth", "values", "token_rewards", "policy_version"))
+# An asynchronous trainer's sample says which policy sampled it: `policy_version`, an integer from 0, counted in the
+# line's steps: the step whose policy (the weights that step trained) generated the response, the oldest where its
+# generation spanned several. The sample's staleness is step - policy_version (0: on-policy); a synchronous trainer's
+# lines need none.
 # The per-token lists, one value per response token: the trainer's log-probabilities (`logprobs`, the forward pass
 # the loss uses), the sampler's (`sampler_logprobs`: vLLM's, or `generate`'s from the distribution it sampled from,
 # after temperature, top-k and top-p), the importance-sampling weight the trainer applied for their difference

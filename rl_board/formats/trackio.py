@@ -22,8 +22,9 @@ apart by the fields trackio_project (the database's name) and trackio_run (the r
 the start of its id after it): both are facets. A trace becomes a line, in the order they were logged: turns (each
 message a turn, as rollout_logger/metadata.py says), prompt (the leading system and user messages) and response (the
 rest) as text, step, reward, advantage, rewards_per_func (rewards/<name>), group_id (the metadata's, else the prompt,
-within its run), stop_reason (the metadata's stop_reason or finish_reason), truncated, and the other metadata keys as
-fields. No tokens: a trace holds text. Bad input is counted in the load report, line by line where a trace has it: a
+within its run), stop_reason (the metadata's stop_reason or finish_reason), truncated, policy_version (the metadata's,
+else TRL's model_version: with step the version when the trainer took the sample, step - policy_version is TRL's
+staleness), and the other metadata keys as fields. No tokens: a trace holds text. Bad input is counted in the load report, line by line where a trace has it: a
 message with a role the board does not know (an environment turn), tool arguments that are not valid JSON (kept as
 written), a trace of more than MAX_TURNS messages (the first MAX_TURNS are turns), a trace whose messages are not JSON
 (left out), a database that is not SQLite or not trackio's (not read), one locked by a writer's commit (read at the
@@ -53,7 +54,7 @@ DATABASE = re.compile(r".+\.db", re.DOTALL)
 LAYOUT = RunLayout(files=DATABASE, parts=re.compile(r"traces|media|artifacts|inbox"))
 
 
-CONVERSION = 1  # the conversion's version: a change makes every database's conversion again
+CONVERSION = 2  # the conversion's version: a change makes every database's conversion again
 
 
 MAX_TURNS = 2000  # turns of one trace: a longer one keeps its first MAX_TURNS (its text keeps every message)
@@ -275,6 +276,10 @@ def trace_line(step, messages, metadata, spans, problems: list) -> dict:
     if isinstance(stop, str) and stop:
         line["stop_reason"] = STOP_WORDS.get(stop.lower(), shorten(valid_text(stop), 64))
         used.add(stop_key)
+    version_key = "policy_version" if "policy_version" in values else "model_version"
+    if values.get(version_key) is not None:  # TRL's version of the policy that sampled it; the index checks the value
+        line["policy_version"] = values[version_key]
+        used.add(version_key)
     truncated = values.get("truncated")
     if isinstance(truncated, bool):
         line["truncated"] = truncated

@@ -77,6 +77,15 @@ UPDATE_NUMBERS = ["loss_passes", "clipped_tokens", "abs_update_weight"]
 TURN_NUMBERS = ["turns", "tool_calls", "tool_errors"]
 
 
+# Per sample with a `policy_version` (an asynchronous trainer's: the step whose policy sampled it; rl_board.staleness):
+# the version, and its staleness, step - policy_version: how many steps the policy that trained the sample had moved on
+# from the one that sampled it (0: on-policy).
+STALENESS_NUMBERS = ["policy_version", "staleness"]
+
+
+POLICY_VERSIONS = 2**53  # a version is an integer from 0 below this: a float (the index's numbers) holds it exactly
+
+
 SCALAR_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated")
 
 
@@ -90,7 +99,7 @@ SUMMARY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, *UPDATE_NUMBERS, *TURN_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
+    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, *UPDATE_NUMBERS, *TURN_NUMBERS, *STALENESS_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
@@ -166,6 +175,7 @@ class Rollout(RolloutSummary):
     loss_passes: Any = None  # what each loss pass did with the tokens (rollout_logger; rl_board.update reads it)
     turns: Any = None  # an agent's trajectory, turn by turn (rl_board.trajectory reads it)
     stop_reason: Any = None  # why the trajectory ended (the index keeps it as text/stop_reason)
+    policy_version: Any = None  # the step whose policy sampled it (the index keeps it, and its staleness)
     values: list[float | None] | None = None
     token_rewards: list[float | None] | None = None
     sampler_kept_logmass: list[float | None] | None = None  # log of the mass the sampler's top-k/top-p... kept
@@ -387,6 +397,8 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             add_update_numbers(numbers, row, line["loss_passes"], problems, parser)
         if "turns" in line:
             add_turn_numbers(numbers, row, line["turns"], problems)
+        if "policy_version" in line:
+            add_staleness_numbers(numbers, row, record.step, line["policy_version"], problems)
         if "stop_reason" in line:
             reason = line["stop_reason"]
             reason = raw_value(reason) if isinstance(reason, msgspec.Raw) else reason
@@ -603,6 +615,34 @@ def add_turn_numbers(numbers: dict, row: int, value, problems: list):
     numbers["tool_errors"][row] = sum(turn.role == "tool" and turn.error is not None for turn in turns)
 
 
+# A line's STALENESS_NUMBERS from its policy_version (raw JSON, or a Python value) and step. A version that is not an
+# integer from 0 (an integer-valued float is one, as a step is) is ignored, and one after the line's step has no
+# staleness (its versions do not count the line's steps): each with a note. null is no version.
+def add_staleness_numbers(numbers: dict, row: int, step: int, value, problems: list):
+    value = raw_value(value) if isinstance(value, msgspec.Raw) else value
+    if value is None:
+        return
+    if type(value) is float and value.is_integer() and abs(value) < POLICY_VERSIONS:
+        value = int(value)
+    if type(value) is not int or not 0 <= value < POLICY_VERSIONS:
+        problems.append((row, "note", f"policy_version is {version_kind(value)}, not an integer from 0 to 2^53: ignored"))
+        return
+    numbers["policy_version"][row] = value
+    if value > step:
+        problems.append((row, "note", f"policy_version {value} is after the line's step {step}: no staleness (its versions must count the line's steps)"))
+        return
+    numbers["staleness"][row] = step - value
+
+
+# What a policy_version that cannot be used is, in words (never the digits of a huge integer).
+def version_kind(value) -> str:
+    if type(value) is int or (type(value) is float and value.is_integer()):
+        return f"negative ({int(value)})" if -POLICY_VERSIONS < value < 0 else "an integer out of range"
+    if type(value) is float:
+        return f"a fraction ({value:.6g})" if math.isfinite(value) else f"not finite ({value})"
+    return {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
 # Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.
 def add_token_statistics(numbers: dict, token_arrays: dict):
     def flat(key):
@@ -687,11 +727,18 @@ def text_length(value) -> int:
 
 
 # A raw JSON value the first pass kept (it is valid JSON): msgspec refuses a lone surrogate escape, Python's json takes it.
+# An integer of thousands of digits (json_integer) is infinite, as as_float makes any integer too big for a float.
 def raw_value(raw: msgspec.Raw):
     try:
         return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, ValueError):  # a lone surrogate escape, or bytes that are not UTF-8 (shown as �)
-        return json.loads(bytes(raw).decode(errors="replace"))
+    except (msgspec.DecodeError, ValueError):  # a lone surrogate escape, bytes that are not UTF-8 (shown as �), a huge integer
+        return json.loads(bytes(raw).decode(errors="replace"), parse_int=json_integer)
+
+
+# An integer as Python's json reads it, but one of more than 4,000 digits a float (infinite): Python refuses to read an
+# integer of more than 4,300 digits, which would stop the whole load.
+def json_integer(digits: str) -> int | float:
+    return int(digits) if len(digits) <= 4000 else float(digits)
 
 
 def float_array(values) -> np.ndarray | None:

@@ -9,6 +9,8 @@ show for it, written out by hand from the messages (never by the board's convert
   TrackioCallback metrics (train/<key>, eval/<key>, train/global_step on trackio's own step counter).
 - messy.db, run edge: what the board must survive: an unknown role, tool arguments that are not JSON, a trace of
   LONG_TRACE messages, spans that say a tool failed, a trace of spans only, non-finite metadata.
+- async.db, run grpo: TRL's async GRPO traces of two policy versions with their model_version (the staleness each
+  must give), and bad versions: a string, a negative, a fraction, a boolean, a huge one, one after its step, null.
 """
 
 import json
@@ -31,9 +33,11 @@ LONG_TRACE = 10_000
 
 
 # One rollout as TRL's async GRPO logs it (log_rollout_traces: messages = prompt + completion, metadata = the sample's
-# metrics with advantage, group_id, model_version, prompt/completion tokens), with the turns and fields it must give.
+# metrics with advantage, group_id, model_version, prompt/completion tokens; the trace's step the policy version when
+# the trainer took it), with the turns and fields it must give: model_version is the line's policy_version.
 def trl_rollout(step: int, question: int, sample: int) -> dict:
     text, expression, answer = QUESTIONS[question]
+    version = step - min(step - 1, (question + sample) % 3)  # TRL's versions start at 1 (the cold sync)
     failed = sample == 1
     reward = 0.0 if failed else 1.0
     result = str({"error": "name 'x' is not defined"}) if failed else answer
@@ -48,7 +52,7 @@ def trl_rollout(step: int, question: int, sample: int) -> dict:
     metadata = {
         "reward": reward, "reward_std": 0.5, "rewards/accuracy": reward, "rewards/format": 0.5,
         "tools/call_frequency": 1.0, "tools/failure_frequency": 1.0 if failed else 0.0,
-        "advantage": 1.0 - 2 * sample, "group_id": step * 10 + question, "model_version": step,
+        "advantage": 1.0 - 2 * sample, "group_id": step * 10 + question, "model_version": version,
         "prompt_tokens": 31, "completion_tokens": 17 + sample,
     }
     tool_turn = {"role": "tool", "text": result, "tool_name": "calculator"}
@@ -65,7 +69,7 @@ def trl_rollout(step: int, question: int, sample: int) -> dict:
     fields = {
         "reward": reward, "advantage": 1.0 - 2 * sample, "rewards_per_func": {"accuracy": reward, "format": 0.5},
         "reward_std": 0.5, "tools/call_frequency": 1.0, "tools/failure_frequency": 1.0 if failed else 0.0,
-        "model_version": step, "prompt_tokens": 31, "completion_tokens": 17 + sample, "trace_key": "rollouts",
+        "policy_version": version, "prompt_tokens": 31, "completion_tokens": 17 + sample, "trace_key": "rollouts",
         "group": f"{step * 10 + question}", "prompt": f"[system]\n{SYSTEM}\n\n[user]\n{text}",
     }
     return {"messages": messages, "metadata": metadata, "turns": turns, "fields": fields}
@@ -162,6 +166,26 @@ def agent_runs() -> list:
 
 def messy_runs() -> list:
     return [("messy", "edge", [(7, "traces", messy_traces())], [({"loss": float("nan"), "score": 1.0}, 7)], {})]
+
+
+# TRL's async GRPO traces 8 samples of every 8th policy version, at step = that version (RolloutQueueDataset): each a
+# trace with its model_version and the staleness the board must give (None: none), and bad versions, each with the
+# words of its load-report note.
+VERSIONED_STEPS = {8: [8, 8, 7, 7, 6, 5, 8, 4], 16: [16, 15, 15, 14, 13, 12, 16, 16]}
+BAD_VERSIONS = [("15", "a string"), (-1, "negative (-1)"), (15.5, "a fraction (15.5)"), (True, "a boolean"), (2**62, "an integer out of range"), (17, "after the line's step 16")]
+
+
+def versioned_trace(step: int, metadata: dict, staleness: int | None, note: str | None = None) -> dict:
+    messages = [{"role": "user", "content": f"question at {step}"}, {"role": "assistant", "content": "answer"}]
+    return {"messages": messages, "metadata": {"reward": 1.0, **metadata}, "staleness": staleness, "note": note}
+
+
+def versioned_runs() -> list:
+    traces = [(step, "rollouts", [versioned_trace(step, {"model_version": version}, step - version) for version in versions]) for step, versions in VERSIONED_STEPS.items()]
+    bad = [versioned_trace(16, {"model_version": version}, None, note) for version, note in BAD_VERSIONS]
+    bad += [versioned_trace(16, {"model_version": None}, None), versioned_trace(16, {"policy_version": 14}, 2)]  # null: none; another writer's key
+    traces.append((16, "rollouts", bad))
+    return [("async", "grpo", traces, [], {})]
 
 
 # ----------------------------------------------------------------------------------------------- the writer
