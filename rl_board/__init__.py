@@ -30,6 +30,10 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     TRL's clip fractions per step, each sample's share
     agent trajectories                         trajectory.py        a line's turns with each turn's numbers; tool
                                                                     calls and results per step and per tool
+    is the policy gaming the reward            signals.py           per step over trailing windows: reward functions
+                                                                    diverging, length with reward, zero-signal groups,
+                                                                    entropy, KL accelerating, advantage skew; stated
+                                                                    rules, fired steps, example samples
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run
