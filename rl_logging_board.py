@@ -49,6 +49,7 @@ from rl_board.figures import (
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
+    signal_chart,
     staleness_share_chart,
     step_curve_chart,
     step_fraction_chart,
@@ -153,6 +154,7 @@ from rl_board.reading.storage import (
 )
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import WORKERS, worker_pool
+from rl_board.signals import DEFAULT_WINDOW, EXAMPLES_PER_STEP, SIGNALS, firing_examples, signals_by_step
 from rl_board.staleness import STALENESS_SERIES, staleness_by_step, staleness_distribution
 from rl_board.text import (
     as_written,
@@ -420,6 +422,7 @@ class StateKey:
     UPDATE = "update"  # prefix: Step-Update's choices
     TOOLS = "tools"  # prefix: Step-Tools' choices
     STALENESS = "staleness"  # prefix: Step-Staleness' choices
+    SIGNALS = "signals"  # prefix: Step-Signals' choices
     TRAJECTORY = "trajectory"  # prefix: the turn picked in a sample's trajectory, per sample
     CHANGES = "changes"  # What changed between A and B: the expander, and a prefix for its choices
     WATCH = "watch"  # prefix: Step-Watch's form, the step whose hits are listed, the hits table
@@ -938,6 +941,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Staleness")
     if runs[0][1].facets:
         tab_names.append("Step-Facets")
+    if len(runs[0][1].steps) >= 2 * DEFAULT_WINDOW:
+        tab_names.append("Step-Signals")
     tab_names.append("Step-Watch")  # a watch pattern is a search: every run with samples has one
     tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
     steps = runs[0][1].steps  # a click on a curve shows the shown run's step nearest it
@@ -984,6 +989,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_watch(runs, look, settings)
         elif open_tab == "Step-Staleness":
             draw_staleness(runs, look)
+        elif open_tab == "Step-Signals":
+            draw_signals(runs, look, settings.kl_estimator)
         else:
             column, title, unit, missing = {
                 "Step-RespLen": (
@@ -1364,6 +1371,62 @@ def draw_update_drivers(run: "RunSnapshot", passes: "LossPasses"):
         },
     )
     st.caption(f"The {len(table)} samples with the largest share of step {step}'s update. Click a row to show the sample below; its token table has update_weight, clipped and policy_ratio per token.")
+
+
+# The windows Step-Signals offers (those that fit twice in the shown run's steps), and the rows of examples it lists.
+SIGNAL_WINDOWS, FIRING_ROWS = (3, 5, 10, 20, 50), 300
+
+
+# Step-Signals: whether the policy may be gaming its reward, a number per step for each signal (rl_board.signals) with
+# the steps where its stated rule fired marked, each run compared a line; then the shown run's firings with example
+# samples, each row a click to its sample.
+def draw_signals(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook, kl_estimator: str):
+    shown = runs[0][1]
+    signal_column, window_column = st.columns([3, 1], vertical_alignment="bottom")
+    windows = [width for width in SIGNAL_WINDOWS if 2 * width <= len(shown.steps)]
+    remembered_choice(StateKey.SIGNALS + ":window", windows, DEFAULT_WINDOW)
+    window = window_column.selectbox("Window (steps)", windows, key=StateKey.SIGNALS + ":window", help="Each rule compares the last W loaded steps with the W before (or the run's first W).")
+    kl_column = f"avg_kl_{kl_estimator}"
+    tables = [(name, cached_signals(run.version, window, kl_column, run.samples, run.reward_function_columns)) for name, run in runs]
+    options = [name for name in SIGNALS if any((table["signal"] == name).any() for _, table in tables)]
+    if not options:
+        st.info("No signal can be computed: the loaded samples have no reward.")
+        return
+    remembered_choice(StateKey.SIGNALS + ":signal", options, options[0])
+    signal = signal_column.selectbox("Signal", options, key=StateKey.SIGNALS + ":signal", help="Whether the policy may be gaming its reward; each signal's rule is under its chart.")
+    by_step = [(name, table[table["signal"] == signal].set_index("step")[["value", "fired"]]) for name, table in tables if (table["signal"] == signal).any()]
+    draw_chart(st, signal_chart(by_step, signal, SIGNALS[signal].unit, SIGNALS[signal].thresholds, look.smoothing), shown.steps)
+    st.caption(f"**Rule:** {SIGNALS[signal].rule(window, kl_column)} Fired steps are marked ▲; dashed: the threshold.")
+    shown_table = tables[0][1]
+    if (shown_table["signal"] == signal).any():
+        draw_signal_firings(shown, shown_table, signal, window, kl_column)
+
+
+# Where the shown run's signal fired: each firing step's example samples (the step's samples that show the pattern,
+# highest reward first), each row a click that shows the sample.
+def draw_signal_firings(run: "RunSnapshot", table: pd.DataFrame, signal: str, window: int, kl_column: str):
+    fired = table.loc[(table["signal"] == signal) & table["fired"], "step"].tolist()
+    if not fired:
+        st.markdown(f"**Where it fired** · {markdown_literal(run_label(run.run_dir))}: nowhere in its {len(run.steps)} loaded steps.")
+        return
+    examples = cached_signal_examples(run.version, window, kl_column, signal, run.samples, table)
+    listed = examples.head(FIRING_ROWS)
+    st.markdown(f"**Where it fired** · {markdown_literal(run_label(run.run_dir))}: {len(fired)} of its {len(run.steps)} loaded steps, first at step {fired[0]}.")
+    key = f"{StateKey.SIGNALS}:firings:{run.version}:{signal}:{window}:{kl_column}"
+    st.dataframe(
+        listed.rename(columns={"value": f"value ({SIGNALS[signal].unit})"}), hide_index=True, width="stretch", height=min(400, 38 + 35 * len(listed)),
+        key=key, selection_mode="single-row", on_select=lambda: pick_search_result(key, listed["step"].tolist(), listed["sample"].tolist()),
+        column_config={
+            "step": st.column_config.NumberColumn(help="A step where the signal fired"),
+            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
+        },
+    )
+    without = len(set(fired) - set(examples["step"]))
+    st.caption(
+        (f"The first {len(listed)} of {len(examples)} rows. " if len(listed) < len(examples) else "")
+        + f"Up to {EXAMPLES_PER_STEP} samples per firing step that show the pattern, highest reward first"
+        + (f" ({without} firing step(s) have none)" if without else "") + ". Click a row to show that sample below."
+    )
 
 
 # How much of the shown run's mean |Δ| is the renormalisation of the sampler's truncated distribution (top-k, top-p...),
@@ -2603,6 +2666,15 @@ def cached_staleness_by_step(version, _samples: pd.DataFrame) -> pd.DataFrame:
 @st.cache_resource(show_spinner=False, max_entries=4)
 def cached_staleness_distribution(version, _samples: pd.DataFrame) -> pd.DataFrame:
     return staleness_distribution(_samples)
+# A run's signals per step, once per run version, window and KL column.
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_signals(version, window: int, kl_column: str, _samples: pd.DataFrame, _reward_functions: list) -> pd.DataFrame:
+    return signals_by_step(_samples, _reward_functions, kl_column, window)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cached_signal_examples(version, window: int, kl_column: str, signal: str, _samples: pd.DataFrame, _table: pd.DataFrame) -> pd.DataFrame:
+    return firing_examples(_samples, _table, signal, kl_column)
 
 
 # The metrics drawn first in the Training metrics area: GRPO's reward, loss, KL and learning rate (seed 004's lr).

@@ -37,6 +37,10 @@ The map, by the data path (each module's docstring says more; only the page impo
                                                                     the saved patterns per root, in the cache folder
     how old the sampling policy was            staleness.py         an asynchronous run's step - policy_version per
                                                                     sample (TRL's async model_version), per step
+    is the policy gaming the reward            signals.py           per step over trailing windows: reward functions
+                                                                    diverging, length with reward, zero-signal groups,
+                                                                    entropy, KL accelerating, advantage skew; stated
+                                                                    rules, fired steps, example samples
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run, prompt_changes

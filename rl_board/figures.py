@@ -199,6 +199,26 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
     }
 
 
+# A signal's value per step (rl_board.signals: a table per run indexed by step, with value and fired), one line per
+# run, the steps where it fired marked with a red triangle, and its thresholds as dashed rules.
+def signal_chart(runs: list[tuple[str, pd.DataFrame]], signal: str, unit: str, thresholds: tuple, smoothing: float = 0.0) -> dict:
+    spec = step_table_chart([(name, table.rename(columns={"value": signal})) for name, table in runs], [signal], f"👾 Signals (Step level): {signal}", unit, smoothing)
+    x = spec["layer"][0]["encoding"]["x"]
+    fired = [
+        {"series": series_name(name, signal, len(runs), 1), "step": int(step), "value": json_number(value)}
+        for name, table in runs for step, value in table.loc[table["fired"], "value"].items()
+    ]
+    spec["layer"] += [
+        {"data": {"values": [{"threshold": threshold} for threshold in thresholds]}, "mark": {"type": "rule", "strokeDash": [6, 4], "color": "#9a9aa6"}, "encoding": {"y": {"field": "threshold", "type": "quantitative"}}},
+        {
+            "data": {"values": fired},
+            "mark": {"type": "point", "shape": "triangle-up", "filled": True, "size": 90, "color": "#d62728", "opacity": 0.9},
+            "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "value", "title": "fired at", "format": ".4g"}]},
+        },
+    ]
+    return spec
+
+
 # Mean |Δ| of the sampler-trainer mismatch per bucket of tokens (rl_board.mismatch.mismatch_by_bucket), in order, with
 # each bucket's token count, largest |Δ| and mismatch KL on hover.
 def mismatch_bucket_chart(table: pd.DataFrame, title: str) -> dict:

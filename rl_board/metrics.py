@@ -148,7 +148,8 @@ def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
     result = pd.DataFrame(index=pd.Index(sorted(samples["step"].unique()), name="step"))
     grouped = samples.dropna(subset=["group_id"])
     if len(grouped):
-        spread = grouped.groupby(["step", "group_id"])["reward"].agg(lambda r: np.nanmax(r) - np.nanmin(r) if r.notna().any() else np.nan)
+        extremes = grouped.groupby(["step", "group_id"])["reward"].agg(["max", "min"])  # NaN skipped; all NaN: NaN
+        spread = extremes["max"] - extremes["min"]
         result["zero-signal groups"] = (spread == 0).groupby(level="step").mean()
     truncated = samples.dropna(subset=["truncated"])
     if len(truncated):

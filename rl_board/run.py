@@ -11,6 +11,7 @@
     run.turns(12, 3)                                      # an agent's trajectory: a row per turn, with its numbers
     run.tools_by_step()                                   # turns, tool calls, errors per step and per tool name
     run.staleness_by_step()                               # an asynchronous run's staleness per step
+    run.signals()                                         # is the policy gaming the reward: signals per step, fired
     run.history.train                                     # the trainer's own logged numbers
     rl_board.prompt_changes(run, other, steps_a=(1, 20))  # per prompt seen on both: reward, pass rate, length, change
     rl_board.pattern_rate(run, r"I cannot")               # per step, the share of responses the pattern matches
@@ -33,6 +34,7 @@ from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.search import RunTexts
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
 from rl_board.reading.storage import is_remote, joined
+from rl_board.signals import DEFAULT_WINDOW, SIGNALS, firing_examples, signals_by_step
 from rl_board.staleness import staleness_by_step, staleness_distribution
 from rl_board.tokenizer import TOKENIZER_VARIABLE
 from rl_board.trajectory import numbered, read_tool_events, read_trajectory, tool_summary, tools_by_step
@@ -184,6 +186,24 @@ class Run:
         shares = sample_shares(self._loss_passes())
         rows = self.snapshot.samples.iloc[shares["sample"].to_numpy()]
         return shares.drop(columns="sample").assign(generation_step=rows["step"].to_numpy(), sample=rows["sample"].to_numpy())
+
+    def signals(self, window: int = DEFAULT_WINDOW, kl_estimator: str = "k3") -> pd.DataFrame:
+        """Whether the policy may be gaming its reward, as the Step-Signals tab has it: a row per (signal, loaded step)
+        with the signal's value there, whether its rule fired (fired), and for reward functions diverging the functions
+        that rose and fell (rising, falling). The signals and their rules: rl_board.signals.SIGNALS (each's
+        .rule(window)); window is in loaded steps, kl_estimator picks the KL column (avg_kl_<estimator>). A signal the
+        run's columns do not allow has no rows; the first steps, before its windows fit, have value NaN."""
+        if kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, not {kl_estimator!r}")
+        return signals_by_step(self.snapshot.samples, self.snapshot.reward_function_columns, f"avg_kl_{kl_estimator}", window)
+
+    def signal_examples(self, signal: str, window: int = DEFAULT_WINDOW, kl_estimator: str = "k3") -> pd.DataFrame:
+        """At each step where the signal fired, the step's samples that show its pattern, highest reward first (three
+        each): step, sample (its index in the step's batch, as tokens() takes it), reward, the signal's value, and the
+        numbers of the pattern (rl_board.signals.firing_examples says which)."""
+        if signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, not {signal!r}")
+        return firing_examples(self.snapshot.samples, self.signals(window, kl_estimator), signal, f"avg_kl_{kl_estimator}")
 
     def _loss_passes(self) -> pd.DataFrame:
         passes = read_loss_passes(self.snapshot.samples)

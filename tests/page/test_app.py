@@ -332,7 +332,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
     assert metrics["model"] == markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Watch"]
+    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Signals", "Step-Watch"]
     assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
 
     # Which groups had no learning signal at the step in view: the caption's count is a recomputation from the file.

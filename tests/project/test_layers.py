@@ -17,7 +17,7 @@ LAYERS = [
     ["rl_board.reading.storage", "rl_board.reading.lines", "rl_board.reading.index", "rl_board.reading.history", "rl_board.reading.images", "rl_board.reading.workers", "rl_board.reading.trackio_db"],
     ["rl_board.formats"],
     ["rl_board.reading.snapshot", "rl_board.reading.store", "rl_board.reading.search"],
-    ["rl_board.metrics", "rl_board.mismatch", "rl_board.update", "rl_board.trajectory", "rl_board.watch", "rl_board.changes", "rl_board.staleness"],
+    ["rl_board.metrics", "rl_board.mismatch", "rl_board.update", "rl_board.trajectory", "rl_board.watch", "rl_board.changes", "rl_board.staleness", "rl_board.signals"],
     ["rl_board.figures"],
 ]
 
