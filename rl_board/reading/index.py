@@ -1,6 +1,8 @@
 """The per-file index: where each line is (offset, length), its step and the summary numbers the charts need, built by
 one pass over the file (on the workers) and read on from where it stopped when the file grows (FileIndex); kept on
-disk as Arrow files per rank file, keyed by the file's identity (IndexCache), so a restarted server opens a run at once."""
+disk as Arrow files per rank file, keyed by the file's identity (IndexCache), so a restarted server opens a run at once.
+A run of many small files (a file per step: verl, TRL, AReaL, ROLL) keeps its files' indexes in one Arrow file, so that
+reopening it reads one cache file, not thousands."""
 import contextlib
 import dataclasses
 import hashlib
@@ -83,6 +85,23 @@ class FileIndex:
         self.path = path
         self.launch = launch_of(path)
         self.reset()
+
+    # An index as a cache kept it: its lines' columns and its facts (CACHE_FORMAT's meta of one file).
+    @classmethod
+    def restored(cls, path: str, lines: dict, meta: dict) -> "FileIndex":
+        index = cls.__new__(cls)
+        index.path, index.launch, index.index_id = path, launch_of(path), uuid.uuid4().hex
+        index.identity = FileIdentity(**meta["identity"])
+        index.indexed_to = int(meta["identity"]["indexed_to"])
+        index.physical_lines = int(meta["physical_lines"])
+        index.incomplete_tail = int(meta["incomplete_tail"])
+        index.problems = [tuple(problem) for problem in meta["problems"]]
+        index.lines = lines
+        return index
+
+    # Its facts as a cache keeps them beside its lines.
+    def facts(self) -> dict:
+        return dict(identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems)
 
     def reset(self):
         self.index_id = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
@@ -200,6 +219,9 @@ class IndexCache:
     def path_of(self, path: str) -> Path:
         return self.folder / f"{hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]}.arrow"
 
+    def run_path_of(self, run_dir: str) -> Path:
+        return self.folder / f"run-{hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]}.arrow"
+
     # The cached index of path, or None when absent, damaged or from another version of the board.
     def load(self, path: str) -> FileIndex | None:
         try:
@@ -207,32 +229,47 @@ class IndexCache:
             meta = json.loads(table.schema.metadata[b"rl_logging_board"])
             if meta["format"] != CACHE_FORMAT or meta["path"] != canonical_path(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
                 return None
-            index = FileIndex(path)
-            index.identity = FileIdentity(**meta["identity"])
-            index.indexed_to = int(meta["identity"]["indexed_to"])
-            index.physical_lines = int(meta["physical_lines"])
-            index.incomplete_tail = int(meta["incomplete_tail"])
-            index.problems = [tuple(problem) for problem in meta["problems"]]
-            index.lines = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
+            return FileIndex.restored(path, {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}, meta)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return None
-        return index
 
     # Write atomically; a cache that cannot be written costs speed, never data.
     def save(self, index: FileIndex):
-        if index.identity is None:
-            return
-        meta = dict(
-            format=CACHE_FORMAT,
-            path=canonical_path(index.path),
-            identity=index.identity.__dict__,
-            physical_lines=index.physical_lines,
-            incomplete_tail=index.incomplete_tail,
-            problems=index.problems,
-        )
-        columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in index.lines.items()}
+        if index.identity is not None:
+            self.write(self.path_of(index.path), index.lines, dict(format=CACHE_FORMAT, path=canonical_path(index.path), **index.facts()))
+
+    # The cached indexes of a run's files, by path, from the run's one cache file (see save_run): those of the paths
+    # given that it holds (their files as they were when it was written: each is checked against its file as any
+    # cached index is). Empty when there is none, or it is damaged or from another version of the board.
+    def load_run(self, run_dir: str, paths) -> dict[str, FileIndex]:
+        try:
+            table = pyarrow.feather.read_table(self.run_path_of(run_dir))
+            meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+            if meta["format"] != CACHE_FORMAT or meta["run"] != canonical_path(run_dir) or not set(INDEX_COLUMNS) <= set(table.column_names):
+                return {}
+            columns = {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}
+            wanted, indexes, start = set(paths), {}, 0
+            for entry in meta["files"]:
+                rows = slice(start, start + entry["rows"])
+                start += entry["rows"]
+                if entry["path"] in wanted:  # its rows are a slice of each column it has: views, never copied
+                    indexes[entry["path"]] = FileIndex.restored(entry["path"], {name: columns[name][rows] for name in entry["columns"]}, entry)
+            return indexes
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return {}
+
+    # A run's files' indexes (those with an identity) in one cache file: their columns one after the other (a column a
+    # file lacks, missing there), each file's path, rows, columns and facts in the metadata.
+    def save_run(self, run_dir: str, indexes):
+        indexes = [index for index in indexes if index.identity is not None]
+        names = list(dict.fromkeys(name for index in indexes for name in index.lines))
+        columns = {name: np.concatenate([index.lines[name] if name in index.lines else missing_values(name, len(index.lines["offset"])) for index in indexes]) for name in names}
+        files = [dict(path=index.path, rows=len(index.lines["offset"]), columns=list(index.lines), **index.facts()) for index in indexes]
+        self.write(self.run_path_of(run_dir), columns, dict(format=CACHE_FORMAT, run=canonical_path(run_dir), files=files))
+
+    def write(self, target: Path, lines: dict, meta: dict):
+        columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in lines.items()}
         table = pa.table(columns).replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
-        target = self.path_of(index.path)
         temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")  # each writer its own
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -242,6 +279,13 @@ class IndexCache:
             self.error = f"index cache not written to {self.folder}: {error}"
             with contextlib.suppress(OSError):
                 temporary.unlink()
+
+
+# A run of at least this many files, of at most BUNDLED_ROWS lines in all, keeps their indexes in one cache file
+# (rewritten whole when one of them changes: cheap for many small files, not for a few big ones, which keep a cache
+# file each).
+BUNDLED_FILES = 32
+BUNDLED_ROWS = 1_000_000
 
 
 def launch_of(path: str) -> str:

@@ -14,7 +14,7 @@ import pandas as pd
 from rl_board.formats.base import RunFormat
 from rl_board.reading.history import read_meta
 from rl_board.reading.images import image_problems
-from rl_board.reading.index import BAD, LINE_COLUMNS, FileIndex, natural_order
+from rl_board.reading.index import BAD, BUNDLED_FILES, BUNDLED_ROWS, LINE_COLUMNS, FileIndex, natural_order
 from rl_board.reading.lines import (
     EXTRA_PREFIX,
     ROLLOUT_DECODER,
@@ -98,7 +98,11 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
     _, step_of_row = np.unique(step, return_inverse=True)
     turn = position_in_group(np.lexsort((row, file_of, step_of_row)), step_of_row * len(files) + file_of)
     chosen = position_in_group(np.lexsort((file_of, turn, step_of_row)), step_of_row) < max_samples
-    rows = {paths[position]: np.sort(row[chosen][file_of[chosen] == position]) for position in np.unique(file_of[chosen])}
+    chosen_files, chosen_rows = file_of[chosen], row[chosen]
+    order = np.lexsort((chosen_rows, chosen_files))  # by file, then row: each file's rows one run, in order
+    chosen_files, chosen_rows = chosen_files[order], chosen_rows[order]
+    starts = np.flatnonzero(np.r_[True, chosen_files[1:] != chosen_files[:-1]]) if len(order) else np.array([], dtype=np.int64)
+    rows = {paths[position]: part for position, part in zip(chosen_files[starts].tolist(), np.split(chosen_rows, starts[1:]))}
     return Selection(rows, replaced)
 
 
@@ -144,6 +148,20 @@ class RunSnapshot:
         return self.samples.groupby("step")[column].mean().to_dict()
 
 
+# A column of the chosen rows of every file, in file order (missing where a file lacks it). Many small files (a file per
+# step) are joined whole first and indexed once: indexing each file's rows would cost more than the rows.
+def chosen_column(files: dict[str, FileIndex], chosen: list[np.ndarray], name: str) -> np.ndarray:
+    def column(index, length):
+        return index.lines[name] if name in index.lines else missing_values(name, length)
+
+    lengths = [len(index.lines["offset"]) for index in files.values()]
+    if len(files) < BUNDLED_FILES or sum(lengths) > BUNDLED_ROWS:
+        return np.concatenate([column(index, len(index.lines["offset"]))[rows] for index, rows in zip(files.values(), chosen)])
+    starts = np.cumsum([0, *lengths[:-1]])
+    rows = np.concatenate([start + rows for start, rows in zip(starts.tolist(), chosen)])
+    return np.concatenate([column(index, length) for index, length in zip(files.values(), lengths)])[rows]
+
+
 def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None) -> RunSnapshot:
     chosen, report, problems = [], [], []
     for path, index in files.items():
@@ -164,10 +182,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
             if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
                 problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
     names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
-    samples = pd.DataFrame({
-        name: np.concatenate([index.lines[name][rows] if name in index.lines else missing_values(name, len(rows)) for index, rows in zip(files.values(), chosen)])
-        for name in names
-    }) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
+    samples = pd.DataFrame({name: chosen_column(files, chosen, name) for name in names}) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
     counts = [len(rows) for rows in chosen]
     samples["path"] = np.repeat(np.array(list(files), dtype=object), counts)  # one column each, not one per file
     samples["index_id"] = np.repeat(np.array([index.index_id for index in files.values()], dtype=object), counts)

@@ -18,7 +18,7 @@ from rl_board.formats import TRAINER_OUTPUT, run_layouts, run_sources
 from rl_board.formats.base import Folder, RunFormat
 from rl_board.formats.conversion import CONVERSION_THREADS, conversions_folder, converted_file
 from rl_board.reading.history import history_signature
-from rl_board.reading.index import UNPARSED, FileIndex, IndexCache, read_identity
+from rl_board.reading.index import BUNDLED_FILES, BUNDLED_ROWS, UNPARSED, FileIndex, IndexCache, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
 from rl_board.reading.storage import FileStatus, file_status, is_remote, joined, list_folder
 from rl_board.reading.workers import (
@@ -121,7 +121,8 @@ class RunStore:
             return self.snapshots[max_samples]
         listing, run_format = pending
         same_files = list(listing) == list(self.files) and run_format == self.built_format
-        self.files = {path: self.files.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
+        bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
+        self.files = {path: self.files.get(path) or bundled.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
         changed = []
         for index in self.files.values():
             change = index.change(listing[index.path])
@@ -137,9 +138,13 @@ class RunStore:
             parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
         self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
         selected = self.parse_selected(max_samples, parallel, samples_progress)
+        bundle = len(self.files) >= BUNDLED_FILES and sum(len(index.lines["offset"]) for index in self.files.values()) <= BUNDLED_ROWS
         for index in changed:
             index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
-            self.cache.save(index)
+            if not bundle:
+                self.cache.save(index)
+        if bundle and changed:
+            self.cache.save_run(self.run_dir, self.files.values())
         if changed or not same_files:
             self.snapshots = {}
         self.built_format = run_format

@@ -28,7 +28,7 @@ import rl_logging_board as board
 from bench.generate_run import write_run
 from rl_board.metrics import step_stats
 from rl_board.reading.history import read_meta
-from rl_board.reading.index import BAD, GOOD, UNPARSED, FileIndex, IndexCache
+from rl_board.reading.index import BAD, BUNDLED_FILES, GOOD, UNPARSED, FileIndex, IndexCache
 from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
 from rl_board.reading.snapshot import lines_key, select_lines
 from rl_board.reading.store import RunStore, list_runs
@@ -425,6 +425,55 @@ def test_the_index_cache_is_never_used_stale(tmp_path, change):
     run = load(tmp_path / "run")
     expected = {"truncate": [5.0], "replace": [7.0, 7.0], "rewrite in place": [9.0, 9.0]}[change]
     assert run.samples["reward"].tolist() == expected
+
+
+def step_files(run_dir, steps: int) -> list:
+    """A file per step, as verl and TRL write them (here in the board's format): 3 lines each, a reward function in
+    the even steps only, a field in step 5."""
+    return [write_lines(run_dir / f"{step}.jsonl", [sample(step, reward=step + k / 10, **({"rewards_per_func": {"f": k}} if step % 2 == 0 else {}), **({"note": "x"} if step == 5 else {})) for k in range(3)])
+            for step in range(1, steps + 1)]
+
+
+def test_a_run_of_many_files_reopens_from_one_cache_file(tmp_path, monkeypatch, private_index_cache):
+    """Its files' indexes in one cache file: a restart reads nothing of the files and gives the same samples; a file
+    appended to is read on from where it was, a file replaced is read anew, a new file is indexed, and the one cache
+    file is written again with them."""
+    files = step_files(tmp_path / "run", BUNDLED_FILES + 8)
+    first = load(tmp_path / "run", parallel=False)
+    assert [path.name for path in private_index_cache.iterdir()] == [IndexCache().run_path_of(str(tmp_path / "run")).name]
+    calls = count_index_calls(monkeypatch)
+    restarted = RunStore(str(tmp_path / "run"))
+    again = restarted.load(10240, parallel=False)
+    assert calls == [] and again.samples.drop(columns=["index_id"]).equals(first.samples.drop(columns=["index_id"]))
+    assert again.samples["rewards/f"].notna().sum() == 3 * ((BUNDLED_FILES + 8) // 2) and again.samples["text/note"].notna().sum() == 3
+    size = files[0].stat().st_size
+    with open(files[0], "ab") as file:
+        file.write(json.dumps(sample(1, reward=9.0)).encode() + b"\n")
+    os.replace(write_lines(tmp_path / "new.jsonl", [sample(2, reward=-1.0)]), files[1])
+    step_files(tmp_path / "more", 1)[0].rename(tmp_path / "run" / "999.jsonl")
+    grown = restarted.load(10240, parallel=False)
+    assert sorted(calls) == sorted([("1.jsonl", size, files[0].stat().st_size), ("2.jsonl", 0, files[1].stat().st_size), ("999.jsonl", 0, (tmp_path / "run" / "999.jsonl").stat().st_size)])
+    by_step = grown.samples.groupby("step")["reward"].apply(list)
+    assert sorted(by_step[1]) == [1.0, 1.0, 1.1, 1.1, 1.2, 1.2, 9.0] and by_step[2] == [-1.0]
+    calls.clear()
+    reopened = load(tmp_path / "run", parallel=False)  # a new store: the cache file holds the changes
+    assert calls == [] and reopened.samples["reward"].sum() == pytest.approx(grown.samples["reward"].sum())
+
+
+@pytest.mark.parametrize("damage", ["garbage", "another run", "a column missing"])
+def test_a_damaged_run_cache_file_is_read_again_from_the_files(tmp_path, damage, private_index_cache):
+    step_files(tmp_path / "run", BUNDLED_FILES)
+    expected = load(tmp_path / "run", parallel=False).samples["reward"].tolist()
+    cached = IndexCache().run_path_of(str(tmp_path / "run"))
+    table = pyarrow.feather.read_table(cached)
+    if damage == "garbage":
+        cached.write_bytes(b"not arrow")
+    elif damage == "another run":
+        meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+        pyarrow.feather.write_feather(table.replace_schema_metadata({"rl_logging_board": json.dumps(dict(meta, run="/elsewhere"))}), cached)
+    else:
+        pyarrow.feather.write_feather(table.drop(["offset"]), cached)
+    assert load(tmp_path / "run", parallel=False).samples["reward"].tolist() == expected
 
 
 def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_path):
