@@ -11,22 +11,37 @@ its test and a row of the README's table.
                  traces (rollouts/step_<n>/<train|eval>/<all|effective>/traces.jsonl: verifiers_traces)
     nemo_rl      NeMo-RL's train_data_step<N>.jsonl
     rllm         rLLM's episode logs (episodes/<mode>_step_<n>_epoch_<e>/*.json), a line per trajectory
-    roll         ROLL's rollout dumps (rollout_dump_data.step_<n>.jsonl), a line per trajectory
+    roll         ROLL's rollout dumps (rollout_dump_data.step_<n>.jsonl), agentic and RLVR, a line per trajectory
     openrlhf     OpenRLHF's data_rank<r>.jsonl
     verl_fork    the verl fork's rollout_data_rank<r>.jsonl
     trackio      trackio's project databases (<project>.db): each logged trace a line (turns), metrics the history
+    areal        AReaL's trajectory dumps (rollout/<version>/<task_id>.jsonl, eval-rollout/), a task file a group
+    open_instruct  open-instruct's rollout traces (<run>_rollouts_<shard>.jsonl, token ids) and their metadata
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
     base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache;
                  agent_turns: chat messages as the board's turns, and a conversion's notes
 """
 import re
 
-from rl_board.formats import board_jsonl, nemo_rl, openrlhf, prime_rl, rllm, roll, trackio, trl, verl, verl_fork
+from rl_board.formats import (
+    areal,
+    board_jsonl,
+    nemo_rl,
+    open_instruct,
+    openrlhf,
+    prime_rl,
+    rllm,
+    roll,
+    trackio,
+    trl,
+    verl,
+    verl_fork,
+)
 from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import CHECKPOINT_FOLDER
 from rl_board.reading.storage import FileStatus
 
-FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, board_jsonl)
+FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, areal, open_instruct, board_jsonl)
 
 
 # Hugging Face's Trainer (TRL, and the rollout logger's runs) writes checkpoint-<n>/ (whose trainer_state.json is the

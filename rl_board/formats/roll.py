@@ -14,9 +14,13 @@ metrics, last_observation} and messages [the last step's messages: the conversat
 model's last response]; ProxyEnvManager.formulate_rollouts (proxy_env_manager.py) a row per branch (trajectory_mode
 traj) or per step (step) with trajectory_data {trajectory_id, branch_or_step_idx, num_branches_or_steps, reward_info
 {episode_reward, step_reward}, messages, finish_reason} and messages [that sample's messages]. The RLVR pipeline's dump
-(dump_rollout_to_specific_path, roll/pipeline/rlvr/utils.py) shares the file name with the columns id, source,
-difficulty, prompt, messages, ground_truth, case_type, test_case_function, test_cases, tag, domain, responses (decoded),
-scores and sampling_params.
+(dump_rollout_to_specific_path, roll/pipeline/rlvr/utils.py; called by RLVRPipeline.run, roll/pipeline/rlvr/
+rlvr_pipeline.py, and rlvr_vlm_pipeline.py, with each step's generated batch, never a validation batch) shares the file
+name: the columns of COLUMMNS_CONFIG the batch has, a row per response (num_return_sequences of each prompt, in a
+row): the dataset's id, source, difficulty, prompt, messages (chat messages, often a JSON string), ground_truth,
+case_type, test_case_function, test_cases, tag, domain; responses (tokenizer.batch_decode with skip_special_tokens),
+scores (the reward worker's) and sampling_params (json.dumps of the batch's meta_info, the same on every row). No
+token ids, log-probs or values are written.
 
 A row becomes one board line: step the file name's global step. An agentic row (a trajectory, or a proxy's branch or
 step): prompt the messages before the first assistant message, response the others, turns every message (tool calls
@@ -24,7 +28,10 @@ from OpenAI's tool_calls), reward the episode's; an agent-native trajectory's st
 when there are as many, a proxy's step reward on its last; stop_reason from stop_reason (FINISH: stop, MAX_LENGTH:
 length, ENV_RESET_FAILED, SANDBOX_INIT_FAILED, LLM_GENERATE_FAILED: error, others in lower case) or finish_reason;
 truncated from length_info; text/mode from env_info (train, val); the trajectories of one group (tag, group_id,
-episode_id, seed: ROLL's traj_group_id) a group. An RLVR row: prompt, responses, scores, ground_truth."""
+episode_id, seed: ROLL's traj_group_id) a group. An RLVR row: prompt the messages (which ROLL's encode function takes
+before the prompt column, the prompt then kept as a field), else the prompt; response the decoded responses; reward
+the score; ground_truth; the rows of one prompt a group; id, source, difficulty, tag, domain, the test case columns
+and sampling_params (parsed) kept as fields."""
 import json
 import re
 
@@ -75,7 +82,7 @@ def dump_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
         if "trajectory_data" in fields:
             made = agentic_lines(fields, step, line_notes)
         else:
-            made = [rlvr_line(fields, step)]
+            made = [rlvr_line(fields, step, line_notes)]
         for line in made:
             lines.append(encoded(line))
             notes.add(len(lines), line_notes)
@@ -156,13 +163,18 @@ def agentic_line(fields: dict, data: dict, messages: list, step: int, notes: Lin
     return {key: value for key, value in line.items() if value is not None or key in ("reward", "prompt", "response")}
 
 
-# A row of the RLVR pipeline's dump: its prompt (or messages), decoded response and score.
-def rlvr_line(fields: dict, step: int) -> dict:
-    prompt = fields.get("prompt")
-    line = {"step": step, "prompt": prompt if prompt is not None else fields.get("messages"), "response": fields.get("responses"),
+# A row of the RLVR pipeline's dump: the prompt as the model saw it (messages, which ROLL's encode function takes
+# before prompt, parsed when a JSON string; else prompt; the other then kept as a field), the decoded response, its
+# score; the rows of one prompt a group.
+def rlvr_line(fields: dict, step: int, notes: LineNotes) -> dict:
+    messages = parsed(fields.get("messages"), "messages", notes)
+    prompt, other = (messages, "prompt") if messages is not None else (fields.get("prompt"), "messages")
+    line = {"step": step, "prompt": messages_value(prompt) if isinstance(prompt, list) else prompt, "response": fields.get("responses"),
             "reward": finite(fields.get("scores")), "ground_truth": fields.get("ground_truth")}
-    line["group_id"] = group_of_prompt(prompt if isinstance(prompt, str) else json.dumps(line["prompt"], sort_keys=True, default=str))
-    others = {key: value for key, value in fields.items() if key not in MAPPED}
+    line["group_id"] = group_of_prompt(prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str))
+    others = {key: value for key, value in fields.items() if key not in MAPPED or (key == other and value is not None)}
+    if "sampling_params" in others:  # the batch's meta_info (its generation_config), the same on every row
+        others["sampling_params"] = parsed(others["sampling_params"], "sampling_params", notes)
     line |= {(f"{key} (ROLL)" if key in line or key in FORMAT_KEYS else key): value for key, value in others.items()}
     return line
 
