@@ -134,3 +134,43 @@ def test_relax_bad_lines_are_counted(tmp_path):
     run = rl_board.open_run(folder / "train")
     assert run.format == relax.NAME and len(run.samples) == len(raw)
     assert run.samples["reward"].isna().sum() == 1 and len(run.problems) == 1
+
+
+def test_skyrl_training_dumps_converted_in_the_training_environment(tmp_path):
+    """examples/convert_skyrl_training_dump.py on a batch laid out as SkyRL's convert_prompts_responses_to_batch_tensors
+    lays it (skyrl/train/dataset/preprocess.py: sequences left-padded, response tensors right-aligned), pickled as
+    TensorBatch.save pickles it (here a dict of tensors: the class needs SkyRL installed)."""
+    torch = pytest.importorskip("torch")
+    import pickle
+    import sys
+
+    from tests.support import PROJECT
+
+    sys.path.insert(0, str(PROJECT / "examples"))
+    from convert_skyrl_training_dump import convert
+
+    prompts, responses = [[5, 6, 7], [5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14, 15], [16]]
+    loss_masks = [[1, 1], [1, 0, 0, 1], [1]]
+    width, longest = max(len(p) + len(r) for p, r in zip(prompts, responses)), max(map(len, responses))
+    right = lambda rows, pad=0.0: torch.tensor([[pad] * (longest - len(row)) + row for row in rows], dtype=torch.float32)  # noqa: E731
+    batch = {
+        "sequences": torch.tensor([[0] * (width - len(p) - len(r)) + p + r for p, r in zip(prompts, responses)]),
+        "attention_mask": torch.tensor([[0] * (width - len(p) - len(r)) + [1] * (len(p) + len(r)) for p, r in zip(prompts, responses)]),
+        "response_mask": right([[1.0] * len(r) for r in responses]),
+        "loss_mask": right([list(map(float, mask)) for mask in loss_masks]),
+        "action_log_probs": right([[-0.1 * (i + 1)] * len(r) for i, r in enumerate(responses)]),
+        "rollout_logprobs": right([[-0.2] * len(r) for r in responses]),
+        "advantages": right([[float(i)] * len(r) for i, r in enumerate(responses)]),
+    }
+    dump = tmp_path / "dumped_data" / "global_step_3_training_input.pkl"
+    dump.parent.mkdir()
+    dump.write_bytes(pickle.dumps(batch))
+    assert convert([dump], tmp_path / "runs" / "converted") == 3
+    run = rl_board.open_run(tmp_path / "runs" / "converted")
+    step = run.step(3)
+    assert step["response"].tolist() == [" ".join(map(str, r)) for r in responses] and step["prompt"].tolist() == [" ".join(map(str, p)) for p in prompts]
+    assert step["advantage"].tolist() == [0.0, 1.0, 2.0] and step["reward"].isna().all()
+    assert partition(step["group_id"]) == partition(map(tuple, prompts))
+    tokens = run.tokens(3, 1)
+    assert tokens["token"].tolist() == ["12", "13", "14", "15"] and tokens["tool"].tolist() == [False, True, True, False]
+    assert tokens["logp"].round(6).tolist()[0] == -0.2 and tokens["sampler_logp"].round(6).tolist()[0] == -0.2
