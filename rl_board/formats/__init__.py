@@ -17,6 +17,8 @@ its test and a row of the README's table.
     trackio      trackio's project databases (<project>.db): each logged trace a line (turns), metrics the history
     areal        AReaL's trajectory dumps (rollout/<version>/<task_id>.jsonl, eval-rollout/), a task file a group
     open_instruct  open-instruct's rollout traces (<run>_rollouts_<shard>.jsonl, token ids) and their metadata
+    skyrl        SkyRL's evaluation dumps (dumped_evals/global_step_<N>_evals/<data_source>.jsonl); its pickles named, not read
+    relax        Relax's rollout results (rollout_result/{train,eval}/<rollout_id>.jsonl)
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
     base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache;
                  agent_turns: chat messages as the board's turns, and a conversion's notes
@@ -30,8 +32,10 @@ from rl_board.formats import (
     open_instruct,
     openrlhf,
     prime_rl,
+    relax,
     rllm,
     roll,
+    skyrl,
     trackio,
     trl,
     verl,
@@ -41,7 +45,7 @@ from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import CHECKPOINT_FOLDER
 from rl_board.reading.storage import FileStatus
 
-FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, areal, open_instruct, board_jsonl)
+FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, areal, open_instruct, skyrl, relax, board_jsonl)
 
 
 # Hugging Face's Trainer (TRL, and the rollout logger's runs) writes checkpoint-<n>/ (whose trainer_state.json is the
