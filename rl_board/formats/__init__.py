@@ -15,18 +15,32 @@ its test and a row of the README's table.
     openrlhf     OpenRLHF's data_rank<r>.jsonl
     verl_fork    the verl fork's rollout_data_rank<r>.jsonl
     trackio      trackio's project databases (<project>.db): each logged trace a line (turns), metrics the history
+    wandb_tables W&B run folders (offline or synced): every step's logged tables (TRL's completions table mapped),
+                 the transaction log run-<id>.wandb the history
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
     base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache;
                  agent_turns: chat messages as the board's turns, and a conversion's notes
 """
 import re
 
-from rl_board.formats import board_jsonl, nemo_rl, openrlhf, prime_rl, rllm, roll, trackio, trl, verl, verl_fork
+from rl_board.formats import (
+    board_jsonl,
+    nemo_rl,
+    openrlhf,
+    prime_rl,
+    rllm,
+    roll,
+    trackio,
+    trl,
+    verl,
+    verl_fork,
+    wandb_tables,
+)
 from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import CHECKPOINT_FOLDER
 from rl_board.reading.storage import FileStatus
 
-FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, board_jsonl)
+FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, wandb_tables, board_jsonl)
 
 
 # Hugging Face's Trainer (TRL, and the rollout logger's runs) writes checkpoint-<n>/ (whose trainer_state.json is the
