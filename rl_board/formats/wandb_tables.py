@@ -67,6 +67,9 @@ TRL_COLUMNS = {"step", "prompt", "completion"}  # TRL's completions table (its a
 REWARD_METRIC = re.compile(r"(?:train/|eval/)?rewards/(?P<name>.+)/mean", re.DOTALL)  # TRL's per-function mean
 
 
+WEIGHTS_SOURCE = "the W&B run's config: reward_weights"
+
+
 CONVERSION = 1  # the conversion's version: a change makes every table's conversion again
 
 
@@ -97,7 +100,7 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         problems += (("", 0, "note", f"{others} file(s) in files/media/table are not named <key>_<step>_<hash>.table.json: not read"),)
     if not sources:
         problems += (("", 0, "note", "no table was logged (wandb.Table): the run's metrics are its Training metrics"),)
-    return sources, RunFormat(NAME, table_lines, (CONVERSION, facts.names), problems, facts.weights, sums_reward=True, file_contexts=contexts)
+    return sources, RunFormat(NAME, table_lines, (CONVERSION, facts.names), problems, facts.weights, weights_source=WEIGHTS_SOURCE, sums_reward=True, file_contexts=contexts)
 
 
 # The .table.json files under files/media/table/ and their sub-folders (a key with "/"), with their paths there.
