@@ -24,8 +24,8 @@ from tests.support.prime_rl_nemo_rl import (
     prime_rl_run_folder,
 )
 from tests.support.runs import sample, write_lines
-from tests.support.wandb_runs import write_wandb
 from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
+from tests.support.wandb_runs import write_wandb
 
 PRIME_RL_FOLDERS = {"token_exports", "rollouts", "logs", "configs", "checkpoints", "broadcasts", "evals"}
 
