@@ -27,6 +27,7 @@ class RunFormat:
     context: tuple = ()  # what a conversion depends on besides the file (TRL: the reward functions' names)
     problems: tuple = ()  # load-report rows (file, line, kind, reason): notes, files that could not be converted
     weights: tuple = ()  # (name, weight) of each reward function, from the logger's metadata (none: unknown)
+    weights_source: str = "the logger's metadata"  # where `weights` come from, in words
     sums_reward: bool = False  # reward is the functions' scores weighted by `weights`, summed when the run loads
     history_dir: str = ""  # where the trainer's history is, when not in the run folder (TRL's output folder)
     reads_path: bool = False  # convert is given the source's path, not its bytes: a database it opens itself (trackio's)

@@ -1,6 +1,6 @@
 """The trainer's own numbers (training history): from the logger's rollout_metrics_*.jsonl, seed 004's
-training_log.json, Hugging Face's trainer_state.json (the newest checkpoint's) or trackio's project databases (their
-metrics table), read as JSON only (a run folder is untrusted: the Trainer's pickled arguments are never read), into
+training_log.json, Hugging Face's trainer_state.json (the newest checkpoint's), trackio's project databases (their
+metrics table) or a W&B run folder's transaction log (run-<id>.wandb, else files/wandb-summary.json), read as JSON only (a run folder is untrusted: the Trainer's pickled arguments are never read), into
 train and eval frames with the configuration and the best checkpoint; a remote run's history files mirrored into the
 cache folder; the logger's rollout_meta*.json."""
 import contextlib
@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 import rl_board.reading.trackio_db as trackio_db
+import rl_board.reading.wandb_log as wandb_log
 from rl_board.reading.index import IndexCache
 from rl_board.reading.lines import as_float
 from rl_board.reading.storage import (
@@ -67,6 +68,9 @@ TRAINING_LOG, TRAINER_STATE = "training_log.json", "trainer_state.json"
 
 
 TRACKIO_DATABASES = "*.db"  # trackio's <project>.db (its -wal beside it while a writer has it open)
+
+
+WANDB_LOG, WANDB_SUMMARY = "run-*.wandb", "files/wandb-summary.json"  # a W&B run folder's (offline-run-*, run-*)
 
 
 CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")
@@ -132,6 +136,9 @@ def read_history(folder) -> TrainingHistory:
         history = history_from_trackio(databases, problems)
         if history is not None:
             return history
+    logs = sorted(path for path in folder.glob(WANDB_LOG) if path.is_file())
+    if logs or (folder / WANDB_SUMMARY).is_file():
+        return history_from_wandb(folder, logs, problems)
     empty = pd.DataFrame({"step": np.array([], dtype=np.int64)})
     return TrainingHistory([], empty, empty, {}, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
 
@@ -144,6 +151,7 @@ def history_signature(folder) -> tuple:
         return ()
     folder = Path(folder)
     paths = [*folder.glob(METRICS_FILES), *folder.glob(META_FILES), folder / TRAINING_LOG, folder / TRAINER_STATE, *folder.glob(f"checkpoint-*/{TRAINER_STATE}")]
+    paths += [*folder.glob(WANDB_LOG), folder / WANDB_SUMMARY]
     signature = []
     for path in sorted(paths):
         with contextlib.suppress(OSError):
@@ -358,6 +366,47 @@ def history_from_trackio(paths: list, problems: list) -> TrainingHistory | None:
     return TrainingHistory(sources, train.frame(), evaluation.frame(), config, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
 
 
+# A W&B run's history: each row of its transaction log one wandb.log, at the Trainer's global step when the row has
+# Hugging Face's WandbCallback's train/global_step (names as trackio's rows are read back), else at W&B's own _step.
+# W&B's own keys (_step, _runtime, _timestamp, _wandb) and the numbers that describe a logged media object (a table's
+# nrows, ncols, size: <key>.* beside <key>._type) are not metrics. Without the log (a synced run's files/ copied
+# alone), its wandb-summary.json is one row: the last value of each metric. A log cut short or corrupt is read up to
+# there, with a row in the load report.
+def history_from_wandb(folder: Path, logs: list, problems: list) -> TrainingHistory:
+    train, evaluation, config, sources = HistorySeries(), HistorySeries(), {}, []
+    for path in logs:
+        name = valid_text(path.name)
+        try:
+            log = wandb_log.read_log(path.read_bytes())
+        except OSError as error:
+            problems.append([name, 0, "skipped", f"could not be read ({error})"])
+            continue
+        sources.append(name)
+        if log.stopped:
+            problems.append([name, 0, "note", f"{log.stopped} ({len(log.history)} history rows read before it)"])
+        config |= {key: value for key, value in log.config.items() if not key.startswith("_")}
+        for position, row in enumerate(log.history):
+            add_wandb_row(row, (name, 0, f"history row {position}"), train, evaluation, problems)
+    if not sources and (folder / WANDB_SUMMARY).is_file():
+        summary = read_json_file(folder / WANDB_SUMMARY, folder, problems)
+        if summary is not None:
+            sources.append(WANDB_SUMMARY)
+            add_wandb_row(summary, (WANDB_SUMMARY, 0, "the summary"), train, evaluation, problems)
+    return TrainingHistory(sources, train.frame(), evaluation.frame(), config, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+
+
+def add_wandb_row(row: dict, where: tuple, train: HistorySeries, evaluation: HistorySeries, problems: list):
+    media = {key[: -len("._type")] + "." for key in row if key.endswith("._type")}
+    entry = {key: value for key, value in row.items() if not key.startswith("_") and not key.startswith(tuple(media))}
+    if not any(type(value) in (int, float) for value in entry.values()):
+        return
+    entry, global_step = trainer_names(entry)
+    entry["step"] = row.get("_step") if global_step is None else global_step
+    step = history_entry_step(entry, where, problems)
+    if step is not None:
+        (evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems))
+
+
 HF_PREFIXES = (("train/", ""), ("eval/", "eval_"), ("test/", "test_"))  # transformers' rewrite_logs, undone
 
 
@@ -436,8 +485,8 @@ def remote_history_files(run_dir: str) -> dict[str, FileStatus]:
     for name, info in sorted(found.items()):
         relative = name[len(prefix) :] if name.startswith(prefix) else ""
         folder, _, file = relative.rpartition("/")
-        top_level = not folder and (fnmatch.fnmatch(file, METRICS_FILES) or fnmatch.fnmatch(file, META_FILES) or file in (TRAINING_LOG, TRAINER_STATE))
-        if top_level or (CHECKPOINT_FOLDER.fullmatch(folder) and file == TRAINER_STATE):
+        top_level = not folder and (fnmatch.fnmatch(file, METRICS_FILES) or fnmatch.fnmatch(file, META_FILES) or fnmatch.fnmatch(file, WANDB_LOG) or file in (TRAINING_LOG, TRAINER_STATE))
+        if top_level or relative == WANDB_SUMMARY or (CHECKPOINT_FOLDER.fullmatch(folder) and file == TRAINER_STATE):
             files[relative] = FileStatus(int(info.get("size") or 0), etag=str(info.get("ETag") or "").strip('"'))
     return files
 

@@ -196,7 +196,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     reward_note = ""
     if run_format.sums_reward:
         samples["reward"] = total_reward(samples, dict(run_format.weights))
-        reward_note = reward_sum_note(dict(run_format.weights), "the logger's metadata")
+        reward_note = reward_sum_note(dict(run_format.weights), run_format.weights_source)
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
     report = pd.DataFrame(report, columns=REPORT_COLUMNS)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 import rl_board
-from rl_board.formats import FORMATS, TRAINER_OUTPUT, board_jsonl, nemo_rl, openrlhf, prime_rl, trl
+from rl_board.formats import FORMATS, TRAINER_OUTPUT, board_jsonl, nemo_rl, openrlhf, prime_rl, trl, wandb_tables
 from rl_board.formats.base import RunLayout
 from rl_board.reading.store import list_runs
 from rl_board.tokenizer import TOKENIZER_VARIABLE
@@ -25,6 +25,7 @@ from tests.support.prime_rl_nemo_rl import (
 )
 from tests.support.runs import sample, write_lines
 from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
+from tests.support.wandb_runs import write_wandb
 
 PRIME_RL_FOLDERS = {"token_exports", "rollouts", "logs", "configs", "checkpoints", "broadcasts", "evals"}
 
@@ -175,12 +176,27 @@ def test_a_root_of_runs_named_like_a_trainer_s_folders_lists_them_all(tmp_path):
     assert list_runs(str(tmp_path / "root")) == ["."] + [name for name in names if name not in ("checkpoint-1", "runs")]
 
 
+def test_a_wandb_folder_lists_each_run_folder_with_its_format(tmp_path):
+    """W&B's wandb/ folder: each offline-run-* (or synced run-*) folder is a run of its own, latest-run (W&B's link to
+    the newest) too; a run folder's files/, logs/ and tmp/ are its own, never runs."""
+    run_folder = write_wandb(tmp_path / "out", "write_bare")
+    board_run(run_folder.parent / "logger-run")
+    assert list_runs(str(run_folder.parent)) == ["latest-run", "logger-run", run_folder.name]
+    assert list_runs(str(run_folder)) == ["."]
+    assert formats(run_folder.parent) == {
+        str(run_folder.parent / "latest-run"): wandb_tables.NAME,
+        str(run_folder.parent / "logger-run"): board_jsonl.LOGGER_NAME,
+        str(run_folder): wandb_tables.NAME,
+    }
+
+
 def test_every_format_says_which_folders_are_its_runs():
     """The registry's formats each have a layout, and the registry's answer is theirs: a prime-rl layout takes a folder
     holding token_exports/ and leaves every sub-folder to it."""
     assert all(isinstance(module.LAYOUT, RunLayout) for module in FORMATS)
     assert prime_rl.LAYOUT.holds("logs") and nemo_rl.LAYOUT.holds("wandb") and trl.LAYOUT.holds("completions")
     assert TRAINER_OUTPUT.holds("checkpoint-12") and not board_jsonl.LAYOUT.holds("nested")
+    assert wandb_tables.LAYOUT.holds("files") and not wandb_tables.LAYOUT.holds("media")
 
 
 # -------------------------------------------------------------------------------------------- object storage

@@ -1,0 +1,178 @@
+"""The board opening W&B offline run folders as wandb itself writes them (tests/support/wandb_runs.py runs wandb.init
+offline, wandb.log of metrics and of wandb.Table as TRL's GRPOTrainer and Hugging Face's WandbCallback log them): every
+step's table file is a step; samples, texts, rewards, groups and fields equal a recomputation from the table files
+(json, pandas); the history and the steps of other tables equal what wandb's own reader (DataStore and its protobuf
+Record) finds in the transaction log; bad input is counted."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import rl_board
+from rl_board.formats import wandb_tables
+from tests.support.wandb_runs import REWARD_FUNCTIONS, REWARD_WEIGHTS, table_files, write_wandb
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("wandb")
+    return {"grpo": write_wandb(root / "grpo", "write_grpo"), "bare": write_wandb(root / "bare", "write_bare")}
+
+
+# The log's history rows as wandb's own reader gives them: {key (nested keys joined by "."): value}.
+def wandb_history(run_folder) -> list[dict]:
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    (log,) = run_folder.glob("run-*.wandb")
+    copy = run_folder.parent / f"{log.name}.copy"  # DataStore opens its file for writing too
+    shutil.copy(log, copy)
+    store, rows = DataStore(), []
+    store.open_for_scan(str(copy))
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+    store.close()
+    copy.unlink()
+    return rows
+
+
+# A completions table's rows, recomputed: the reward is the weighted NaN-skipping sum TRL makes, groups the
+# prompt's completions within the step.
+def expected_completions(tables: dict, weights: dict) -> pd.DataFrame:
+    rows = []
+    for path, table in tables.items():
+        if not path.name.startswith("completions_"):
+            continue
+        for row in table["data"]:
+            cells = dict(zip(table["columns"], row))
+            scores = {name: cells[name] for name in REWARD_FUNCTIONS}
+            weighted = [weights.get(name, 1.0) * score for name, score in scores.items() if not math.isnan(score)]
+            rows.append({
+                "step": cells["step"], "prompt": json.dumps(cells["prompt"], ensure_ascii=False), "response": cells["completion"][0]["content"],
+                "reward": sum(weighted) if weighted else np.nan, "advantage": cells["advantage"],
+                **{f"rewards/{name}": score for name, score in scores.items()}, "file": path.name,
+            })
+    frame = pd.DataFrame(rows)
+    frame["group"] = frame.groupby("step")["prompt"].transform(lambda prompts: pd.factorize(prompts)[0])
+    return frame
+
+
+# The board's samples with their texts, in the board's order.
+def board_samples(run) -> pd.DataFrame:
+    steps = [run.step(step).assign(step=step) for step in run.steps]
+    return pd.concat(steps, ignore_index=True)
+
+
+def test_every_step_s_completions_table_is_a_step_with_its_rows(written):
+    """A local run keeps every step's table (the W&B page shows the latest): each completions_<W&B step>_<hash> file is
+    the Trainer's step its step column says, its rows that step's samples, with their prompts, responses, rewards
+    per function, reward (weighted by the config's reward_weights), advantages and groups."""
+    run_folder = written["grpo"]
+    tables = table_files(run_folder)
+    expected = expected_completions(tables, dict(zip(REWARD_FUNCTIONS, REWARD_WEIGHTS)))
+    run = rl_board.open_run(run_folder)
+    assert run.format == wandb_tables.NAME and run.problems.empty
+    samples = board_samples(run)
+    completions = samples[samples["text/wandb_table"] == "completions"].reset_index(drop=True)
+    assert sorted(set(expected["step"])) == [1, 2, 3] and len(completions) == len(expected) == 18
+    assert completions["step"].tolist() == expected["step"].tolist()
+    assert completions["prompt"].tolist() == expected["prompt"].tolist()
+    assert completions["response"].tolist() == expected["response"].tolist()
+    for column in ["reward", "advantage", *[f"rewards/{name}" for name in REWARD_FUNCTIONS]]:
+        np.testing.assert_allclose(completions[column].to_numpy(float), expected[column].to_numpy(float), rtol=0, atol=1e-12, err_msg=column)
+    assert completions["rewards/accuracy"].isna().sum() == 1  # the function that gave None
+    assert completions["group"].tolist() == expected["group"].tolist()
+    assert completions["text/solution"].tolist() == [cells[-2] for table in tables.values() if table["columns"][0] == "step" for cells in table["data"]]
+    assert "reward = 1 × accuracy + 0.5 × format" in run.snapshot.reward_note and "reward_weights" in run.snapshot.reward_note
+
+
+def test_another_table_s_columns_are_fields_at_the_trainer_s_step(written):
+    """eval/answers (no step column) is at the Trainer's global step when it was logged: the last train/global_step
+    the log has at or before the W&B step in its file's name, as wandb's own reader finds it. Its columns are fields
+    (prompt, a board key, as "prompt (table)"), its response the row as text."""
+    run_folder = written["grpo"]
+    ((path, table),) = [(path, table) for path, table in table_files(run_folder).items() if path.parent.name == "eval"]
+    wandb_step = int(path.name.split("_")[-2])
+    logged = [(row["_step"], row["train/global_step"]) for row in wandb_history(run_folder) if "train/global_step" in row]
+    global_step = max((found for found in logged if found[0] <= wandb_step))[1]
+    assert global_step != wandb_step
+    run = rl_board.open_run(run_folder)
+    answers = board_samples(run)
+    answers = answers[answers["text/wandb_table"] == "eval/answers"]
+    assert answers["step"].tolist() == [global_step] * len(table["data"])
+    columns = table["columns"]
+    assert answers["text/question"].tolist() == [row[columns.index("question")] for row in table["data"]]
+    assert answers["text/answer"].tolist() == [row[columns.index("answer")] for row in table["data"]]
+    assert answers["extra/score"].tolist() == [row[columns.index("score")] for row in table["data"]]
+    assert answers["text/prompt (table)"].tolist() == [row[columns.index("prompt")] for row in table["data"]]
+    assert answers["response"].tolist() == ["\n".join(f"{name}: {cell}" for name, cell in zip(columns, row)) for row in table["data"]]
+    assert answers["reward"].isna().all()
+
+
+def test_the_transaction_log_is_the_training_history(written):
+    """Every wandb.log of numbers is a history row at its train/global_step (WandbCallback's names undone: train/loss
+    is loss, eval/loss eval_loss), as wandb's own reader reads the log; tables' rows and W&B's _keys are not metrics;
+    the config is the run's."""
+    run_folder = written["grpo"]
+    rows = [row for row in wandb_history(run_folder) if "train/global_step" in row]
+    train = {row["train/global_step"]: row for row in rows if "train/loss" in row}
+    history = rl_board.open_run(run_folder).history
+    assert history.train["step"].tolist() == sorted(train) == [1, 2, 3]
+    assert history.train["loss"].tolist() == [train[step]["train/loss"] for step in sorted(train)]
+    assert history.train["rewards/accuracy/mean"].tolist() == [train[step]["train/rewards/accuracy/mean"] for step in sorted(train)]
+    assert history.eval["step"].tolist() == [2] and history.eval["eval_loss"].tolist() == [next(row["eval/loss"] for row in rows if "eval/loss" in row)]
+    assert not [column for column in history.train.columns if column.startswith("_") or "completions" in column or "global_step" in column]
+    assert history.config["reward_weights"] == REWARD_WEIGHTS and history.sources == [next(run_folder.glob("run-*.wandb")).name]
+
+
+def test_without_reward_metrics_the_float_columns_are_the_functions(written):
+    """A run that logged no TRL metrics names no functions: the all-float columns between completion and advantage
+    are taken as them (a note says so), the reward their plain sum; log_unique_prompts' one row per prompt is a group
+    of one."""
+    run_folder = written["bare"]
+    tables = table_files(run_folder)
+    expected = expected_completions(tables, {})
+    run = rl_board.open_run(run_folder)
+    samples = board_samples(run)
+    assert samples["step"].tolist() == expected["step"].tolist() == [5, 5, 5, 10, 10, 10]
+    np.testing.assert_allclose(samples["reward"].to_numpy(float), expected["reward"].to_numpy(float), rtol=0, atol=1e-12)
+    assert samples["group"].tolist() == expected["group"].tolist() == [0, 1, 2] * 2
+    assert any("taken as one" in reason for reason in run.problems["reason"])
+    assert run.history.empty
+
+
+def test_bad_input_is_counted_in_the_load_report(written, tmp_path):
+    """A table file being written (cut short) is named and its rows wait; a row of another length is left out and
+    counted; a log cut mid-record is read up to there; a corrupt log is read up to the corrupt record, with a note."""
+    run_folder = shutil.copytree(written["grpo"], tmp_path / "run")
+    paths = sorted((run_folder / "files" / "media" / "table").glob("completions_*.table.json"))
+    paths[0].write_bytes(paths[0].read_bytes()[:100])
+    table = json.loads(paths[1].read_text())
+    table["data"][0] = table["data"][0][:3]
+    paths[1].write_text(json.dumps(table))
+    (log,) = run_folder.glob("run-*.wandb")
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) - 37])  # a writer mid-record
+    run = rl_board.open_run(run_folder)
+    skipped = run.problems[run.problems["kind"] == "skipped"]
+    assert len(skipped) == 1 and skipped["file"].iloc[0].startswith(paths[0].name) and "still being written" in skipped["reason"].iloc[0]
+    assert any("1 row(s) of another length" in reason for reason in run.problems["reason"])
+    assert sorted(run.samples["step"].unique().tolist()) == [2, 3] and len(run.samples) == 6 - 1 + 6 + 3
+    assert run.history.train["step"].tolist() == [1, 2, 3]
+    corrupt = bytearray(data)
+    corrupt[len(data) // 2] ^= 0xFF
+    log.write_bytes(bytes(corrupt))
+    history = rl_board.open_run(run_folder).history
+    assert any("corrupt record" in reason for reason in history.problems["reason"]) and len(history.train) <= 3
+    log.write_bytes(b"not a log")
+    assert any("not W&B's transaction log" in reason for reason in rl_board.open_run(run_folder).history.problems["reason"])
+

@@ -1,0 +1,108 @@
+"""W&B offline runs written by wandb itself (pip wandb, tests/requirements.txt): wandb.init(mode="offline"),
+wandb.log, run.finish, in a process of its own (wandb starts its wandb-core service), with no network.
+
+- grpo: what a TRL GRPO run with report_to="wandb" and log_completions=True logs. The config as Hugging Face's
+  WandbCallback.setup gives it (the TrainingArguments' dict: GRPOConfig's num_generations, reward_weights); every
+  Trainer log as WandbCallback.on_log logs it (transformers/integrations/integration_utils.py: rewrite_logs' names
+  train/<key>, eval/<key>, and train/global_step, on W&B's own step counter), with TRL's metrics
+  (rewards/<function>/mean and /std, reward, reward_std); then the completions table as GRPOTrainer.log builds and
+  logs it (trl/trainer/grpo_trainer.py of trl 1.16.0: df_base = pd.DataFrame({"step", "prompt", "completion",
+  **rewards, **extra, "advantage"}), logging_backend.log({"completions": logging_backend.Table(dataframe=df)}), no
+  step); prompts and completions as chat messages, a reward function that gave None (NaN), a log_extra text column.
+  Besides, a table of another program under a key with "/" (eval/answers) and an eval log.
+- bare: a completions table logged with no metrics at all (no reward function named), and log_unique_prompts' one row
+  per prompt.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import PROJECT
+
+QUESTIONS = ["What is 3+4?", "计算 15 减去 8 等于多少？", "Name a prime > 10."]
+
+REWARD_FUNCTIONS = ["accuracy", "format"]
+
+REWARD_WEIGHTS = [1.0, 0.5]
+
+NUM_GENERATIONS = 2
+
+STEPS = (1, 2, 3)  # the Trainer's global steps at which the GRPO run logs (logging_steps=1)
+
+
+# The rows GRPOTrainer._logs holds at a logging step: NUM_GENERATIONS completions of each prompt, in order.
+def completions_rows(step: int) -> dict:
+    prompts, completions, accuracy, formats, solutions, advantages = [], [], [], [], [], []
+    for question_index, question in enumerate(QUESTIONS):
+        for generation in range(NUM_GENERATIONS):
+            prompts.append([{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": question}])
+            completions.append([{"role": "assistant", "content": f"<think>step {step}</think> answer {question_index}.{generation}"}])
+            accuracy.append(float("nan") if (step, question_index, generation) == (2, 1, 0) else float((step + generation) % 2))
+            formats.append(0.25 * (question_index + 1))
+            solutions.append(f"solution {question_index}")
+            advantages.append(0.5 - generation + 0.125 * step)
+    return {"prompt": prompts, "completion": completions, "rewards": {"accuracy": accuracy, "format": formats}, "extra": {"solution": solutions}, "advantages": advantages}
+
+
+def write_grpo():
+    import pandas as pd
+    import wandb
+
+    config = {"output_dir": "out", "learning_rate": 1e-6, "num_generations": NUM_GENERATIONS, "reward_weights": REWARD_WEIGHTS, "log_completions": True}
+    run = wandb.init(mode="offline", project="grpo", config=config)
+    run.define_metric("train/global_step")  # WandbCallback.setup
+    run.define_metric("*", step_metric="train/global_step", step_sync=True)
+    for step in STEPS:
+        logs = {"loss": 0.5 / step, "reward": 0.25 * step, "reward_std": 0.1, "learning_rate": 1e-6}
+        logs |= {f"rewards/{name}/mean": 0.1 * step + index for index, name in enumerate(REWARD_FUNCTIONS)}
+        logs |= {f"rewards/{name}/std": 0.01 for name in REWARD_FUNCTIONS}
+        run.log({**{f"train/{key}": value for key, value in logs.items()}, "train/global_step": step})  # on_log
+        rows = completions_rows(step)
+        table = {  # GRPOTrainer.log
+            "step": [step] * len(rows["prompt"]),
+            "prompt": rows["prompt"],
+            "completion": rows["completion"],
+            **rows["rewards"],
+            **rows["extra"],
+            "advantage": rows["advantages"],
+        }
+        df_base = pd.DataFrame(table)
+        run.log({"completions": wandb.Table(dataframe=df_base)})
+        if step == 2:
+            run.log({"eval/loss": 0.75, "train/global_step": step})  # on_log of an evaluation
+            run.log({"eval/answers": wandb.Table(columns=["question", "answer", "score", "prompt"], data=[[q, f"a{i}", i / 2, "p"] for i, q in enumerate(QUESTIONS)])})
+    run.summary["train_runtime"] = 12.5
+    run.finish()
+
+
+def write_bare():
+    import pandas as pd
+    import wandb
+
+    run = wandb.init(mode="offline", project="bare")
+    for step in (5, 10):
+        rows = completions_rows(step)
+        df = pd.DataFrame({"step": [step] * 6, "prompt": rows["prompt"], "completion": rows["completion"], **rows["rewards"], "advantage": rows["advantages"]})
+        df = df[~df["prompt"].astype(str).duplicated()]  # log_unique_prompts
+        run.log({"completions": wandb.Table(dataframe=df)})
+    run.finish()
+
+
+# Runs wandb in a process of its own, writing `what` (write_grpo or write_bare) into folder/wandb/offline-run-*;
+# returns that run folder.
+def write_wandb(folder: Path, what: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    environment = {**os.environ, "WANDB_DIR": str(folder), "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true", "PYTHONPATH": str(PROJECT)}
+    environment.pop("WANDB_API_KEY", None)
+    code = f"from tests.support import wandb_runs as w; w.{what}()"
+    subprocess.run([sys.executable, "-c", code], cwd=folder, env=environment, check=True, capture_output=True, timeout=300)
+    (run_folder,) = (folder / "wandb").glob("offline-run-*")
+    return run_folder
+
+
+# A run's table files as written: {path: {"columns", "data"}} (Python's json: W&B writes NaN as NaN).
+def table_files(run_folder: Path) -> dict[Path, dict]:
+    return {path: json.loads(path.read_text()) for path in sorted((run_folder / "files" / "media" / "table").rglob("*.table.json"))}
