@@ -22,20 +22,29 @@ of the per-token advantages over the generated tokens (token_advantages keeps th
 differ). The text: a sample with one generated message at its end (single-turn) has the last content as its response
 and the ones before as its prompt; a multi-turn sample's prompt and response are its tokens decoded with a tokenizer
 (rl_board.tokenizer), else its prompt is its contents and its response the token ids. reward is rewards; the step
-comes from the file name; the samples of one prompt (the same prompt tokens) are a group."""
+comes from the file name; the samples of one prompt (the same prompt tokens) are a group.
+
+Validation: validate() (grpo.py, grpo_sync.py, ppo.py, distillation.py) writes val_data_step<N>.jsonl beside them with
+the same Logger call, N the training step it ran after (0: val_at_start), each line {"content": [the sample's
+messages, {role, content} each (get_keys_from_message_log)], "rewards": [its total reward], "idx"}, the prompts
+repeated val_num_generations_per_prompt times in a row. Its samples are in the same run at step N with the facet
+text/mode = val (the training samples have mode = train): the prompt is the messages before the first assistant one,
+the response the assistant's message (several messages after the prompt: them, and the turns), reward rewards, a
+prompt's samples a group (apart from training groups of the same step)."""
 import json
 import math
 import re
 
 from rl_board.formats.base import EVERY_FOLDER, UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt
+from rl_board.reading.lines import as_text
 from rl_board.reading.storage import FileStatus
 from rl_board.tokenizer import decoded, tokenizer_identity, tokenizer_of, tokens_of, undecoded
-from rollout_logger.metadata import FORMAT_KEYS
+from rollout_logger.metadata import FORMAT_KEYS, TURN_ROLES
 
-STEP_FILE = re.compile(r"train_data_step(\d+)\.jsonl")
+STEP_FILE = re.compile(r"(train|val)_data_step(\d+)\.jsonl")  # the mode (train, val) and the step
 
 
-NAME = "NeMo-RL training samples (train_data_step<N>.jsonl)"
+NAME = "NeMo-RL training samples (train_data_step<N>.jsonl, val_data_step<N>.jsonl)"
 
 
 # The logger's log_dir (logs/exp_<NNN>, get_next_experiment_dir) is one run: train_data_step<N>.jsonl and
@@ -51,39 +60,40 @@ MAPPED = {"content", "rewards", "input_lengths", "token_ids", "token_loss_mask",
 NEMO_SUFFIX = " (NeMo-RL)"  # after a kept key named like one of the board's
 
 
-# A folder with train_data_step<N>.jsonl files: those are read; other JSONL beside them (val_data_step<N>.jsonl, whose
-# message logs are written with str() of their tensors) are named in a note.
+# A folder with train_data_step<N>.jsonl or val_data_step<N>.jsonl files: those are read; other JSONL beside them is
+# named in a note.
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
-    train = [entry for entry in folder.jsonl if STEP_FILE.fullmatch(entry.name)]
-    if not train:
+    steps = [entry for entry in folder.jsonl if STEP_FILE.fullmatch(entry.name)]
+    if not steps:
         return None
     problems = []
     others = [entry.name for entry in folder.jsonl if not STEP_FILE.fullmatch(entry.name)]
     if others:
-        problems.append(("", 0, "note", f"{len(others)} other .jsonl file(s) beside NeMo-RL's train_data_step<N>.jsonl are not read (val_data_step<N>.jsonl: validation samples)"))
+        problems.append(("", 0, "note", f"{len(others)} other .jsonl file(s) beside NeMo-RL's train_data_step<N>.jsonl and val_data_step<N>.jsonl are not read"))
     identity, note = tokenizer_identity()
     if note:
         problems.append(("", 0, "note", note))
-    contexts = {entry.path: (entry.name, int(STEP_FILE.fullmatch(entry.name).group(1))) for entry in train}
-    return folder.sources(train), RunFormat(NAME, step_lines, (identity,), tuple(problems), file_contexts=contexts)
+    contexts = {entry.path: (entry.name, [STEP_FILE.fullmatch(entry.name)[1], int(STEP_FILE.fullmatch(entry.name)[2])]) for entry in steps}
+    return folder.sources(steps), RunFormat(NAME, step_lines, (identity,), tuple(problems), file_contexts=contexts)
 
 
-# A train_data_step<N>.jsonl as the board's lines, line for line (a line that is not one of NeMo-RL's stays as it is:
-# a bad line at its number, or the incomplete last line of a file being written).
+# A train_data_step<N>.jsonl or val_data_step<N>.jsonl as the board's lines, line for line (a line that is not one of
+# NeMo-RL's stays as it is: a bad line at its number, or the incomplete last line of a file being written).
 def step_lines(data: bytes, context: tuple) -> bytes:
-    identity, step = context
+    identity, (mode, step) = context
     tokenizer = tokenizer_of(None if identity is None else tuple(identity))
-    return b"\n".join(step_line(line, step, tokenizer) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
+    return b"\n".join(step_line(line, mode, step, tokenizer) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
 
 
-def step_line(line: bytes, step: int, tokenizer) -> bytes:
+def step_line(line: bytes, mode: str, step: int, tokenizer) -> bytes:
     if not line.strip():
         return line
     try:
         fields = json.loads(line)  # NaN as Python's json writes it
         if not isinstance(fields, dict):
             return line
-        board = board_line({key: one(value) for key, value in fields.items()}, step, tokenizer)
+        fields = {key: one(value) for key, value in fields.items()}
+        board = board_line(fields, step, tokenizer) if mode == "train" else val_line(fields, step)
     except (ValueError, TypeError, KeyError, OverflowError, RecursionError):  # not one of NeMo-RL's lines (ids < 0...)
         return line
     try:
@@ -111,7 +121,29 @@ def board_line(fields: dict, step: int, tokenizer) -> dict:
     line |= {(key + NEMO_SUFFIX if key in FORMAT_KEYS or key in line else key): value for key, value in kept.items()}
     if "input_lengths" in fields:
         line["input_length"] = fields["input_lengths"]
-    return line
+    return line | {"mode": "train"}
+
+
+# A validation sample: its messages split at the first assistant message into prompt and response.
+def val_line(fields: dict, step: int) -> dict:
+    messages = fields["content"]
+    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+        raise TypeError("not a message log")
+    split = next((i for i, message in enumerate(messages) if message.get("role") == "assistant"), len(messages))
+    prompt, response = [message.get("content") for message in messages[:split]], messages[split:]
+    line = {"step": step, "prompt": messages_value(prompt) if prompt else "", "reward": number(fields.get("rewards"))}
+    line["response"] = response[0].get("content") if len(response) == 1 else [message.get("content") for message in response]
+    if len(response) > 1:
+        line["turns"] = [{"role": turn_role(message.get("role")), "text": as_text(message.get("content"))} for message in messages]
+    line["group_id"] = group_of_prompt("val\n" + json.dumps(prompt, ensure_ascii=False))
+    kept = {key: value for key, value in fields.items() if key not in ("content", "rewards")}
+    line |= {(key + NEMO_SUFFIX if key in FORMAT_KEYS or key in line else key): value for key, value in kept.items()}
+    return line | {"mode": "val"}
+
+
+# A message's role as a turn's (a role the board does not know is the environment's).
+def turn_role(role) -> str:
+    return role if role in TURN_ROLES else "environment"
 
 
 # The per-token fields and texts of a line with token ids.

@@ -1,9 +1,19 @@
 """TRL's completion logs: GRPOTrainer with GRPOConfig(log_completions=True) writes one parquet file per logged step,
 <output_dir>/completions/completions_<step>.parquet (trl/trainer/grpo_trainer.py, GRPOTrainer.log: a pandas table of
 step, prompt, completion, a column per reward function, the log_extra columns and advantage). Opened at the output
-folder or at its completions/ folder; the training history is the output folder's checkpoint-*/trainer_state.json."""
+folder or at its completions/ folder; the training history is the output folder's checkpoint-*/trainer_state.json.
+
+Traps of the writer (TRL 1.16): the rows come from deques of generation_batch_size entries that
+_generate_and_score_completions extends with the gathered batch, so a file holds the latest generation batch, in the
+order TRL computed advantages in: each group is num_generations consecutive rows (rewards.view(-1, num_generations)),
+and one prompt drawn twice in a batch is two groups, not one. log() writes the deques at every logging step, also at a
+step that trains on a batch generated before (num_iterations > 1, or steps_per_generation > gradient_accumulation_steps):
+that file repeats the earlier one's rows under its own step. trainer_state.json does not hold num_generations; the
+logger's metadata does (beside the folder, or in its default <output_dir>/rollout_samples/<run name>/)."""
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import io
 import math
 import os
@@ -14,12 +24,13 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet
 
-from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
+from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_meta
-from rl_board.reading.lines import FORMAT_KEYS
-from rl_board.reading.storage import FileStatus, is_remote, joined, list_folder
+from rl_board.reading.lines import FORMAT_KEYS, as_text
+from rl_board.reading.storage import Entry, FileStatus, is_remote, joined, list_folder, read_file
+from rollout_logger.metadata import ROLLOUTS_FOLDER
 
-COMPLETIONS_FILE = re.compile(r"completions_\d+\.parquet")
+COMPLETIONS_FILE = re.compile(r"completions_(\d+)\.parquet")
 
 
 COMPLETIONS_FOLDER = "completions"
@@ -33,7 +44,8 @@ NAME = "TRL completion logs (log_completions=True: completions/completions_<step
 LAYOUT = RunLayout(files=COMPLETIONS_FILE, folders=frozenset({COMPLETIONS_FOLDER}), parts=re.compile(re.escape(COMPLETIONS_FOLDER)))
 
 
-# The folder's parquet files, or its completions/ folder's; JSONL beside them is named in a note and not read.
+# The folder's parquet files, or its completions/ folder's, but those repeating the step before (named in the load
+# report); JSONL beside them is named in a note and not read.
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     parquet = [entry for entry in folder.files if COMPLETIONS_FILE.fullmatch(entry.name)]
     if not parquet and COMPLETIONS_FOLDER in folder.folders:
@@ -42,28 +54,68 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     if not parquet:
         return None
     run_dir = folder.run_dir
-    output = output_folder(run_dir)
-    run_format = completions_format(run_dir, history_signature(run_dir), history_signature(output) if output != run_dir else ())
+    near, logged = metadata_folders(run_dir)
+    run_format = completions_format(run_dir, *(history_signature(meta_dir) for meta_dir in near + logged))
+    repeats = repeated_batches(parquet)
+    problems = tuple((entry.name, 0, "skipped", repeat_reason(repeats[entry.path])) for entry in parquet if entry.path in repeats)
     if folder.jsonl:
         note = f"{len(folder.jsonl)} .jsonl file(s) beside TRL's completions are not read: put them in a run folder of their own to open them"
-        run_format = dataclasses.replace(run_format, problems=run_format.problems + (("", 0, "note", note),))
-    return folder.sources(parquet), run_format
+        problems += (("", 0, "note", note),)
+    run_format = dataclasses.replace(run_format, problems=run_format.problems + problems)
+    return folder.sources(entry for entry in parquet if entry.path not in repeats), run_format
 
 
 # TRL's completion logs: the reward functions' names come from the logger's metadata or TRL's logged
-# rewards/<name>/mean; without either, every float column between completion and advantage is taken as one. Made
-# again only when the files they come from change (the signatures of the folder and of its parent).
+# rewards/<name>/mean; without either, every float column between completion and advantage is taken as one. The
+# group size is the metadata's num_generations, else told from each file's prompts. Made again only when the files
+# they come from change (the signatures of the folders holding them).
 @functools.lru_cache(maxsize=64)
 def completions_format(run_dir: str, *signatures: tuple) -> RunFormat:
-    names = reward_names(run_dir)
-    note = "no rollout_meta or trainer_state.json names the reward functions: every float column between completion and advantage is taken as one"
-    problems = () if names else (("", 0, "note", note),)
-    weights = tuple((meta_reward_weights(read_meta(run_dir)) or {}).items())
-    return RunFormat(NAME, completion_lines, (tuple(names),), problems, weights, sums_reward=True, history_dir=output_folder(run_dir))
+    meta, meta_note = logger_meta(run_dir)
+    names = reward_names(run_dir, meta)
+    problems = [("", 0, "note", meta_note)] if meta_note else []
+    if not names:
+        problems.append(("", 0, "note", "no rollout_meta or trainer_state.json names the reward functions: every float column between completion and advantage is taken as one"))
+    group_size = (meta or {}).get("num_generations")
+    if type(group_size) is not int or group_size < 1:
+        group_size = None
+        problems.append(("", 0, "note", GROUPS_INFERRED))
+    weights = tuple((meta_reward_weights(meta) or {}).items())
+    return RunFormat(NAME, completion_lines, (tuple(names), group_size), tuple(problems), weights, sums_reward=True, history_dir=output_folder(run_dir))
 
 
-def reward_names(run_dir: str) -> list[str]:
-    meta = read_meta(run_dir)
+GROUPS_INFERRED = (
+    "no rollout_meta gives num_generations: a step's groups are its runs of rows with one prompt, cut into groups of "
+    "the largest size that divides every run (a step whose every prompt was drawn twice shows groups twice too big)"
+)
+
+
+# Where the logger's metadata may be: near the completions (the opened folder, the output folder), and the logger's
+# default <output_dir>/rollout_samples/<run name>/ folders.
+def metadata_folders(run_dir: str) -> tuple[list[str], list[str]]:
+    output, logged = output_folder(run_dir), []
+    with contextlib.suppress(OSError):
+        logged = [entry.path for entry in list_folder(joined(output, ROLLOUTS_FOLDER)) if entry.is_dir]
+    return list(dict.fromkeys([run_dir, output])), logged
+
+
+# The logger's metadata of the run: near the completions, else the newest (by started_at) of the
+# rollout_samples/<run name>/ folders', with a note naming it when there are several. (None, "") without any.
+def logger_meta(run_dir: str) -> tuple[dict | None, str]:
+    near, logged = metadata_folders(run_dir)
+    for folder in near:
+        if (meta := read_meta(folder)) is not None:
+            return meta, ""
+    found = [(str(meta.get("started_at", "")), folder, meta) for folder in logged if (meta := read_meta(folder)) is not None]
+    if not found:
+        return None, ""
+    _, folder, meta = max(found, key=lambda item: item[:2])
+    name = folder.rstrip("/").rsplit("/" if is_remote(folder) else os.sep, 1)[-1]
+    note = f"the logger's metadata is {ROLLOUTS_FOLDER}/{name}/'s, the newest of {len(found)} runs there" if len(found) > 1 else ""
+    return meta, note
+
+
+def reward_names(run_dir: str, meta: dict | None) -> list[str]:
     if meta and isinstance(meta.get("reward_funcs"), list):
         return [str(name) for name in meta["reward_funcs"]]
     folder = output_folder(run_dir)  # the output folder, also when its completions/ folder was opened
@@ -74,19 +126,64 @@ def reward_names(run_dir: str) -> list[str]:
     return []
 
 
+# The files that repeat the file before them, by path -> the step of the file that first had their rows. TRL's log()
+# writes its latest generation batch at every logging step, so a step that trains on a batch generated before
+# (num_iterations > 1, or steps_per_generation > gradient_accumulation_steps) writes the same rows under its own step.
+# A repeat has the size of the file before it (only the step column's one value differs) and the same rows but step.
+def repeated_batches(parquet: list[Entry]) -> dict[str, int]:
+    ordered = sorted(parquet, key=file_step)
+    repeats = {}
+    for before, entry in zip(ordered, ordered[1:]):
+        if before.status.size == entry.status.size and (digest := rows_digest(entry.path, entry.status)) is not None:
+            if digest == rows_digest(before.path, before.status):
+                repeats[entry.path] = repeats.get(before.path, file_step(before))
+    return repeats
+
+
+def file_step(entry: Entry) -> int:
+    return int(COMPLETIONS_FILE.fullmatch(entry.name)[1])
+
+
+def repeat_reason(step: int) -> str:
+    return (
+        f"the rows of step {step}'s file again (TRL logs a generation batch at every step that trains on it: "
+        f"num_iterations > 1 or steps_per_generation > gradient_accumulation_steps): they count once, at step {step}"
+    )
+
+
+# A hash of a parquet file's rows but their step column, per file version (None: it cannot be read yet).
+@functools.lru_cache(maxsize=4096)
+def rows_digest(path: str, status: FileStatus) -> str | None:
+    try:
+        table = pyarrow.parquet.read_table(io.BytesIO(read_file(path)))
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    table = table.drop_columns([name for name in ("step",) if name in table.column_names])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.blake2b(sink.getvalue().to_pybytes(), digest_size=16).hexdigest()
+
+
 # One parquet file of GRPOTrainer.log() (columns step, prompt, completion, a column per reward function, the
 # log_extra columns, advantage) as the board's lines: the reward functions' scores in rewards_per_func, their plain
-# sum (NaN-skipping, as TRL sums; the weights are applied when the run loads) as reward, the prompt's completions a
-# group, the other columns fields.
-def completion_lines(data: bytes, context: tuple) -> bytes:
+# sum (NaN-skipping, as TRL sums; the weights are applied when the run loads) as reward, each run of group_size rows
+# (num_generations; told from the prompts without it) a group, the other columns fields.
+def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     table = pyarrow.parquet.read_table(io.BytesIO(data))
     columns = table.column_names
-    names = [name for name in context[0] if name in columns]
-    if not context[0] and "completion" in columns:  # TRL writes the scores as floats; log_extra columns follow them
+    reward_funcs, group_size = context
+    names = [name for name in reward_funcs if name in columns]
+    if not reward_funcs and "completion" in columns:  # TRL writes the scores as floats; log_extra columns follow them
         between = columns[columns.index("completion") + 1 : columns.index("advantage") if "advantage" in columns else None]
         names = [name for name in between if pa.types.is_floating(table.schema.field(name).type)]
+    rows = table.to_pylist()
+    group_size = group_size or prompt_runs_size([row.get("prompt") for row in rows])
+    notes = []
+    if len(rows) % group_size:
+        notes.append((len(rows), f"{len(rows)} rows are not groups of {group_size} (num_generations): the last group has {len(rows) % group_size}"))
     lines = []
-    for row in table.to_pylist():
+    for index, row in enumerate(rows):
         scores = {name: row.pop(name) for name in names}
         finite = [score for score in scores.values() if score is not None and not math.isnan(score)]
         line = {
@@ -97,10 +194,23 @@ def completion_lines(data: bytes, context: tuple) -> bytes:
             "rewards_per_func": scores,
             "advantage": row.pop("advantage", None),
         }
-        line["group_id"] = group_of_prompt(line["prompt"])
+        line["group_id"] = f"{line['step']}-{index // group_size}"
         line |= {(f"{name} (log_extra)" if name in line or name in FORMAT_KEYS else name): value for name, value in row.items()}
         lines.append(msgspec.json.encode(line))
-    return b"".join(line + b"\n" for line in lines)
+    return b"".join(line + b"\n" for line in lines), notes
+
+
+# The group size told from a file's prompts alone: TRL's groups are consecutive, so every run of rows with one prompt
+# is a whole number of groups; the largest size dividing every run (a prompt drawn twice in a row makes a run of two).
+def prompt_runs_size(prompts: list) -> int:
+    runs, before = [], object()
+    for prompt in map(as_text, prompts):
+        if runs and prompt == before:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+        before = prompt
+    return math.gcd(*runs) or 1
 
 
 # A completion as text: a chat completion of one assistant message is its content; others stay the message list.

@@ -1,7 +1,11 @@
 """verl's generation dumps: RayPPOTrainer._dump_generations writes trainer.rollout_data_dir (and
 trainer.validation_data_dir) as one <global_step>.jsonl per step, a line per sample with input, output, gts, score,
 step and each reward_extra_info key (verl/trainer/ppo/ray_trainer.py @ b178a3c). Told by those keys, not by the file
-names alone."""
+names alone. The v1 trainer (verl-project/verl @ 1dda039, verl/trainer/ppo/v1/trainer_base.py: _log_rollout_data,
+_validate, _write_generations) adds a uid to every line: its TransferQueue key {uid}_{session_id}_{index}
+(verl/trainer/ppo/v1/agent_loop_tq.py), the prompt's uuid4 (the GRPO group _compute_advantage groups by), the rollout
+among rollout.n, the output of a multi-output agent loop; the lines sorted by it. Its prompt part is the group: one
+prompt drawn twice in a batch is two groups. Without a uid, a step's samples of one prompt text are a group."""
 import json
 import re
 
@@ -43,7 +47,8 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     return folder.sources(jsonl), RunFormat(f"verl generations dump ({kind}: rollout_data_dir / validation_data_dir, <step>.jsonl)", dump_lines, (kind,))
 
 
-# A verl dump (<step>.jsonl) with verl's keys renamed to the board's and each prompt's samples a group; line for line,
+# A verl dump (<step>.jsonl) with verl's keys renamed to the board's and each prompt's samples a group (the v1
+# trainer's uid's prompt part, else the prompt text); line for line,
 # so the load report's line numbers are the file's (a line that is not a JSON object stays as it is, a bad line).
 def dump_lines(data: bytes, context: tuple) -> bytes:
     return b"\n".join(dump_line(line) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
@@ -65,7 +70,17 @@ def dump_line(line: bytes) -> bytes:
             return line
     taken = {KEYS[key] for key in fields if key in KEYS}
     renamed = {KEYS.get(key) or (key + EXTRA_SUFFIX if key in taken else key): value for key, value in fields.items()}
-    if "group_id" not in renamed and "prompt" in renamed:
+    uid = renamed.get("uid")
+    uid = raw_value(uid) if isinstance(uid, msgspec.Raw) else uid
+    if "group_id" not in renamed and isinstance(uid, str):
+        renamed["group_id"] = prompt_uid(uid)
+    elif "group_id" not in renamed and "prompt" in renamed:
         prompt = renamed["prompt"]
         renamed["group_id"] = group_of_prompt(raw_value(prompt) if isinstance(prompt, msgspec.Raw) else prompt)
     return encode(renamed)
+
+
+# The prompt's uid in verl v1's key {uid}_{session_id}_{index} (a key of another shape is its own group).
+def prompt_uid(key: str) -> str:
+    parts = key.rsplit("_", 2)
+    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() else key

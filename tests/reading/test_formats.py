@@ -25,7 +25,13 @@ from rl_board.reading.search import export_jsonl
 from rl_board.reading.snapshot import RunSnapshot, read_sample_tokens, read_step_batch
 from rl_board.reading.store import RunStore, list_runs
 from tests.support import SAMPLES
-from tests.support.other_trainers import verl_run, write_openrlhf_rank_files, write_verl_dump, write_verl_fork_run
+from tests.support.other_trainers import (
+    verl_run,
+    verl_v1_run,
+    write_openrlhf_rank_files,
+    write_verl_dump,
+    write_verl_fork_run,
+)
 from tests.support.runs import jsonl_rows
 from tests.support.trl_completions_run import parquet_steps
 
@@ -89,7 +95,7 @@ def test_trl_output_and_completions_folder_show_every_parquet_row(conversational
     run = load(output / where)
     assert run.format == TRL_FORMAT
     assert run.reward_function_columns == sorted(f"rewards/{name}" for name in REWARD_FUNCS)
-    assert not problem_rows(run, "note")  # the names came from trainer_state.json
+    assert not any(FLOAT_COLUMNS_NOTE in reason for *_, reason in problem_rows(run, "note"))  # named by trainer_state.json
     assert run.steps == sorted(raw) == [1, 2, 3]
     for step, rows in raw.items():
         shown = run.step_rows(step)
@@ -156,8 +162,7 @@ def test_trl_without_checkpoints_or_metadata_takes_the_float_columns_as_rewards(
     for checkpoint in output.glob("checkpoint-*"):
         shutil.rmtree(checkpoint)
     run = load(output)
-    [[_, _, _, reason]] = problem_rows(run, "note")
-    assert FLOAT_COLUMNS_NOTE in reason
+    assert sum(FLOAT_COLUMNS_NOTE in reason for *_, reason in problem_rows(run, "note")) == 1
     assert run.reward_function_columns == ["rewards/same_digits", "rewards/sorted_digits"]
     raw = parquet_steps(output / "completions")
     assert run.samples["extra/words"].tolist() == [float(row["words"]) for step in sorted(raw) for row in raw[step]]
@@ -277,6 +282,20 @@ def test_verl_training_groups_are_the_samples_of_one_prompt(tmp_path):
         lines, ids = jsonl_rows(path), run.step_rows(int(path.stem))["group_id"].tolist()
         assert sorted(Counter(ids).values()) == [4, 4, 4]
         assert len({(line["input"], group_id) for line, group_id in zip(lines, ids)}) == len(set(ids)) == 3
+
+
+def test_verl_v1_groups_are_the_uid_s_prompt_also_for_a_problem_drawn_twice(tmp_path):
+    """verl v1's dumps are grouped by their uid's prompt part ({uid}_{session_id}_{index}), not by prompt text."""
+    run_dir = verl_v1_run(tmp_path / "rollout", n=4, prompts_per_step=3, drawn_twice=1, outputs=2)
+    run = load(run_dir)
+    assert run.steps == [1, 2]
+    for path in run_dir.glob("*.jsonl"):
+        lines, shown = jsonl_rows(path), run.step_rows(int(path.stem))
+        ids, prompt_uids = shown["group_id"].tolist(), [line["uid"].rsplit("_", 2)[0] for line in lines]
+        assert shown["text/uid"].tolist() == [line["uid"] for line in lines]
+        assert len(set(zip(prompt_uids, ids))) == len(set(prompt_uids)) == len(set(ids)) == 4  # the same partition
+        assert sorted(Counter(ids).values()) == [8, 8, 8, 8]  # n=4 rollouts x 2 outputs each
+        assert len({line["input"] for line in lines}) == 3  # one problem twice: by prompt text it would be 3 groups
 
 
 def test_verl_dump_bad_line_keeps_its_line_number_and_a_nan_score_is_missing(tmp_path):

@@ -290,8 +290,7 @@ def test_nemo_rl_lines_give_the_trainer_s_and_the_generation_s_logprobs_rewards_
     run_dir = nemo_rl_run(tmp_path / "logs", tokenizer, steps=2)
     run = rl_board.open_run(run_dir)
     assert run.format == nemo_rl.NAME and run.steps == [1, 2]
-    [[_, _, _, note]] = problems(run, "note")
-    assert "val_data_step" in note
+    assert not problems(run, "note")
     sources = nemo_sources(run, run_dir)
     assert len(sources) == 2 * len(QUESTIONS) * 2
     tables = {step: run.step(step) for step in run.steps}
@@ -325,6 +324,38 @@ def test_nemo_rl_lines_give_the_trainer_s_and_the_generation_s_logprobs_rewards_
             assert (line["sample_loss_mask"], line["input_length"]) == (raw["sample_loss_mask"], length)
     groups = run.samples.groupby("step")["group_id"].apply(lambda ids: sorted(ids.value_counts().tolist()))
     assert groups.tolist() == [[2] * len(QUESTIONS)] * 2
+
+
+def test_nemo_rl_validation_samples_are_in_the_run_at_their_step_with_mode_val(tmp_path, tokenizer):
+    """val_data_step<N>.jsonl's samples show at step N with text/mode = val (training's: train): reward, texts split at
+    the first assistant message, a multi-turn sample's turns, and a prompt's repeated samples a group of their own."""
+    run_dir = nemo_rl_run(tmp_path / "logs", tokenizer, steps=2, val_steps=(0, 2))
+    run = rl_board.open_run(run_dir)
+    assert run.steps == [0, 1, 2] and not problems(run, "note")
+    samples = run.samples
+    for step in (0, 2):
+        raws = lines(run_dir / f"val_data_step{step}.jsonl")
+        shown = samples[(samples["step"] == step) & (samples["text/mode"] == "val")]
+        assert len(shown) == len(raws) == 2 * len(QUESTIONS) and Path(shown["file"].iloc[0]).name == f"val_data_step{step}.jsonl"
+        assert shown["reward"].tolist() == [raw["rewards"][0] for raw in raws]
+        table = run.step(step)
+        table = table[table["sample"].isin(shown["sample"])]
+        for (_, texts), raw in zip(table.iterrows(), raws):
+            [messages] = raw["content"]
+            assert messages[0]["role"] == "user" and texts["prompt"] == messages[0]["content"]
+            if len(messages) == 2:
+                assert texts["response"] == messages[1]["content"]
+            else:  # the multi-turn question: assistant, tool, assistant
+                assert json.loads(texts["response"]) == [message["content"] for message in messages[1:]]
+        prompts = [raw["content"][0][0]["content"] for raw in raws]
+        ids = shown["group_id"].tolist()
+        assert len(set(zip(prompts, ids))) == len(set(prompts)) == len(set(ids)) == len(QUESTIONS)
+        assert not set(ids) & set(samples[(samples["step"] == step) & (samples["text/mode"] == "train")]["group_id"])
+    assert (samples[samples["step"] == 1]["text/mode"] == "train").all() and len(samples[samples["step"] == 1]) == len(lines(run_dir / "train_data_step1.jsonl"))
+    multi_turn = samples[(samples["text/mode"] == "val") & (samples["step"] == 0)].iloc[0]
+    [messages] = lines(run_dir / "val_data_step0.jsonl")[0]["content"]
+    turns = run.turns(0, multi_turn["sample"]).drop_duplicates("turn")
+    assert (turns["role"].tolist(), turns["text"].tolist()) == ([m["role"] for m in messages], [m["content"] for m in messages])
 
 
 def test_nemo_rl_multi_turn_sample_decoded_with_a_tokenizer(tmp_path, tokenizer, monkeypatch):

@@ -50,7 +50,7 @@ def prime_run(run_dir, tokenizer, seed=0):
 
 # A NeMo-RL log_dir (logs/exp_<NNN>) after two steps, with its loggers' folders.
 def nemo_run(log_dir, tokenizer, seed=0):
-    nemo_rl_logger_folders(nemo_rl_run(log_dir, tokenizer, steps=2, seed=seed))
+    nemo_rl_logger_folders(nemo_rl_run(log_dir, tokenizer, steps=2, val_steps=(0,), seed=seed))
     assert {path.name for path in log_dir.iterdir() if path.is_dir()} == {"tensorboard", "wandb", "mlflow"}
     return log_dir
 
@@ -109,10 +109,11 @@ def test_a_nemo_rl_log_dir_as_the_root_is_one_run_not_its_loggers_folders(tmp_pa
     log_dir = nemo_run(tmp_path / "exp_001", tokenizer)
     assert list_runs(str(log_dir)) == ["."]
     run = rl_board.open_run(rl_board.list_runs(log_dir)[0])
-    assert run.format == nemo_rl.NAME and run.steps == [1, 2]
+    assert run.format == nemo_rl.NAME and run.steps == [0, 1, 2]
     for path in log_dir.glob("train_data_step*.jsonl"):  # validation at step 0 comes before the first training step
         path.unlink()
     assert list_runs(str(log_dir)) == ["."]
+    assert rl_board.open_run(rl_board.list_runs(log_dir)[0]).steps == [0]
 
 
 def test_a_root_of_two_nemo_rl_log_dirs_and_a_board_run_lists_each_once(tmp_path, tokenizer):

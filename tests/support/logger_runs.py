@@ -58,17 +58,18 @@ def make_trainer(
     model_dir=None,
     eval_prompts=None,
     trainer_class=GRPOTrainer,
+    train_dataset=None,
     **overrides,
 ) -> GRPOTrainer:
-    """A GRPOTrainer (or `trainer_class`) on the example's task; with `eval_prompts`, that many other prompts to
-    evaluate on."""
+    """A GRPOTrainer (or `trainer_class`) on the example's task (256 prompts, or `train_dataset`); with
+    `eval_prompts`, that many other prompts to evaluate on."""
     args = grpo_config(output_dir, **overrides)
     model_dir = model_dir or tiny_model_dir()
     return trainer_class(
         model=str(model_dir),
         reward_funcs=list(reward_funcs),
         args=args,
-        train_dataset=prompt_dataset(256, seed=0, conversational=conversational),
+        train_dataset=train_dataset or prompt_dataset(256, seed=0, conversational=conversational),
         eval_dataset=eval_prompts and prompt_dataset(eval_prompts, seed=1, conversational=conversational),
         processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),
     )

@@ -7,6 +7,7 @@ import os
 import random
 import re
 import struct
+import uuid
 from pathlib import Path
 
 # A toy math task: (question, answer, chance a sample is right at step 1). The first prompt of step 1 is always right
@@ -87,6 +88,60 @@ def write_verl_dump(folder, global_step, inputs, outputs, gts, scores, reward_ex
     with open(filename, "w") as f:
         f.write("\n".join(lines) + "\n")
     return Path(filename)
+
+
+# verl's v1 trainer: _log_rollout_data's sort by TransferQueue key and the _write_generations it hands the lines to,
+# verl/trainer/ppo/v1/trainer_base.py at verl-project/verl commit 1dda039b9c6311889a9c9a26040677e1254814f9. A key is
+# {uid}_{session_id}_{index} (verl/trainer/ppo/v1/agent_loop_tq.py: the prompt's uuid4, the rollout among rollout.n,
+# the agent loop's output); the lines are sorted by it and each has it as "uid".
+def write_verl_v1_dump(folder, global_steps, keys, inputs, outputs, gts, scores) -> Path:
+    sort_keys = []
+    for key in keys:
+        parts = key.rsplit("_", 2)
+        if len(parts) == 3:
+            sort_keys.append((parts[0], int(parts[1]), int(parts[2])))
+        else:
+            sort_keys.append((key, 0, 0))
+    sorted_indices = sorted(range(len(sort_keys)), key=lambda i: sort_keys[i])
+    inputs = [inputs[i] for i in sorted_indices]
+    outputs = [outputs[i] for i in sorted_indices]
+    gts = [gts[i] for i in sorted_indices]
+    scores = [scores[i] for i in sorted_indices]
+    reward_extra_infos_dict = {"uid": [keys[i] for i in sorted_indices]}
+    os.makedirs(folder, exist_ok=True)
+    filename = os.path.join(folder, f"{global_steps}.jsonl")
+    n = len(inputs)
+    base_data = {"input": inputs, "output": outputs, "gts": gts, "score": scores, "step": [global_steps] * n}
+    for k, v in reward_extra_infos_dict.items():
+        if len(v) == n:
+            base_data[k] = v
+    with open(filename, "w") as f:
+        for i in range(n):
+            entry = {k: v[i] for k, v in base_data.items()}
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+    return Path(filename)
+
+
+# A verl v1 run's rollout_data_dir: each step's prompts (uuid4s from the seeded rng) with n rollouts each, in the order
+# the agent loops finish (shuffled); `drawn_twice` prompts of a step are the same problem again, under a uid of its
+# own; `outputs` agent-loop outputs per rollout (a multi-output loop puts each in TransferQueue under its index).
+def verl_v1_run(folder, steps=2, n=4, prompts_per_step=3, drawn_twice=1, outputs=1, seed=0) -> Path:
+    rng = random.Random(seed)
+    folder = Path(folder)
+    for step in range(1, steps + 1):
+        problems = step_problems(step, prompts_per_step)
+        problems += problems[:drawn_twice]
+        rows = []
+        for problem in problems:
+            uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            for session_id in range(n):
+                pred = math_answer(problem, step, rng)
+                for index in range(outputs):
+                    rows.append((f"{uid}_{session_id}_{index}", verl_input(problem[0]), math_output(problem[0], pred, rng), problem[1], 1.0 if pred == problem[1] else 0.0))
+        rng.shuffle(rows)
+        keys, inputs, texts, gts, scores = (list(column) for column in zip(*rows))
+        write_verl_v1_dump(folder, step, keys, inputs, texts, gts, scores)
+    return folder
 
 
 # verl decodes prompts with skip_special_tokens=True: Qwen3's <|im_start|>/<|im_end|> vanish, the newlines stay.

@@ -617,9 +617,33 @@ def nemo_log_data(rollouts: list[Rollout], advantages: list[float], trainer: lis
     return log_data
 
 
+# get_keys_from_message_log (nemo_rl/data/llm_message_utils.py at NeMo-RL 7ea279a).
+def get_keys_from_message_log(message_log, keys: list[str]):
+    return [{k: msg[k] for k in keys if k in msg} for msg in message_log]
+
+
+# What validate() (grpo.py at NeMo-RL 7ea279a) logs after `step`: each question repeated `generations` times in a row
+# (val_batch.repeat_interleave(val_num_generations_per_prompt)), the message logs (with their token_ids tensors) as
+# to_env keeps them, and the total rewards; written by the Logger as val_data_step<step>.jsonl.
+def log_nemo_validation(folder, tokenizer: Tokenizer, step: int, rng: random.Random, generations=2, multi_turn=True) -> Path:
+    all_message_logs, total_rewards = [], []
+    for number, (question, answer) in enumerate(QUESTIONS):
+        for _ in range(generations):
+            sample = rollout(tokenizer, question, answer, rng, multi_turn=multi_turn and number == 0)
+            message_log = [dict(message, token_ids=torch.tensor(ids)) for message, ids, _ in sample.messages]
+            total_rewards.append(sample.reward)
+            all_message_logs.append(get_keys_from_message_log(message_log, ["role", "content"]))
+    val_log_data = {
+        "content": all_message_logs,
+        "rewards": total_rewards,
+    }
+    log_batched_dict_as_jsonl(str(folder), val_log_data, f"val_data_step{step}.jsonl")
+    return Path(folder) / f"val_data_step{step}.jsonl"
+
+
 # A NeMo-RL log folder: train_data_step<N>.jsonl per step (from 1), each a batch of GRPO groups (the first question
-# multi-turn with a tool reply, when multi_turn), and a val_data_step0.jsonl beside them.
-def nemo_rl_run(folder, tokenizer: Tokenizer, steps=2, group_size=2, multi_turn=True, skip_prev_logprobs=False, seed=0) -> Path:
+# multi-turn with a tool reply, when multi_turn), and val_data_step<N>.jsonl beside them for each of `val_steps`.
+def nemo_rl_run(folder, tokenizer: Tokenizer, steps=2, group_size=2, multi_turn=True, skip_prev_logprobs=False, val_steps=(), seed=0) -> Path:
     rng = random.Random(seed)
     folder = Path(folder)
     pad_token_id = tokenizer.token_to_id("<|endoftext|>")
@@ -633,7 +657,8 @@ def nemo_rl_run(folder, tokenizer: Tokenizer, steps=2, group_size=2, multi_turn=
         trainer = [trainer_logprobs(r, rng) for r in rollouts]
         log_data = nemo_log_data(rollouts, advantages, trainer, pad_token_id, skip_prev_logprobs=skip_prev_logprobs)
         log_batched_dict_as_jsonl(str(folder), log_data, f"train_data_step{step + 1}.jsonl")
-    log_batched_dict_as_jsonl(str(folder), {"content": [[{"role": "user", "content": "q", "token_ids": torch.tensor([1, 2])}]], "rewards": [1.0]}, "val_data_step0.jsonl")
+    for step in val_steps:
+        log_nemo_validation(folder, tokenizer, step, rng, multi_turn=multi_turn)
     return folder
 
 

@@ -7,7 +7,9 @@ one row per sample of the latest generation batch, with the columns `step` (the 
 function, named after the function, holding its unweighted reward, the columns reward functions added with the
 `log_extra(column, values)` callable that `GRPOTrainer._calculate_rewards` passes them (sorted by name), and
 `advantage`. The rows come from deques of `generation_batch_size` entries, so a file holds only the last generation
-batch before it is written; an evaluation's log() rewrites the file of its step with eval samples. With
+batch before it is written, in TRL's group order (each group `num_generations` consecutive rows); a step that trains on
+a batch generated before (`num_iterations > 1`) writes that batch's rows again; an evaluation's log() rewrites the
+file of its step with eval samples. With
 `save_strategy="steps"`, each `<output_dir>/checkpoint-<step>/trainer_state.json` holds the logged metrics
 (`log_history`) up to that step.
 """
@@ -18,9 +20,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import datasets
 import pyarrow.parquet
 
 from examples import train_grpo_tiny
+from rollout_logger import RolloutLoggerCallback
 from tests.support.logger_runs import make_trainer
 
 EXTRA_COLUMNS = ("words", "verdict")  # what `same_digits` adds to the completions table
@@ -62,6 +66,34 @@ def trl_completions_run(
         save_steps=save_steps,
         save_only_model=True,  # the checkpoints are for their trainer_state.json
     )
+    trainer.train()
+    return Path(output_dir)
+
+
+# Trains the tiny model 4 GRPO steps on 4 prompts repeated 4 times (4 prompts x 4 completions per batch: one prompt is
+# drawn twice in step 3's batch), each batch trained on twice (num_iterations=2: generated at steps 1 and 3), with TRL's
+# completion logging and the rollout logger in its default folder, <output_dir>/rollout_samples/<run name>/.
+def trl_reused_batches_run(output_dir, model_dir=None) -> Path:
+    """TRL's output folder: `completions/completions_<step:05d>.parquet` for steps 1 to 4 (16 rows each; 2 and 4
+    repeat 1 and 3), `checkpoint-4/` and the logger's `rollout_samples/<run name>/` with its metadata (reward weights
+    1.0 and 0.5, num_generations 4)."""
+    prompts = train_grpo_tiny.prompt_dataset(4, seed=0)
+    trainer = make_trainer(
+        output_dir,
+        reward_funcs=(train_grpo_tiny.sorted_digits, same_digits),
+        model_dir=model_dir,
+        train_dataset=datasets.concatenate_datasets([prompts] * 4),
+        max_steps=4,
+        per_device_train_batch_size=16,
+        num_iterations=2,
+        reward_weights=[1.0, 0.5],
+        log_completions=True,
+        num_completions_to_print=0,
+        save_strategy="steps",
+        save_steps=4,
+        save_only_model=True,
+    )
+    trainer.add_callback(RolloutLoggerCallback(trainer=trainer, enabled=True))
     trainer.train()
     return Path(output_dir)
 
