@@ -20,9 +20,36 @@ CONVERSION_FORMAT = 3  # a conversion made by another version of this code is ma
 CONVERSION_THREADS = 16  # files of a run on object storage fetched and converted at once
 
 
+# Every conversion's stamp of a run in one file of its folder, beside the stamp file each has: a store starting on a run
+# of thousands of converted files (a file per step) reads one file instead of thousands.
+KNOWN_CONVERSIONS = "conversions.json"
+
+
 # Where a run's conversions are kept: one folder per run in the cache folder.
 def conversions_folder(cache: "IndexCache", run_dir: str) -> Path:
     return cache.folder / "converted" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
+
+
+# The conversions known from the run's one file: {source: (stamp, conversion path, notes)} ({} when there is none, or
+# it cannot be read); each is checked against its source as a conversion found made is.
+def known_conversions(folder: Path) -> dict:
+    try:
+        known = json.loads((folder / KNOWN_CONVERSIONS).read_bytes())
+        return {source: (stamp, target, tuple((int(line), str(reason)) for line, reason in notes)) for source, (stamp, target, notes) in known.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+# Write the known conversions (atomically; one that cannot be written costs speed, never data).
+def save_known_conversions(folder: Path, known: dict):
+    target = folder / KNOWN_CONVERSIONS
+    temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(json.dumps({source: [stamp, target_path, list(notes)] for source, (stamp, target_path, notes) in known.items()}).encode())
+        os.replace(temporary, target)
+    with contextlib.suppress(OSError):
+        temporary.unlink()
 
 
 # A source file's conversion, made when the file (or what the conversion depends on) changed since the last one; a

@@ -148,18 +148,15 @@ class RunSnapshot:
         return self.samples.groupby("step")[column].mean().to_dict()
 
 
-# A column of the chosen rows of every file, in file order (missing where a file lacks it). Many small files (a file per
-# step) are joined whole first and indexed once: indexing each file's rows would cost more than the rows.
-def chosen_column(files: dict[str, FileIndex], chosen: list[np.ndarray], name: str) -> np.ndarray:
-    def column(index, length):
-        return index.lines[name] if name in index.lines else missing_values(name, length)
-
-    lengths = [len(index.lines["offset"]) for index in files.values()]
+# The chosen rows of every file, in file order, a column each (missing where a file lacks it). Many small files (a file
+# per step) are joined whole first and indexed once: indexing each file's rows would cost more than the rows.
+def chosen_columns(files: dict[str, FileIndex], chosen: list[np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    lines = [index.lines for index in files.values()]
+    lengths = [len(file_lines["offset"]) for file_lines in lines]
     if len(files) < BUNDLED_FILES or sum(lengths) > BUNDLED_ROWS:
-        return np.concatenate([column(index, len(index.lines["offset"]))[rows] for index, rows in zip(files.values(), chosen)])
-    starts = np.cumsum([0, *lengths[:-1]])
-    rows = np.concatenate([start + rows for start, rows in zip(starts.tolist(), chosen)])
-    return np.concatenate([column(index, length) for index, length in zip(files.values(), lengths)])[rows]
+        return {name: np.concatenate([(file_lines[name] if name in file_lines else missing_values(name, length))[rows] for file_lines, length, rows in zip(lines, lengths, chosen)]) for name in names}
+    rows = np.concatenate([start + rows for start, rows in zip(np.cumsum([0, *lengths[:-1]]).tolist(), chosen)])
+    return {name: np.concatenate([file_lines[name] if name in file_lines else missing_values(name, length) for file_lines, length in zip(lines, lengths)])[rows] for name in names}
 
 
 def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None) -> RunSnapshot:
@@ -182,7 +179,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
             if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
                 problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
     names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
-    samples = pd.DataFrame({name: chosen_column(files, chosen, name) for name in names}) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
+    samples = pd.DataFrame(chosen_columns(files, chosen, names)) if files else pd.DataFrame(columns=list(LINE_COLUMNS))
     counts = [len(rows) for rows in chosen]
     samples["path"] = np.repeat(np.array(list(files), dtype=object), counts)  # one column each, not one per file
     samples["index_id"] = np.repeat(np.array([index.index_id for index in files.values()], dtype=object), counts)

@@ -16,7 +16,13 @@ import pyarrow as pa
 
 from rl_board.formats import TRAINER_OUTPUT, run_layouts, run_sources
 from rl_board.formats.base import Folder, RunFormat
-from rl_board.formats.conversion import CONVERSION_THREADS, conversions_folder, converted_file
+from rl_board.formats.conversion import (
+    CONVERSION_THREADS,
+    conversions_folder,
+    converted_file,
+    known_conversions,
+    save_known_conversions,
+)
 from rl_board.reading.history import history_signature
 from rl_board.reading.index import BUNDLED_FILES, BUNDLED_ROWS, UNPARSED, FileIndex, IndexCache, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
@@ -64,8 +70,13 @@ class RunStore:
         if run_format.convert is None:
             return sources, run_format
         folder = conversions_folder(self.cache, self.run_dir)
+        if not self.conversions:
+            self.conversions.update(known_conversions(folder))
+        before = dict(self.conversions)
         with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:  # on object storage the files are fetched at once
             results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
+        if self.conversions != before:  # the current sources' (a source gone is forgotten)
+            save_known_conversions(folder, {source: self.conversions[source] for source in sources if source in self.conversions})
         run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problems in results for problem in problems))
         return {path: file_status(path) for path, _ in results if path}, run_format
 

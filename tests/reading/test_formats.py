@@ -18,9 +18,12 @@ import pyarrow.parquet
 import pytest
 
 import rl_board.formats.conversion
+import rl_board.formats.verl
 import rl_board.reading.storage
 import rl_logging_board as board
+from rl_board.formats.conversion import KNOWN_CONVERSIONS, conversions_folder
 from rl_board.reading.history import read_history
+from rl_board.reading.index import BUNDLED_FILES, IndexCache
 from rl_board.reading.search import export_jsonl
 from rl_board.reading.snapshot import RunSnapshot, read_sample_tokens, read_step_batch
 from rl_board.reading.store import RunStore, list_runs
@@ -321,6 +324,32 @@ def test_verl_dump_bad_line_keeps_its_line_number_and_a_nan_score_is_missing(tmp
     assert {number: reward for number, reward in rewards.items() if number != 6} == {number: line["score"] for number, line in good.items() if number != 6}
     batch = read_step_batch("step 1", shown)
     assert not batch.problems and batch.table["response"].tolist() == [line["output"] for line in good.values()]
+
+
+def test_a_verl_dump_of_many_steps_reopens_from_one_file_of_conversions_and_one_of_indexes(tmp_path, monkeypatch):
+    """A file per step: a new store (a restart) finds every step's conversion from the run's one conversions file (no
+    stamp file read, nothing converted again) and every index from the run's one index file, with the same samples;
+    a step file rewritten is converted again and the others are not."""
+    folder = tmp_path / "dump"
+    steps = BUNDLED_FILES + 4
+    for step in range(1, steps + 1):
+        write_verl_dump(folder, step, [f"q{step}.{k}" for k in range(3)], [f"a{k}" for k in range(3)], ["1"] * 3, [float(k) for k in range(3)], {})
+    first = RunStore(str(folder)).load(10240, parallel=False)
+    cache = IndexCache()
+    stamps = list(conversions_folder(cache, str(folder)).glob("*.source"))
+    assert len(stamps) == steps and (conversions_folder(cache, str(folder)) / KNOWN_CONVERSIONS).is_file()
+    for stamp in stamps:
+        stamp.unlink()  # a restart must not need them
+    converted, indexed = [], []
+    real_convert, real_load = rl_board.formats.verl.dump_lines, IndexCache.load
+    monkeypatch.setattr(rl_board.formats.verl, "dump_lines", lambda *args: converted.append(1) or real_convert(*args))
+    monkeypatch.setattr(IndexCache, "load", lambda self, path: indexed.append(path) or real_load(self, path))
+    again = RunStore(str(folder)).load(10240, parallel=False)
+    assert not converted and not indexed
+    assert again.samples.drop(columns=["index_id"]).equals(first.samples.drop(columns=["index_id"]))
+    write_verl_dump(folder, 3, ["changed"] * 3, ["x"] * 3, ["1"] * 3, [5.0] * 3, {})
+    changed = RunStore(str(folder)).load(10240, parallel=False)
+    assert len(converted) == 1 and changed.samples.loc[changed.samples["step"] == 3, "reward"].tolist() == [5.0] * 3
 
 
 def test_verl_jsonl_export_gives_the_converted_lines(tmp_path):
