@@ -1202,15 +1202,7 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
         "pattern": hits["pattern"].to_numpy(), "step": hits["step"].to_numpy(), "sample": hits["sample"].to_numpy(), "reward": hits["reward"].to_numpy(),
         "found in": hits["found in"].to_numpy(), "match": hits["match"].to_numpy(), "file": [Path(path).name for path in hits["path"]], "line": hits["line"].to_numpy(),
     })
-    table_key = f"{StateKey.WATCH}:hits:{run.version}:{step}"
-    st.dataframe(
-        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=table_key, selection_mode="single-row",
-        on_select=lambda: pick_search_result(table_key, table["step"].tolist(), table["sample"].tolist()),
-        column_config={
-            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
-            "match": st.column_config.TextColumn(width="large", help="The text around the first match, which is between ⟦ ⟧"),
-        },
-    )
+    draw_sample_rows(table, f"{StateKey.WATCH}:hits:{run.version}:{step}", {"match": MATCH_COLUMN})
     st.caption("Click a row to show that sample in Each Step Response below.")
 # Step-Staleness: an asynchronous trainer's samples, how many steps old the policy that sampled each was when the step
 # trained it (step - policy_version), per step, each run compared a line; then the shown run's samples by staleness.
@@ -1360,16 +1352,10 @@ def draw_update_drivers(run: "RunSnapshot", passes: "LossPasses"):
     table = table[[column for column in table if table[column].notna().any()]]
     if passes.problems:
         st.warning(f"{len(passes.problems)} line(s) could not be read back for the loss passes, e.g. {markdown_literal(passes.problems[0])}; if the files were rewritten, press Load & View.")
-    key = f"{StateKey.UPDATE}:drivers:{run.version}:{step}"
-    st.dataframe(
-        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",
-        on_select=lambda: pick_search_result(key, table["step"].tolist(), table["sample"].tolist()),
-        column_config={
-            "step": st.column_config.NumberColumn(help="The step that generated the sample (its batch in Each Step Response)"),
-            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
-            "share of |update|": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="Σ|update weight| of the sample's tokens in this step's passes, over the step's"),
-        },
-    )
+    draw_sample_rows(table, f"{StateKey.UPDATE}:drivers:{run.version}:{step}", {
+        "step": st.column_config.NumberColumn(help="The step that generated the sample (its batch in Each Step Response)"),
+        "share of |update|": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="Σ|update weight| of the sample's tokens in this step's passes, over the step's"),
+    })
     st.caption(f"The {len(table)} samples with the largest share of step {step}'s update. Click a row to show the sample below; its token table has update_weight, clipped and policy_ratio per token.")
 
 
@@ -1412,15 +1398,8 @@ def draw_signal_firings(run: "RunSnapshot", table: pd.DataFrame, signal: str, wi
     examples = cached_signal_examples(run.version, window, kl_column, signal, run.samples, table)
     listed = examples.head(FIRING_ROWS)
     st.markdown(f"**Where it fired** · {markdown_literal(run_label(run.run_dir))}: {len(fired)} of its {len(run.steps)} loaded steps, first at step {fired[0]}.")
-    key = f"{StateKey.SIGNALS}:firings:{run.version}:{signal}:{window}:{kl_column}"
-    st.dataframe(
-        listed.rename(columns={"value": f"value ({SIGNALS[signal].unit})"}), hide_index=True, width="stretch", height=min(400, 38 + 35 * len(listed)),
-        key=key, selection_mode="single-row", on_select=lambda: pick_search_result(key, listed["step"].tolist(), listed["sample"].tolist()),
-        column_config={
-            "step": st.column_config.NumberColumn(help="A step where the signal fired"),
-            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
-        },
-    )
+    draw_sample_rows(listed.rename(columns={"value": f"value ({SIGNALS[signal].unit})"}), f"{StateKey.SIGNALS}:firings:{run.version}:{signal}:{window}:{kl_column}",
+                     {"step": st.column_config.NumberColumn(help="A step where the signal fired")})
     without = len(set(fired) - set(examples["step"]))
     st.caption(
         (f"The first {len(listed)} of {len(examples)} rows. " if len(listed) < len(examples) else "")
@@ -1481,12 +1460,7 @@ def draw_largest_mismatches(run: "RunSnapshot", tokens: "MismatchTokens"):
     if "log kept mass" in largest:  # how much of each Δ is the sampler's renormalisation, how much drift
         table["log kept mass"], table["drift"] = largest["log kept mass"].to_numpy(), largest["drift"].to_numpy()
     st.markdown(f"**Largest mismatches** of {markdown_literal(run_label(run.run_dir))}: the {len(table)} tokens with the largest |Δ|")
-    key = f"{StateKey.MISMATCH}:largest:{run.version}"
-    st.dataframe(
-        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",
-        on_select=lambda: pick_search_result(key, table["step"].tolist(), table["sample"].tolist()),
-        column_config={"sample": st.column_config.NumberColumn(help="Sample index in its step's batch")},
-    )
+    draw_sample_rows(table, f"{StateKey.MISMATCH}:largest:{run.version}")
     st.caption("Click a row to show that sample in Each Step Response below; its token table has the sampler's log-prob, Δ and the ratio of every token.")
 
 
@@ -1757,20 +1731,26 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
         table["found in"] = np.where(found.place[shown.index] == 1, "prompt", "response")
         table["match"] = match_snippets(run_texts(run.run_dir), shown, found.place[shown.index], found.start[shown.index], found.end[shown.index])
     table["file"], table["line"] = [Path(path).name for path in shown["path"]], shown["line"].to_numpy()
-    st.dataframe(
-        table, width="stretch", height=min(400, 38 + 35 * len(table)), hide_index=True, key=key,
-        on_select=lambda: pick_search_result(key, shown["step"].tolist(), shown["sample"].tolist()), selection_mode="single-row",
-        column_config={
-            "sample": st.column_config.NumberColumn(help="Sample index in its step's batch"),
-            "match": st.column_config.TextColumn(width="large", help="The text around the first match, which is between ⟦ ⟧"),
-        },
-    )
+    draw_sample_rows(table, key, {"match": MATCH_COLUMN})
     st.caption(
         (f"The first {RESULTS_SHOWN:,} results are listed. " if len(shown) < len(ordered) else "")
         + "Click a row to show that sample in Each Step Response below. The downloads hold "
         + f"the {len(ordered):,} results" + (f" of {len(results):,} found: narrow the filter, or raise Top N (at most {EXPORT_ROWS:,}), to download others." if len(ordered) < len(results) else ".")
     )
     draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search")
+
+
+# A table of samples (with their step and sample columns), each row a click that shows that sample in Each Step Response.
+def draw_sample_rows(table: pd.DataFrame, key: str, column_config: dict | None = None):
+    st.dataframe(
+        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",
+        on_select=lambda: pick_search_result(key, table["step"].tolist(), table["sample"].tolist()),
+        column_config={"sample": st.column_config.NumberColumn(help="Sample index in its step's batch")} | (column_config or {}),
+    )
+
+
+# A search's text around its first match, in a table of samples.
+MATCH_COLUMN = st.column_config.TextColumn(width="large", help="The text around the first match, which is between ⟦ ⟧")
 
 
 # Clicking a result (of a search, or a largest mismatch) moves the step selector and the sample in view to it.

@@ -2,15 +2,13 @@
 two halves of one run and for two runs; a click on a prompt shows its responses on each side with the words that
 differ marked, hostile text escaped; nothing is computed while the region is closed."""
 
-import json
 
 import pandas as pd
 import pytest
-from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 import rl_logging_board as board
 from tests.page.test_history import downloads  # noqa: F401  (a fixture)
-from tests.support.page import lines_of, load_and_view, start, widget
+from tests.support.page import click_row, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 HOSTILE = "<script>alert(1)</script> :red[x] ] [link](http://example.com)"
@@ -55,13 +53,6 @@ def expected_counts(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, int]:
             "improved": int(((rates["b"] > rates["a"]) & (rates["a"] > 0)).sum()), "unchanged": int((rates["b"] == rates["a"]).sum())}
 
 
-def click(app, frame, row: int):
-    states = app._tree.get_widget_states()  # as the browser sends it (tests/page/test_search.py says why)
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
-
-
 def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_responses(root, monkeypatch):
     app = load_and_view(start(root, monkeypatch))
     assert not [metric for metric in app.get("metric") if metric.label == "regressed"]  # closed: nothing computed
@@ -74,7 +65,7 @@ def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_r
     table = frame.value
     assert table["prompt"].tolist()[:2] == ["add 2 and 3", "add 5 and 5"]  # the worst change first
     assert table.set_index("prompt")["samples_a"].to_dict() == lines[lines["step"] == 1].groupby("prompt").size().to_dict()
-    click(app, frame, 0)
+    click_row(app, frame, 0)
     details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
     assert widget(details.selectbox, "A's response").value == 0 and widget(details.selectbox, "B's response").value == 0
     marked = [markdown.value for markdown in details.markdown if "background[" in markdown.value]

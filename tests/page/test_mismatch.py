@@ -10,10 +10,9 @@ import math
 
 import numpy as np
 import pytest
-from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from tests.support import SAMPLES
-from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 BUNDLED = SAMPLES / "grpo_tiny_mismatch_example"
@@ -103,10 +102,7 @@ def test_a_largest_mismatch_clicked_shows_its_sample_with_the_sampler_columns(ro
     assert list(zip(frame.value["step"], frame.value["sample"], frame.value["token position"])) == [row[1:] for row in every[:20]]
     assert frame.value["token"].tolist() == [f"w{position}" for *_, position in every[:20]]
     # A click on the second row, sent as the browser sends it (tests/page/test_search.py says why).
-    states = app._tree.get_widget_states()
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [1], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
+    click_row(app, frame, 1)
     _, step, index, position = every[1]
     assert widget(app.slider, f"Step Index({STEPS} total steps)").value == step
     assert widget(app.number_input, "Sample index in current step batch").value == index

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
 import rl_board.reading.search
@@ -22,7 +21,7 @@ from rl_board.reading.search import (
     search_pattern,
 )
 from rl_board.text import markdown_literal
-from tests.support.page import batch_table, chart_spec, load_and_view, start, widget
+from tests.support.page import batch_table, chart_spec, click_row, load_and_view, start, widget
 from tests.support.runs import load, sample, write_lines
 from tests.support.search_runs import (
     BAD_UTF8_FIELDS,
@@ -277,10 +276,7 @@ def test_clicking_a_result_shows_that_sample(needle_run, monkeypatch):
     search_page(app, "haystack")
     frame = next(frame for frame in app.dataframe if frame.key and frame.key.startswith("search_results:"))
     row = [(file, int(line)) for file, line in zip(frame.value["file"], frame.value["line"])].index(positions["haystack_lower"])
-    states = app._tree.get_widget_states()
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
+    click_row(app, frame, row)
     chosen = lines[positions["haystack_lower"]]
     step_lines = sorted(position for position, line in lines.items() if line["step"] == chosen["step"])  # batch order: file, line
     assert widget(app.slider, "Step Index(3 total steps)").value == chosen["step"] == 2

@@ -2,14 +2,12 @@
 recomputed here from the lines, the steps where it fired marked, the rule under the chart, a compared run as a second
 line, and a click on a firing's example sample showing that sample."""
 
-import json
 
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.proto.WidgetStates_pb2 import WidgetState
 
-from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 STEPS, SHIFT, WINDOW = 30, 21, 5
@@ -101,9 +99,6 @@ def test_a_firing_s_example_sample_clicked_shows_that_sample(root, monkeypatch):
     assert list(zip(frame.value["step"], frame.value["sample"])) == [(step, index) for step in fired for index in (0, 1, 2)]
     assert (frame.value["reward"] == 1.0).all()
     # A click on the fifth row, sent as the browser sends it (tests/page/test_search.py says why).
-    states = app._tree.get_widget_states()
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [4], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
+    click_row(app, frame, 4)
     assert widget(app.number_input, "Sample index in current step batch").value == 1
     assert widget(app.slider, f"Step Index({STEPS} total steps)").value == fired[1]

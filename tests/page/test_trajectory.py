@@ -2,14 +2,12 @@
 line's tokens, a click on a turn opening it (tool call, result, error: as text) and limiting the token area to its span,
 bad turns noted without breaking the view, and the Step-Tools tab's counts equal to a recount of the lines."""
 
-import json
 
 import numpy as np
 import pytest
-from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 import rl_logging_board as board
-from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 from tests.support.vision_tool_runs import draw_images
 
@@ -52,13 +50,6 @@ def trajectory_frame(app):
     return next(frame for frame in app.dataframe if frame.key and frame.key.startswith("trajectory:"))
 
 
-def click(app, frame, row: int):
-    states = app._tree.get_widget_states()  # as the browser sends it (tests/page/test_search.py says why)
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
-
-
 def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root, monkeypatch):
     app = load_and_view(start(root, monkeypatch))
     widget(app.number_input, "Sample index in current step batch").set_value(2).run()
@@ -80,14 +71,14 @@ def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root
     errors = sum("error" in turn for turn in turns)
     assert f"{len(turns)} turns · {len(turns) // 2 - 1} tool calls · {errors} tool errors · stopped: stop" in header
     # The second tool call's arguments are not JSON: kept as written. A click on its turn opens it.
-    click(app, frame, 3)
+    click_row(app, frame, 3)
     assert turns[3]["tool_calls"][0]["name"] == "calc" and [code.value for code in app.code] == ['{"expr": "1+']
     token_table = next(frame.value for frame in app.dataframe if "logp" in frame.value.columns)
     span = turns[3]
     assert len(token_table) == span["token_end"] - span["token_start"]
     assert token_table["logp"].tolist() == pytest.approx(line["logprobs"][span["token_start"] : span["token_end"]])
     # A tool's turn: its result as text (never HTML), its error escaped.
-    click(app, trajectory_frame(app), 4)
+    click_row(app, trajectory_frame(app), 4)
     assert turns[4]["text"] in [text.value for text in app.text]
     if "error" in turns[4]:
         assert any("bad expression \\<script\\>" in error.value for error in app.error)
@@ -121,7 +112,7 @@ def test_a_turns_images_are_shown_when_it_is_opened(tmp_path, monkeypatch):
     frame = trajectory_frame(app)
     assert frame.value["images"].tolist()[2] == 5 and frame.value["images"].isna().sum() == 3
     assert not any(element.proto.imgs for element in app.get("image"))  # nothing drawn until a turn is opened
-    click(app, frame, 2)
+    click_row(app, frame, 2)
     [image] = [image for element in app.get("image") for image in element.proto.imgs]
     assert image.caption == "image 1 · 1200 × 500"
     [notes] = [caption.value for caption in app.caption if caption.value.startswith("🖼️")]
@@ -140,7 +131,7 @@ def test_a_long_trajectory_s_token_area_shows_its_first_tokens_until_a_turn_is_p
     token_table = next(frame.value for frame in app.dataframe if "logp" in frame.value.columns)
     assert len(token_table) == board.LONG_TRAJECTORY_TOKENS
     assert f"The first {board.LONG_TRAJECTORY_TOKENS:,} of this trajectory's {2 * length:,} tokens" in " ".join(caption.value for caption in app.caption)
-    click(app, trajectory_frame(app), 2)
+    click_row(app, trajectory_frame(app), 2)
     token_table = next(frame.value for frame in app.dataframe if "logp" in frame.value.columns)
     assert len(token_table) == length and token_table["logp"].tolist() == logprobs[length:]
 

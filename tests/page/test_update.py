@@ -7,9 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from streamlit.proto.WidgetStates_pb2 import WidgetState
 
-from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 GENERATIONS, SAMPLES, TOKENS, EPSILON = 3, 6, 8, 0.05
@@ -107,10 +106,7 @@ def test_a_sample_that_drove_a_step_clicked_shows_its_update_columns(root, monke
     assert list(zip(frame.value["step"], frame.value["sample"])) == [row[1:] for row in weights]
     assert frame.value["share of |update|"].tolist() == pytest.approx([weight / total for weight, *_ in weights])
     # A click on the second row, sent as the browser sends it (tests/page/test_search.py says why).
-    states = app._tree.get_widget_states()
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [1], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
+    click_row(app, frame, 1)
     _, generation_step, index = weights[1]
     assert widget(app.number_input, "Sample index in current step batch").value == index
     line = [line for line in lines if line["step"] == generation_step][index]

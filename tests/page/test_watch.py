@@ -12,7 +12,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from rl_board.figures import PICK_STEP
 from rl_board.text import markdown_literal
-from tests.support.page import chart_spec, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 STEPS = (1, 2, 3, 4)
@@ -157,9 +157,6 @@ def test_a_click_on_a_point_lists_the_steps_hits_and_a_hit_opens_its_sample(root
     assert all(match.startswith("⟦I cannot⟧ do that.") for match in frame.value["match"])
     assert "Step 3, of its 6 loaded samples: refusal matches **3**." in [text.value for text in app.markdown]
 
-    states = app._tree.get_widget_states()
-    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [2], "columns": []}})))
-    app._run(states)
-    assert not app.exception, app.exception
+    click_row(app, frame, 2)
     assert widget(app.number_input, "Sample index in current step batch").value == expected[2]
     assert step_lines[expected[2]]["response"] in [text.value for text in app.text]

@@ -16,17 +16,7 @@ from rl_board.formats.agent_turns import MAX_TURNS
 from rl_board.reading.search import export_jsonl
 from rl_board.tokenizer import TOKENIZER_VARIABLE
 from tests.support.agent_formats import agent_record, prime_rl_traces_run, rllm_run, roll_run
-from tests.support.prime_rl_nemo_rl import build_tokenizer, log_episodes, prime_rl_run, save_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def no_tokenizer(monkeypatch):
-    monkeypatch.delenv(TOKENIZER_VARIABLE, raising=False)
+from tests.support.prime_rl_nemo_rl import log_episodes, prime_rl_run, save_tokenizer
 
 
 def lines(path: Path) -> list[dict]:

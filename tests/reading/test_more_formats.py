@@ -17,17 +17,7 @@ from rl_board.formats import FORMATS, areal, board_jsonl, open_instruct, roll
 from rl_board.reading.search import export_jsonl
 from rl_board.tokenizer import TOKENIZER_VARIABLE
 from tests.support.more_formats import areal_run, open_instruct_run, roll_rlvr_run
-from tests.support.prime_rl_nemo_rl import build_tokenizer, save_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def no_tokenizer(monkeypatch):
-    monkeypatch.delenv(TOKENIZER_VARIABLE, raising=False)
+from tests.support.prime_rl_nemo_rl import save_tokenizer
 
 
 # Every loaded line as the board converted it (what a JSONL download gives), in the samples' order.

@@ -17,18 +17,8 @@ import rl_board
 from rl_board.formats import FORMATS, board_jsonl, nemo_rl, prime_rl
 from rl_board.reading.search import export_jsonl
 from rl_board.tokenizer import TOKENIZER_VARIABLE, load_tokenizer
-from tests.support.prime_rl_nemo_rl import QUESTIONS, build_tokenizer, nemo_rl_run, prime_rl_run, save_tokenizer
+from tests.support.prime_rl_nemo_rl import QUESTIONS, nemo_rl_run, prime_rl_run, save_tokenizer
 from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def no_tokenizer(monkeypatch):
-    monkeypatch.delenv(TOKENIZER_VARIABLE, raising=False)
 
 
 def lines(path: Path) -> list[dict]:

@@ -7,17 +7,13 @@ tests/support/prime_rl_nemo_rl.py (the trainers' own writing code) and the other
 import json
 import shutil
 
-import pytest
-
 import rl_board
 from rl_board.formats import FORMATS, TRAINER_OUTPUT, board_jsonl, nemo_rl, openrlhf, prime_rl, trl, wandb_tables
 from rl_board.formats.base import RunLayout
 from rl_board.reading.store import list_runs
-from rl_board.tokenizer import TOKENIZER_VARIABLE
 from tests.support import SAMPLES
 from tests.support.other_trainers import write_openrlhf_rank_files
 from tests.support.prime_rl_nemo_rl import (
-    build_tokenizer,
     nemo_rl_logger_folders,
     nemo_rl_run,
     prime_rl_run,
@@ -28,16 +24,6 @@ from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noq
 from tests.support.wandb_runs import write_wandb
 
 PRIME_RL_FOLDERS = {"token_exports", "rollouts", "logs", "configs", "checkpoints", "broadcasts", "evals"}
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def no_tokenizer(monkeypatch):
-    monkeypatch.delenv(TOKENIZER_VARIABLE, raising=False)
 
 
 # A prime-rl run folder (output_dir / run.name) as the trainer, orchestrator and launcher leave it after two steps.

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pyarrow.ipc
+from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
 import rl_logging_board as board
@@ -86,3 +87,14 @@ def curve_points(spec: dict) -> dict[str, dict[int, dict]]:
 
 def loaded_caption(app) -> str:
     return next(caption.value for caption in app.caption if caption.value.startswith("Loaded "))
+
+
+# A click on a table's row. AppTest cannot click a dataframe row: the row selection is sent as the browser sends it
+# (the table's widget state, a JSON string) through AppTest's private _run, which fires the table's on_select; the
+# browser tests click rows in Chromium.
+def click_row(app: AppTest, frame, row: int) -> AppTest:
+    states = app._tree.get_widget_states()
+    states.widgets.append(WidgetState(id=frame.proto.id, string_value=json.dumps({"selection": {"rows": [row], "columns": []}})))
+    app._run(states)
+    assert not app.exception, app.exception
+    return app
