@@ -37,7 +37,15 @@ import pandas as pd
 import streamlit as st
 import streamlit.components.v1 as components
 
-from rl_board.changes import DIFF_WORDS, STATUSES, PromptChanges, default_threshold, in_steps, prompt_changes, word_diff
+from rl_board.changes import (
+    DIFF_WORDS,
+    STATUSES,
+    PromptChanges,
+    default_threshold,
+    prompt_changes,
+    side_rows,
+    word_diff,
+)
 from rl_board.figures import (
     PICK_STEP,
     VALUE_LABELLED_TOKENS,
@@ -1785,14 +1793,14 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         return
     with details:
         runs = {run_label(shown.run_dir): shown for shown in [run, *compared]}
-        (run_a, steps_a), (run_b, steps_b) = draw_change_sides(runs)
-        a, b = in_steps(runs[run_a].samples, steps_a), in_steps(runs[run_b].samples, steps_b)
+        (run_a, steps_a, where_a), (run_b, steps_b, where_b) = draw_change_sides(runs)
+        a, b = side_rows(runs[run_a].samples, steps_a, where_a), side_rows(runs[run_b].samples, steps_b, where_b)
         functions = [column for column in dict.fromkeys([*runs[run_a].reward_function_columns, *runs[run_b].reward_function_columns]) if column in a and column in b]
         column, threshold = draw_pass_rule(["reward", *functions], a, b)
         if a.empty or b.empty:
             st.info("A side has no loaded sample: widen its steps.")
             return
-        changes = cached_prompt_changes((runs[run_a].version, steps_a, runs[run_b].version, steps_b, column, threshold), a, b)
+        changes = cached_prompt_changes((runs[run_a].version, steps_a, where_a, runs[run_b].version, steps_b, where_b, column, threshold), a, b)
         counted = changes.counts()
         for place, (status, count) in zip(st.columns(len(counted)), counted.items()):
             place.metric(status, f"{count:,}", help=f"Prompts whose {STATUSES[status]}")
@@ -1806,7 +1814,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         shown_statuses = st.pills("Show", list(STATUSES), selection_mode="multi", default=list(STATUSES), key=StateKey.CHANGES + ":statuses")
         table = changes.table[changes.table["status"].isin(shown_statuses)]
         view = table.assign(prompt=[shorten(one_line(text), 120) for text in table["prompt"]]).reset_index(drop=True)[CHANGES_SHOWN]
-        key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, run_b, steps_b, column, threshold, shown_statuses)).encode()).hexdigest()
+        key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, where_a, run_b, steps_b, where_b, column, threshold, shown_statuses)).encode()).hexdigest()
         picked = st.dataframe(
             view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",
             column_config={name: st.column_config.NumberColumn(format="%.3f") for name in ["reward_a", "reward_b", "pass_a", "pass_b", "change", "pass_change"]}
@@ -1822,9 +1830,10 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         draw_prompt_sides(a[a["prompt_key"] == prompt_key], b[b["prompt_key"] == prompt_key], table.loc[prompt_key], functions, settings)
 
 
-# A and B: a run each (when runs are compared) and a window of its steps. By default, with a compared run, all of the
-# shown run against all of the other; else the shown run's first half against its second.
-def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[int, int]]]:
+# A and B: a run each (when runs are compared), a window of its steps and, in a run with facets, optionally one facet's
+# value (a run that mixes validation samples in: text/mode = val). By default, with a compared run, all of the shown
+# run against all of the other; else the shown run's first half against its second.
+def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[int, int], tuple[str, str] | None]]:
     names = list(runs)
     sides = []
     for side, place, default_run in zip("AB", st.columns(2), [names[0], names[min(1, len(names) - 1)]]):
@@ -1840,7 +1849,15 @@ def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[i
             chosen = place.select_slider(f"{side}: steps", steps, value=st.session_state.get(steps_key, default), key=steps_key)
         else:
             chosen = (steps[0], steps[0])
-        sides.append((name, tuple(int(step) for step in chosen)))
+        samples = runs[name].samples
+        values = [None] + [(facet, value) for facet in runs[name].facets for value in sorted(samples[facet].dropna().unique())]
+        where = None
+        if len(values) > 1:
+            where_key = f"{StateKey.CHANGES}:{side}:where"
+            fit_state(where_key, values)
+            where = place.selectbox(f"{side}: samples", values, key=where_key, format_func=lambda item: "every sample" if item is None else one_line(f"{item[0].removeprefix(TEXT_PREFIX)} = {item[1]}"),
+                                    help="Only the samples whose facet has this value, e.g. a run's validation samples (mode = val)")
+        sides.append((name, tuple(int(step) for step in chosen), where))
     return sides
 
 

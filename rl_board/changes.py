@@ -38,11 +38,14 @@ class PromptChanges:
         return {status: int((self.table["status"] == status).sum()) for status in STATUSES}
 
 
-# The samples of a side: a snapshot's rows in a window of steps (both ends included; None: every step).
-def in_steps(samples: pd.DataFrame, steps: tuple[int, int] | None) -> pd.DataFrame:
-    if steps is None:
-        return samples
-    return samples[(samples["step"] >= steps[0]) & (samples["step"] <= steps[1])]
+# The samples of a side: a snapshot's rows in a window of steps (both ends included; None: every step) and, where
+# given, those whose column (a facet: text/mode, text/split) has a value (e.g. the validation samples a run mixes in).
+def side_rows(samples: pd.DataFrame, steps: tuple[int, int] | None = None, where: tuple[str, str] | None = None) -> pd.DataFrame:
+    if steps is not None:
+        samples = samples[(samples["step"] >= steps[0]) & (samples["step"] <= steps[1])]
+    if where is not None:
+        samples = samples[samples[where[0]] == where[1]] if where[0] in samples else samples.iloc[:0]
+    return samples
 
 
 # A threshold to start from: 1 when every reward of the column is 0 or 1 (a correctness reward), else the midpoint of

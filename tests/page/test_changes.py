@@ -91,3 +91,21 @@ def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected_counts(a, b[b["step"] == 3])
     widget(details.number_input, "Pass when at least").set_value(0.5).run()  # the same with these 0/1 rewards
     assert not app.exception
+
+
+def test_a_side_of_a_facet_s_value(tmp_path, monkeypatch):
+    """A run that mixes validation samples in: A every step's training samples, B the validation ones, as counted from
+    the raw lines."""
+    lines = [sample(step, prompt=f"q{k}", reward=float(k % 2 if mode == "train" else (k + 1) % 2), mode=mode) for step in (1, 2) for k in range(4) for mode in ("train", "val")]
+    write_lines(tmp_path / "runs" / "mixed" / "rollout_data_rank_0.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    details = open_changes(app)
+    widget(details.select_slider, "A: steps").set_value((1, 2))
+    widget(details.select_slider, "B: steps").set_value((1, 2))
+    widget(details.selectbox, "A: samples").set_value(("text/mode", "train"))
+    widget(details.selectbox, "B: samples").set_value(("text/mode", "val")).run()
+    raw = pd.DataFrame(lines)
+    expected = expected_counts(raw[raw["mode"] == "train"], raw[raw["mode"] == "val"])
+    assert expected == {"regressed": 2, "newly solved": 2, "improved": 0, "unchanged": 0}
+    details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+    assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected

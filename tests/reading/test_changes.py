@@ -103,6 +103,24 @@ def test_each_status_where_it_was_built(tmp_path):
     assert (regressed["pass_a"], regressed["pass_b"], regressed["length_a"], regressed["length_b"]) == (0.5, 0.0, 3.5, 5.0)
 
 
+def test_a_side_of_a_facet_s_value_the_validation_samples_against_training(tmp_path):
+    """A run that mixes its validation samples in (mode val, as NeMo-RL's, rLLM's and AReaL's are read): A its training
+    samples, B its validation samples at the same steps; each side only its own."""
+    lines = [sample(step, prompt=f"q{k}", reward=float((k + step) % 2), mode=mode) for step in (1, 2) for k in range(4) for mode in ("train", "val") if mode == "train" or k < 3]
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines)
+    run = rl_board.open_run(tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = rl_board.prompt_changes(run, run, where_a=("text/mode", "train"), where_b=("text/mode", "val"), pass_threshold=1)
+    raw = pd.DataFrame(lines).assign(tokens=0)
+    expected = recount(raw[raw["mode"] == "train"], raw[raw["mode"] == "val"], 1)
+    assert list(expected.index) == ["q0", "q1", "q2"] and table["samples_a"].tolist() == table["samples_b"].tolist() == [2, 2, 2]
+    assert sorted(zip(table["prompt"], table["reward_a"], table["reward_b"])) == [(prompt, row["reward_a"], row["reward_b"]) for prompt, row in expected.iterrows()]
+    assert "1 prompt(s) only on A, 0 only on B" in str(caught[0].message)  # q3 has no validation sample
+    with pytest.warns(UserWarning):
+        assert rl_board.prompt_changes(run, run, where_b=("text/split", "val")).empty  # no such facet: B is empty
+
+
 def test_keys_whose_texts_differ_are_left_out_and_counted(tmp_path):
     write_lines(tmp_path / "a" / "rollout_data_rank_0.jsonl", [sample(1, prompt=f"p{k}", reward=1.0) for k in range(3)])
     write_lines(tmp_path / "b" / "rollout_data_rank_0.jsonl", [sample(1, prompt=f"p{k}", reward=0.0) for k in range(3)])
