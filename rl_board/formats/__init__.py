@@ -19,6 +19,8 @@ its test and a row of the README's table.
     open_instruct  open-instruct's rollout traces (<run>_rollouts_<shard>.jsonl, token ids) and their metadata
     skyrl        SkyRL's evaluation dumps (dumped_evals/global_step_<N>_evals/<data_source>.jsonl); its pickles named, not read
     relax        Relax's rollout results (rollout_result/{train,eval}/<rollout_id>.jsonl)
+    tinker       Tinker's rollout summaries (iteration_<N>/{train,eval_<label>}_rollout_summaries.jsonl), texts from
+                 the logtree beside them where they can be attributed
     wandb_tables W&B run folders (offline or synced): every step's logged tables (TRL's completions table mapped),
                  the transaction log run-<id>.wandb the history
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
@@ -38,6 +40,7 @@ from rl_board.formats import (
     rllm,
     roll,
     skyrl,
+    tinker,
     trackio,
     trl,
     verl,
@@ -48,7 +51,7 @@ from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import CHECKPOINT_FOLDER
 from rl_board.reading.storage import FileStatus
 
-FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, areal, open_instruct, skyrl, relax, wandb_tables, board_jsonl)
+FORMATS = (trl, verl, prime_rl, nemo_rl, rllm, roll, openrlhf, verl_fork, trackio, areal, open_instruct, skyrl, relax, tinker, wandb_tables, board_jsonl)
 
 
 # Hugging Face's Trainer (TRL, and the rollout logger's runs) writes checkpoint-<n>/ (whose trainer_state.json is the
