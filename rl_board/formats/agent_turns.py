@@ -149,3 +149,11 @@ def encoded(line: dict) -> bytes:
         return json.dumps(line, ensure_ascii=False, default=str).encode()
     except UnicodeEncodeError:
         return json.dumps(line, default=str).encode()
+
+
+# A conversation as a line's prompt or response: one plain message (its role and text alone) as its text, anything
+# else as the messages themselves.
+def messages_value(messages: list):
+    if len(messages) == 1 and isinstance(messages[0], dict) and set(messages[0]) <= {"role", "content"} and isinstance(messages[0].get("content"), str):
+        return messages[0]["content"]
+    return messages

@@ -34,6 +34,7 @@ from rl_board.formats.agent_turns import (
     finite,
     kept_turns,
     message_turn,
+    messages_value,
     tool_calls,
 )
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt, parent_and_name
@@ -237,8 +238,3 @@ def action_tool_calls(action, notes: LineNotes) -> list | None:
     return None
 
 
-# Messages as a prompt or response: one message's text content is its text; others the list.
-def messages_value(messages: list):
-    if len(messages) == 1 and isinstance(messages[0], dict) and isinstance(messages[0].get("content"), str) and not messages[0].get("tool_calls"):
-        return messages[0]["content"]
-    return messages

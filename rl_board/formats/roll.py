@@ -35,7 +35,7 @@ and sampling_params (parsed) kept as fields."""
 import json
 import re
 
-from rl_board.formats.agent_turns import LineNotes, Notes, encoded, finite, kept_turns, message_turn
+from rl_board.formats.agent_turns import LineNotes, Notes, encoded, finite, kept_turns, message_turn, messages_value
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt
 from rl_board.reading.storage import FileStatus
 from rollout_logger.metadata import FORMAT_KEYS
@@ -179,8 +179,3 @@ def rlvr_line(fields: dict, step: int, notes: LineNotes) -> dict:
     return line
 
 
-# Messages as a prompt or response: one message's text content is its text; others the list.
-def messages_value(messages: list):
-    if len(messages) == 1 and isinstance(messages[0], dict) and isinstance(messages[0].get("content"), str) and not messages[0].get("tool_calls"):
-        return messages[0]["content"]
-    return messages

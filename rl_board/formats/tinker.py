@@ -43,9 +43,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rl_board.formats.agent_turns import Notes, encoded, finite
+from rl_board.formats.agent_turns import Notes, encoded, finite, messages_value
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, parent_and_name
-from rl_board.formats.rllm import messages_value
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
 from rollout_logger.metadata import FORMAT_KEYS
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rl_board.formats.agent_turns import LineNotes, finite, kept_turns, message_turn
+from rl_board.formats.agent_turns import LineNotes, finite, kept_turns, message_turn, messages_value
 from rl_board.formats.base import group_of_prompt
 from rl_board.reading.storage import read_file
 from rl_board.tokenizer import tokens_of
@@ -129,11 +129,6 @@ def reward_scores(rewards: dict) -> dict | None:
     return {name: reward.get("score") for name, reward in rewards.items() if isinstance(reward, dict)} or None
 
 
-# Messages as a prompt or response: one message of only role and text content is its text; others the list.
-def messages_value(messages: list):
-    if len(messages) == 1 and isinstance(messages[0], dict) and set(messages[0]) <= {"role", "content"} and isinstance(messages[0].get("content"), str):
-        return messages[0]["content"]
-    return messages
 
 
 # Why the trace ended, as the board says it (rollout_logger's STOP_REASONS), from its stop_condition, its errors and
