@@ -1141,7 +1141,7 @@ def draw_watch_patterns(root: str, patterns: list["WatchPattern"]):
     key = StateKey.WATCH + ":"
     with st.expander(f"Watch patterns of this root ({len(patterns)} saved)", expanded=not patterns):
         with st.form(key + "form", border=False):
-            name_column, pattern_column, field_column, option_column = st.columns([2, 4, 2, 2], vertical_alignment="bottom")
+            name_column, pattern_column, field_column, option_column = st.columns([2, 3.4, 1.8, 2.8], vertical_alignment="bottom")
             name_column.text_input("Name", key=key + "name", placeholder="refusal", max_chars=80)
             pattern_column.text_input("Pattern", key=key + "pattern", placeholder=r"I cannot|I can't", help="RE2 syntax (no look-around or backreferences), or the text as it is with Regular expression off.")
             field_column.selectbox("Field", list(SEARCH_PLACES), index=list(SEARCH_PLACES).index("response"), key=key + "field")
