@@ -19,6 +19,7 @@ from rl_board.reading.store import RunStore
 from tests.conftest import PROJECT
 from tests.support.other_trainers import verl_run
 from tests.support.runs import sample, write_lines
+from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
 
 BAD_LINE = b'{"step": 3, "reward": \n'
 NOT_UTF8_NAME = b"rank\xff.jsonl"
@@ -142,7 +143,27 @@ def test_a_cache_the_board_left_partly_parsed_is_completed(tmp_path, monkeypatch
     assert sorted(run_samples(run)["reward"]) == sorted(step + k for step in (1, 2) for k in range(5)) and parsed == []
 
 
+@pytest.mark.slow
+def test_a_bucket_is_indexed_by_dask_workers_and_opens_from_the_cache(tmp_path, monkeypatch, capsys, s3_server):
+    """The runs of an s3:// root, read by a LocalCluster's workers (the credentials and endpoint theirs by the
+    environment), open from the cache folder without a request for their lines."""
+    pytest.importorskip("distributed")
+    written = {"a": [sample(step, reward=step / 4 + k) for step in range(1, 5) for k in range(3)], "b": [sample(step, reward=-step - k) for step in range(1, 3) for k in range(4)]}
+    for run, lines in written.items():
+        for rank in range(2):
+            write_lines(tmp_path / "root" / run / f"rollouts_rank{rank}.jsonl", lines[rank::2])
+    root = f"s3://{make_bucket(s3_server.endpoint_url, 'index-cli')}/runs"
+    upload_folder(s3_server.endpoint_url, tmp_path / "root", root)
+    assert main(["index", root, "--dask", "local"]) == 0
+    assert summary_rows(capsys.readouterr().out)["total: 2 run(s)"][:2] == ["4", str(sum(map(len, written.values())))]
+    indexed, parsed = count_calls(monkeypatch, "index_chunk"), count_calls(monkeypatch, "summarize_lines")
+    for run, lines in written.items():
+        assert sorted(rl_board.open_run(f"{root}/{run}").samples["reward"]) == sorted(line["reward"] for line in lines)
+    assert indexed == [] and parsed == []
+
+
 def test_a_root_that_cannot_be_listed_is_named(tmp_path, capsys):
     assert main(["index", str(tmp_path / "missing")]) == 2
     assert f"{tmp_path / 'missing'} could not be listed" in capsys.readouterr().err
-    assert subprocess.run([sys.executable, "-m", "rl_board", "index", "s3://bucket/x", "--cache", "s3://bucket/cache"], cwd=PROJECT, capture_output=True, text=True).returncode == 2
+    remote_cache = subprocess.run([sys.executable, "-m", "rl_board", "index", "s3://bucket/x", "--cache", "s3://bucket/cache"], cwd=PROJECT, capture_output=True, text=True)
+    assert remote_cache.returncode == 2 and "--cache must be a folder on a file system" in remote_cache.stderr
