@@ -144,7 +144,7 @@ def test_a_cache_the_board_left_partly_parsed_is_completed(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
-def test_a_bucket_is_indexed_by_dask_workers_and_opens_from_the_cache(tmp_path, monkeypatch, capsys, s3_server):
+def test_a_bucket_is_indexed_by_dask_workers_and_opens_from_the_cache(tmp_path, monkeypatch, capsys, s3_server):  # noqa: F811
     """The runs of an s3:// root, read by a LocalCluster's workers (the credentials and endpoint theirs by the
     environment), open from the cache folder without a request for their lines."""
     pytest.importorskip("distributed")
