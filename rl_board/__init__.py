@@ -44,6 +44,8 @@ The map, by the data path (each module's docstring says more; only the page impo
     the charts                                 figures.py           Vega-Lite specs, the token heat map, running text
     text as the page shows it                  text.py              escaping (markdown_literal, one_line), tokens
     the API                                    run.py               open_run, list_runs, Run, prompt_changes
+    a root indexed ahead of time               indexing.py          every run's cache, fully parsed, on the pool or
+                                                                    Dask (`python -m rl_board index`: __main__.py)
 """
 
 __all__ = ["Run", "list_runs", "open_run", "pattern_rate", "prompt_changes"]

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -109,7 +109,8 @@ class RunStore:
 
     # Bring every file up to date, parse what the selection needs, and return an immutable snapshot. A worker process
     # that dies (killed, out of memory) breaks the pool: it is started again and the run read again, once, with a note.
-    def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: bool | None = None) -> "RunSnapshot":
+    # parallel: the worker pool (None: when there is much to read) or an Executor of other workers (run_tasks).
+    def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: "bool | Executor | None" = None) -> "RunSnapshot":
         with self.lock:
             try:
                 return self.updated(max_samples, files_progress, samples_progress, parallel)
@@ -148,13 +149,16 @@ class RunStore:
         if parallel is None:
             parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
         self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
-        selected = self.parse_selected(max_samples, parallel, samples_progress)
+        selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = len(self.files) >= BUNDLED_FILES and sum(len(index.lines["offset"]) for index in self.files.values()) <= BUNDLED_ROWS
         for index in changed:
             index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
-            if not bundle:
-                self.cache.save(index)
-        if bundle and changed:
+        # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
+        written = parsed | {index.path for index in changed}
+        if not bundle:
+            for path in written:
+                self.cache.save(self.files[path])
+        if bundle and written:
             self.cache.save_run(self.run_dir, self.files.values())
         if changed or not same_files:
             self.snapshots = {}
@@ -193,18 +197,20 @@ class RunStore:
             files_progress(1.0, f"Loading {len(self.files)} / {len(self.files)} files...")
 
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
-    # (a line that turns out bad makes room for the next one of its step); returns the selection.
-    def parse_selected(self, max_samples: int, parallel: bool, progress) -> "Selection":
+    # (a line that turns out bad makes room for the next one of its step); returns the selection and the paths of the
+    # files of which lines were parsed.
+    def parse_selected(self, max_samples: int, parallel: bool, progress) -> tuple["Selection", set[str]]:
         unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
-        self.parse_rows(unknown, parallel, progress)
+        parsed = self.parse_rows(unknown, parallel, progress)
         while True:
             wanted = select_lines(self.files, max_samples)
             todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.rows.items()}
             if not any(len(rows) for rows in todo.values()):
-                return wanted
-            self.parse_rows(todo, parallel, progress)
+                return wanted, parsed
+            parsed |= self.parse_rows(todo, parallel, progress)
 
-    def parse_rows(self, todo: dict, parallel: bool, progress):
+    # Parse the rows of each file in todo; returns the paths of the files of which rows were parsed.
+    def parse_rows(self, todo: dict, parallel: bool, progress) -> set[str]:
         tasks, owners = [], []
         for path, rows in todo.items():
             lines = self.files[path].lines
@@ -218,6 +224,7 @@ class RunStore:
             done += len(part)
             if progress:
                 progress(done / total, f"Processing {done} / {total} more samples...")
+        return {path for path, _ in owners}
 
 
 # Runs are the root's sub-folders, and the root itself when one of the formats' layouts makes it a run (it holds rank

@@ -9,7 +9,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
@@ -89,13 +89,14 @@ def batches_of_rows(rows: np.ndarray, lengths: np.ndarray, batch_bytes: int = 8 
 # Run (function, args) tasks on the worker processes, or here when small; yields results in task order. A task's
 # function is a module-level function of this package: it pickles by name, and a worker imports its module once. A
 # worker that dies (killed, out of memory) breaks its pool for good: that pool is replaced, and BrokenProcessPool
-# raised for the caller to run its tasks again.
-def run_tasks(tasks: list, parallel: bool):
+# raised for the caller to run its tasks again. parallel may instead be an Executor of other workers (Dask's
+# client.get_executor(), for `python -m rl_board index --dask`): the tasks run there.
+def run_tasks(tasks: list, parallel: "bool | Executor"):
     if not parallel or len(tasks) < 2:
         for function, args in tasks:
             yield function(*args)
         return
-    pool = worker_pool()
+    pool = parallel if isinstance(parallel, Executor) else worker_pool()
     try:
         futures = [pool.submit(function, *args) for function, args in tasks]
         for future in futures:

@@ -11,7 +11,7 @@ from tests.conftest import PROJECT
 PACKAGE = PROJECT / "rl_board"
 # The package's layers from the bottom up: a module imports only modules of its own layer and of those below. The
 # formats sit inside the reading layer: they read files through storage and lines, and the store and the snapshot
-# ask them. rl_board/__init__ and run.py, the API, are on top.
+# ask them. rl_board/__init__ and run.py, the API, are on top, with indexing.py and __main__.py, the command line.
 LAYERS = [
     ["rl_board.text", "rl_board.tokenizer"],
     ["rl_board.reading.storage", "rl_board.reading.lines", "rl_board.reading.index", "rl_board.reading.history", "rl_board.reading.images", "rl_board.reading.workers", "rl_board.reading.trackio_db", "rl_board.reading.wandb_log"],
@@ -54,7 +54,7 @@ def test_only_the_page_imports_streamlit_and_only_the_figures_plotly():
 
 def test_each_module_imports_only_its_layer_and_the_layers_below():
     for module, imports in MODULES.items():
-        if module in ("rl_board", "rl_board.run", "rl_board.reading"):
+        if module in ("rl_board", "rl_board.run", "rl_board.reading", "rl_board.indexing", "rl_board.__main__"):
             continue
         above = sorted(name for name in imports if name.split(".")[0] == "rl_board" and layer_of(name) > layer_of(module))
         assert above == [], f"{module} imports {above}, of a layer above its own"

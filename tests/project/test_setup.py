@@ -47,7 +47,8 @@ def board_imports():
 
 
 def test_board_extra_installs_every_module_the_board_imports(metadata):
-    board = {canonicalize_name(r.name) for r in extra_requirements(metadata, "board")}
+    """The `board` extra, and for `python -m rl_board index --dask` alone (which imports them only then) the `dask` one."""
+    board = {canonicalize_name(r.name) for r in extra_requirements(metadata, "board") + extra_requirements(metadata, "dask")}
     provided_by = importlib.metadata.packages_distributions()
     third_party = sorted(name for name in board_imports() if name not in sys.stdlib_module_names)
     assert third_party, "no third-party imports found: the parse is wrong"

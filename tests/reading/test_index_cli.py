@@ -1,0 +1,169 @@
+"""`python -m rl_board index ROOT`: every run under a root indexed ahead of time (the worker pool, or Dask's workers),
+into the cache folder a board or open_run then opens each run from without reading its files again."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import rl_board
+import rl_board.indexing
+import rl_board.reading.store
+from rl_board.__main__ import DASK_MISSING, main
+from rl_board.reading.index import BUNDLED_FILES, GOOD, UNPARSED, IndexCache
+from rl_board.reading.store import RunStore
+from tests.conftest import PROJECT
+from tests.support.other_trainers import verl_run
+from tests.support.runs import sample, write_lines
+from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
+
+BAD_LINE = b'{"step": 3, "reward": \n'
+NOT_UTF8_NAME = b"rank\xff.jsonl"
+
+
+def write_root(root: Path) -> dict[str, list[dict]]:
+    """Three runs: two rank files with a bad line; a file per step, enough for the one bundled cache file; verl's
+    dumps (converted into the cache folder first), with a file whose name is not UTF-8 beside them. Returns the
+    board-format runs' lines as written."""
+    ranks = [[sample(step, reward=step + rank / 10 + k / 100, group_id=f"{step}-{k % 2}") for step in range(1, 7) for k in range(4)] for rank in range(2)]
+    write_lines(root / "ranks" / "rollouts_rank0.jsonl", ranks[0])
+    write_lines(root / "ranks" / "rollouts_rank1.jsonl", ranks[1][:5] + [BAD_LINE] + ranks[1][5:])
+    per_step = {step: [sample(step, reward=step * 2 + k / 10, **({"rewards_per_func": {"f": k}} if step % 2 else {})) for k in range(3)] for step in range(1, BUNDLED_FILES + 3)}
+    for step, lines in per_step.items():
+        write_lines(root / "step_files" / f"{step}.jsonl", lines)
+    shutil.move(str(verl_run(root.parent / "verl_output", steps=3, validation_steps=()) / "rollout"), str(root / "verl_rollout"))
+    (root / "verl_rollout" / Path(NOT_UTF8_NAME.decode("utf-8", "surrogateescape"))).write_bytes(b"")
+    return {"ranks": ranks[0] + ranks[1], "step_files": [line for lines in per_step.values() for line in lines]}
+
+
+def count_calls(monkeypatch, name: str) -> list:
+    calls, original = [], getattr(rl_board.reading.store, name)
+    monkeypatch.setattr(rl_board.reading.store, name, lambda path, *args: calls.append(Path(path).name) or original(path, *args))
+    return calls
+
+
+def run_samples(run_dir: Path) -> pd.DataFrame:
+    return rl_board.open_run(run_dir).samples.drop(columns=["file"])
+
+
+def assert_runs_open_from_the_cache(root: Path, written: dict, fresh_cache: Path, monkeypatch):
+    """Each run opens without one line indexed or parsed again, for any Max Samples Each Step, and gives the samples a
+    fresh index gives; the board-format runs' rewards per step are those of the lines written."""
+    indexed, parsed = count_calls(monkeypatch, "index_chunk"), count_calls(monkeypatch, "summarize_lines")
+    opened = {run: run_samples(root / run) for run in ("ranks", "step_files", "verl_rollout")}
+    for max_samples in (2, 5):
+        for run in opened:
+            RunStore(str(root / run)).load(max_samples, parallel=False)
+    assert indexed == [] and parsed == []
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(fresh_cache))
+    for run, samples in opened.items():
+        fresh = run_samples(root / run)
+        pd.testing.assert_frame_equal(samples.reset_index(drop=True), fresh.reset_index(drop=True))
+    assert len(indexed) == 2 + BUNDLED_FILES + 2 + 3  # the fresh index did read every file: the counts can fail
+    assert len(opened["verl_rollout"]) == 3 * 3 * 4  # verl_run: 3 prompts per step, n=4
+    for run, lines in written.items():
+        expected = pd.DataFrame(lines).groupby("step")["reward"].apply(sorted)
+        assert opened[run].groupby("step")["reward"].apply(sorted).to_dict() == expected.to_dict()
+
+
+def summary_rows(out: str) -> dict[str, list[str]]:
+    """The summary table's rows by run: format, files, lines, bad lines, skipped files, seconds."""
+    table = out.split("\nrun ")[1].split("\n")
+    rows = [re.split(r"\s{2,}", row.strip()) for row in table[2:] if row.strip() and not row.startswith("-")]
+    return {row[0]: row[1:] for row in rows}
+
+
+def assert_summary(out: str, root: Path, written: dict):
+    rows = summary_rows(out)
+    assert rows[str(root / "ranks")][:5] == ["JSONL, the board's format", "2", str(len(written["ranks"]) + 1), "1", "0"]
+    assert rows[str(root / "step_files")][:5] == ["JSONL, the board's format", str(BUNDLED_FILES + 2), str(len(written["step_files"])), "0", "0"]
+    assert rows[str(root / "verl_rollout")][:5] == ["verl generations dump", "3", "36", "0", "1"]
+    assert rows["total: 3 run(s)"][:4] == [str(2 + BUNDLED_FILES + 2 + 3), str(len(written["ranks"]) + 1 + len(written["step_files"]) + 36), "1", "1"]
+    assert "skipped rank\ufffd.jsonl: the file name is not valid UTF-8" in out
+
+
+def test_the_index_command_builds_the_caches_the_board_opens(tmp_path, monkeypatch, capsys):
+    """With the worker pool: the summary counts each run's files and lines, names the bad line and the skipped file,
+    and the runs then open from the cache."""
+    root = tmp_path / "root"
+    written = write_root(root)
+    cache = tmp_path / "built_cache"
+    assert main(["index", str(root), "--cache", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert f"into {cache}, on this machine's worker pool" in out and out.count(f"/3] {root}") == 3
+    assert_summary(out, root, written)
+    assert_runs_open_from_the_cache(root, written, tmp_path / "fresh_cache", monkeypatch)
+
+
+def test_the_index_command_runs_its_tasks_on_dask(tmp_path, monkeypatch, capsys):
+    """--dask local: a LocalCluster's worker processes index the board-format runs; verl's conversions, made in this
+    process's cache folder, are indexed on the worker pool; the caches are the same as the pool's."""
+    pytest.importorskip("distributed")
+    root = tmp_path / "root"
+    written = write_root(root)
+    workers = {}
+
+    class RecordingStore(RunStore):
+        def load(self, max_samples, *args, parallel=None, **kwargs):
+            workers[Path(self.run_dir).name] = parallel
+            return super().load(max_samples, *args, parallel=parallel, **kwargs)
+
+    monkeypatch.setattr(rl_board.indexing, "RunStore", RecordingStore)
+    assert main(["index", str(root), "--dask", "local"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"on Dask at tcp://127\.0\.0\.1:\d+ \(\d+ workers\)", out)
+    assert [type(workers[run]).__name__ for run in ("ranks", "step_files")] == ["ClientExecutor"] * 2 and workers["verl_rollout"] is True
+    assert_summary(out, root, written)
+    assert_runs_open_from_the_cache(root, written, tmp_path / "fresh_cache", monkeypatch)
+
+
+def test_without_dask_the_pool_indexes_and_dask_is_asked_for_by_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed: importing it raises ImportError
+    write_lines(tmp_path / "root" / "run" / "r.jsonl", [sample(1), sample(2)])
+    with pytest.raises(SystemExit) as stopped:
+        main(["index", str(tmp_path / "root"), "--dask", "local"])
+    assert stopped.value.code == DASK_MISSING
+    assert main(["index", str(tmp_path / "root")]) == 0
+    assert summary_rows(capsys.readouterr().out)[str(tmp_path / "root" / "run")][:5] == ["JSONL, the board's format", "1", "2", "0", "0"]
+
+
+def test_a_cache_the_board_left_partly_parsed_is_completed(tmp_path, monkeypatch, capsys):
+    """The board parses a step's first Max Samples Each Step lines; the command parses the rest into the same cache."""
+    run = tmp_path / "root" / "run"
+    path = write_lines(run / "r.jsonl", [sample(step, reward=step + k) for step in (1, 2) for k in range(5)])
+    RunStore(str(run)).load(2, parallel=False)
+    assert list(IndexCache().load(str(path)).lines["status"]) == [GOOD] * 2 + [UNPARSED] * 3 + [GOOD] * 2 + [UNPARSED] * 3
+    assert main(["index", str(tmp_path / "root")]) == 0
+    assert list(IndexCache().load(str(path)).lines["status"]) == [GOOD] * 10
+    parsed = count_calls(monkeypatch, "summarize_lines")
+    assert sorted(run_samples(run)["reward"]) == sorted(step + k for step in (1, 2) for k in range(5)) and parsed == []
+
+
+@pytest.mark.slow
+def test_a_bucket_is_indexed_by_dask_workers_and_opens_from_the_cache(tmp_path, monkeypatch, capsys, s3_server):  # noqa: F811
+    """The runs of an s3:// root, read by a LocalCluster's workers (the credentials and endpoint theirs by the
+    environment), open from the cache folder without a request for their lines."""
+    pytest.importorskip("distributed")
+    written = {"a": [sample(step, reward=step / 4 + k) for step in range(1, 5) for k in range(3)], "b": [sample(step, reward=-step - k) for step in range(1, 3) for k in range(4)]}
+    for run, lines in written.items():
+        for rank in range(2):
+            write_lines(tmp_path / "root" / run / f"rollouts_rank{rank}.jsonl", lines[rank::2])
+    root = f"s3://{make_bucket(s3_server.endpoint_url, 'index-cli')}/runs"
+    upload_folder(s3_server.endpoint_url, tmp_path / "root", root)
+    assert main(["index", root, "--dask", "local"]) == 0
+    assert summary_rows(capsys.readouterr().out)["total: 2 run(s)"][:2] == ["4", str(sum(map(len, written.values())))]
+    indexed, parsed = count_calls(monkeypatch, "index_chunk"), count_calls(monkeypatch, "summarize_lines")
+    for run, lines in written.items():
+        assert sorted(rl_board.open_run(f"{root}/{run}").samples["reward"]) == sorted(line["reward"] for line in lines)
+    assert indexed == [] and parsed == []
+
+
+def test_a_root_that_cannot_be_listed_is_named(tmp_path, capsys):
+    assert main(["index", str(tmp_path / "missing")]) == 2
+    assert f"{tmp_path / 'missing'} could not be listed" in capsys.readouterr().err
+    remote_cache = subprocess.run([sys.executable, "-m", "rl_board", "index", "s3://bucket/x", "--cache", "s3://bucket/cache"], cwd=PROJECT, capture_output=True, text=True)
+    assert remote_cache.returncode == 2 and "--cache must be a folder on a file system" in remote_cache.stderr
