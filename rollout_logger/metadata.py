@@ -94,7 +94,7 @@ RANK_FILE_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
 # after the batch's lines, in file order from byte 0: {"start", "end" (the batch's byte range), "physical_lines",
 # "line_index", "offset", "length" (int64 arrays as bytes), "step_hint" (float64), "good" (uint8), "step" (int64),
 # "numbers" {name: float64 bytes} (a number absent: NaN on every line), "texts" {name: [str | None]}, "fields"
-# {name: float64 bytes}, "text_fields" {name: [str | None]}, "problems" [[row, kind, text]]}. A record cut short at
+# {name: float64 bytes, or [str | None] for a text/ field}, "problems" [[row, kind, text]]}. A record cut short at
 # the end (a crash while writing it) is ignored; the lines past the last whole record are read from the rank file.
 SUMMARIES_SUFFIX = ".summaries"
 SUMMARIES_MAGIC = b"RLBSUMS\n"

@@ -145,7 +145,7 @@ class JsonlWriter:
         if self._summaries_path is None:
             return
         try:
-            from rl_board.reading import summaries  # the board's own summary of a line, so that both give the same
+            import rl_board.reading.summaries as summaries  # the board's own summary of a line: both give the same
         except ImportError as error:
             self._warn("summaries", f"no summaries file is written ({error}): the board parses the lines when it opens the run")
             return

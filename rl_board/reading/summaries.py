@@ -49,15 +49,16 @@ def batch_record(data: bytes, base: int) -> bytes:
     lines = scan_lines(data, len(data), base)
     summary = summarize_buffer(data, base, lines.offset, lines.length)
     numbers = {name: values.astype("<f8").tobytes() for name, values in summary.numbers.items() if not np.isnan(values).all()}
-    fields = {name: values for name, values in summary.fields.items() if not name.startswith(TEXT_PREFIX)}
     return record({
         "start": base, "end": lines.complete_end, "physical_lines": lines.physical_lines,
         "line_index": lines.line_index.astype("<i8").tobytes(), "offset": lines.offset.astype("<i8").tobytes(),
         "length": lines.length.astype("<i8").tobytes(), "step_hint": lines.step_hint.astype("<f8").tobytes(),
         "good": summary.good.astype(np.uint8).tobytes(), "step": summary.step.astype("<i8").tobytes(),
         "numbers": numbers, "texts": summary.texts,
-        "fields": {name: values.astype("<f8").tobytes() for name, values in fields.items()},
-        "text_fields": {name: values.tolist() for name, values in summary.fields.items() if name not in fields},
+        "fields": {
+            name: values.tolist() if name.startswith(TEXT_PREFIX) else values.astype("<f8").tobytes()
+            for name, values in summary.fields.items()
+        },
         "problems": [list(problem) for problem in summary.problems],
     })
 
@@ -75,8 +76,7 @@ class BatchRecord(msgspec.Struct):
     step: bytes
     numbers: dict[str, bytes]
     texts: dict[str, list[str | None]]
-    fields: dict[str, bytes]
-    text_fields: dict[str, list[str | None]]
+    fields: dict[str, bytes | list[str | None]]
     problems: list[tuple[int, str, str]]
 
 
@@ -158,8 +158,8 @@ def joined_records(records: list[BatchRecord]) -> IndexedChunk:
         numbers={name: joined_column([record.numbers for record in records], counts, name) for name in SUMMARY_NUMBERS},
         texts={name: [text for record in records for text in record.texts[name]] for name in SUMMARY_TEXTS},
         fields={
-            name: joined_column([record.fields | record.text_fields for record in records], counts, name)
-            for name in dict.fromkeys(name for record in records for name in [*record.fields, *record.text_fields])
+            name: joined_column([record.fields for record in records], counts, name)
+            for name in dict.fromkeys(name for record in records for name in record.fields)
         },
         problems=[(row + first, kind, text) for record, first in zip(records, firsts) for row, kind, text in record.problems],
     )
