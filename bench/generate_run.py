@@ -93,19 +93,28 @@ def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps
     return b"".join(orjson.dumps(r, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n" for r in out)
 
 
-def write_rank_file(path: str, seed: int, rank: int, ranks: int, steps: int, samples: int, tokens: int, grpo: bool, extras: bool = False):
+# With summaries, also the file's summaries file, a record per step, as rollout_logger's writer writes one per batch.
+def write_rank_file(path: str, seed: int, rank: int, ranks: int, steps: int, samples: int, tokens: int, grpo: bool, extras: bool = False, summaries: bool = False):
     per_rank = samples // ranks + (1 if rank < samples % ranks else 0)
-    with open(path, "wb") as file:
+    if summaries:
+        from rl_board.reading.summaries import batch_record, summaries_header
+        from rollout_logger.metadata import SUMMARIES_SUFFIX
+    with open(path, "wb") as file, open(path + SUMMARIES_SUFFIX if summaries else os.devnull, "wb") as summaries_file:
+        if summaries:
+            summaries_file.write(summaries_header(Path(path).name))
         for step in range(steps):
-            file.write(step_lines(seed, rank, step, per_rank, tokens, steps, grpo, extras))
+            data = step_lines(seed, rank, step, per_rank, tokens, steps, grpo, extras)
+            if summaries:
+                summaries_file.write(batch_record(data, file.tell()))
+            file.write(data)
 
 
 # Write ranks files of steps x samples (split over ranks) lines of about `tokens` tokens each.
-def write_run(out_dir, steps=20, samples=64, tokens=200, ranks=4, seed=0, grpo=False, workers=None, extras=False) -> list[Path]:
+def write_run(out_dir, steps=20, samples=64, tokens=200, ranks=4, seed=0, grpo=False, workers=None, extras=False, summaries=False) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"rollout_data_rank_{rank}.jsonl" for rank in range(ranks)]
-    args = [(str(p), seed, rank, ranks, steps, samples, tokens, grpo, extras) for rank, p in enumerate(paths)]
+    args = [(str(p), seed, rank, ranks, steps, samples, tokens, grpo, extras, summaries) for rank, p in enumerate(paths)]
     if workers == 1 or ranks == 1:
         for a in args:
             write_rank_file(*a)
@@ -116,6 +125,9 @@ def write_run(out_dir, steps=20, samples=64, tokens=200, ranks=4, seed=0, grpo=F
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's rl_board, for --summaries
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir")
     parser.add_argument("--steps", type=int, default=20)
@@ -125,6 +137,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--grpo", action="store_true", help="also write the GRPO keys of rollout_logger")
     parser.add_argument("--extras", action="store_true", help="also write keys outside the format: data_source, difficulty, acc, pred, a nested and a long value")
+    parser.add_argument("--summaries", action="store_true", help="also write each file's summaries file, as rollout_logger does")
     options = parser.parse_args()
-    written = write_run(options.out_dir, options.steps, options.samples, options.tokens, options.ranks, options.seed, options.grpo, extras=options.extras)
+    written = write_run(options.out_dir, options.steps, options.samples, options.tokens, options.ranks, options.seed, options.grpo, extras=options.extras, summaries=options.summaries)
     print(f"wrote {sum(p.stat().st_size for p in written) / 1e6:.1f} MB in {len(written)} files to {options.out_dir}")

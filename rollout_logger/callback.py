@@ -37,6 +37,7 @@ from .metadata import (
     RANK_FILE,
     ROLLOUTS_FOLDER,
     SAMPLER_META_KEY,
+    SUMMARIES_SUFFIX,
 )
 from .sampler import GenerateLogprobs
 from .writer import JsonlWriter
@@ -579,7 +580,12 @@ class RolloutLoggerCallback(TrainerCallback):
         path = self.run_dir / RANK_FILE.format(rank=accelerator.process_index, launch=self.launch_id)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = JsonlWriter(path, self._warn_once, prepare=ImageFiles(self.run_dir, self._warn_once).resolve)
+            self._writer = JsonlWriter(
+                path,
+                self._warn_once,
+                prepare=ImageFiles(self.run_dir, self._warn_once).resolve,
+                summaries=path.with_name(path.name + SUMMARIES_SUFFIX),
+            )
             if state.is_world_process_zero:
                 metrics_path = self.run_dir / METRICS_FILE.format(launch=self.launch_id)
                 self._metrics_writer = JsonlWriter(metrics_path, self._warn_once)

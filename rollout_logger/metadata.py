@@ -84,6 +84,21 @@ ROLLOUTS_FOLDER = "rollout_samples"
 # A rank's lines: rollout_data_rank_<rank>_<launch id>.jsonl; the launch id orders a resumed run's launches.
 RANK_FILE = "rollout_data_rank_{rank}_{launch}.jsonl"
 RANK_FILE_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
+# Beside each rank file, its lines' summaries as the board indexes them (the rank file's name + SUMMARIES_SUFFIX), so
+# that the board opens a run without parsing its lines (rl_board/reading/summaries.py writes and reads them; the
+# logger writes them on its writing thread when the board's reading layer imports: msgspec and pysimdjson installed).
+# Append-only: SUMMARIES_MAGIC, then records, each a little-endian uint32 payload length, the payload's uint32 CRC-32
+# (zlib.crc32) and the payload (MessagePack). The first record is the header: {"format": SUMMARIES_FORMAT,
+# "summary_format": the board's summary version (rl_board.reading.lines.SUMMARY_FORMAT), "numbers": its summary
+# numbers' names, "data_file": the rank file's name}. Each record after it covers one batch of whole lines, written
+# after the batch's lines, in file order from byte 0: {"start", "end" (the batch's byte range), "physical_lines",
+# "line_index", "offset", "length" (int64 arrays as bytes), "step_hint" (float64), "good" (uint8), "step" (int64),
+# "numbers" {name: float64 bytes} (a number absent: NaN on every line), "texts" {name: [str | None]}, "fields"
+# {name: float64 bytes, or [str | None] for a text/ field}, "problems" [[row, kind, text]]}. A record cut short at
+# the end (a crash while writing it) is ignored; the lines past the last whole record are read from the rank file.
+SUMMARIES_SUFFIX = ".summaries"
+SUMMARIES_MAGIC = b"RLBSUMS\n"
+SUMMARIES_FORMAT = 1
 # The run's settings, written once per launch.
 META_FILE = "rollout_meta_{launch}.json"
 META_FILES = "rollout_meta*.json"

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-
 WRITER_NICENESS = 10  # added to the thread's niceness; 19 is the lowest priority
 
 if importlib.util.find_spec("orjson") is not None:
@@ -71,16 +70,28 @@ class JsonlWriter:
         prepare (`Callable[[list[dict]], None]`, *optional*):
             Run on the writing thread on each batch before it is serialised, e.g. to write its images; it may change
             the records, and reports its own problems.
+        summaries (`Path`, *optional*):
+            Where to write the lines' summaries file (`rollout_logger.metadata.SUMMARIES_SUFFIX`): after each batch's
+            lines, on the writing thread, the board's summary of them, so that the board opens the run without
+            parsing them. Only for a file started empty, and where the board's reading layer imports (msgspec and
+            pysimdjson installed; else a warning, kind `"summaries"`). Its failures stop it alone, with a warning.
     """
 
     def __init__(
-        self, path: Path, warn: Callable[[str, str], None], prepare: Callable[[list[dict]], None] | None = None
+        self,
+        path: Path,
+        warn: Callable[[str, str], None],
+        prepare: Callable[[list[dict]], None] | None = None,
+        summaries: Path | None = None,
     ):
         self.path = path
         self._warn = warn
         self._prepare = prepare
         self._file = open(path, "ab", buffering=0)
         self._size = self._file.seek(0, io.SEEK_END)  # where a batch that fails is cut back to
+        # A summaries file must start with the rank file: none for lines another writer began (the board reads them).
+        self._summaries_path = summaries if summaries is not None and self._size == 0 else None
+        self._summaries = None  # the summaries file, open on the writing thread
         self.failed = False  # set by the writing thread after an I/O error; nothing is written from then on
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._drain, name="rollout-logger-writer", daemon=True)
@@ -101,6 +112,7 @@ class JsonlWriter:
 
     def _drain(self) -> None:
         _yield_to_training()
+        self._open_summaries()
         while (records := self._queue.get()) is not None:
             if self._file is None:  # an I/O error stopped the writing: not even serialised
                 continue
@@ -124,8 +136,61 @@ class JsonlWriter:
                 self._cut_back()
                 self._close_file()
             else:
+                self._add_summaries(data, self._size)
                 self._size += len(data)
         self._close_file()
+        self._stop_summaries()
+
+    def _open_summaries(self) -> None:
+        if self._summaries_path is None:
+            return
+        try:
+            import rl_board.reading.summaries as summaries  # the board's own summary of a line: both give the same
+        except ImportError as error:
+            self._warn("summaries", f"no summaries file is written ({error}): the board parses the lines when it opens the run")
+            return
+        self._summaries_of = summaries.batch_record
+        try:
+            self._summaries = open(self._summaries_path, "wb", buffering=0)
+            self._summaries.write(summaries.summaries_header(self.path.name))
+        except OSError as error:
+            self._summaries_failed(error)
+
+    def _add_summaries(self, data: bytes, base: int) -> None:
+        """Appends the record of a batch written at byte `base`; one cut short by a failure is cut off again."""
+        if self._summaries is None or not data:
+            return
+        try:
+            record = self._summaries_of(data, base)
+        except Exception as error:  # the lines are written; the board parses them instead
+            self._summaries_failed(error)
+            return
+        end = self._summaries.tell()
+        try:
+            view = memoryview(record)
+            while view:
+                written = self._summaries.write(view)
+                if not written:
+                    raise OSError(errno.EIO, "the file took no bytes")
+                view = view[written:]
+        except OSError as error:
+            try:
+                self._summaries.truncate(end)
+            except OSError:
+                pass  # the board ignores a last record cut short
+            self._summaries_failed(error)
+
+    def _summaries_failed(self, error: Exception) -> None:
+        self._warn("summaries", f"writing {self._summaries_path} failed ({error!r}); the board parses the lines past it")
+        self._stop_summaries()
+
+    def _stop_summaries(self) -> None:
+        if self._summaries is not None:
+            try:
+                self._summaries.close()
+            except OSError:
+                pass
+            self._summaries = None
 
     def _write_all(self, data: bytes) -> None:
         """An unbuffered write may take only part of the data (a nearly full disk): write the rest until it raises."""

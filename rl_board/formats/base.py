@@ -35,6 +35,9 @@ class RunFormat:
     # files whose names repeat in a run (prime-rl's step_<n>/rank_<r>.jsonl) or whose path says what their lines do not
     # (NeMo-RL's step); a source not in it keeps its name. Not compared: a change shows as a conversion made again.
     file_contexts: dict = field(default_factory=dict, compare=False)
+    # source -> the listing's entry of its summaries file (the logger's, rollout_logger/metadata.py): its lines are
+    # indexed from it when the source is indexed from scratch. Not compared: it grows with its source.
+    summaries: dict = field(default_factory=dict, compare=False)
 
 
 # One listing of a run folder: its files whose names are valid UTF-8 (tables and caches need it; the others are in the

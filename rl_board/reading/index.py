@@ -30,7 +30,8 @@ from rl_board.reading.lines import (
     scan_lines,
     summarize_buffer,
 )
-from rl_board.reading.storage import FileStatus, canonical_path, file_status, read_range
+from rl_board.reading.storage import Entry, FileStatus, canonical_path, file_status, read_range, read_spans
+from rl_board.reading.summaries import SPOT_CHECKS, RejectedSummaries, disagreement, read_summaries
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
 CACHE_FORMAT = 5
@@ -159,6 +160,23 @@ class FileIndex:
             self.add_summaries(first_row + chunk.parsed_rows, chunk.summary)
         self.take_tail(size)
 
+    # Index the lines its summaries file (the logger's, beside it: rl_board.reading.summaries) covers without parsing
+    # them, when the file agrees with it: the records follow each other from byte 0, their lines lie in order inside
+    # their batches, and SPOT_CHECKS lines spread over them (the first, the last) are whole lines whose parse gives what
+    # it holds. Otherwise it is not used (a note says why) and the lines are read from the file. The lines past it are
+    # read as any file's.
+    def take_summaries(self, summaries: "Entry", size: int):
+        try:
+            raw, got = read_range(summaries.path, 0, summaries.status.size)
+            chunks = read_summaries(bytes(raw[:got]), Path(self.path).name, size)
+            check_spots(self.path, chunks)
+        except (OSError, RejectedSummaries) as error:
+            reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"
+            self.problems.append((0, "note", f"{summaries.name} not used ({reason}): the lines were read from the file"))
+            return
+        if chunks:
+            self.add_chunks(chunks, chunks[-1].lines.complete_end)
+
     # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
     def take_tail(self, size: int):
         self.incomplete_tail = 0
@@ -199,6 +217,26 @@ class FileIndex:
             if got and buffer[0] == ord("\n"):
                 self.indexed_to += 1
         return self.indexed_to
+
+
+# Raises RejectedSummaries where a spot-checked line of chunks (a summaries file's) is not a whole line of the file at
+# its place, or its parse differs from its summary.
+def check_spots(path: str, chunks: list[IndexedChunk]):
+    counts = np.array([len(chunk.lines.offset) for chunk in chunks], dtype=np.int64)
+    if not counts.sum():
+        return
+    spots = np.unique(np.linspace(0, counts.sum() - 1, SPOT_CHECKS).round().astype(np.int64))
+    owners = np.searchsorted(np.cumsum(counts), spots, side="right")
+    rows = spots - (np.cumsum(counts) - counts)[owners]
+    places = [(int(chunks[owner].lines.offset[row]), int(chunks[owner].lines.length[row])) for owner, row in zip(owners, rows)]
+    spans = read_spans([path] * len(places), [max(offset - 1, 0) for offset, _ in places], [length + 1 + (offset > 0) for offset, length in places])
+    for owner, row, (offset, length), span in zip(owners, rows, places, spans):
+        line = span[1:] if offset > 0 else span
+        if (offset > 0 and span[:1] != b"\n") or line[length : length + 1] != b"\n":
+            raise RejectedSummaries(f"the file has no whole line at byte {offset}")
+        reason = disagreement(chunks[owner], int(row), line[:length])
+        if reason:
+            raise RejectedSummaries(f"{reason}, at byte {offset}")
 
 
 # The summary columns of lines not parsed yet. Present from the start, so that storing a parse replaces columns

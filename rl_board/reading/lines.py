@@ -103,6 +103,11 @@ SUMMARY_NUMBERS = [
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
+# The version of what the first pass gives of a line (its numbers, texts and fields, how they are computed): a logger's
+# summaries file (rl_board.reading.summaries) of another version is not used. Raise it with any change to them.
+SUMMARY_FORMAT = 1
+
+
 # Per-line texts of the index besides the numbers: the group id, and the image paths as a JSON list (None: no images).
 SUMMARY_TEXTS = ["group_id", "image_paths"]
 

@@ -140,6 +140,8 @@ class RunStore:
             change = index.change(listing[index.path])
             if change == "new":
                 index.reset()
+                if index.path in run_format.summaries:
+                    index.take_summaries(run_format.summaries[index.path], listing[index.path].size)
             if change != "same":
                 changed.append(index)
         jobs = []

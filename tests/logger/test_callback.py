@@ -11,10 +11,12 @@ import json
 import logging
 import pathlib
 import re
+import shutil
 import statistics
 import time
 from collections import Counter, defaultdict
 
+import pandas as pd
 import pytest
 import torch
 import trl
@@ -22,10 +24,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOTrainer
 
+import rl_board.reading.workers
 import rollout_logger.callback
 import rollout_logger.writer
 from examples.train_grpo_tiny import same_digits, sorted_digits
+from rl_board.reading.store import RunStore
 from rollout_logger import RolloutLoggerCallback, rollout_logging_enabled
+from rollout_logger.metadata import SUMMARIES_SUFFIX
 from rollout_logger.writer import JsonlWriter
 from tests.support import PROJECT
 from tests.support.logger_runs import (
@@ -168,6 +173,7 @@ def test_default_run_files_and_fields(default_run):
     launch_id = FILE_NAME.fullmatch(name).group(1)
     assert sorted(path.name for path in run_dir.iterdir()) == [
         name,
+        name + SUMMARIES_SUFFIX,
         f"rollout_meta_{launch_id}.json",
         f"rollout_metrics_{launch_id}.jsonl",
     ]
@@ -179,6 +185,27 @@ def test_default_run_files_and_fields(default_run):
     assert_well_formed(trainer, default_run["generations"], files[name], steps=[1, 2, 3])
     assert HOOKED <= set(vars(trainer)) and default_run["class_untouched"]  # hooks on the instance, not the class
     assert all(group.startswith(launch_id) for group in {record["group_id"] for record in files[name]})
+
+
+def test_default_run_opens_from_its_summaries_with_the_numbers_of_its_lines(default_run, tmp_path, monkeypatch):
+    """The board opens the run from the summaries file the writer wrote beside the rank file, parsing no line, with
+    the numbers (every KL estimator, rewards per function...) a parse of the same lines gives."""
+    run_dir = default_run["root"] / "my_experiment"
+    [name] = default_run["files"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copyfile(run_dir / name, plain / name)
+    parsed = []
+    summarize = rl_board.reading.workers.summarize_buffer
+    monkeypatch.setattr(rl_board.reading.workers, "summarize_buffer", lambda *args: parsed.append(len(args[2])) or summarize(*args))
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    from_summaries = RunStore(str(run_dir)).load(1 << 30, parallel=False)
+    assert sum(parsed) == 0 and not (from_summaries.problems["kind"] == "note").any()
+    from_lines = RunStore(str(plain)).load(1 << 30, parallel=False)
+    assert sum(parsed) == len(default_run["files"][name])
+    columns = [column for column in from_lines.samples.columns if column not in ("path", "index_id")]
+    assert {"avg_kl_kl", "sum_kl_k1", "avg_kl_k2", "avg_kl_k3", "rewards/sorted_digits", "avg_entropy"} <= set(columns)
+    pd.testing.assert_frame_equal(from_summaries.samples[columns], from_lines.samples[columns], check_exact=True)
 
 
 def test_default_run_logprobs_are_exact(default_run):

@@ -3,14 +3,18 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from rl_board.reading.store import RunStore
+from rollout_logger.metadata import SUMMARIES_SUFFIX
 from tests.support import FIXTURES, PROJECT
 
 SAMPLES = PROJECT / "rollout_samples"
@@ -44,6 +48,15 @@ def test_killed_run_leaves_whole_lines(tmp_path):
     lines = path.read_bytes().split(b"\n")
     records = [json.loads(line) for line in lines[:-1]]  # every line but a cut last one is whole
     assert len(records) >= 50 and all(record["step"] >= 1 for record in records)
+    # Its summaries file, maybe cut in a record, gives the numbers a parse of the same lines gives.
+    assert path.with_name(path.name + SUMMARIES_SUFFIX).stat().st_size > 1000
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copyfile(path, plain / path.name)
+    from_summaries, from_lines = (RunStore(str(folder)).load(1 << 30, parallel=False) for folder in (run_dir, plain))
+    assert not from_summaries.problems["reason"].str.contains("summaries").any()
+    columns = [column for column in from_lines.samples.columns if column not in ("path", "index_id")]
+    pd.testing.assert_frame_equal(from_summaries.samples[columns], from_lines.samples[columns], check_exact=True)
 
 
 @pytest.mark.parametrize("name", BUNDLED_RUNS)

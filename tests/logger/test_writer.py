@@ -3,10 +3,16 @@
 import errno
 import io
 import json
+import struct
+import sys
 
 import pytest
 
+import rl_board.reading.summaries
+import rl_board.reading.workers
 import rollout_logger.writer
+from rl_board.reading.store import RunStore
+from rollout_logger.metadata import SUMMARIES_MAGIC, SUMMARIES_SUFFIX
 from rollout_logger.writer import JsonlWriter, json_line
 
 
@@ -123,3 +129,83 @@ def test_a_batch_a_full_disk_cuts_short_is_not_written(tmp_path, monkeypatch, ra
     data = (tmp_path / "rollouts.jsonl").read_bytes()
     assert [strict_json(line)["response"] for line in data.splitlines()] == ["a", "b"] and data.endswith(b"\n")
     assert warnings == ["io"] and writer.failed
+
+
+# ---------------------------------------------------------------- the summaries file
+
+
+def summarized_run(tmp_path, batches, **writer_options):
+    """A rank file written by the writer with its summaries file; (warnings, the file, its summaries file)."""
+    warnings = []
+    path = tmp_path / "run" / "rollout_data_rank_0_20250101T000000Z.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    summaries = path.with_name(path.name + SUMMARIES_SUFFIX)
+    writer = JsonlWriter(path, lambda kind, message: warnings.append((kind, message)), summaries=summaries, **writer_options)
+    for step, batch in enumerate(batches):
+        writer.write([{"prompt": f"p{step}", "response": "r" * (i + 1), "reward": i / 2, "logprobs": [-0.5] * (i + 1), "ref_logprobs": [-0.25] * (i + 1), "step": step} for i in range(batch)])
+    writer.close()
+    return warnings, path, summaries
+
+
+def opened(run_dir, monkeypatch, cache):
+    """The run opened with an empty index cache, and the lines parsed on the way (not from a summaries file)."""
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(cache))
+    parsed, summarize = [], rl_board.reading.workers.summarize_buffer
+    monkeypatch.setattr(rl_board.reading.workers, "summarize_buffer", lambda data, base, offsets, lengths: parsed.append(len(offsets)) or summarize(data, base, offsets, lengths))
+    snapshot = RunStore(str(run_dir)).load(1 << 30, parallel=False)
+    monkeypatch.setattr(rl_board.reading.workers, "summarize_buffer", summarize)
+    return snapshot, sum(parsed)
+
+
+def test_the_summaries_file_has_a_record_per_batch_and_gives_the_lines_numbers(tmp_path, monkeypatch):
+    warnings, path, summaries = summarized_run(tmp_path, [3, 0, 2, 4])
+    assert warnings == []
+    data = summaries.read_bytes()
+    assert data.startswith(SUMMARIES_MAGIC)
+    lengths, position = [], len(SUMMARIES_MAGIC)
+    while position < len(data):
+        lengths.append(struct.unpack_from("<I", data, position)[0])
+        position += 8 + lengths[-1]
+    assert position == len(data) and len(lengths) == 1 + 3  # the header, then a record per batch written
+    snapshot, parsed = opened(path.parent, monkeypatch, tmp_path / "cache")
+    assert parsed == 0 and snapshot.problems.empty
+    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
+    samples = snapshot.samples.sort_values("offset")
+    assert samples["reward"].tolist() == [line["reward"] for line in lines]
+    assert samples["avg_kl_k1"].tolist() == [0.25 - 0.5] * len(lines)  # r = logp - ref_logp = -0.25 on every token
+
+
+def test_a_file_not_started_empty_gets_no_summaries_file(tmp_path):
+    path = tmp_path / "rollout_data_rank_0_x.jsonl"
+    path.write_bytes(b'{"prompt": "p", "response": "r", "step": 0}\n')
+    writer = JsonlWriter(path, lambda kind, message: pytest.fail(message), summaries=tmp_path / "s")
+    writer.write([{"prompt": "p", "response": "r", "step": 1}])
+    writer.close()
+    assert not (tmp_path / "s").exists() and path.read_bytes().count(b"\n") == 2
+
+
+def test_a_failed_summary_stops_the_summaries_alone_and_the_board_reads_on(tmp_path, monkeypatch):
+    calls = []
+    record_of = rl_board.reading.summaries.batch_record
+
+    def fails_second(data, base):
+        calls.append(base)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return record_of(data, base)
+
+    monkeypatch.setattr(rl_board.reading.summaries, "batch_record", fails_second)
+    warnings, path, summaries = summarized_run(tmp_path, [3, 2, 4])
+    [(kind, message)] = warnings
+    assert kind == "summaries" and "No space left on device" in message and len(calls) == 2
+    assert path.read_bytes().count(b"\n") == 9  # every line written
+    snapshot, parsed = opened(path.parent, monkeypatch, tmp_path / "cache")
+    assert parsed == 6 and len(snapshot.samples) == 9 and snapshot.problems.empty  # the first batch from its summaries
+
+
+def test_without_the_boards_reading_layer_the_lines_are_written_without_summaries(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rl_board.reading.summaries", None)  # msgspec or pysimdjson not installed
+    warnings, path, summaries = summarized_run(tmp_path, [2, 2])
+    [(kind, message)] = warnings
+    assert kind == "summaries" and "the board parses the lines" in message
+    assert not summaries.exists() and path.read_bytes().count(b"\n") == 4

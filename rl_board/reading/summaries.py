@@ -1,0 +1,209 @@
+"""A rank file's summaries file (rollout_logger/metadata.py has its layout): what the first pass gives of each of its
+lines (place, step, numbers, texts, fields, problems), computed by the first pass's own code (lines.py) on the logger's
+writing thread as it appends the lines, so that the board opens the run without parsing them. Here: a batch's record
+as the logger writes it, and the records read back as the indexed chunks a parse gives, checked against the rank file
+by the index (FileIndex.take_summaries). Imports only what lines.py does: the logger imports it."""
+import struct
+import zlib
+
+import msgspec
+import numpy as np
+
+from rl_board.reading.lines import (
+    SUMMARY_FORMAT,
+    SUMMARY_NUMBERS,
+    SUMMARY_TEXTS,
+    TEXT_PREFIX,
+    IndexedChunk,
+    LineSummaries,
+    ScannedLines,
+    missing_values,
+    scan_lines,
+    summarize_buffer,
+)
+from rollout_logger.metadata import SUMMARIES_FORMAT, SUMMARIES_MAGIC
+
+RECORD_HEAD = struct.Struct("<II")  # the payload's length and CRC-32
+
+
+SPOT_CHECKS = 4  # lines read from the rank file and parsed, to compare with their summaries: the first, the last, between
+
+
+class RejectedSummaries(ValueError):
+    """A summaries file that cannot be used for its rank file; the message says why."""
+
+
+def record(payload: dict) -> bytes:
+    data = msgspec.msgpack.encode(payload)
+    return RECORD_HEAD.pack(len(data), zlib.crc32(data)) + data
+
+
+# The start of a summaries file: the magic and the header record.
+def summaries_header(data_file: str) -> bytes:
+    header = {"format": SUMMARIES_FORMAT, "summary_format": SUMMARY_FORMAT, "numbers": SUMMARY_NUMBERS, "data_file": data_file}
+    return SUMMARIES_MAGIC + record(header)
+
+
+# The record of a batch of whole lines, data, written at byte base of its rank file: every line indexed and summarized.
+def batch_record(data: bytes, base: int) -> bytes:
+    lines = scan_lines(data, len(data), base)
+    summary = summarize_buffer(data, base, lines.offset, lines.length)
+    numbers = {name: values.astype("<f8").tobytes() for name, values in summary.numbers.items() if not np.isnan(values).all()}
+    return record({
+        "start": base, "end": lines.complete_end, "physical_lines": lines.physical_lines,
+        "line_index": lines.line_index.astype("<i8").tobytes(), "offset": lines.offset.astype("<i8").tobytes(),
+        "length": lines.length.astype("<i8").tobytes(), "step_hint": lines.step_hint.astype("<f8").tobytes(),
+        "good": summary.good.astype(np.uint8).tobytes(), "step": summary.step.astype("<i8").tobytes(),
+        "numbers": numbers, "texts": summary.texts,
+        "fields": {
+            name: values.tolist() if name.startswith(TEXT_PREFIX) else values.astype("<f8").tobytes()
+            for name, values in summary.fields.items()
+        },
+        "problems": [list(problem) for problem in summary.problems],
+    })
+
+
+# A batch's record, as batch_record writes it.
+class BatchRecord(msgspec.Struct):
+    start: int
+    end: int
+    physical_lines: int
+    line_index: bytes
+    offset: bytes
+    length: bytes
+    step_hint: bytes
+    good: bytes
+    step: bytes
+    numbers: dict[str, bytes]
+    texts: dict[str, list[str | None]]
+    fields: dict[str, bytes | list[str | None]]
+    problems: list[tuple[int, str, str]]
+
+
+class SummariesHeader(msgspec.Struct):
+    format: int
+    summary_format: int
+    numbers: list[str]
+    data_file: str
+
+
+# The chunk a summaries file's records give (none without records), for the rank file named data_file of size bytes:
+# of the records that end within it (one written after the listing is not), in one piece, as a parse of their bytes
+# in one piece gives it. Its last record cut short is ignored; anything else wrong raises RejectedSummaries.
+def read_summaries(raw, data_file: str, size: int) -> list[IndexedChunk]:
+    payloads = record_payloads(memoryview(raw))
+    try:
+        header = msgspec.msgpack.decode(payloads[0], type=SummariesHeader)
+        if (header.format, header.summary_format, header.numbers) != (SUMMARIES_FORMAT, SUMMARY_FORMAT, SUMMARY_NUMBERS):
+            raise RejectedSummaries("another version of the board's summaries wrote it")
+        if header.data_file != data_file:
+            raise RejectedSummaries(f"it summarizes {header.data_file!r}")
+        records, end = [], 0
+        for payload in payloads[1:]:
+            batch = msgspec.msgpack.decode(payload, type=BatchRecord)
+            if batch.end > size:
+                break
+            if batch.start != end:
+                raise RejectedSummaries(f"its records do not follow each other at byte {end}")
+            records.append(batch)
+            end = batch.end
+        return [joined_records(records)] if records else []
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise RejectedSummaries(f"a record cannot be read ({error})") from None
+
+
+# The payloads of a file's records, the header first; its last record cut short is left out.
+def record_payloads(view: memoryview) -> list[memoryview]:
+    if bytes(view[: len(SUMMARIES_MAGIC)]) != SUMMARIES_MAGIC:
+        raise RejectedSummaries("it is not a summaries file")
+    payloads, position = [], len(SUMMARIES_MAGIC)
+    while position + RECORD_HEAD.size <= len(view):
+        length, checksum = RECORD_HEAD.unpack_from(view, position)
+        end = position + RECORD_HEAD.size + length
+        if end > len(view):
+            break  # cut short while written
+        payload = view[position + RECORD_HEAD.size : end]
+        if zlib.crc32(payload) != checksum:
+            if end == len(view):
+                break  # the last record, cut short with its length written
+            raise RejectedSummaries(f"its record {len(payloads)} is damaged")
+        payloads.append(payload)
+        position = end
+    if not payloads:
+        raise RejectedSummaries("it has no header")
+    return payloads
+
+
+# Consecutive batches' records as one chunk, each column joined at once (adding hundreds of chunks to an index one by
+# one cost more than reading them), their lines' places checked: in order, inside their batches.
+def joined_records(records: list[BatchRecord]) -> IndexedChunk:
+    def joined(name: str, dtype: str) -> np.ndarray:
+        return np.frombuffer(b"".join(getattr(record, name) for record in records), dtype=dtype).astype(dtype.lstrip("<"))
+
+    offset, length = joined("offset", "<i8"), joined("length", "<i8")
+    counts = np.array([len(record.offset) // 8 for record in records], dtype=np.int64)
+    starts, ends = (np.repeat([getattr(record, name) for record in records], counts) for name in ("start", "end"))
+    line_ends = offset + length
+    if len(offset) and ((offset < starts).any() or (line_ends >= ends).any() or (length < 0).any() or (offset[1:] <= line_ends[:-1]).any()):
+        raise RejectedSummaries("its lines are not in order inside their batches")
+    physical = np.cumsum([0] + [record.physical_lines for record in records[:-1]])
+    lines = ScannedLines(
+        line_index=joined("line_index", "<i8") + np.repeat(physical, counts), offset=offset, length=length,
+        step_hint=joined("step_hint", "<f8"), physical_lines=sum(record.physical_lines for record in records),
+        complete_end=records[-1].end,
+    )
+    firsts = (np.cumsum(counts) - counts).tolist()
+    summary = LineSummaries(
+        good=joined("good", "<u1").astype(bool), step=joined("step", "<i8"),
+        numbers={name: joined_column([record.numbers for record in records], counts, name) for name in SUMMARY_NUMBERS},
+        texts={name: [text for record in records for text in record.texts[name]] for name in SUMMARY_TEXTS},
+        fields={
+            name: joined_column([record.fields for record in records], counts, name)
+            for name in dict.fromkeys(name for record in records for name in record.fields)
+        },
+        problems=[(row + first, kind, text) for record, first in zip(records, firsts) for row, kind, text in record.problems],
+    )
+    if any(len(column) != len(offset) for column in [lines.line_index, lines.step_hint, summary.good, summary.step, *summary.numbers.values(), *summary.texts.values(), *summary.fields.values()]):
+        raise RejectedSummaries("a record does not have a value of each of its lines")
+    return IndexedChunk(lines, np.arange(len(offset)), summary)
+
+
+# A column of the records' values (float64 bytes, or lists of texts), missing where a record has none.
+def joined_column(columns: list[dict], counts: np.ndarray, name: str) -> np.ndarray:
+    parts = [column.get(name) for column in columns]
+    if all(part is None for part in parts):
+        return missing_values(name, int(counts.sum()))
+    if all(isinstance(part, bytes) for part in parts):
+        return np.frombuffer(b"".join(parts), dtype="<f8").astype(float)
+    return np.concatenate([
+        missing_values(name, count) if part is None else np.frombuffer(part, dtype="<f8").astype(float) if isinstance(part, bytes) else np.array(part, dtype=object)
+        for part, count in zip(parts, counts)
+    ])
+
+
+# Where a row of a chunk and the first pass's parse of its line (line: its bytes) differ, in words; None where they
+# agree in everything: parsed or refused, step, numbers, texts, fields and notes.
+def disagreement(chunk: IndexedChunk, row: int, line: bytes) -> str | None:
+    parsed, kept = summarize_buffer(line, 0, np.array([0]), np.array([len(line)])), chunk.summary
+    if bool(parsed.good[0]) != bool(kept.good[row]):
+        return "a line it has as " + ("refused" if parsed.good[0] else "read") + " is " + ("read" if parsed.good[0] else "refused")
+    if parsed.good[0] and parsed.step[0] != kept.step[row]:
+        return f"a line of step {parsed.step[0]} it has at step {kept.step[row]}"
+    for name in SUMMARY_NUMBERS + sorted(set(parsed.fields) | set(kept.fields)):
+        mine = parsed.numbers[name][0] if name in parsed.numbers else value_of(parsed.fields, name, 0)
+        theirs = kept.numbers[name][row] if name in kept.numbers else value_of(kept.fields, name, row)
+        if not (mine == theirs or (isinstance(mine, float) and isinstance(theirs, float) and np.isnan(mine) and np.isnan(theirs))):
+            return f"a line's {name} it has as {theirs!r}, not {mine!r}"
+    if any(parsed.texts[name][0] != kept.texts[name][row] for name in SUMMARY_TEXTS):
+        return "a line's group or images differ"
+    if [problem[1:] for problem in parsed.problems] != [problem[1:] for problem in kept.problems if problem[0] == row]:
+        return "a line's notes differ"
+    return None
+
+
+# A field's value at a row (missing: None, or NaN in a column of numbers), as a Python value.
+def value_of(fields: dict, name: str, row: int):
+    if name not in fields:
+        return None if name.startswith(TEXT_PREFIX) else float("nan")
+    value = fields[name][row]
+    return float(value) if isinstance(value, (float, np.floating)) else value

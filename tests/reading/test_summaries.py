@@ -1,0 +1,260 @@
+"""The logger's summaries files (rl_board/reading/summaries.py): a run opened from them has the numbers a parse of its
+lines gives, every KL estimator recomputed here from the JSONL lines with numpy; a summaries file that disagrees with
+its rank file (damaged, edited, stale, another version's) is not used, with a note; one cut short, or a rank file
+grown past it, is read on from the lines."""
+
+import json
+import os
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+import pytest
+
+import rl_board.reading.lines
+import rl_board.reading.workers
+from rl_board.reading.store import RunStore
+from rollout_logger.metadata import SUMMARIES_MAGIC, SUMMARIES_SUFFIX
+from rollout_logger.writer import JsonlWriter
+
+RANK_FILES = ("rollout_data_rank_0_20250101T000000Z.jsonl", "rollout_data_rank_1_20250101T000000Z.jsonl")
+STEPS, PER_STEP = 6, 5
+
+
+# A logger's line with everything the first pass summarizes: per-token lists (some with a tool's tokens), reward
+# functions, fields outside the format, loss passes, turns, a policy version, a stop reason, a missing reward.
+def logger_record(rng, rank: int, step: int, sample: int) -> dict:
+    tokens = int(rng.integers(3, 12))
+    logprobs = -rng.exponential(1.0, tokens)
+    record = {
+        "prompt": f"question {step}-{sample // 2} 押韵",
+        "response": " ".join(f"w{i}" for i in range(tokens)),
+        "response_tokens": [f"w{i}" for i in range(tokens)],
+        "logprobs": logprobs.tolist(),
+        "sampler_logprobs": (logprobs + rng.normal(0, 0.05, tokens)).tolist(),
+        "is_ratio": rng.uniform(0.5, 1.5, tokens).tolist(),
+        "ref_logprobs": (logprobs + rng.normal(0, 0.3, tokens)).tolist(),
+        "entropies": rng.gamma(2.0, 0.5, tokens).tolist(),
+        "reward": None if sample == 3 else float(rng.random()),
+        "rewards_per_func": {"accuracy": float(rng.random() < 0.5), "format": float(rng.random())},
+        "advantage": float(rng.normal()),
+        "group_id": f"{step}-{rank}-{sample // 2}",
+        "truncated": bool(sample % 2),
+        "rank": rank,
+        "step": step,
+        "micro_batch": sample % 2,
+        "data_source": ["gsm8k", "math"][sample % 2],
+        "difficulty": sample,
+    }
+    if sample == 1:
+        record["tool_mask"] = [int(i % 3 != 1) for i in range(tokens)]
+        record["turns"] = [
+            {"role": "assistant", "text": "call", "tool_calls": [{"name": "f", "arguments": {}, "id": "1"}]},
+            {"role": "tool", "text": "failed", "tool_name": "f", "error": "boom"},
+        ]
+        record["stop_reason"] = "tool_limit"
+    if sample == 2:
+        record["loss_passes"] = [{"step": step, "micro_batch": 0, "policy_ratio": [1.0] * tokens, "clipped": [0] * (tokens - 1) + [1], "update_weight": rng.normal(0, 1, tokens).tolist()}]
+        record["policy_version"] = max(step - 1, 0)
+    return record
+
+
+# A run written by the logger's writer, a batch per step and rank, with its summaries files.
+def logger_run(folder: Path, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    for rank, name in enumerate(RANK_FILES):
+        writer = JsonlWriter(folder / name, lambda kind, message: pytest.fail(message), summaries=folder / (name + SUMMARIES_SUFFIX))
+        for step in range(STEPS):
+            writer.write([logger_record(rng, rank, step, sample) for sample in range(PER_STEP)])
+        writer.close()
+    return folder
+
+
+def without_summaries(run: Path, folder: Path) -> Path:
+    folder.mkdir()
+    for name in RANK_FILES:
+        shutil.copyfile(run / name, folder / name)
+    return folder
+
+
+# Open a run with an empty index cache (a first open), counting the lines parsed on the way.
+def first_open(run: Path, monkeypatch, tmp_path):
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / f"cache-{len(os.listdir(tmp_path))}"))
+    parsed = []
+    summarize = rl_board.reading.workers.summarize_buffer
+
+    def counted(data, base, offsets, lengths):
+        parsed.append(len(offsets))
+        return summarize(data, base, offsets, lengths)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(rl_board.reading.workers, "summarize_buffer", counted)
+        snapshot = RunStore(str(run)).load(1 << 30, parallel=False)
+    return snapshot, sum(parsed)
+
+
+def numbers(snapshot) -> pd.DataFrame:
+    samples = snapshot.samples.drop(columns=["path", "index_id"])
+    return samples.sort_values(["step", "group_id", "offset"]).reset_index(drop=True)
+
+
+def notes(snapshot) -> list[str]:
+    return [reason for reason in snapshot.problems["reason"] if "summaries" in reason]
+
+
+@pytest.fixture
+def run(tmp_path):
+    return logger_run(tmp_path / "run")
+
+
+@pytest.fixture
+def parsed(run, tmp_path, monkeypatch):
+    """The same rank files without summaries, opened: every line parsed."""
+    snapshot, count = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    assert count == len(RANK_FILES) * STEPS * PER_STEP and not notes(snapshot)
+    return numbers(snapshot)
+
+
+def test_numbers_from_summaries_are_those_of_the_lines(run, parsed, tmp_path, monkeypatch):
+    snapshot, count = first_open(run, monkeypatch, tmp_path)
+    assert count == 0 and snapshot.problems.empty  # not a line parsed (but the spot checks), nothing to report
+    pd.testing.assert_frame_equal(numbers(snapshot), parsed, check_exact=True)
+    for column in ["rewards/accuracy", "extra/difficulty", "text/data_source", "text/stop_reason", "loss_passes", "clipped_tokens", "tool_errors", "staleness", "avg_mismatch_kl", "avg_applied_is_ratio", "tool_tokens"]:
+        assert parsed[column].notna().any(), column  # each kind of summary is there to compare
+
+
+def test_every_kl_estimator_from_summaries_is_recomputed_from_the_lines(run, tmp_path, monkeypatch):
+    snapshot, _ = first_open(run, monkeypatch, tmp_path)
+    samples = snapshot.samples.set_index(["step", "offset", "path"]).sort_index()
+    estimators = {"kl": lambda r: np.exp(r) - 1 - r, "k1": lambda r: r, "k2": lambda r: r**2 / 2, "k3": lambda r: np.exp(-r) + r - 1}
+    checked = 0
+    for name in RANK_FILES:
+        offset = 0
+        for line in (run / name).read_bytes().splitlines(keepends=True):
+            record = json.loads(line)
+            keep = np.array(record.get("tool_mask", [1] * len(record["logprobs"]))) == 1  # a tool's tokens have no KL
+            log_ratio = (np.array(record["logprobs"]) - np.array(record["ref_logprobs"]))[keep]
+            row = samples.loc[(record["step"], offset, str(run / name))]
+            for estimator, function in estimators.items():
+                assert row[f"sum_kl_{estimator}"] == pytest.approx(function(log_ratio).sum(), rel=1e-12, abs=1e-15)
+                assert row[f"avg_kl_{estimator}"] == pytest.approx(function(log_ratio).mean(), rel=1e-12, abs=1e-15)
+            assert row["avg_entropy"] == pytest.approx(np.array(record["entropies"])[keep].mean(), rel=1e-12)
+            assert row["response_tokens_len"] == len(record["response_tokens"])
+            offset += len(line)
+            checked += 1
+    assert checked == len(samples) == len(RANK_FILES) * STEPS * PER_STEP
+
+
+def rewrite_records(path: Path, change):
+    """The summaries file with change(index, payload) applied to each record's decoded payload, CRCs made right."""
+    data = path.read_bytes()
+    out, position, index = [data[: len(SUMMARIES_MAGIC)]], len(SUMMARIES_MAGIC), 0
+    while position < len(data):
+        length, _ = struct.unpack_from("<II", data, position)
+        payload = msgspec.msgpack.decode(data[position + 8 : position + 8 + length])
+        payload = msgspec.msgpack.encode(change(index, payload))
+        out.append(struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
+        position += 8 + length
+        index += 1
+    path.write_bytes(b"".join(out))
+
+
+def step_changed(index, payload):
+    if index == 1:  # the first batch: its first line is spot-checked
+        steps = np.frombuffer(payload["step"], dtype="<i8").copy()
+        steps[0] += 1
+        payload["step"] = steps.tobytes()
+    return payload
+
+
+def reward_changed(index, payload):
+    if index == 1:
+        rewards = np.frombuffer(payload["numbers"]["reward"], dtype="<f8").copy()
+        rewards[0] += 0.5
+        payload["numbers"]["reward"] = rewards.tobytes()
+    return payload
+
+
+def offsets_shifted(index, payload):
+    if index == 1:
+        payload["offset"] = (np.frombuffer(payload["offset"], dtype="<i8") + 1).tobytes()
+        payload["length"] = (np.frombuffer(payload["length"], dtype="<i8") - 1).tobytes()
+    return payload
+
+
+def other_version(index, payload):
+    if index == 0:
+        payload["summary_format"] += 1
+    return payload
+
+
+def damaged(path: Path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside a record that is not the last
+    path.write_bytes(bytes(data))
+
+
+def stale(path: Path):
+    """The rank file written again by another run: its summaries file is the old one's."""
+    other = logger_run(path.parent.parent / "other", seed=1)
+    shutil.copyfile(other / path.name.removesuffix(SUMMARIES_SUFFIX), path.with_name(path.name.removesuffix(SUMMARIES_SUFFIX)))
+
+
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (damaged, "is damaged"),
+        (lambda path: rewrite_records(path, step_changed), "at step"),
+        (lambda path: rewrite_records(path, reward_changed), "reward"),
+        (lambda path: rewrite_records(path, offsets_shifted), "no whole line"),
+        (lambda path: rewrite_records(path, other_version), "another version"),
+        (lambda path: path.write_bytes(b"not a summaries file"), "not a summaries file"),
+        (lambda path: shutil.copyfile(path.with_name(RANK_FILES[1] + SUMMARIES_SUFFIX), path), "it summarizes"),
+        (stale, ""),
+    ],
+    ids=["damaged", "step", "reward", "offsets", "version", "not-summaries", "other-file", "stale"],
+)
+def test_a_summaries_file_that_disagrees_is_not_used_with_a_note(run, tmp_path, monkeypatch, tamper, reason):
+    tamper(run / (RANK_FILES[0] + SUMMARIES_SUFFIX))
+    snapshot, count = first_open(run, monkeypatch, tmp_path)
+    [note] = notes(snapshot)
+    assert note.startswith(f"{RANK_FILES[0]}{SUMMARIES_SUFFIX} not used (") and reason in note and note.endswith("the lines were read from the file")
+    assert count == STEPS * PER_STEP  # the lines of that file parsed, the other file's from its summaries
+    expected, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(expected), check_exact=True)
+
+
+def test_a_summaries_file_cut_short_is_read_to_its_last_whole_record(run, parsed, tmp_path, monkeypatch):
+    path = run / (RANK_FILES[0] + SUMMARIES_SUFFIX)
+    path.write_bytes(path.read_bytes()[:-10])  # a crash while its last record was written
+    snapshot, count = first_open(run, monkeypatch, tmp_path)
+    assert count == PER_STEP and not notes(snapshot)  # the last step's lines of that file, read from the file
+    pd.testing.assert_frame_equal(numbers(snapshot), parsed, check_exact=True)
+
+
+def test_a_rank_file_grown_past_its_summaries_is_read_on(run, tmp_path, monkeypatch):
+    rng = np.random.default_rng(7)
+    with open(run / RANK_FILES[1], "ab") as file:  # lines appended by another writer, and a last one still being written
+        for sample in range(3):
+            file.write(json.dumps(logger_record(rng, 1, STEPS, sample)).encode() + b"\n")
+        file.write(b'{"prompt": "p", "resp')
+    snapshot, count = first_open(run, monkeypatch, tmp_path)
+    assert count == 3 and not notes(snapshot)
+    expected, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(expected), check_exact=True)
+    assert (snapshot.samples["step"] == STEPS).sum() == 3 and (snapshot.problems["kind"] == "incomplete").sum() == 1
+
+
+def test_a_rank_file_cut_short_uses_the_summaries_of_what_is_left(run, tmp_path, monkeypatch):
+    path = run / RANK_FILES[0]
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[: 2 * PER_STEP + 2]))  # two steps and two lines of the third
+    snapshot, count = first_open(run, monkeypatch, tmp_path)
+    assert count == 2 and not notes(snapshot)  # the third step's record ends past the file: its lines parsed
+    expected, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(expected), check_exact=True)
