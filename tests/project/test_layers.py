@@ -14,7 +14,7 @@ PACKAGE = PROJECT / "rl_board"
 # ask them. rl_board/__init__ and run.py, the API, are on top, with indexing.py and __main__.py, the command line.
 LAYERS = [
     ["rl_board.text", "rl_board.tokenizer"],
-    ["rl_board.reading.storage", "rl_board.reading.lines", "rl_board.reading.index", "rl_board.reading.history", "rl_board.reading.images", "rl_board.reading.workers", "rl_board.reading.trackio_db", "rl_board.reading.wandb_log"],
+    ["rl_board.reading.storage", "rl_board.reading.lines", "rl_board.reading.index", "rl_board.reading.history", "rl_board.reading.images", "rl_board.reading.workers", "rl_board.reading.trackio_db", "rl_board.reading.wandb_log", "rl_board.reading.summaries"],
     ["rl_board.formats"],
     ["rl_board.reading.snapshot", "rl_board.reading.store", "rl_board.reading.search"],
     ["rl_board.metrics", "rl_board.mismatch", "rl_board.update", "rl_board.trajectory", "rl_board.watch", "rl_board.changes", "rl_board.staleness", "rl_board.signals"],
