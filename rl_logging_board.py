@@ -1821,8 +1821,8 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
             | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium")},
         )
         buttons = st.container(horizontal=True)
-        buttons.download_button("Prompts (CSV)", functools.partial(lambda rows: rows.to_csv(index=False), table), file_name=f"changes_{run_a}_{run_b}.csv", mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
-        buttons.download_button("Prompts (Parquet)", functools.partial(lambda rows: rows.to_parquet(index=False), table), file_name=f"changes_{run_a}_{run_b}.parquet", mime="application/vnd.apache.parquet", on_click="ignore", icon=":material/download:", help="The CSV's table, typed")
+        buttons.download_button("Prompts (CSV)", functools.partial(lambda rows: rows.to_csv(index=False), table), file_name=f"changes_{run_a}_{run_b}.csv".replace("/", "_"), mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
+        buttons.download_button("Prompts (Parquet)", functools.partial(lambda rows: rows.to_parquet(index=False), table), file_name=f"changes_{run_a}_{run_b}.parquet".replace("/", "_"), mime="application/vnd.apache.parquet", on_click="ignore", icon=":material/download:", help="The CSV's table, typed")
         if not picked.selection.rows:
             st.caption("Sorted by change, the worst first; click a column to sort by it. Click a prompt to see its responses on A and B, word by word.")
             return

@@ -92,6 +92,7 @@ class JsonlWriter:
         # A summaries file must start with the rank file: none for lines another writer began (the board reads them).
         self._summaries_path = summaries if summaries is not None and self._size == 0 else None
         self._summaries = None  # the summaries file, open on the writing thread
+        self._summaries_started = False
         self.failed = False  # set by the writing thread after an I/O error; nothing is written from then on
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._drain, name="rollout-logger-writer", daemon=True)
@@ -112,7 +113,6 @@ class JsonlWriter:
 
     def _drain(self) -> None:
         _yield_to_training()
-        self._open_summaries()
         while (records := self._queue.get()) is not None:
             if self._file is None:  # an I/O error stopped the writing: not even serialised
                 continue
@@ -136,12 +136,15 @@ class JsonlWriter:
                 self._cut_back()
                 self._close_file()
             else:
+                if not self._summaries_started:
+                    self._open_summaries()  # once lines are written: a file that cannot be written at all warns once
                 self._add_summaries(data, self._size)
                 self._size += len(data)
         self._close_file()
         self._stop_summaries()
 
     def _open_summaries(self) -> None:
+        self._summaries_started = True
         if self._summaries_path is None:
             return
         try:
