@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 import streamlit.components.v1 as components
+from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 from rl_board.changes import (
     DIFF_WORDS,
@@ -161,7 +163,7 @@ from rl_board.reading.storage import (
     storage_errors,
 )
 from rl_board.reading.store import RunStore, list_runs
-from rl_board.reading.workers import WORKERS, worker_pool
+from rl_board.reading.workers import WORKERS, LatestJobThread, worker_pool
 from rl_board.signals import DEFAULT_WINDOW, EXAMPLES_PER_STEP, SIGNALS, firing_examples, signals_by_step
 from rl_board.staleness import STALENESS_SERIES, staleness_by_step, staleness_distribution
 from rl_board.text import (
@@ -354,9 +356,36 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
         draw_batch_charts(run, batch)
     draw_step_tables(batch, settings, run.run_dir, step)
     draw_sample_view(run, compared, batch, step, settings)
+    read_ahead(run, step, settings)
     if st.session_state.get(StateKey.SCROLL_TO, ([], 0))[0]:
         scroll_into_view(*st.session_state[StateKey.SCROLL_TO])
         st.session_state[StateKey.SCROLL_TO] = ([], st.session_state[StateKey.SCROLL_TO][1])  # done; its number goes on
+
+
+# The steps either side of the one in view, read in the background while the user looks at it: their lines' texts,
+# tables and charts, and the tokens of the sample in view, into the caches the step area reads, so that moving the
+# step one either way draws from them. The job carries this run's context: Streamlit's caches expect one.
+def read_ahead(run: "RunSnapshot", step: int, settings: "Settings"):
+    position = run.steps.index(step)
+    neighbours = [run.steps[p] for p in (position + 1, position - 1) if 0 <= p < len(run.steps)]
+    sample, context = st.session_state.get(StateKey.SAMPLE_INDEX, 0), get_script_run_ctx()
+
+    def read_neighbours():
+        add_script_run_ctx(threading.current_thread(), context)
+        counted = cached_few_reward_values(run.version, run.samples)
+        for neighbour in neighbours:
+            rows = run.step_rows(neighbour)
+            batch = load_step_batch(lines_key(rows), rows)
+            if batch.problems:
+                continue
+            if settings.show_charts:
+                cached_batch_charts(batch.key, counted, batch.table)
+            if settings.show_batch_samples:
+                cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.pad_token, settings.system_prompt_end)
+            row = batch.table.iloc[min(max(int(sample), 0), len(batch.table) - 1)]
+            load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
+
+    read_ahead_thread().submit(read_neighbours)
 
 
 # The sample in view, right under the table it is picked in, with its tokens and then its group's other completions.
@@ -520,6 +549,10 @@ EXPORT_BYTES = 100 << 20  # of original lines in a JSONL download
 
 
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
+
+
+# Seconds after a step is drawn before its neighbours are read ahead: about what the browser takes to draw it.
+READ_AHEAD_DELAY = 0.3
 
 # STABLE_LAYOUT: an element drawn in one rerun and not the next (a progress bar, a notice) moves every element after it
 # to another place in the page, where the browser builds it anew: a table's tabs built anew scroll their tab into
@@ -2472,6 +2505,13 @@ def run_store(run_dir: str) -> "RunStore":
 @st.cache_resource(show_spinner=False, max_entries=16)
 def load_step_batch(key: str, _rows: pd.DataFrame) -> "StepBatch":
     return read_step_batch(key, _rows)
+
+
+# One read-ahead thread per server, shared by the sessions: it starts a job a moment after it is given, so the browser
+# draws the step in view first.
+@st.cache_resource(show_spinner=False)
+def read_ahead_thread() -> "LatestJobThread":
+    return LatestJobThread(delay=READ_AHEAD_DELAY)
 
 
 # What changed between two sides, per version of each run and choice of steps and pass rule.

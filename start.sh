@@ -68,6 +68,25 @@ case "$address" in
     ;;
 esac
 
-exec "$python" -m streamlit run rl_logging_board.py \
+# Streamlit runs the page's file afresh for each session; its libraries (numpy, pandas, pyarrow, the engine) are
+# imported here first, and the worker processes started, so the first page after a (re)start does not wait for them.
+# The page module imported outside a session warns that its caches have no server yet: those warnings are not shown.
+# Streamlit's one-time check, at a session's first element, that it is not run from a bare Python prompt reads the
+# source of every frame on the stack (0.1 s): it is answered here instead.
+# shellcheck disable=SC2016
+exec "$python" -c '
+import logging, sys
+logging.disable(logging.WARNING)
+import rl_logging_board
+logging.disable(logging.NOTSET)
+import streamlit.delta_generator
+from rl_board.reading.workers import WORKERS, worker_pool
+from streamlit.web.cli import main
+if WORKERS > 1:
+    worker_pool()
+streamlit.delta_generator._use_warning_has_been_displayed = True
+sys.argv[0] = "streamlit"
+sys.exit(main())
+' run rl_logging_board.py \
   --server.port "$port" --server.address "$address" --server.headless true \
   --browser.gatherUsageStats false ${served[@]+"${served[@]}"} -- --root "$root"

@@ -1,6 +1,7 @@
 """The worker processes that index big runs: one spawned pool per server, started before Load & View; tasks are this
 package's functions (index_chunk, summarize_lines, read_texts), pickled by name, so a worker imports only the reading
-layer. Also how files are cut into line-aligned chunks and rows into batches for them."""
+layer. Also how files are cut into line-aligned chunks and rows into batches for them, and the thread that reads ahead
+what the page will likely show next."""
 import contextlib
 import functools
 import gc
@@ -9,6 +10,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -156,3 +158,30 @@ def page_not_rerun():
         main_module.__spec__ = spec
         if file is not None:
             main_module.__file__ = file
+
+
+# One background thread that runs the latest job it is given, after `delay` seconds, dropping an older one not yet
+# started: the page reads the steps either side of the one in view while the user looks at it, and only the latest
+# view's neighbours are worth reading. The delay lets the browser draw the view first on a machine of few cores. A
+# job that fails is dropped: reading that step again when it is shown says why.
+class LatestJobThread:
+    def __init__(self, delay: float):
+        self.delay = delay
+        self.condition = threading.Condition()
+        self.job = None
+        threading.Thread(target=self.run_jobs, name="read-ahead", daemon=True).start()
+
+    def submit(self, job):
+        with self.condition:
+            self.job = job
+            self.condition.notify()
+
+    def run_jobs(self):
+        while True:
+            with self.condition:
+                self.condition.wait_for(lambda: self.job is not None)
+            time.sleep(self.delay)  # a newer job given meanwhile replaces this one
+            with self.condition:
+                job, self.job = self.job, None
+            with contextlib.suppress(Exception):
+                job()

@@ -9,12 +9,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from rl_board.reading.workers import WORKERS
 from tests.support import PROJECT
 from tests.support.browser import free_port, serves
 
@@ -126,3 +128,28 @@ def test_run_sh_and_start_sh_leave_an_active_environment_as_it_is(tmp_path):
         _, stderr = board.communicate(timeout=60)
     assert f"not in the active {active}, which is left as it is" in stderr and "the active environment was used" not in stderr
     assert sorted(path.name for path in active.rglob("*")) == ["bin", "python"]  # nothing installed or written there
+
+
+# start.sh has the server import the page's libraries and start the worker processes before it serves: before any
+# page has opened, the server process holds pyarrow and numpy, and its workers run (one core: none, as the page does).
+# The page module imported outside a session leaves no warning in the log.
+def test_start_sh_prepares_the_server_before_the_first_page(tmp_path):
+    port = free_port()
+    env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(tmp_path / "cache"), RL_LOGGING_BOARD_PYTHON=sys.executable)
+    board = subprocess.Popen(["bash", "start.sh", str(port), str(tmp_path)], cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert serves(f"http://127.0.0.1:{port}"), "start.sh did not serve the board"
+        libraries = Path(f"/proc/{board.pid}/maps").read_text()
+        assert "libarrow" in libraries and "numpy" in libraries
+        expected = WORKERS if WORKERS > 1 else 0
+        for _ in range(120):
+            workers = subprocess.run(["pgrep", "-P", str(board.pid)], capture_output=True, text=True).stdout.split()
+            if len(workers) >= expected:
+                break
+            time.sleep(0.5)
+        assert len(workers) >= expected
+    finally:
+        os.killpg(board.pid, signal.SIGKILL)
+        log, _ = board.communicate(timeout=60)
+    assert "You can now view your Streamlit app" in log
+    assert "WARNING" not in log and "Traceback" not in log, log
