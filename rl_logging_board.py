@@ -424,7 +424,8 @@ class StateKey:
     STEP_SELECTBOX = "step_selectbox"
     SAMPLE_INDEX = "sample_index"  # the sample in view, an index into the step's batch
     STEP_TABLE = "step_table"
-    BATCH_TABLE = "batch_table"
+    BATCH_TABLE = "batch_table"  # the batch table's box
+    BATCH_ROWS = "batch_rows"  # the batch table; its selection, the row picked (of the step in view or one before)
     GROUP_TABLE = "group_table"
     CURVE_TABS = "curve_tabs"
     REWARD_SERIES = "reward_series"  # prefix: one choice per set of options
@@ -432,6 +433,7 @@ class StateKey:
     KL_STATISTIC = "kl_statistic"
     KL_LOG_SCALE = "kl_log_scale"
     TOKEN_VIEW = "token_view"
+    TOKEN_TABLE = "token_table"
     COLOUR_TOKENS_BY = "colour_tokens_by"
     TOKENS_SHOWN = "tokens_shown"
     METADATA_DETAILS = "metadata_details"
@@ -2021,9 +2023,9 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
         width="stretch",
         height=360,
         hide_index=True,
-        on_select=lambda: pick_sample_from_table(f"{StateKey.BATCH_TABLE}:{batch.key}"),
+        on_select=lambda: pick_sample_from_table(StateKey.BATCH_ROWS),
         selection_mode="single-row",
-        key=f"{StateKey.BATCH_TABLE}:{batch.key}",  # a selection of another step's rows would stay highlighted
+        key=StateKey.BATCH_ROWS,  # one key for every step: the browser refills its grid instead of building a new one
         column_config={
             **{column: st.column_config.Column(width=header_width(column)) for column in table.select_dtypes("number").columns},
             "sample": st.column_config.NumberColumn(help="Sample index in current step batch", pinned=True, width=header_width("sample")),
@@ -2075,9 +2077,9 @@ def draw_groups(batch: "StepBatch", settings: "Settings"):
         width="stretch",
         height=min(360, 38 + 35 * len(groups)),
         hide_index=True,
-        on_select=lambda: pick_group_from_table(f"{StateKey.GROUP_TABLE}:{batch.key}", groups["samples"].tolist()),
+        on_select=lambda: pick_group_from_table(StateKey.GROUP_TABLE, groups["samples"].tolist()),
         selection_mode="single-row",
-        key=f"{StateKey.GROUP_TABLE}:{batch.key}",
+        key=StateKey.GROUP_TABLE,
         column_config={
             "group": st.column_config.NumberColumn(help="The group's number in this step (the batch table's group column)", pinned=True),
             "prompt": st.column_config.TextColumn(width="medium"),
@@ -2289,7 +2291,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
                 caption += " Tokens a tool wrote (tool ✓) were not sampled by the policy: they have no values."
                 grid.insert(0, "tool", rows.is_tool)
             st.caption(caption)
-            st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid))
+            st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid), key=StateKey.TOKEN_TABLE)  # keyed: refilled, not built anew
         else:
             st.caption(
                 "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "

@@ -166,6 +166,16 @@ def test_clicking_a_batch_table_row_picks_the_sample(page):
     assert page.get_by_label("Sample index in current step batch").input_value() == "2"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "board.png"), full_page=True)
+    # Another step refills the same grid (the browser does not build a new one) and keeps the sample; its rows pick too.
+    grid.evaluate("element => { element.dataset.before = 'step 0'; }")
+    move_step_slider(page, "ArrowRight")
+    page.wait_for_timeout(2500)
+    assert grid.get_attribute("data-before") == "step 0"
+    assert page.get_by_label("Sample index in current step batch").input_value() == "2"
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + 18, box["y"] + 35 * 5 + 17)  # row 4
+    page.wait_for_timeout(2500)
+    assert page.get_by_label("Sample index in current step batch").input_value() == "4"
 
 
 # Where on the page the server sent an element since the frames were cleared, and its kind (None for an
