@@ -553,8 +553,8 @@ EXPORT_BYTES = 100 << 20  # of original lines in a JSONL download
 PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 
 
-# Seconds after a step is drawn before its neighbours are read ahead: about what the browser takes to draw it.
-READ_AHEAD_DELAY = 0.3
+# Seconds the user stays on a step before its neighbours are read ahead: by then the browser has drawn it.
+READ_AHEAD_DELAY = 1.0
 
 # STABLE_LAYOUT: an element drawn in one rerun and not the next (a progress bar, a notice) moves every element after it
 # to another place in the page, where the browser builds it anew: a table's tabs built anew scroll their tab into
@@ -2509,8 +2509,8 @@ def load_step_batch(key: str, _rows: pd.DataFrame) -> "StepBatch":
     return read_step_batch(key, _rows)
 
 
-# One read-ahead thread per server, shared by the sessions: it starts a job a moment after it is given, so the browser
-# draws the step in view first.
+# One read-ahead thread per server, shared by the sessions: it starts the latest job once the user has stayed on a
+# step a moment, so the browser draws the step in view first.
 @st.cache_resource(show_spinner=False)
 def read_ahead_thread() -> "LatestJobThread":
     return LatestJobThread(delay=READ_AHEAD_DELAY)

@@ -6,7 +6,7 @@ files) with seeds 0-3 into bench/runs/compare/seed-N/, each with a trainer_state
 bench/runs/compare-cache/, written by the board's own RunStore in a separate process; a no-op when current).
 Then, REPEATS times, a server started by start.sh with that index cache and a Chromium page on it (the first
 repeat a fresh browser, later ones the same tab reloaded after a server restart, as bench/run_bench.py does):
-  - Load & View of seed-3 (the run the board shows by default), then the curve setting changes with that run
+  - the page opened (its first screen opens seed-3, the run the board shows by default), then the curve setting changes with that run
     alone, for reference (time_curve_changes: Zero Shift, Smoothing, the reward series), and a step change;
   - Smoothing back to 0, then seed-0, seed-1 and seed-2 added to "Compare with" one after the other: each run
     read from its index cache on disk by a server that has not read it yet ("indexed on disk, new server"); the
@@ -61,7 +61,7 @@ ACTIONS = {  # row name: target (None: shown for reference)
     **{f"{change}, 1 run": None for change in CURVE_CHANGES},
     "change the step, 1 run (run_bench.py's target: <= 0.2)": None,
     "change the step, 4 runs": None,
-    "Load & View of the shown run: indexed on disk, new server": None,
+    "the page opened on the shown run: indexed on disk, new server": None,
     "add the 2nd run: indexed on disk, new server": None,
     "add the 3rd run: indexed on disk, new server": None,
 }
@@ -212,10 +212,11 @@ def measure(repeats: int) -> Results:
                 print(f"repeat {repeat + 1} of {repeats}", file=sys.stderr, flush=True)
                 if board is None:
                     board = CompareBoard(ROOT, CACHE, playwright)
+                    opened = board.open_page(steps)
                 else:
-                    board.restart_server()
+                    opened = board.restart_server(steps)
                     results.new_repeat()
-                results.add("Load & View of the shown run: indexed on disk, new server", board, board.load(steps))
+                results.add("the page opened on the shown run: indexed on disk, new server", board, opened)
                 results.memory.setdefault(1, []).append(board.resident())
                 time_curve_changes(board, results, "1 run")
                 results.add("change the step, 1 run (run_bench.py's target: <= 0.2)", board, board.change_step())

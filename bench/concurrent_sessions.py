@@ -1,12 +1,12 @@
 """Many users, one server: browser sessions sharing one board server, and a live run watched by several.
 
-Scenario 1: one server (start.sh) on the medium run of bench/run_bench.py, with an empty index cache; SESSIONS
-browser sessions open the page at once, press Load & View at once, and, once every page has drawn, change the
-step ROUNDS times, all sessions pressing the key together each round (the worst case: every rerun collides).
-The same is done first with a single session on a server of its own, as the baseline the run's memory and the
-server's CPU are compared with: the run is indexed and held once, not once per session, so the server's memory
-must not grow with the sessions, and the index cache files must be written once each (a polling thread counts
-each new version of a cache file: one per indexed rank file and index pass).
+Scenario 1, for each number of SESSIONS (1, 4 and 8 by default), a server of its own (start.sh) on the medium run
+of bench/run_bench.py, with an empty index cache: the sessions open the page at once, press Load & View at once,
+and, once every page has drawn, change the step ROUNDS times, all sessions pressing the key together each round (the
+worst case: every rerun collides). The single session is the baseline the run's memory and the server's CPU are
+compared with: the run is indexed and held once, not once per session, so the server's memory must not grow with
+the sessions, and the index cache files must be written once each (a polling thread counts each new version of a
+cache file: one per indexed rank file and index pass).
 Scenario 2: a small run that a writer thread extends by a step every APPEND_EVERY seconds, watched by LIVE_SESSIONS
 sessions with Live mode on and Live refresh at its minimum (2 s); for each session and appended step, whether
 the step appeared (the "Step Index(N total steps)" label counting it) and after how long.
@@ -20,7 +20,7 @@ a page's frames late because other pages draw count as its own busy time, as its
 Errors: exception elements ([data-testid="stException"]) on every page at the end of each phase, uncaught page
 errors, and tracebacks in the server's output (kept in bench/runs/concurrent-*.log).
 
-    python bench/concurrent_sessions.py                      # 8 sessions, 5 rounds of step changes, 4 live watchers
+    python bench/concurrent_sessions.py                      # 1, 4, then 8 sessions, 5 rounds of step changes, 4 live watchers
     python bench/concurrent_sessions.py --sessions 4 --rounds 3 --appends 5
 """
 
@@ -465,7 +465,7 @@ async def main(options):
         browser = await playwright.chromium.launch(**CHROMIUM)
         try:
             opened = []
-            for count in ([1] if options.baseline else []) + [options.sessions]:
+            for count in options.sessions:
                 started = time.monotonic()
                 opened.append(await open_and_change_steps(browser, count, options.rounds, options.size))
                 print(f"{count} session(s): {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
@@ -482,9 +482,8 @@ async def main(options):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="medium", choices=list(SIZES))
-    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 4, 8], help="sessions of each server, one server per number (default 1 4 8)")
     parser.add_argument("--rounds", type=int, default=5, help="step changes per session, all sessions together each round")
-    parser.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the single-session server")
     parser.add_argument("--live-sessions", type=int, default=4, help="0 skips the live run")
     parser.add_argument("--appends", type=int, default=6)
     parser.add_argument("--append-every", type=float, default=2.0)

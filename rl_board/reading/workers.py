@@ -160,28 +160,29 @@ def page_not_rerun():
             main_module.__file__ = file
 
 
-# One background thread that runs the latest job it is given, after `delay` seconds, dropping an older one not yet
-# started: the page reads the steps either side of the one in view while the user looks at it, and only the latest
-# view's neighbours are worth reading. The delay lets the browser draw the view first on a machine of few cores. A
-# job that fails is dropped: reading that step again when it is shown says why.
+# One background thread that runs the latest job it is given once `delay` seconds have passed without a newer one,
+# dropping the older ones: the page reads the steps either side of the one in view once the user has stayed on it,
+# and only the latest view's neighbours are worth reading. While the user moves on quickly (and the browser, on the
+# same cores, draws each step) it reads nothing. A job that fails is dropped: reading that step again when it is
+# shown says why.
 class LatestJobThread:
     def __init__(self, delay: float):
         self.delay = delay
         self.condition = threading.Condition()
-        self.job = None
+        self.job, self.given = None, 0.0
         threading.Thread(target=self.run_jobs, name="read-ahead", daemon=True).start()
 
     def submit(self, job):
         with self.condition:
-            self.job = job
+            self.job, self.given = job, time.monotonic()
             self.condition.notify()
 
     def run_jobs(self):
         while True:
             with self.condition:
                 self.condition.wait_for(lambda: self.job is not None)
-            time.sleep(self.delay)  # a newer job given meanwhile replaces this one
-            with self.condition:
+                while (left := self.given + self.delay - time.monotonic()) > 0:
+                    self.condition.wait(left)  # a newer job given meanwhile starts the wait again
                 job, self.job = self.job, None
             with contextlib.suppress(Exception):
                 job()

@@ -34,3 +34,17 @@ def test_a_job_waits_for_the_delay():
     thread.submit(lambda: (started.append(time.monotonic()), done.set()))
     assert done.wait(10)
     assert started[0] - given >= 0.4
+
+
+def test_jobs_given_faster_than_the_delay_wait_until_they_stop():
+    ran = []
+    thread = LatestJobThread(delay=0.3)
+    for number in range(8):  # one every 0.1 s: none runs meanwhile
+        thread.submit(lambda number=number: ran.append((number, time.monotonic())))
+        time.sleep(0.1)
+    stopped = time.monotonic()
+    assert ran == []
+    deadline = time.monotonic() + 10
+    while not ran and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [number for number, _ in ran] == [7] and ran[0][1] - stopped >= 0.15
