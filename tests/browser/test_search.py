@@ -5,6 +5,7 @@ and as a table (CSV), and says so under the box when a regular expression is not
 
 Screenshots of each stage go to /tmp/search_shots/ (RL_LOGGING_BOARD_SHOTS overrides it)."""
 
+import contextlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.browser import browser, served_board  # noqa: F401 (browser: a fixture)
 from tests.support.runs import sample, write_lines
@@ -209,10 +211,14 @@ def click_result(page, row: int, shown: str):
     page.wait_for_function(f"() => ({SETTLED}) && ({RESPONSE_COLUMN})()?.text.includes({json.dumps(shown)})", timeout=60_000)
 
 
-# The batch table's prompts, once its accessible table is drawn (after its canvas): which step's batch is in view.
-def batch_prompts(page) -> list[str]:
+# The batch table's prompts, once its accessible table is drawn (after its canvas) and, given the step expected in
+# view, holds that step's prompts: the grid is refilled for another step, and its accessible table follows its canvas
+# a moment later. Which step's batch is in view.
+def batch_prompts(page, step: int | None = None) -> list[str]:
     rows = "[...document.querySelectorAll('.st-key-batch_table tbody tr')]"
-    page.wait_for_function(f"() => {rows}.length === {SAMPLES}", timeout=30_000)
+    first = "true" if step is None else f"{rows}[0].querySelectorAll('td')[2].textContent === {json.dumps(f'question {step}.0')}"
+    with contextlib.suppress(PlaywrightTimeout):  # the assertion on what it returns says what is wrong
+        page.wait_for_function(f"() => {rows}.length === {SAMPLES} && {first}", timeout=30_000)
     return page.evaluate(f"() => {rows}.map(row => row.querySelectorAll('td')[2].textContent)")
 
 
@@ -227,7 +233,7 @@ def test_clicking_a_result_shows_that_sample_in_the_step_view(page):
     assert step_slider(page).input_value() == "1" and batch_prompts(page)[0] == "question 1.0"  # the first step is in view
     step, index = RESULTS[1]  # the CJK line, at step 3
     click_result(page, 1, "之后还有一句中文结尾")
-    assert batch_prompts(page) == [f"question {step}.{sample}" for sample in range(SAMPLES)]
+    assert batch_prompts(page, step) == [f"question {step}.{sample}" for sample in range(SAMPLES)]
     assert page.get_by_label("Sample index in current step batch").input_value() == str(index)
     column = page.evaluate(f"({RESPONSE_COLUMN})()")
     assert column["text"] == CJK and column["label"] == f"Response · reward {step + 0.1 * index:.4g}"
@@ -236,7 +242,7 @@ def test_clicking_a_result_shows_that_sample_in_the_step_view(page):
     shot_between(page, "search_result_clicked_step_view.png", page.get_by_role("heading", name="⚡️ Each Step Response"), page.get_by_text("This prompt over training"), below=True)
     # Another result, at the last step, and the view follows again.
     click_result(page, 0, "a line that ends with the phrase")
-    assert batch_prompts(page)[0] == "question 4.0" and page.get_by_label("Sample index in current step batch").input_value() == "2"
+    assert batch_prompts(page, 4)[0] == "question 4.0" and page.get_by_label("Sample index in current step batch").input_value() == "2"
 
 
 # The slider moves with the view and stays there: Streamlit 1.67 keys a slider's identity on its key, min, max and
@@ -248,7 +254,7 @@ def test_clicking_a_result_moves_the_step_selector_and_the_view_stays_there(page
     page.get_by_text("Show Heat Map", exact=True).click()  # a full rerun of the page
     page.wait_for_timeout(1500)
     page.wait_for_function(SETTLED, timeout=60_000)
-    assert batch_prompts(page)[0] == "question 3.0"
+    assert batch_prompts(page, 3)[0] == "question 3.0"
     assert step_slider(page).input_value() == "3"
 
 
