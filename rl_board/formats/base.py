@@ -4,6 +4,7 @@ first_line_keys (the keys a JSONL file's first line has)."""
 import fnmatch
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,18 @@ from rl_board.text import valid_text
 from rollout_logger.metadata import METRICS_FILES
 
 UTF8_BOM = b"\xef\xbb\xbf"
+
+
+# A line of a JSONL file another trainer wrote, as its JSON object; None for a blank line, one that is not JSON (an
+# incomplete last line of a file being written) or JSON that is not an object: converters leave such a line as it is.
+def json_object(line: bytes) -> dict | None:
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 # How a run folder's files are read: which files, named how in the load report, converted by what (None: as they are).

@@ -23,7 +23,7 @@ import json
 import re
 
 from rl_board.formats.agent_turns import finite
-from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, parent_and_name
+from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, json_object, parent_and_name
 from rl_board.reading.storage import FileStatus, joined, list_folder
 from rollout_logger.metadata import FORMAT_KEYS
 
@@ -89,13 +89,8 @@ def result_lines(data: bytes, context: tuple) -> bytes:
 
 
 def result_line(line: bytes, step: int, split: str) -> bytes:
-    if not line.strip():
-        return line
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
-        return line
-    if not isinstance(record, dict):
+    record = json_object(line)
+    if record is None:
         return line
     board = {"step": step, "prompt": record.get("prompt"), "response": record.get("response"), "split": split}
     reward = record.get("reward")

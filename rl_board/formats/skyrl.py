@@ -23,7 +23,7 @@ import json
 import re
 
 from rl_board.formats.agent_turns import finite
-from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt, parent_and_name
+from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt, json_object, parent_and_name
 from rl_board.reading.storage import FileStatus, joined, list_folder
 
 EVALS_FOLDER = "dumped_evals"
@@ -96,13 +96,8 @@ def dump_lines(data: bytes, context: tuple) -> bytes:
 
 
 def dump_line(line: bytes, step: int, folder_name: str) -> bytes:
-    if not line.strip():
-        return line
-    try:
-        fields = json.loads(line)
-    except (ValueError, RecursionError):
-        return line
-    if not isinstance(fields, dict):
+    fields = json_object(line)
+    if fields is None:
         return line
     board = {KEYS.get(key, key): value for key, value in fields.items() if key != "score"}
     score = fields.get("score")

@@ -44,7 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from rl_board.formats.agent_turns import Notes, encoded, finite, messages_value
-from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, parent_and_name
+from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, json_object, parent_and_name
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
 from rollout_logger.metadata import FORMAT_KEYS
 
@@ -112,7 +112,7 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
 def summary_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     ((step, base_name, logtree_path, _),) = context
     lines = data.removeprefix(UTF8_BOM).split(b"\n")
-    records = [parsed(line) for line in lines]
+    records = [json_object(line) for line in lines]
     notes = Notes()
     texts = {}
     if logtree_path is not None:
@@ -124,16 +124,6 @@ def summary_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
             texts = attributed_texts(tree, records, base_name, notes)
     converted = [line if record is None else encoded(board_line(record, step, base_name, texts.get(number))) for number, (line, record) in enumerate(zip(lines, records))]
     return b"\n".join(converted), notes.rows
-
-
-def parsed(line: bytes) -> dict | None:
-    if not line.strip():
-        return None
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def board_line(record: dict, step: int, base_name: str, texts: dict | None) -> dict:
