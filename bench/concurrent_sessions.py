@@ -1,8 +1,8 @@
 """Many users, one server: browser sessions sharing one board server, and a live run watched by several.
 
 Scenario 1, for each number of SESSIONS (1, 4 and 8 by default), a server of its own (start.sh) on the medium run
-of bench/run_bench.py, with an empty index cache: the sessions open the page at once, press Load & View at once,
-and, once every page has drawn, change the step ROUNDS times, all sessions pressing the key together each round (the
+of bench/run_bench.py, with an empty index cache: the sessions open the page at once (its first screen opens the run:
+the first open is timed until the run is drawn), and, once every page has drawn, change the step ROUNDS times, all sessions pressing the key together each round (the
 worst case: every rerun collides). The single session is the baseline the run's memory and the server's CPU are
 compared with: the run is indexed and held once, not once per session, so the server's memory must not grow with
 the sessions, and the index cache files must be written once each (a polling thread counts each new version of a
@@ -169,31 +169,17 @@ class Session:
         self.page_errors: list[str] = []
         self.failed: str | None = None
 
-    async def open(self, browser, url: str, init_scripts: list[str]) -> float:
+    # Opens the page and waits until its first screen has drawn the run of `steps` steps; returns the epoch ms the
+    # page was asked for, and the page's [sent, received, done] of that first draw.
+    async def open(self, browser, url: str, init_scripts: list[str], steps: int) -> tuple[float, list[float]]:
         self.context = await browser.new_context(viewport=VIEWPORT)
         for script in init_scripts:
             await self.context.add_init_script(script)
         self.page = await self.context.new_page()
         self.page.on("pageerror", lambda error: self.page_errors.append(str(error)))
-        started = time.perf_counter()
+        asked = time.time() * 1000
         await self.page.goto(url)
-        await self.load_button().wait_for(timeout=120_000)
-        return time.perf_counter() - started
-
-    def load_button(self):
-        return self.page.get_by_role("button", name="Load & View")
-
-    # Clicks Load & View at epoch ms `at` (a timer in the page: every session presses at the same moment, where
-    # Playwright's clicks, one page after another on busy cores, spread over seconds); returns the armed time.
-    async def press_load_at(self, at: float) -> float:
-        return await self.page.evaluate(
-            """([at]) => {
-                const button = [...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Load & View');
-                setTimeout(() => button.click(), at - Date.now());
-                return performance.now();
-            }""",
-            [at],
-        )
+        return asked, await self.done(0, loaded_condition(steps), timeout_s=300)
 
     async def armed(self) -> float:
         return await self.page.evaluate("() => performance.now()")
@@ -239,32 +225,26 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered), p95, ordered[-1]
 
 
-# Scenario 1 for `count` sessions on a server of their own: open, Load & View together, then `rounds` step changes together.
+# Scenario 1 for `count` sessions on a server of their own: the page opened by all at once (its first screen opens the
+# run), then `rounds` step changes together.
 async def open_and_change_steps(browser, count: int, rounds: int, size: str) -> dict:
     steps = SIZES[size][0]
     server = Server(generated_run(size), RUNS / f"concurrent-cache-{count}", f"{count}-sessions")
     sessions = [Session(number) for number in range(count)]
     result = {"sessions": count}
     try:
-        opened = await together(sessions, lambda s: s.open(browser, server.url, [WATCH_PAGE]))
-        result["page open (s)"] = quantiles([seconds for _, seconds in opened])
-        result["settled after (s)"] = await settle(server, sessions)  # as a user picks a run: the workers start, the pages finish drawing
-        cpu_before, browser_before, started = server.cpu(), cpu_seconds(browser_pids()), time.time() + 2
-
-        async def load(session):
-            armed = await session.press_load_at(started * 1000)
-            return await session.done(armed, loaded_condition(steps), timeout_s=300)
-
-        loaded = await together(sessions, load)
-        result["open wall (s)"] = max(stamp[2] for _, stamp in loaded) / 1000 - started if loaded else float("nan")
+        cpu_before, browser_before = server.cpu(), cpu_seconds(browser_pids())
+        opened = await together(sessions, lambda s: s.open(browser, server.url, [WATCH_PAGE], steps))
+        asked = [at for _, (at, _) in opened]
+        result["open wall (s)"] = (max(stamp[2] for _, (_, stamp) in opened) - min(asked)) / 1000 if opened else float("nan")
         result["open server CPU (s)"] = server.cpu() - cpu_before
         result["open browser CPU (s)"] = sum(cpu_seconds(browser_pids()).values()) - sum(browser_before.values())
-        result["first draw (s)"] = quantiles([(stamp[2] - stamp[0]) / 1000 for _, stamp in loaded])
-        result["first draw, server part (s)"] = quantiles([(stamp[1] - stamp[0]) / 1000 for _, stamp in loaded])
-        sent = [stamp[0] for _, stamp in loaded]
-        result["Load & View spread (s)"] = (max(sent) - min(sent)) / 1000 if sent else float("nan")
+        result["first draw (s)"] = quantiles([(stamp[2] - at) / 1000 for _, (at, stamp) in opened])
+        result["first draw, server part (s)"] = quantiles([(stamp[1] - stamp[0]) / 1000 for _, (_, stamp) in opened])
+        result["page opens spread (s)"] = (max(asked) - min(asked)) / 1000 if asked else float("nan")
         result["cache writes after open"] = len(server.cache_versions)
         result["rss after open (GiB)"] = server.memory()["rss"]
+        result["settled after (s)"] = await settle(server, sessions)  # the pages finish drawing, the server writes its caches
         changes, servers, spreads, cpu_before, browser_before = [], [], [], server.cpu(), sum(cpu_seconds(browser_pids()).values())
 
         async def change_step(session):
@@ -335,13 +315,10 @@ async def watch_live_run(browser, count: int, appends: int, every: float) -> dic
     sessions = [Session(number) for number in range(count)]
     result = {"sessions": count, "appends": appends, "every": every}
     try:
-        await together(sessions, lambda s: s.open(browser, server.url, [WATCH_PAGE, WATCH_STEPS]))
+        await together(sessions, lambda s: s.open(browser, server.url, [WATCH_PAGE, WATCH_STEPS], steps))
 
         async def go_live(session):
             page = session.page
-            armed = await session.armed()
-            await session.load_button().click()
-            await session.done(armed, loaded_condition(steps), timeout_s=120)
             armed = await session.armed()
             await page.get_by_text("Live mode", exact=True).click()
             await session.done(armed)
@@ -413,12 +390,11 @@ def print_tables(opened: list[dict], live: dict | None, size: str):
     print("|---|" + "---|" * len(opened))
     rows = [
         ("sessions completed", lambda r: f"{r['completed']} / {r['sessions']}"),
-        ("page open to Load & View (s), p50 / p95 / max", field("page open (s)")),
+        ("page opens spread over (s)", field("page opens spread (s)")),
+        ("page open to the run drawn (s), p50 / p95 / max", field("first draw (s)")),
+        ("first draw, server part (s), p50 / p95 / max", field("first draw, server part (s)")),
+        ("all sessions drawn, from the first page open (s)", field("open wall (s)")),
         ("then server and pages all quiet after (s)", field("settled after (s)")),
-        ("Load & View presses spread over (s)", field("Load & View spread (s)")),
-        ("first full draw (s), p50 / p95 / max", field("first draw (s)")),
-        ("first full draw, server part (s), p50 / p95 / max", field("first draw, server part (s)")),
-        ("all sessions drawn, from the first press (s)", field("open wall (s)")),
         ("server CPU for the open, with workers (s)", field("open server CPU (s)")),
         ("browser CPU for the open, all pages (s)", field("open browser CPU (s)")),
         ("index cache files written by the open", field("cache writes after open")),

@@ -1,8 +1,8 @@
 """The command line: `python -m rl_board index ROOT [--cache DIR] [--dask SCHEDULER]` builds the index caches of every
 run under ROOT (a folder or s3://bucket/prefix) ahead of time, where it runs (a node next to the data), on this
 machine's worker processes, or on a Dask cluster (`--dask local`: a LocalCluster here; `--dask tcp://host:8786`: a
-running scheduler); a board or rl_board.open_run with the same cache folder (RL_LOGGING_BOARD_CACHE) then opens each
-run without reading its files again. See rl_board/indexing.py."""
+running scheduler), into a cache folder or a prefix of object storage; a board or rl_board.open_run with the same cache
+(RL_LOGGING_BOARD_CACHE) then opens each run without reading its files again. See rl_board/indexing.py."""
 import argparse
 import contextlib
 import os
@@ -24,13 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     index = commands.add_parser("index", help="build the index caches of every run under ROOT ahead of time")
     index.add_argument("root", metavar="ROOT", help="the folder (or s3://bucket/prefix) whose runs are indexed, as the board's root")
-    index.add_argument("--cache", metavar="DIR", help="the cache folder (default RL_LOGGING_BOARD_CACHE, else ~/.cache/rl_logging_board)")
+    index.add_argument("--cache", metavar="DIR", help="the cache folder, or s3://bucket/prefix (default RL_LOGGING_BOARD_CACHE, else ~/.cache/rl_logging_board)")
     index.add_argument("--dask", metavar="SCHEDULER", help="run the tasks on Dask: 'local' (a LocalCluster here) or a scheduler's address")
     arguments = parser.parse_args(argv)
     if arguments.cache:
-        if is_remote(arguments.cache):
-            parser.error("--cache must be a folder on a file system (a shared one, or a mounted bucket), not a URL: see docs/launch.md")
-        os.environ["RL_LOGGING_BOARD_CACHE"] = str(Path(arguments.cache).expanduser().absolute())
+        os.environ["RL_LOGGING_BOARD_CACHE"] = arguments.cache if is_remote(arguments.cache) else str(Path(arguments.cache).expanduser().absolute())
     try:
         run_dirs = list_runs(arguments.root)
     except (OSError, StorageError) as error:

@@ -3,7 +3,7 @@ parsed, so that its index cache (the same IndexCache files the board writes, und
 every line's numbers; a board or open_run using that cache folder then opens the run without reading its files again.
 The indexing tasks run on the board's worker pool, or on the workers of any concurrent.futures Executor (Dask's).
 Runs whose files are conversions of another trainer's files (made here, in the cache folder) are indexed on the pool:
-the Executor's workers, on other machines, may not see that folder."""
+the Executor's workers, on other machines, may not see that folder; with the cache on object storage they can, and do."""
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rl_board.formats import run_sources
-from rl_board.reading.index import BAD
-from rl_board.reading.storage import StorageError
+from rl_board.reading.index import BAD, IndexCache
+from rl_board.reading.storage import StorageError, is_remote
 from rl_board.reading.store import RunStore
 from rl_board.run import ALL_SAMPLES
 from rl_board.text import shorten
@@ -47,7 +47,7 @@ def index_runs(run_dirs: list[str], workers: "bool | Executor" = True):
 def index_run(run_dir: str, workers: "bool | Executor" = True) -> IndexedRun:
     started = time.perf_counter()
     try:
-        if isinstance(workers, Executor) and run_sources(run_dir)[1].convert is not None:
+        if isinstance(workers, Executor) and run_sources(run_dir)[1].convert is not None and not is_remote(IndexCache().folder):
             workers = True
         store = RunStore(run_dir)
         snapshot = store.load(ALL_SAMPLES, parallel=workers)

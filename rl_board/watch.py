@@ -6,7 +6,8 @@ searched as the page's search does (reading/search.py: RE2, each text on its own
 Steps the search did not wholly reach before its deadline (SEARCH_SECONDS) have no rate.
 
 The saved patterns are kept per run root (its canonical path, or its URL) in one small JSON file in the index cache's
-folder (WATCH_FILE; RL_LOGGING_BOARD_CACHE or ~/.cache/rl_logging_board), never in a run folder: written whole to a
+folder (WATCH_FILE; RL_LOGGING_BOARD_CACHE or ~/.cache/rl_logging_board, the latter too when the cache is a prefix of
+object storage: they are this machine's), never in a run folder: written whole to a
 temporary file and renamed over the old one, so a reader never sees half a file; a file that cannot be read is a
 message (and is kept aside on the next save), never a crash."""
 import json
@@ -130,7 +131,7 @@ WRITING = threading.Lock()  # one change at a time in this process (the page's s
 
 
 def watch_file() -> Path:
-    return IndexCache().folder / WATCH_FILE
+    return IndexCache().local_folder / WATCH_FILE
 
 
 # The root as the file keys it: the same folder however it is written, a URL with its endpoint.

@@ -494,7 +494,7 @@ def remote_history_files(run_dir: str) -> dict[str, FileStatus]:
 # A run's history files on object storage, copied into a local folder (again only those that changed), to be read as
 # a local run's are.
 def mirrored_history(run_dir: str) -> Path:
-    folder = IndexCache().folder / "history" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
+    folder = IndexCache().local_folder / "history" / hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]
     with contextlib.suppress(OSError):
         wanted = remote_history_files(run_dir)
         for path in folder.rglob("*"):

@@ -1,9 +1,9 @@
 """The per-file index: where each line is (offset, length), its step and the summary numbers the charts need, built by
 one pass over the file (on the workers) and read on from where it stopped when the file grows (FileIndex); kept on
-disk as Arrow files per rank file, keyed by the file's identity (IndexCache), so a restarted server opens a run at once.
+disk (or in a prefix of object storage) as Arrow files per rank file, keyed by the file's identity (IndexCache), so a
+restarted server opens a run at once.
 A run of many small files (a file per step: verl, TRL, AReaL, ROLL) keeps its files' indexes in one Arrow file, so that
 reopening it reads one cache file, not thousands."""
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -30,7 +30,18 @@ from rl_board.reading.lines import (
     scan_lines,
     summarize_buffer,
 )
-from rl_board.reading.storage import Entry, FileStatus, canonical_path, file_status, read_range, read_spans
+from rl_board.reading.storage import (
+    Entry,
+    FileStatus,
+    canonical_path,
+    file_status,
+    is_remote,
+    joined,
+    read_file,
+    read_range,
+    read_spans,
+    write_file,
+)
 from rl_board.reading.summaries import SPOT_CHECKS, RejectedSummaries, disagreement, read_summaries
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
@@ -251,19 +262,24 @@ def empty_summaries(count: int) -> dict:
 class IndexCache:
     def __init__(self):
         default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_logging_board"
-        self.folder = Path(os.environ.get("RL_LOGGING_BOARD_CACHE") or default)
+        named = os.environ.get("RL_LOGGING_BOARD_CACHE") or str(default)
+        # Where the indexes and conversions are: a folder, or a prefix of object storage that boards share.
+        self.folder = named if is_remote(named) else str(Path(named).expanduser())
+        # This machine's own files (the training-history copies of runs on object storage, the saved watch patterns):
+        # the cache folder, or the default folder here when the cache is on object storage.
+        self.local_folder = default if is_remote(named) else Path(self.folder)
         self.error: str | None = None
 
-    def path_of(self, path: str) -> Path:
-        return self.folder / f"{hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]}.arrow"
+    def path_of(self, path: str) -> str:
+        return joined(self.folder, f"{hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]}.arrow")
 
-    def run_path_of(self, run_dir: str) -> Path:
-        return self.folder / f"run-{hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]}.arrow"
+    def run_path_of(self, run_dir: str) -> str:
+        return joined(self.folder, f"run-{hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]}.arrow")
 
     # The cached index of path, or None when absent, damaged or from another version of the board.
     def load(self, path: str) -> FileIndex | None:
         try:
-            table = pyarrow.feather.read_table(self.path_of(path))
+            table = self.read(self.path_of(path))
             meta = json.loads(table.schema.metadata[b"rl_logging_board"])
             if meta["format"] != CACHE_FORMAT or meta["path"] != canonical_path(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
                 return None
@@ -281,7 +297,7 @@ class IndexCache:
     # cached index is). Empty when there is none, or it is damaged or from another version of the board.
     def load_run(self, run_dir: str, paths) -> dict[str, FileIndex]:
         try:
-            table = pyarrow.feather.read_table(self.run_path_of(run_dir))
+            table = self.read(self.run_path_of(run_dir))
             meta = json.loads(table.schema.metadata[b"rl_logging_board"])
             if meta["format"] != CACHE_FORMAT or meta["run"] != canonical_path(run_dir) or not set(INDEX_COLUMNS) <= set(table.column_names):
                 return {}
@@ -305,18 +321,20 @@ class IndexCache:
         files = [dict(path=index.path, rows=len(index.lines["offset"]), columns=list(index.lines), **index.facts()) for index in indexes]
         self.write(self.run_path_of(run_dir), columns, dict(format=CACHE_FORMAT, run=canonical_path(run_dir), files=files))
 
-    def write(self, target: Path, lines: dict, meta: dict):
+    # A cache file's table: a file on disk read as it is, an object fetched whole first.
+    @staticmethod
+    def read(target: str) -> pa.Table:
+        return pyarrow.feather.read_table(pa.BufferReader(read_file(target)) if is_remote(target) else target)
+
+    def write(self, target: str, lines: dict, meta: dict):
         columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in lines.items()}
         table = pa.table(columns).replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
-        temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")  # each writer its own
+        sink = pa.BufferOutputStream()
+        pyarrow.feather.write_feather(table, sink, compression="uncompressed")
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            pyarrow.feather.write_feather(table, temporary, compression="uncompressed")
-            os.replace(temporary, target)
+            write_file(target, sink.getvalue())
         except OSError as error:
             self.error = f"index cache not written to {self.folder}: {error}"
-            with contextlib.suppress(OSError):
-                temporary.unlink()
 
 
 # A run of at least this many files, of at most BUNDLED_ROWS lines in all, keeps their indexes in one cache file

@@ -1,6 +1,6 @@
 """Where the files are: a path on this machine, or a URL of object storage (s3://, gs://, az://, hf://) read through
-fsspec by byte ranges, with listings, file status (size, mtime or ETag), coalesced span reads, and errors turned into
-messages without credentials (StorageError)."""
+fsspec by byte ranges, with listings, file status (size, mtime or ETag), coalesced span reads, whole files written
+atomically (the cache's), and errors turned into messages without credentials (StorageError)."""
 import contextlib
 import functools
 import itertools
@@ -8,6 +8,7 @@ import os
 import posixpath
 import re
 import threading
+import uuid
 from pathlib import Path
 from typing import NamedTuple
 
@@ -204,6 +205,32 @@ def read_file(path: str) -> bytes:
         return Path(path).read_bytes()
     with storage_errors(path):
         return remote_storage(path).cat_file(path)
+
+
+# Whether a file is there (an object, on object storage).
+def is_file(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.isfile(path)
+    with storage_errors(path):
+        return remote_storage(path).isfile(path)
+
+
+# Write a whole file so that a reader finds the old content or the new, never part of it: on disk a file of its own
+# renamed over it (each writer its own, folders made), on object storage one request (an object appears whole).
+def write_file(path: str, data) -> None:
+    if is_remote(path):
+        with storage_errors(path):
+            remote_storage(path).pipe_file(path, bytes(data))
+        return
+    target = Path(path)
+    temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(data)
+        os.replace(temporary, target)
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
 
 
 # Bytes [start, end) of an object, in one ranged request.

@@ -73,15 +73,17 @@ class RunStore:
         if not self.conversions:
             self.conversions.update(known_conversions(folder))
         before = dict(self.conversions)
-        with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:  # on object storage the files are fetched at once
-            results = list((pool.map if is_remote(self.run_dir) else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
+        at_once = is_remote(self.run_dir) or is_remote(folder)  # on object storage the files are fetched and written at once
+        with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:
+            results = list((pool.map if at_once else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
         if self.conversions != before:  # the current sources' (a source gone is forgotten)
             save_known_conversions(folder, {source: self.conversions[source] for source in sources if source in self.conversions})
         run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problems in results for problem in problems))
-        return {path: file_status(path) for path, _ in results if path}, run_format
+        listed = {entry.path: entry.status for entry in list_folder(folder) if entry.status} if any(path for path, _ in results) else {}
+        return {path: listed.get(path) or file_status(path) for path, _ in results if path}, run_format
 
     # A source file's conversion and its notes, or the problem that stops it (tried again only once the file changed).
-    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: Path) -> tuple[str | None, tuple]:
+    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: str) -> tuple[str | None, tuple]:
         failed = self.failures.get(source)
         if failed and failed[0] == (status, run_format.context):
             return None, (failed[1],)

@@ -3,6 +3,7 @@ changes, and every failure (missing bucket, refused credentials, a server stoppe
 
 import contextlib
 import re
+import shutil
 import uuid
 
 import pandas as pd
@@ -12,11 +13,13 @@ from streamlit.testing.v1 import AppTest
 import rl_board.reading.storage
 import rl_board.reading.store
 import rl_board.reading.workers
+from bench.generate_run import write_run
+from rl_board.__main__ import main as index_command
 from rl_board.reading.storage import StorageError, storage
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.text import markdown_literal
 from tests.support import SAMPLES
-from tests.support.page import batch_table, chart_spec, load_and_view, start, widget
+from tests.support.page import batch_table, chart_spec, lines_of, load_and_view, start, widget
 from tests.support.s3_runs import (  # noqa: F401  (fixtures)
     GRPO,
     RUNS,
@@ -155,3 +158,24 @@ def test_load_and_view_again_after_the_server_stopped_is_a_message(monkeypatch):
             app.run()
     assert not app.exception, app.exception
     assert any(markdown_literal(f"s3://{name}/runs/{GRPO}") in error.value and "could not be read" in error.value for error in app.error), [e.value for e in app.error]
+
+
+def test_the_page_opens_a_run_from_an_index_cache_in_a_bucket(s3_server, tmp_path, monkeypatch):  # noqa: F811
+    """A root indexed ahead of time into s3://bucket/prefix (`python -m rl_board index --cache`): a board whose
+    RL_LOGGING_BOARD_CACHE is that prefix shows the run without indexing or parsing one line, as a fresh read does."""
+    root = tmp_path / "runs"
+    write_run(root / "grpo_run", steps=4, samples=8, tokens=16, ranks=2, grpo=True, workers=1)
+    cache = f"s3://{make_bucket(s3_server.endpoint_url, 'page-index-cache')}/cache"
+    assert index_command(["index", str(root), "--cache", cache]) == 0
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", cache)
+    indexed = []
+    for name in ("index_chunk", "summarize_lines"):
+        original = getattr(rl_board.reading.store, name)
+        monkeypatch.setattr(rl_board.reading.store, name, lambda *args, original=original, name=name: indexed.append(name) or original(*args))
+    app = start(root, monkeypatch)
+    first_step = min(line["step"] for line in lines_of(root / "grpo_run"))
+    assert sorted(batch_table(app)["reward"]) == sorted(line["reward"] for line in lines_of(root / "grpo_run") if line["step"] == first_step)
+    assert indexed == [] and not app.exception
+    shutil.copytree(root, tmp_path / "copy")  # a run the cache does not hold (the page keeps the first's store)
+    start(tmp_path / "copy", monkeypatch)
+    assert "index_chunk" in indexed  # read afresh: the count can fail

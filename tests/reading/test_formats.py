@@ -336,8 +336,8 @@ def test_a_verl_dump_of_many_steps_reopens_from_one_file_of_conversions_and_one_
         write_verl_dump(folder, step, [f"q{step}.{k}" for k in range(3)], [f"a{k}" for k in range(3)], ["1"] * 3, [float(k) for k in range(3)], {})
     first = RunStore(str(folder)).load(10240, parallel=False)
     cache = IndexCache()
-    stamps = list(conversions_folder(cache, str(folder)).glob("*.source"))
-    assert len(stamps) == steps and (conversions_folder(cache, str(folder)) / KNOWN_CONVERSIONS).is_file()
+    stamps = list(Path(conversions_folder(cache, str(folder))).glob("*.source"))
+    assert len(stamps) == steps and (Path(conversions_folder(cache, str(folder))) / KNOWN_CONVERSIONS).is_file()
     for stamp in stamps:
         stamp.unlink()  # a restart must not need them
     converted, indexed = [], []

@@ -11,15 +11,19 @@ import pandas as pd
 import pytest
 
 import rl_board
+import rl_board.formats.conversion
 import rl_board.indexing
+import rl_board.reading.index
+import rl_board.reading.storage
 import rl_board.reading.store
 from rl_board.__main__ import DASK_MISSING, main
 from rl_board.reading.index import BUNDLED_FILES, GOOD, UNPARSED, IndexCache
 from rl_board.reading.store import RunStore
+from rl_board.watch import watch_file
 from tests.conftest import PROJECT
 from tests.support.other_trainers import verl_run
 from tests.support.runs import sample, write_lines
-from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
+from tests.support.s3_server import make_bucket, s3_server, s3fs_filesystem, upload_folder  # noqa: F401  (s3_server: a fixture)
 
 BAD_LINE = b'{"step": 3, "reward": \n'
 NOT_UTF8_NAME = b"rank\xff.jsonl"
@@ -99,12 +103,17 @@ def test_the_index_command_builds_the_caches_the_board_opens(tmp_path, monkeypat
     assert_runs_open_from_the_cache(root, written, tmp_path / "fresh_cache", monkeypatch)
 
 
-def test_the_index_command_runs_its_tasks_on_dask(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("cache_in_a_bucket", [False, True], ids=["cache folder", "cache in a bucket"])
+def test_the_index_command_runs_its_tasks_on_dask(tmp_path, monkeypatch, capsys, request, cache_in_a_bucket):
     """--dask local: a LocalCluster's worker processes index the board-format runs; verl's conversions, made in this
-    process's cache folder, are indexed on the worker pool; the caches are the same as the pool's."""
+    process's cache folder, are indexed on the worker pool, or on Dask's workers too when the cache is in a bucket
+    (which they can read); the caches are the same as the pool's."""
     pytest.importorskip("distributed")
     root = tmp_path / "root"
     written = write_root(root)
+    if cache_in_a_bucket:
+        endpoint = request.getfixturevalue("s3_server").endpoint_url
+        monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", f"s3://{make_bucket(endpoint, 'index-cache-dask')}/cache")
     workers = {}
 
     class RecordingStore(RunStore):
@@ -116,7 +125,8 @@ def test_the_index_command_runs_its_tasks_on_dask(tmp_path, monkeypatch, capsys)
     assert main(["index", str(root), "--dask", "local"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"on Dask at tcp://127\.0\.0\.1:\d+ \(\d+ workers\)", out)
-    assert [type(workers[run]).__name__ for run in ("ranks", "step_files")] == ["ClientExecutor"] * 2 and workers["verl_rollout"] is True
+    assert [type(workers[run]).__name__ for run in ("ranks", "step_files")] == ["ClientExecutor"] * 2
+    assert type(workers["verl_rollout"]).__name__ == "ClientExecutor" if cache_in_a_bucket else workers["verl_rollout"] is True
     assert_summary(out, root, written)
     assert_runs_open_from_the_cache(root, written, tmp_path / "fresh_cache", monkeypatch)
 
@@ -165,5 +175,48 @@ def test_a_bucket_is_indexed_by_dask_workers_and_opens_from_the_cache(tmp_path, 
 def test_a_root_that_cannot_be_listed_is_named(tmp_path, capsys):
     assert main(["index", str(tmp_path / "missing")]) == 2
     assert f"{tmp_path / 'missing'} could not be listed" in capsys.readouterr().err
-    remote_cache = subprocess.run([sys.executable, "-m", "rl_board", "index", "s3://bucket/x", "--cache", "s3://bucket/cache"], cwd=PROJECT, capture_output=True, text=True)
-    assert remote_cache.returncode == 2 and "--cache must be a folder on a file system" in remote_cache.stderr
+    in_a_subprocess = subprocess.run([sys.executable, "-m", "rl_board", "index", str(tmp_path / "missing")], cwd=PROJECT, capture_output=True, text=True)
+    assert in_a_subprocess.returncode == 2 and f"{tmp_path / 'missing'} could not be listed" in in_a_subprocess.stderr
+
+
+def record_writes(monkeypatch) -> list[str]:
+    """The paths the cache and the conversions write (every write of either goes through storage.write_file)."""
+    writes, original = [], rl_board.reading.storage.write_file
+    for module in (rl_board.reading.index, rl_board.formats.conversion):
+        monkeypatch.setattr(module, "write_file", lambda path, data: writes.append(path) or original(path, data))
+    return writes
+
+
+def test_the_index_command_builds_the_caches_in_a_bucket_prefix(tmp_path, monkeypatch, capsys, s3_server, private_index_cache):  # noqa: F811
+    """--cache s3://bucket/prefix: the indexes and verl's conversions are written there; a board or open_run whose
+    RL_LOGGING_BOARD_CACHE is that prefix opens every run from it without indexing, converting or writing anything,
+    and keeps its own files (training-history copies, watch patterns) in the default folder here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home_cache"))
+    root = tmp_path / "root"
+    written = write_root(root)
+    cache = f"s3://{make_bucket(s3_server.endpoint_url, 'index-cache-prefix')}/boards/cache"
+    assert main(["index", str(root), "--cache", cache]) == 0
+    out = capsys.readouterr().out
+    assert f"into {cache}, on this machine's worker pool" in out
+    assert_summary(out, root, written)
+    keys = [key.split("/boards/cache/", 1)[1] for key in s3fs_filesystem(s3_server.endpoint_url).find(cache.removeprefix("s3://"))]
+    converted = [key for key in keys if key.startswith("converted/")]
+    assert len([key for key in converted if key.endswith(".jsonl")]) == 3 and len([key for key in converted if key.endswith(".source")]) == 3
+    assert len([key for key in keys if key.startswith("run-")]) == 1 and len([key for key in keys if re.fullmatch(r"[0-9a-f]{20}\.arrow", key)]) == 2 + 3
+    assert not private_index_cache.exists()
+    writes = record_writes(monkeypatch)
+    assert_runs_open_from_the_cache(root, written, tmp_path / "fresh_cache", monkeypatch)
+    assert [path for path in writes if path.startswith("s3://")] == [] and any(path.startswith(str(tmp_path / "fresh_cache")) for path in writes)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", cache)
+    assert IndexCache().local_folder == tmp_path / "home_cache" / "rl_logging_board" and watch_file().parent == IndexCache().local_folder
+
+
+def test_a_cache_prefix_that_cannot_be_written_costs_speed_never_data(tmp_path, monkeypatch, s3_server):  # noqa: F811
+    """A missing bucket: the run opens from its files, and the load says the cache was not written and why."""
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(step, reward=step + k) for step in (1, 2) for k in range(3)])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", "s3://no-such-bucket-for-the-cache/cache")
+    store = RunStore(str(tmp_path / "run"))
+    snapshot = store.load(8, parallel=False)
+    assert sorted(snapshot.samples["reward"]) == sorted(step + k for step in (1, 2) for k in range(3))
+    assert store.cache.error.startswith("index cache not written to s3://no-such-bucket-for-the-cache/cache: ") and "not found" in store.cache.error
+    assert ["", 0, "note", store.cache.error] in snapshot.problems.values.tolist()  # the load report's

@@ -440,7 +440,7 @@ def test_a_run_of_many_files_reopens_from_one_cache_file(tmp_path, monkeypatch, 
     file is written again with them."""
     files = step_files(tmp_path / "run", BUNDLED_FILES + 8)
     first = load(tmp_path / "run", parallel=False)
-    assert [path.name for path in private_index_cache.iterdir()] == [IndexCache().run_path_of(str(tmp_path / "run")).name]
+    assert [path.name for path in private_index_cache.iterdir()] == [Path(IndexCache().run_path_of(str(tmp_path / "run"))).name]
     calls = count_index_calls(monkeypatch)
     restarted = RunStore(str(tmp_path / "run"))
     again = restarted.load(10240, parallel=False)
@@ -464,7 +464,7 @@ def test_a_run_of_many_files_reopens_from_one_cache_file(tmp_path, monkeypatch, 
 def test_a_damaged_run_cache_file_is_read_again_from_the_files(tmp_path, damage, private_index_cache):
     step_files(tmp_path / "run", BUNDLED_FILES)
     expected = load(tmp_path / "run", parallel=False).samples["reward"].tolist()
-    cached = IndexCache().run_path_of(str(tmp_path / "run"))
+    cached = Path(IndexCache().run_path_of(str(tmp_path / "run")))
     table = pyarrow.feather.read_table(cached)
     if damage == "garbage":
         cached.write_bytes(b"not arrow")
@@ -499,7 +499,7 @@ def test_a_snapshot_never_changes_and_a_restart_keeps_every_column_and_type(tmp_
 def test_a_damaged_index_cache_is_read_again_from_the_file(tmp_path, damage):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
     load(tmp_path / "run")
-    cached = IndexCache().path_of(str(path))
+    cached = Path(IndexCache().path_of(str(path)))
     table = pyarrow.feather.read_table(cached)
     meta = json.loads(table.schema.metadata[b"rl_logging_board"])
     if damage in ("garbage", "empty"):

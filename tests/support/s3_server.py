@@ -16,6 +16,9 @@ import pytest
 import s3fs
 from moto.server import ThreadedMotoServer
 
+from rl_board.reading.storage import storage
+from rl_board.reading.workers import WORKER_POOL_LOCK, started_worker_pool
+
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -66,14 +69,26 @@ def running_moto():
         server.stop()
 
 
-# One server for the session; s3fs's cached filesystems point at it, so they are dropped when it stops.
+# One server for the session. What was made before it started asks elsewhere, and what is made while it runs points at
+# it: the board's and s3fs's cached filesystems, and the worker processes (born with the environment of their day).
+# Both are dropped when it starts and when it stops.
 @pytest.fixture(scope="session")
 def s3_server():
     with running_moto() as endpoint_url:
         settings = {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint_url, **dict.fromkeys(STRAY_SETTINGS)}
         with environment(settings):
+            forget_storage()
             yield S3Server(endpoint_url)
+    forget_storage()
+
+
+def forget_storage():
+    storage.cache_clear()
     s3fs.S3FileSystem.clear_instance_cache()
+    with WORKER_POOL_LOCK:
+        if started_worker_pool.cache_info().currsize:
+            started_worker_pool().shutdown()
+            started_worker_pool.cache_clear()
 
 
 # Explicit fake credentials: the helpers work whatever the environment holds.
