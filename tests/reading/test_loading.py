@@ -89,6 +89,17 @@ def test_rank_files_merge_by_step_in_numeric_order(tmp_path):
     assert run.samples["step"].is_monotonic_increasing
 
 
+def test_a_step_s_samples_are_in_file_path_order_then_file_order_and_numbered(tmp_path):
+    """rank_10 sorts before rank_2 as a path (the files are listed in natural order: rank_2 first); within a file, by
+    place; each step's samples numbered from 0."""
+    write_lines(tmp_path / "run" / "rollout_data_rank_2.jsonl", [sample(2, reward=0.1), sample(1, reward=0.2), sample(2, reward=0.3)])
+    write_lines(tmp_path / "run" / "rollout_data_rank_10.jsonl", [sample(2, reward=0.4), sample(1, reward=0.5)])
+    samples = load(tmp_path / "run").samples
+    assert [Path(path).name for path in samples["path"]] == ["rollout_data_rank_10.jsonl", "rollout_data_rank_2.jsonl"] + ["rollout_data_rank_10.jsonl"] + ["rollout_data_rank_2.jsonl"] * 2
+    assert samples["reward"].tolist() == [0.5, 0.2, 0.4, 0.1, 0.3] and samples["sample"].tolist() == [0, 1, 0, 1, 2]
+    assert samples["step"].tolist() == [1, 1, 2, 2, 2] and samples.index.tolist() == list(range(5))
+
+
 def test_numbers_equal_a_plain_full_parse(tmp_path):
     write_run(tmp_path / "run", steps=4, samples=16, tokens=40, ranks=2, grpo=True, workers=1)
     run = load(tmp_path / "run")
