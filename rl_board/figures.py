@@ -84,9 +84,14 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             label = (names or {}).get(column, column)
             name = series_name(run_name, label, len(runs), len(columns))
             shown.append(run_name if by_run else name)
+            order = list(dict.fromkeys(shown)).index(shown[-1])
+            faint_raw = json_numbers(raw) if smoothing else [None] * len(raw)
             points += [
-                {"series": name, "colour": shown[-1], "order": list(dict.fromkeys(shown)).index(shown[-1]), "what": label, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "low": json_number(a), "high": json_number(b), "mean": json_number(m), "median": json_number(md), "std": json_number(sd), "n": int(n), "change": json_number(d)}
-                for step, c, r, a, b, m, md, sd, n, d in zip(stats.index, centre, raw, low, high, stats["mean"], stats["median"], stats["std"], stats["count"], change)
+                {"series": name, "colour": shown[-1], "order": order, "what": label, "step": step, "centre": c, "raw": r, "low": a, "high": b, "mean": m, "median": md, "std": sd, "n": n, "change": d}
+                for step, c, r, a, b, m, md, sd, n, d in zip(
+                    stats.index.tolist(), json_numbers(centre), faint_raw, json_numbers(low), json_numbers(high), json_numbers(stats["mean"]),
+                    json_numbers(stats["median"]), json_numbers(stats["std"]), stats["count"].tolist(), json_numbers(change),
+                )
             ]
     for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
@@ -518,6 +523,15 @@ def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
 def json_number(value) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+# json_number of each of many values, as a list.
+def json_numbers(values) -> list:
+    values = np.asarray(values, dtype=float)
+    numbers = values.tolist()
+    for position in np.flatnonzero(~np.isfinite(values)).tolist():
+        numbers[position] = None
+    return numbers
 
 
 # Tokens a tool wrote: no colour (they have no values), a dashed frame inside the token's box and grey italics.

@@ -50,13 +50,45 @@ TOKEN_ROWS = {
 }
 
 
-# Mean, std (population), median, quartiles and count of a column per step, over finite values only.
+# Mean, std (population), median, quartiles (interpolated linearly, as pandas' and numpy's) and count of a column per
+# step, over finite values only; steps without one are left out. From one sort of the values by step: pandas'
+# grouped quantiles took most of a step curve's time over 100,000 samples.
 def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
-    values = samples[["step", column]].replace([np.inf, -np.inf], np.nan).dropna().groupby("step")[column]
-    stats = values.agg(["mean", "median", "count"])
-    stats["std"] = values.std(ddof=0)
-    stats["q25"], stats["q75"] = values.quantile(0.25), values.quantile(0.75)
-    return stats.sort_index()
+    values = samples[column].to_numpy(dtype=float, na_value=np.nan)
+    finite_values = np.isfinite(values)
+    steps, values = samples["step"].to_numpy()[finite_values], values[finite_values]
+    steps, values = sorted_by_step(steps, values)
+    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]]) if len(steps) else np.array([], dtype=np.int64)
+    counts = np.diff(np.r_[starts, len(steps)])
+    if not len(steps):
+        return pd.DataFrame({name: np.array([], dtype=np.int64 if name == "count" else float) for name in STEP_STATS}, index=pd.Index(steps, name="step"))
+    mean = np.add.reduceat(values, starts) / counts
+    std = np.sqrt(np.add.reduceat((values - np.repeat(mean, counts)) ** 2, starts) / counts)
+    middle = starts + (counts - 1) // 2
+    median = np.where(counts % 2 == 1, values[middle], (values[middle] + values[np.minimum(middle + 1, len(values) - 1)]) / 2)
+
+    def quantile(q: float) -> np.ndarray:
+        place = (counts - 1) * q
+        below = np.floor(place).astype(np.int64)
+        at, above = starts + below, starts + np.minimum(below + 1, counts - 1)
+        return values[at] + (values[above] - values[at]) * (place - below)
+
+    stats = {"mean": mean, "median": median, "count": counts, "std": std, "q25": quantile(0.25), "q75": quantile(0.75)}
+    return pd.DataFrame(stats, index=pd.Index(steps[starts], name="step"))
+
+
+STEP_STATS = ["mean", "median", "count", "std", "q25", "q75"]  # step_stats' columns
+
+
+# Steps and values sorted by step, then value. A snapshot's samples come in step order, mostly as many each step: then
+# each step's values are sorted as a row of one table (a few times faster than sorting by both keys).
+def sorted_by_step(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(steps) and (steps[1:] >= steps[:-1]).all():
+        per_step = np.diff(np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True]))
+        if (per_step == per_step[0]).all():
+            return steps, np.sort(values.reshape(len(per_step), per_step[0]), axis=1).reshape(-1)
+    order = np.lexsort((values, steps))
+    return steps[order], values[order]
 
 
 # Rewards that take at most this many values over a whole run (0/1 correctness, a sum of such scores) are counted per

@@ -74,6 +74,39 @@ def test_step_statistics_are_population_mean_and_std_in_step_order():
     assert stats["count"].tolist() == [2, 2]
 
 
+def pandas_step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
+    """step_stats as pandas' grouped aggregations give it: the recomputation the numbers are checked against."""
+    values = samples[["step", column]].replace([np.inf, -np.inf], np.nan).dropna().groupby("step")[column]
+    stats = values.agg(["mean", "median", "count"])
+    stats["std"] = values.std(ddof=0)
+    stats["q25"], stats["q75"] = values.quantile(0.25), values.quantile(0.75)
+    return stats.sort_index()
+
+
+@pytest.mark.parametrize("layout", ["shuffled", "in step order, as many each step", "in step order, counts differ"])
+def test_step_statistics_equal_pandas_grouped_aggregations(layout):
+    """Medians and quartiles exactly, means and stds to rounding, over missing and infinite values and ties."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        steps = np.repeat(np.arange(int(rng.integers(1, 30))), int(rng.integers(1, 40)))
+        if layout == "shuffled":
+            steps = rng.permutation(steps)
+        elif layout == "in step order, counts differ":
+            steps = np.sort(rng.choice(steps, size=len(steps)))
+        values = rng.normal(size=len(steps)) * 10.0 ** int(rng.integers(-3, 6))
+        values = np.round(values) if trial % 3 == 0 else values  # ties
+        odd = rng.random(len(steps))
+        values[odd < 0.05], values[(odd > 0.05) & (odd < 0.08)], values[(odd > 0.08) & (odd < 0.1)] = np.nan, np.inf, -np.inf
+        samples = pd.DataFrame({"step": steps, "x": values})
+        expected, stats = pandas_step_stats(samples, "x"), step_stats(samples, "x")
+        assert stats.index.tolist() == expected.index.tolist() and list(stats.columns) == list(expected.columns)
+        for column in ("median", "q25", "q75", "count"):
+            assert stats[column].tolist() == expected[column].tolist(), column
+        for column in ("mean", "std"):
+            assert stats[column].to_numpy() == pytest.approx(expected[column].to_numpy(), rel=1e-12, abs=1e-12 * np.abs(values[np.isfinite(values)]).max(initial=1)), column
+    assert step_stats(pd.DataFrame({"step": [1, 2], "x": [np.nan, np.inf]}), "x").empty
+
+
 def test_reward_gaps_from_a_run(tmp_path):
     lines = [sample(1, reward=1.0, ref_reward=0.25, valid_reward=0.5, ref_valid_reward=0.75), sample(1, reward=2.0)]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
