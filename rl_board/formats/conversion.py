@@ -63,7 +63,15 @@ def converted_file(source: str, status: FileStatus, run_format: RunFormat, folde
     data = run_format.convert(source if run_format.reads_path else read_file(source), context)
     data, notes = data if isinstance(data, tuple) else (data, ())
     notes = tuple((int(line), str(reason)) for line, reason in notes)
-    write_file(target, data)  # the conversion first: a stamp is never found beside an older one
-    write_file(stamp_path, json.dumps(stamp | {"notes": notes}).encode())
+    try:
+        write_file(target, data)  # the conversion first: a stamp is never found beside an older one
+        write_file(stamp_path, json.dumps(stamp | {"notes": notes}).encode())
+    except OSError as error:
+        raise ConversionNotWritten(f"its conversion could not be written to the cache, {folder} ({error}); it is made again on the next load") from None
     known[source] = (stamp, target, notes)
     return target, notes
+
+
+class ConversionNotWritten(OSError):
+    """A conversion made but not written to the cache: the board reads other trainers' files from their conversions, so
+    the cache (a folder or a prefix of object storage) must be writable for them."""

@@ -18,6 +18,7 @@ from rl_board.formats import TRAINER_OUTPUT, run_layouts, run_sources
 from rl_board.formats.base import Folder, RunFormat
 from rl_board.formats.conversion import (
     CONVERSION_THREADS,
+    ConversionNotWritten,
     conversions_folder,
     converted_file,
     known_conversions,
@@ -90,8 +91,10 @@ class RunStore:
         try:
             path, notes = converted_file(source, status, run_format, folder, self.conversions)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
-            reason = f"could not be read as {run_format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
             name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
+            if isinstance(error, ConversionNotWritten):  # not kept: the cache may be writable on the next load
+                return None, ((valid_text(name), 0, "skipped", shorten(str(error), 400)),)
+            reason = f"could not be read as {run_format.name} ({shorten(str(error), 200)}); still being written? It is read again when it changes"
             problem = (valid_text(name), 0, "skipped", reason)
             self.failures[source] = ((status, run_format.context), problem)
             return None, (problem,)

@@ -220,3 +220,19 @@ def test_a_cache_prefix_that_cannot_be_written_costs_speed_never_data(tmp_path, 
     assert sorted(snapshot.samples["reward"]) == sorted(step + k for step in (1, 2) for k in range(3))
     assert store.cache.error.startswith("index cache not written to s3://no-such-bucket-for-the-cache/cache: ") and "not found" in store.cache.error
     assert ["", 0, "note", store.cache.error] in snapshot.problems.values.tolist()  # the load report's
+
+
+def test_other_trainers_files_need_a_cache_that_can_be_written_and_are_read_once_it_can(tmp_path, monkeypatch, s3_server):  # noqa: F811
+    """verl's dumps are read from their conversions: with the cache's bucket missing, each file is skipped with why in
+    the load report; once the bucket is there, the next load converts and shows them."""
+    run = verl_run(tmp_path / "verl_output", steps=2, validation_steps=()) / "rollout"
+    bucket = "cache-made-later"
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", f"s3://{bucket}/cache")
+    store = RunStore(str(run))
+    snapshot = store.load(64, parallel=False)
+    skipped = snapshot.problems[snapshot.problems["kind"] == "skipped"]
+    assert snapshot.samples.empty and sorted(skipped["file"]) == ["1.jsonl", "2.jsonl"]
+    assert all(reason.startswith(f"its conversion could not be written to the cache, s3://{bucket}/cache/converted/") and "not found" in reason for reason in skipped["reason"])
+    make_bucket(s3_server.endpoint_url, bucket)
+    snapshot = store.load(64, parallel=False)
+    assert len(snapshot.samples) == 2 * 3 * 4 and (snapshot.problems["kind"] != "skipped").all()  # verl_run: 3 prompts a step, n=4
