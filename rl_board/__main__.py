@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rl_board.indexing import IndexedRun, index_runs
 from rl_board.reading.index import IndexCache
-from rl_board.reading.storage import StorageError, is_remote
+from rl_board.reading.storage import StorageError, is_remote, write_problem
 from rl_board.reading.workers import WORKERS
 from rl_board.run import list_runs
 
@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if arguments.cache:
         os.environ["RL_LOGGING_BOARD_CACHE"] = arguments.cache if is_remote(arguments.cache) else str(Path(arguments.cache).expanduser().absolute())
+    problem = write_problem(IndexCache().folder)
+    if problem:  # found now, not after hours of indexing
+        print(f"the cache {IndexCache().folder} cannot be written: {problem}", file=sys.stderr)
+        return 2
     try:
         run_dirs = list_runs(arguments.root)
     except (OSError, StorageError) as error:

@@ -233,6 +233,23 @@ def write_file(path: str, data) -> None:
             temporary.unlink()
 
 
+# Why files cannot be written in a folder (or a prefix of object storage), or None when they can: a file written there
+# and removed again.
+def write_problem(folder: str) -> str | None:
+    probe = joined(folder, f".write-check-{uuid.uuid4().hex}")
+    try:
+        write_file(probe, b"")
+    except OSError as error:
+        return str(error)
+    with contextlib.suppress(OSError):
+        if is_remote(probe):
+            with storage_errors(probe):
+                remote_storage(probe).rm_file(probe)
+        else:
+            os.unlink(probe)
+    return None
+
+
 # Bytes [start, end) of an object, in one ranged request.
 def read_remote_range(path: str, start: int, end: int) -> bytes:
     if end <= start:  # S3 would take an empty range for a suffix one

@@ -179,6 +179,18 @@ def test_a_root_that_cannot_be_listed_is_named(tmp_path, capsys):
     assert in_a_subprocess.returncode == 2 and f"{tmp_path / 'missing'} could not be listed" in in_a_subprocess.stderr
 
 
+def test_a_cache_that_cannot_be_written_is_named_before_anything_is_indexed(tmp_path, monkeypatch, capsys, s3_server):  # noqa: F811
+    write_lines(tmp_path / "root" / "run" / "r.jsonl", [sample(1), sample(2)])
+    indexed = count_calls(monkeypatch, "index_chunk")
+    (tmp_path / "a_file").write_text("")
+    for cache in (str(tmp_path / "a_file" / "cache"), "s3://no-such-bucket-for-the-index/cache"):
+        assert main(["index", str(tmp_path / "root"), "--cache", cache]) == 2
+        assert capsys.readouterr().err.startswith(f"the cache {cache} cannot be written: ")
+    assert indexed == []
+    assert main(["index", str(tmp_path / "root"), "--cache", str(tmp_path / "cache")]) == 0
+    assert [path.name for path in (tmp_path / "cache").iterdir()] == [Path(IndexCache().path_of(str(tmp_path / "root" / "run" / "r.jsonl"))).name]  # the check leaves nothing
+
+
 def record_writes(monkeypatch) -> list[str]:
     """The paths the cache and the conversions write (every write of either goes through storage.write_file)."""
     writes, original = [], rl_board.reading.storage.write_file
