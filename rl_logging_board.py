@@ -1811,12 +1811,12 @@ def pick_search_result(key: str, steps: list, samples: list):
 def draw_downloads(rows: pd.DataFrame, what: str, name: str):
     too_many = len(rows) > EXPORT_ROWS
     too_large = too_many or int(rows["length"].sum()) + len(rows) > EXPORT_BYTES
-    csv_column, jsonl_column, parquet_column, note_column = st.columns([1, 1, 1, 3])
-    csv_column.download_button(f"{what} (CSV)", functools.partial(export_csv, rows), file_name=f"{name}.csv", mime="text/csv", on_click="ignore", disabled=too_many, icon=":material/download:", help="Each sample's numbers and fields, then its prompt and response")
-    jsonl_column.download_button(f"{what} (JSONL)", functools.partial(export_jsonl, rows), file_name=f"{name}.jsonl", mime="application/jsonl", on_click="ignore", disabled=too_large, icon=":material/download:", help="The samples' lines as they are in the rank files, byte for byte")
-    parquet_column.download_button(f"{what} (Parquet)", functools.partial(export_parquet, rows), file_name=f"{name}.parquet", mime="application/vnd.apache.parquet", on_click="ignore", disabled=too_many, icon=":material/download:", help="The CSV's table, typed")
+    row = st.container(horizontal=True, vertical_alignment="center")  # each button as wide as its label, at any page width
+    row.download_button(f"{what} (CSV)", functools.partial(export_csv, rows), file_name=f"{name}.csv", mime="text/csv", on_click="ignore", disabled=too_many, icon=":material/download:", help="Each sample's numbers and fields, then its prompt and response", width="content")
+    row.download_button(f"{what} (JSONL)", functools.partial(export_jsonl, rows), file_name=f"{name}.jsonl", mime="application/jsonl", on_click="ignore", disabled=too_large, icon=":material/download:", help="The samples' lines as they are in the rank files, byte for byte", width="content")
+    row.download_button(f"{what} (Parquet)", functools.partial(export_parquet, rows), file_name=f"{name}.parquet", mime="application/vnd.apache.parquet", on_click="ignore", disabled=too_many, icon=":material/download:", help="The CSV's table, typed", width="content")
     if too_large:
-        note_column.caption(f"{len(rows):,} lines, {rows['length'].sum() / 2**20:,.0f} MB: more than a download holds ({EXPORT_ROWS:,} lines, {EXPORT_BYTES >> 20} MB of JSONL); narrow the filter.")
+        row.caption(f"{len(rows):,} lines, {rows['length'].sum() / 2**20:,.0f} MB: more than a download holds ({EXPORT_ROWS:,} lines, {EXPORT_BYTES >> 20} MB of JSONL); narrow the filter.")
 
 
 # What changed between A and B (two step windows of the shown run, or two runs): every prompt seen on both sides with

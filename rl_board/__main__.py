@@ -29,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if arguments.cache:
         os.environ["RL_LOGGING_BOARD_CACHE"] = arguments.cache if is_remote(arguments.cache) else str(Path(arguments.cache).expanduser().absolute())
-    problem = write_problem(IndexCache().folder)
+    cache = IndexCache().folder
+    problem = write_problem(cache)
     if problem:  # found now, not after hours of indexing
-        print(f"the cache {IndexCache().folder} cannot be written: {problem}", file=sys.stderr)
+        print(f"the cache {cache} cannot be written: {problem}", file=sys.stderr)
         return 2
     try:
         run_dirs = list_runs(arguments.root)
