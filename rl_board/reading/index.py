@@ -1,7 +1,8 @@
 """The per-file index: where each line is (offset, length), its step and the summary numbers the charts need, built by
 one pass over the file (on the workers) and read on from where it stopped when the file grows (FileIndex); kept on
 disk (or in a prefix of object storage) as Arrow files per rank file, keyed by the file's identity (IndexCache), so a
-restarted server opens a run at once.
+restarted server opens a run at once. A file that grew adds a small segment file of its new rows to its cache, not a
+new copy of the whole index.
 A run of many small files (a file per step: verl, TRL, AReaL, ROLL) keeps its files' indexes in one Arrow file, so that
 reopening it reads one cache file, not thousands."""
 import dataclasses
@@ -12,6 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -40,12 +42,13 @@ from rl_board.reading.storage import (
     read_file,
     read_range,
     read_spans,
+    remove_file,
     write_file,
 )
 from rl_board.reading.summaries import SPOT_CHECKS, RejectedSummaries, disagreement, read_summaries
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 
 
 LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
@@ -91,11 +94,21 @@ def read_identity(path: str, indexed_to: int, status: "FileStatus | None" = None
     )
 
 
+# What a file's cache holds (IndexCache): its whole index as written once (the base, its write id and rows), then
+# the segments appended to it, each of the rows added since, up to `rows`.
+class CachedIndex(NamedTuple):
+    write_id: str
+    base_rows: int
+    segments: int
+    rows: int
+
+
 # One rank file: a row per line with where it is, its step and, once parsed, its numbers.
 class FileIndex:
     def __init__(self, path: str):
         self.path = path
         self.launch = launch_of(path)
+        self.cached: CachedIndex | None = None
         self.reset()
 
     # An index as a cache kept it: its lines' columns and its facts (CACHE_FORMAT's meta of one file).
@@ -109,6 +122,8 @@ class FileIndex:
         index.incomplete_tail = int(meta["incomplete_tail"])
         index.problems = [tuple(problem) for problem in meta["problems"]]
         index.lines = lines
+        index.cached = None
+        index.first_changed_row = len(lines["offset"])
         return index
 
     # Its facts as a cache keeps them beside its lines.
@@ -123,6 +138,7 @@ class FileIndex:
         self.incomplete_tail = 0
         self.lines = {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()} | empty_summaries(0)
         self.problems: list[tuple[int, str, str]] = []
+        self.first_changed_row = 0  # the first of the rows its cache holds that changed since (rows past them are new)
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed). An object on
     # object storage is the same while its size and ETag are; one uploaded again with more bytes grew when the bytes
@@ -209,6 +225,8 @@ class FileIndex:
     # Store parse results for rows of self.lines, in place.
     def add_summaries(self, rows: np.ndarray, result: "LineSummaries"):
         lines, good = self.lines, result.good
+        if len(rows):
+            self.first_changed_row = min(self.first_changed_row, int(rows.min()))
         lines["status"][rows] = np.where(good, GOOD, BAD)
         lines["step"][rows[good]] = result.step[good]
         fields = sum(name.startswith(("rewards/", EXTRA_PREFIX, TEXT_PREFIX)) for name in lines)
@@ -256,9 +274,16 @@ def empty_summaries(count: int) -> dict:
     return {name: missing_values(name, count) for name in SUMMARY_NUMBERS + SUMMARY_TEXTS}
 
 
-# Index files survive server restarts in a cache folder outside the run (which may be read-only). One file per
-# rank file, its facts in the table's own metadata: one atomic replace writes both, so a crash between two
-# writes, or two servers sharing the folder, can never pair a table with another write's facts.
+# Segments appended to a file's cache before it is written whole again (also when they would hold more rows than it).
+SEGMENTS_KEPT = 16
+
+
+# Index files survive server restarts in a cache folder outside the run (which may be read-only). A rank file's cache
+# is one Arrow file, its facts in the table's own metadata: one atomic write puts both, so a crash between two writes,
+# or two servers sharing the folder, can never pair a table with another write's facts. A file that only grew (a live
+# run) gets a segment file instead: its new rows with the facts after them, naming the write it extends and the row it
+# starts at; a reader takes the segments in order while they extend what it has read, so one from an older write, a
+# missing or a damaged one ends the index there (the rest of the file is then read again from the file).
 class IndexCache:
     def __init__(self):
         default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_logging_board"
@@ -270,27 +295,63 @@ class IndexCache:
         self.local_folder = default if is_remote(named) else Path(self.folder)
         self.error: str | None = None
 
-    def path_of(self, path: str) -> str:
-        return joined(self.folder, f"{hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]}.arrow")
+    def path_of(self, path: str, segment: int = 0) -> str:
+        name = hashlib.sha1(os.fsencode(canonical_path(path))).hexdigest()[:20]
+        return joined(self.folder, f"{name}.{segment}.arrow" if segment else f"{name}.arrow")
 
     def run_path_of(self, run_dir: str) -> str:
         return joined(self.folder, f"run-{hashlib.sha1(os.fsencode(canonical_path(run_dir))).hexdigest()[:20]}.arrow")
 
-    # The cached index of path, or None when absent, damaged or from another version of the board.
+    # The cached index of path (its base and the segments that extend it), or None when absent, damaged or from another
+    # version of the board.
     def load(self, path: str) -> FileIndex | None:
+        base = self.read_part(path, 0)
+        if base is None:
+            return None
+        parts, meta = [base[0]], base[1]
+        rows = len(base[0]["offset"])
+        while (segment := self.read_part(path, len(parts))) and (segment[1].get("base"), segment[1].get("first_row")) == (base[1].get("write_id"), rows):
+            parts.append(segment[0])
+            meta = segment[1]
+            rows += len(segment[0]["offset"])
+        names = list(dict.fromkeys(name for part in parts for name in part))
+        lines = {name: np.concatenate([part[name] if name in part else missing_values(name, len(part["offset"])) for part in parts]) for name in names}
         try:
-            table = self.read(self.path_of(path))
+            index = FileIndex.restored(path, lines, meta)
+        except (ValueError, KeyError, TypeError):
+            return None
+        index.cached = CachedIndex(base[1].get("write_id", ""), len(base[0]["offset"]), len(parts) - 1, rows)
+        return index
+
+    # A cache file of path (the base, or a segment) as columns and meta, or None when absent, damaged or not this board's.
+    def read_part(self, path: str, segment: int) -> tuple[dict, dict] | None:
+        try:
+            table = self.read(self.path_of(path, segment))
             meta = json.loads(table.schema.metadata[b"rl_logging_board"])
             if meta["format"] != CACHE_FORMAT or meta["path"] != canonical_path(path) or not set(INDEX_COLUMNS) <= set(table.column_names):
                 return None
-            return FileIndex.restored(path, {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}, meta)
+            return {name: np.array(column.to_numpy(zero_copy_only=False)) for name, column in zip(table.column_names, table.columns)}, meta
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return None
 
-    # Write atomically; a cache that cannot be written costs speed, never data.
+    # Write atomically; a cache that cannot be written costs speed, never data. A file that only grew since its cache
+    # was written gets a segment of its new rows, until SEGMENTS_KEPT or their rows outnumber the base's: then it is
+    # written whole again and the segments it replaced are removed.
     def save(self, index: FileIndex):
-        if index.identity is not None:
-            self.write(self.path_of(index.path), index.lines, dict(format=CACHE_FORMAT, path=canonical_path(index.path), **index.facts()))
+        if index.identity is None:
+            return
+        meta = dict(format=CACHE_FORMAT, path=canonical_path(index.path), **index.facts())
+        cached, rows = index.cached, len(index.lines["offset"])
+        if cached and index.first_changed_row >= cached.rows and cached.segments < SEGMENTS_KEPT and rows - cached.base_rows <= cached.base_rows:
+            new_rows = {name: column[cached.rows :] for name, column in index.lines.items()}
+            if self.write(self.path_of(index.path, cached.segments + 1), new_rows, meta | dict(base=cached.write_id, first_row=cached.rows)):
+                index.cached, index.first_changed_row = cached._replace(segments=cached.segments + 1, rows=rows), rows
+            return
+        write_id = uuid.uuid4().hex
+        if self.write(self.path_of(index.path), index.lines, meta | dict(write_id=write_id)):
+            for segment in range(1, cached.segments + 1 if cached else 1):
+                remove_file(self.path_of(index.path, segment))
+            index.cached, index.first_changed_row = CachedIndex(write_id, rows, 0, rows), rows
 
     # The cached indexes of a run's files, by path, from the run's one cache file (see save_run): those of the paths
     # given that it holds (their files as they were when it was written: each is checked against its file as any
@@ -326,7 +387,8 @@ class IndexCache:
     def read(target: str) -> pa.Table:
         return pyarrow.feather.read_table(pa.BufferReader(read_file(target)) if is_remote(target) else target)
 
-    def write(self, target: str, lines: dict, meta: dict):
+    # Whether it was written.
+    def write(self, target: str, lines: dict, meta: dict) -> bool:
         columns = {name: pa.array(column, type=pa.string()) if column.dtype == object else column for name, column in lines.items()}
         table = pa.table(columns).replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
         sink = pa.BufferOutputStream()
@@ -335,6 +397,8 @@ class IndexCache:
             write_file(target, sink.getvalue())
         except OSError as error:
             self.error = f"index cache not written to {self.folder}: {error}"
+            return False
+        return True
 
 
 # A run of at least this many files, of at most BUNDLED_ROWS lines in all, keeps their indexes in one cache file

@@ -65,10 +65,12 @@ REPORT_COLUMNS = [
 ]
 
 
-# The lines a load shows, per file, and how many usable lines each file has that a newer launch replaced.
+# The lines a load shows, per file, and how many usable lines each file has that a newer launch replaced; with every
+# file's index_id then (its parsed rows keep their numbers while it stays the same).
 class Selection(NamedTuple):
     rows: dict[str, np.ndarray]
     replaced: dict[str, int]
+    index_ids: dict[str, str]
 
 
 # Which rows each file contributes. A resumed run starts a new launch at its checkpoint's step: every step an older
@@ -85,8 +87,9 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
         step.append(lines["step"][usable])
         launch_of_row.append(np.full(len(usable), launches.index(index.launch)))
     paths = list(files)
+    index_ids = {path: index.index_id for path, index in files.items()}
     if not row:
-        return Selection({}, {})
+        return Selection({}, {}, index_ids)
     file_of, row, step, launch_of_row = (np.concatenate(parts) for parts in (file_of, row, step, launch_of_row))
     first_step = np.full(len(launches), np.inf)
     np.minimum.at(first_step, launch_of_row, step)
@@ -104,7 +107,7 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
     chosen_files, chosen_rows = chosen_files[order], chosen_rows[order]
     starts = np.flatnonzero(np.r_[True, chosen_files[1:] != chosen_files[:-1]]) if len(order) else np.array([], dtype=np.int64)
     rows = {paths[position]: part for position, part in zip(chosen_files[starts].tolist(), np.split(chosen_rows, starts[1:]))}
-    return Selection(rows, replaced)
+    return Selection(rows, replaced, index_ids)
 
 
 # For each element, its position among the elements of the same group when taken in the given order
@@ -137,6 +140,7 @@ class RunSnapshot:
     reward_note: str = ""  # how reward was made from the reward functions' scores, where the board made it (TRL's files)
     history_dir: str = ""  # where its training history is: the run folder, or the output folder of TRL's completions/
     reward_weights: dict = field(default_factory=dict)  # TRL's: the weights reward was summed with ({}: all 1)
+    selection: Selection | None = field(default=None, compare=False, repr=False)  # the lines it holds
 
     def step_rows(self, step: int) -> pd.DataFrame:
         return self.samples[self.samples["step"] == step].reset_index(drop=True)
@@ -194,7 +198,46 @@ def chosen_columns(files: dict[str, FileIndex], chosen: list[np.ndarray], names:
     return {name: np.concatenate([file_lines[name] if name in file_lines else missing_values(name, length) for file_lines, length in zip(lines, lengths)])[rows] for name in names}
 
 
-def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None) -> RunSnapshot:
+# Columns build_run adds to the samples: made again from the others each time.
+DERIVED_COLUMNS = ["reward_gap", "valid_reward_gap"]
+
+
+# The samples of files that grew since `previous` was built from them: its rows of the steps before the first step
+# whose lines changed, kept as they are, and those from that step on taken from the files. On a run of many steps each
+# live append changes only the last steps, and sorting every column anew took most of its load. None where the
+# result could differ from a whole build: a file read anew or gone, or a column that is new or of another type.
+def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: "Selection") -> pd.DataFrame | None:
+    before = previous.selection
+    if before is None or any(path not in files or files[path].index_id != index_id for path, index_id in before.index_ids.items()):
+        return None
+    none = np.array([], dtype=np.int64)
+    first_changed = np.inf  # the first step of a line selected now and not then, or then and not now
+    for path, index in files.items():
+        changed = np.setxor1d(selected.rows.get(path, none), before.rows.get(path, none), assume_unique=True)
+        if changed.size:
+            first_changed = min(first_changed, float(index.lines["step"][changed].min()))
+    kept = previous.samples.iloc[: int(np.searchsorted(previous.samples["step"].to_numpy(), first_changed))]
+    kept = kept.drop(columns=DERIVED_COLUMNS)
+    chosen = [selected.rows.get(path, none) for path in files]
+    chosen = [rows[index.lines["step"][rows] >= first_changed] for rows, index in zip(chosen, files.values())]
+    taken = pd.DataFrame(sorted_samples(files, chosen))
+    if set(taken.columns) != set(kept.columns):
+        return None
+    for name in [name for name in kept.columns if taken[name].dtype != kept[name].dtype]:
+        # A text column with values in one part only: the other's missing values take its type, as the whole would.
+        kept_missing, taken_missing = kept[name].isna().all(), taken[name].isna().all()
+        if kept_missing == taken_missing:
+            return None
+        if taken_missing:
+            taken[name] = taken[name].astype(kept[name].dtype)
+        else:
+            kept = kept.assign(**{name: kept[name].astype(taken[name].dtype)})
+    return pd.concat([kept, taken[kept.columns]], ignore_index=True) if len(taken) else kept
+
+
+# The snapshot of files as selected; from `previous` (the last one of the same Max Samples Each Step, when the files
+# only grew since) where it can be.
+def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None, previous: RunSnapshot | None = None) -> RunSnapshot:
     chosen, report, problems = [], [], []
     for path, index in files.items():
         rows = selected.rows.get(path, np.array([], dtype=np.int64))
@@ -213,7 +256,9 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         for entry in list_folder(run_dir):
             if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
                 problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
-    samples = pd.DataFrame(sorted_samples(files, chosen))
+    samples = grown_samples(previous, files, selected) if previous is not None else None
+    if samples is None:
+        samples = pd.DataFrame(sorted_samples(files, chosen))
     meta = read_meta(run_dir)
     reward_note = ""
     if run_format.sums_reward:
@@ -242,6 +287,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         reward_note=reward_note,
         history_dir=run_format.history_dir or run_dir,
         reward_weights=dict(run_format.weights),
+        selection=selected,
     )
 
 

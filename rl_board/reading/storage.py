@@ -241,13 +241,18 @@ def write_problem(folder: str) -> str | None:
         write_file(probe, b"")
     except OSError as error:
         return str(error)
-    with contextlib.suppress(OSError):
-        if is_remote(probe):
-            with storage_errors(probe):
-                remote_storage(probe).rm_file(probe)
-        else:
-            os.unlink(probe)
+    remove_file(probe)
     return None
+
+
+# Remove a file where it can be (a file already gone, or a folder that refuses, is left as it is).
+def remove_file(path: str) -> None:
+    with contextlib.suppress(OSError):
+        if is_remote(path):
+            with storage_errors(path):
+                remote_storage(path).rm_file(path)
+        else:
+            os.unlink(path)
 
 
 # Bytes [start, end) of an object, in one ranged request.

@@ -167,10 +167,11 @@ class RunStore:
                 self.cache.save(self.files[path])
         if bundle and written:
             self.cache.save_run(self.run_dir, self.files.values())
+        previous = self.snapshots.get(max_samples) if run_format == self.built_format else None
         if changed or not same_files:
             self.snapshots = {}
         self.built_format = run_format
-        snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error)
+        snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error, previous)
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
         return snapshot

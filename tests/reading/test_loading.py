@@ -17,11 +17,14 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import pandas as pd
+import pyarrow
 import pyarrow.feather
 import pytest
 import simdjson
 
 import rl_board.reading.lines
+import rl_board.reading.snapshot
 import rl_board.reading.store
 import rl_board.reading.workers
 import rl_logging_board as board
@@ -419,6 +422,82 @@ def test_the_index_cache_survives_a_restart_and_reads_only_appended_bytes(tmp_pa
     assert grown.steps == [1, 2, 3]
 
 
+def assert_same_index(restored: FileIndex, index: FileIndex):
+    assert restored.facts() == index.facts() and list(restored.lines) == list(index.lines)
+    for name, column in index.lines.items():
+        assert restored.lines[name].dtype == column.dtype, name
+        assert np.array_equal(restored.lines[name], column, equal_nan=column.dtype.kind == "f"), name
+
+
+def append_step(path: Path, step: int, samples: int, **extra):
+    with open(path, "ab") as file:
+        file.write(b"".join(json.dumps(sample(step, reward=step + k / 10, **extra)).encode() + b"\n" for k in range(samples)))
+
+
+# A live run's rank file that grew writes a segment of its new rows, not its whole index again: the cache read back
+# equals the index in memory after every append (a reward function and a text field that appear late included), until
+# SEGMENTS_KEPT segments: then it is written whole once more and the segments it replaced are removed.
+def test_a_file_that_grew_adds_a_segment_to_its_cache_not_a_copy(tmp_path, private_index_cache):
+    write_run(tmp_path / "run", steps=40, samples=8, tokens=10, ranks=2, workers=1)
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    store, cache = RunStore(str(tmp_path / "run")), IndexCache()
+    store.load(128, parallel=False)
+    base = Path(cache.path_of(str(path)))
+    base_size = base.stat().st_size
+    for appended in range(1, rl_board.reading.index.SEGMENTS_KEPT + 2):
+        append_step(path, 40 + appended, 4, **({"rewards_per_func": {"late": 1.0}, "note": "n"} if appended == 3 else {}))
+        store.load(128, parallel=False)
+        segments = sorted(private_index_cache.glob(f"{base.stem}.*.arrow"), key=lambda segment: int(segment.suffixes[0][1:]))
+        assert_same_index(cache.load(str(path)), store.files[str(path)])
+        if appended <= rl_board.reading.index.SEGMENTS_KEPT:
+            assert [segment.name for segment in segments] == [f"{base.stem}.{number}.arrow" for number in range(1, appended + 1)]
+            assert segments[-1].stat().st_size < base_size / 4 and base.stat().st_size == base_size  # the base is not written again
+        else:
+            assert segments == [] and base.stat().st_size > base_size
+    restarted = RunStore(str(tmp_path / "run")).load(128, parallel=False)
+    assert restarted.samples.drop(columns="index_id").equals(store.load(128, parallel=False).samples.drop(columns="index_id"))
+
+
+# A segment that is damaged, missing or of another write of the cache ends the cached index there: the file's lines past
+# it are read from the file, and the run equals one read whole. Parsing lines the cache already holds (a larger Max
+# Samples Each Step) writes it whole.
+@pytest.mark.parametrize("fault", ["damaged", "missing", "of another write"])
+def test_a_cached_index_ends_at_a_segment_that_does_not_extend_it(tmp_path, monkeypatch, private_index_cache, fault):
+    write_run(tmp_path / "run", steps=20, samples=8, tokens=10, ranks=1, workers=1)
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    store, cache = RunStore(str(tmp_path / "run")), IndexCache()
+    store.load(4, parallel=False)
+    for step in (20, 21, 22):
+        append_step(path, step, 8)
+        store.load(4, parallel=False)
+    second = Path(cache.path_of(str(path), 2))
+    if fault == "damaged":
+        second.write_bytes(second.read_bytes()[:100])
+    elif fault == "missing":
+        second.unlink()
+    else:
+        first = Path(cache.path_of(str(path), 1))
+        first_write = first.read_bytes()
+        store.load(8, parallel=False)  # parses rows the cache holds: written whole, under a new write id
+        assert not first.exists() and not second.exists()
+        table = pyarrow.feather.read_table(pyarrow.BufferReader(first_write))
+        meta = json.loads(table.schema.metadata[b"rl_logging_board"]) | {"first_row": 23 * 8}  # where the new write ends
+        pyarrow.feather.write_feather(table.replace_schema_metadata({"rl_logging_board": json.dumps(meta)}), str(first))
+    restored = cache.load(str(path))
+    expected_rows = {"damaged": 20 * 8 + 8, "missing": 20 * 8 + 8, "of another write": 23 * 8}[fault]
+    assert len(restored.lines["offset"]) == expected_rows
+    calls = count_index_calls(monkeypatch)
+    reopened = RunStore(str(tmp_path / "run")).load(4, parallel=False)
+    assert len(calls) == (fault != "of another write")
+    fresh = load_fresh(tmp_path / "run", tmp_path / "fresh_cache", monkeypatch, 4)
+    assert reopened.samples.drop(columns="index_id").equals(fresh.samples.drop(columns="index_id"))
+
+
+def load_fresh(run_dir: Path, cache_folder: Path, monkeypatch, max_samples: int):
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(cache_folder))
+    return RunStore(str(run_dir)).load(max_samples, parallel=False)
+
+
 @pytest.mark.parametrize("change", ["truncate", "replace", "rewrite in place"])
 def test_the_index_cache_is_never_used_stale(tmp_path, change):
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=1), sample(2, reward=1)])
@@ -593,6 +672,65 @@ def test_a_new_step_appended_while_live_is_picked_up(tmp_path):
     assert after.steps == [0, 1, 7] and after.version != before.version
     assert after.samples[after.samples["step"] < 7].drop(columns="path").equals(before.samples.drop(columns="path"))
     assert lines_key(after.step_rows(1)) == lines_key(before.step_rows(1))  # what the step view built is reused
+
+
+# A live run's next snapshot keeps the last one's rows of the steps its new lines leave alone: it must equal a snapshot
+# built whole from the same files, column for column and type for type, through appends to one rank and to all, lines
+# of earlier steps, bad and half-written lines, reward functions and text fields that appear late, a resumed launch and
+# a file written anew.
+@pytest.mark.parametrize("max_samples", [3, 128])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_snapshot_grown_from_the_last_equals_one_built_whole(tmp_path, monkeypatch, seed, max_samples):
+    rng = np.random.default_rng(seed)
+    run_dir = tmp_path / "run"
+    launch = "20260101T000000Z"
+    write_lines(run_dir / f"rollout_data_rank_0_{launch}.jsonl", [sample(0, reward=0.5)])
+    write_lines(run_dir / f"rollout_data_rank_1_{launch}.jsonl", [sample(0, reward=1.5)])
+    grown, grown_samples = [], rl_board.reading.snapshot.grown_samples
+    monkeypatch.setattr(rl_board.reading.snapshot, "grown_samples", lambda *args: grown.append(grown_samples(*args)) or grown[-1])
+    store, step, cut = RunStore(str(run_dir)), 0, None
+    store.load(max_samples, parallel=False)
+    for event in rng.choice(["step", "step", "step", "one rank", "earlier step", "bad", "half", "new fields", "resume", "rewrite"], size=40):
+        rank = int(rng.integers(0, 2))
+        path = run_dir / f"rollout_data_rank_{rank}_{launch}.jsonl"
+        lines = []
+        if cut is not None:  # the half-written line is finished first
+            path, rest = cut
+            lines, cut = [rest], None
+        elif event in ("step", "one rank"):
+            step += event == "step"
+            lines = [json.dumps(sample(step, reward=float(rng.normal()), group_id=f"g{step}" if rng.random() < 0.5 else None)).encode() + b"\n" for _ in range(int(rng.integers(1, 5)))]
+            if event == "step":
+                write_lines_appended(run_dir / f"rollout_data_rank_{1 - rank}_{launch}.jsonl", lines[:1])
+        elif event == "earlier step":  # with one of the last step, in one write
+            lines = [json.dumps(sample(int(rng.integers(0, step + 1)), reward=9.0)).encode() + b"\n", json.dumps(sample(step, reward=8.0)).encode() + b"\n"]
+        elif event == "bad":
+            lines = [b"{not json\n"]
+        elif event == "half":
+            line = json.dumps(sample(step, reward=2.0)).encode() + b"\n"
+            lines, cut = [line[:7]], (path, line[7:])
+        elif event == "new fields":
+            lines = [json.dumps(sample(step, reward=1.0, rewards_per_func={"late": 0.25}, note="n")).encode() + b"\n"]
+        elif event == "rewrite":  # the same lines with other rewards: its rows are numbered as before
+            rewritten = [line.replace(b'"reward": ', b'"reward": 1') for line in path.read_bytes().splitlines(keepends=True)]
+            path.write_bytes(b"".join(rewritten[:-1]))
+            lines = rewritten[-1:]
+        else:
+            launch = f"2026010{int(rng.integers(2, 10))}T{len(grown):06d}Z"
+            step = max(step - 1, 0)
+            lines = [json.dumps(sample(step, reward=-1.0)).encode() + b"\n"]
+            path = run_dir / f"rollout_data_rank_0_{launch}.jsonl"
+        write_lines_appended(path, lines)
+        snapshot = store.load(max_samples, parallel=False)
+        whole = rl_board.reading.snapshot.build_run(str(run_dir), store.files, select_lines(store.files, max_samples), max_samples, store.built_format)
+        pd.testing.assert_frame_equal(snapshot.samples, whole.samples)
+        assert snapshot.steps == whole.steps and snapshot.report.equals(whole.report)
+    assert sum(samples is not None for samples in grown) >= len(grown) // 2
+
+
+def write_lines_appended(path: Path, lines: list[bytes]):
+    with open(path, "ab") as file:
+        file.write(b"".join(lines))
 
 
 @pytest.mark.parametrize("ranks_appended", [1, 4])
