@@ -140,9 +140,9 @@ def opened_image(path: str):
 # Every image the loaded lines name, checked once: each one that cannot be shown is a load-report row at the first
 # line naming it, with how many lines do.
 def image_problems(samples: pd.DataFrame) -> list[list]:
-    named = samples.dropna(subset=["image_paths"])
+    named = samples["image_paths"].notna().to_numpy()  # only its three columns are taken: not every sample's whole row
     first, uses = {}, Counter()
-    for file, line, paths in zip(named["path"], named["line"], named["image_paths"]):
+    for file, line, paths in zip(samples["path"][named], samples["line"][named], samples["image_paths"][named]):
         for path in json.loads(paths):
             key = (os.path.dirname(file), path)
             uses[key] += 1
