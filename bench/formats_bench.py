@@ -7,12 +7,15 @@ prompts, responses and rewards, as the other trainers write them, into bench/run
     verl's RayPPOTrainer._dump_generations), with acc and pred;
   - trl: TRL's completion logs, completions/completions_<step:05d>.parquet (written as GRPOTrainer.log() writes
     them, pandas' to_parquet), two reward functions, a log_extra column and advantage;
-  - s3: the jsonl run uploaded to a moto S3 server on 127.0.0.1 (tests/support/s3_server.py), opened as s3://bench/formats.
+  - s3: the jsonl run uploaded to a moto S3 server on 127.0.0.1 (tests/support/s3_server.py), opened as s3://bench/formats;
+  - s3-summaries: the same run as the logger writes it, with its summaries and texts files (generate_run's
+    summaries=True), uploaded there too: its first open reads the summaries, a step its texts records.
 For each, per repeat: a fresh server (start.sh) and Chromium page, the page opened on a cold index cache (its first
 screen opens the run; for verl and trl it includes the conversion), the same after a server restart (index cache
 warm), and 5 step changes (median) straight after each other, then 5 after looking at a step for 2 s (the steps
 either side of it are read ahead meanwhile), timed as run_bench.py times them (Board.timed). S3's network is the loopback here: its numbers are
-the board's own cost of going through fsspec and byte-range requests, not a real store's latency.
+the board's own cost of going through fsspec and byte-range requests, not a real store's latency. For S3, also the
+requests and bytes a step's texts take, counted in this process on the engine's own read (read_step_batch, 10 steps).
 
     python bench/formats_bench.py                # every format, 3 repeats (about 6 minutes on 2 cores)
     python bench/formats_bench.py --formats trl  # just one
@@ -20,6 +23,7 @@ the board's own cost of going through fsspec and byte-range requests, not a real
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -35,9 +39,10 @@ from bench.run_bench import CHROMIUM, SIZES, Board, generated_run  # noqa: E402
 from tests.support.other_trainers import write_verl_dump  # noqa: E402
 from tests.support.s3_server import FAKE_CREDENTIALS, environment, make_bucket, running_moto, upload_folder  # noqa: E402
 
-FORMATS = ["jsonl", "verl", "trl", "s3"]
+FORMATS = ["jsonl", "verl", "trl", "s3", "s3-summaries"]
 FOLDER = PROJECT / "bench" / "runs" / "formats"
 STEP_CHANGES = 5
+STEP_READS = 10
 LOOK_SECONDS = 2  # a user looking at a step before the next: the board reads its neighbours ahead meanwhile
 TARGET = "<= 0.2"
 
@@ -122,6 +127,31 @@ def measure(root, cache: Path, repeats: int) -> dict[str, list[float]]:
     return results
 
 
+# The ranged requests and bytes the texts of a step take on object storage (STEP_READS steps, median), counted on
+# the engine's read of them in this process (the index cache warm).
+def step_reads(run_url: str, cache: Path) -> dict[str, list[float]]:
+    os.environ["RL_LOGGING_BOARD_CACHE"] = str(cache)
+    from rl_board.reading.snapshot import read_step_batch
+    from rl_board.reading.storage import remote_storage, storage
+    from rl_board.reading.store import RunStore
+
+    storage.cache_clear()  # made under this server's endpoint
+    snapshot = RunStore(run_url).load(128, parallel=False)
+    store, requests = remote_storage(run_url), []
+    cat_ranges = store.cat_ranges
+    store.cat_ranges = lambda paths, starts, ends, **options: requests.append([end - start for start, end in zip(starts, ends)]) or cat_ranges(paths, starts, ends, **options)
+    counts, sizes, seconds = [], [], []
+    for step in snapshot.steps[:: max(1, len(snapshot.steps) // STEP_READS)][:STEP_READS]:
+        requests.clear()
+        started = time.perf_counter()
+        read_step_batch("bench", snapshot.step_rows(step))
+        seconds.append(time.perf_counter() - started)
+        counts.append(sum(len(ranges) for ranges in requests))
+        sizes.append(sum(sum(ranges) for ranges in requests) / 1e6)
+    del store.cat_ranges
+    return {"a step's texts: ranged requests": counts, "a step's texts: MB read": sizes, "a step's texts: read in-process (s)": seconds}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
@@ -132,20 +162,21 @@ def main():
     table = {}
     for name in args.formats:
         started = time.perf_counter()
-        if name == "s3":
+        if name.startswith("s3"):
             with running_moto() as endpoint, environment({**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}):  # the servers' too
                 make_bucket(endpoint, "bench")
-                upload_folder(endpoint, roots["jsonl"] / "run", "s3://bench/formats/run")
-                table[name] = measure("s3://bench/formats", FOLDER / "cache-s3", args.repeats)
+                upload_folder(endpoint, generated_run("medium", summaries=True) / "run" if name == "s3-summaries" else roots["jsonl"] / "run", "s3://bench/formats/run")
+                table[name] = measure("s3://bench/formats", FOLDER / f"cache-{name}", args.repeats)
+                table[name] |= step_reads("s3://bench/formats/run", FOLDER / f"cache-{name}")
         else:
             table[name] = measure(roots[name], FOLDER / f"cache-{name}", args.repeats)
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    rows = list(next(iter(table.values())))
+    rows = list(dict.fromkeys(row for results in table.values() for row in results))
     print(f"\nmedium run (100 steps x 128 samples), median of {args.repeats}; target for a step change {TARGET} s\n")
     print("| measure | " + " | ".join(table) + " |")
     print("|---|" + "---|" * len(table))
     for row in rows:
-        print(f"| {row} | " + " | ".join(f"{statistics.median(table[name][row]):.2f}" for name in table) + " |")
+        print(f"| {row} | " + " | ".join(f"{statistics.median(table[name][row]):.2f}" if row in table[name] else "" for name in table) + " |")
 
 
 if __name__ == "__main__":

@@ -93,19 +93,26 @@ def step_lines(seed: int, rank: int, step: int, samples: int, tokens: int, steps
     return b"".join(orjson.dumps(r, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n" for r in out)
 
 
-# With summaries, also the file's summaries file, a record per step, as rollout_logger's writer writes one per batch.
+# With summaries, also the file's summaries and texts files, a record per step, as rollout_logger's writer writes one
+# per batch.
 def write_rank_file(path: str, seed: int, rank: int, ranks: int, steps: int, samples: int, tokens: int, grpo: bool, extras: bool = False, summaries: bool = False):
     per_rank = samples // ranks + (1 if rank < samples % ranks else 0)
     if summaries:
-        from rl_board.reading.summaries import batch_record, summaries_header
+        from rl_board.reading.summaries import batch_record, summaries_header, texts_file
         from rollout_logger.metadata import SUMMARIES_SUFFIX
-    with open(path, "wb") as file, open(path + SUMMARIES_SUFFIX if summaries else os.devnull, "wb") as summaries_file:
+    with (
+        open(path, "wb") as file,
+        open(path + SUMMARIES_SUFFIX if summaries else os.devnull, "wb") as summaries_file,
+        open(texts_file(path) if summaries else os.devnull, "wb") as texts_out,
+    ):
         if summaries:
             summaries_file.write(summaries_header(Path(path).name))
         for step in range(steps):
             data = step_lines(seed, rank, step, per_rank, tokens, steps, grpo, extras)
             if summaries:
-                summaries_file.write(batch_record(data, file.tell()))
+                texts, record = batch_record(data, file.tell(), texts_out.tell())
+                texts_out.write(texts)
+                summaries_file.write(record)
             file.write(data)
 
 

@@ -45,7 +45,7 @@ ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample 
 
 # The columns of a snapshot's samples that are the index's bookkeeping (where a line and its texts are, its parse
 # status): the API says file and line instead.
-LOCATION_COLUMNS = ["path", "index_id", "offset", "length", "status", "prompt_key", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
+LOCATION_COLUMNS = ["path", "index_id", "offset", "length", "status", "texts_offset", "texts_length", "prompt_key", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
 
 
 # A loaded run: its samples, and the texts and tokens read back from the files on demand.

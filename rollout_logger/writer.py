@@ -43,6 +43,16 @@ def _finite_or_null(value: Any) -> Any:
     return value
 
 
+def _write_whole(file, data: bytes) -> None:
+    """An unbuffered write may take only part of the data (a nearly full disk): write the rest until it raises."""
+    view = memoryview(data)
+    while view:
+        written = file.write(view)
+        if not written:  # taking nothing, it would never finish
+            raise OSError(errno.EIO, "the file took no bytes")
+        view = view[written:]
+
+
 def _yield_to_training() -> None:
     """Lowers this thread's scheduling priority where the system can (Linux: a thread has a priority of its own), so
     that on a machine whose cores training keeps busy the logger's work waits for idle time instead of taking it."""
@@ -73,8 +83,10 @@ class JsonlWriter:
         summaries (`Path`, *optional*):
             Where to write the lines' summaries file (`rollout_logger.metadata.SUMMARIES_SUFFIX`): after each batch's
             lines, on the writing thread, the board's summary of them, so that the board opens the run without
-            parsing them. Only for a file started empty, and where the board's reading layer imports (msgspec and
-            pysimdjson installed; else a warning, kind `"summaries"`). Its failures stop it alone, with a warning.
+            parsing them, and before it the texts of the lines in the texts file (`TEXTS_SUFFIX`, beside the rank
+            file), so that showing a step reads those. Only for a file started empty, and where the board's reading
+            layer imports (msgspec and pysimdjson installed; else a warning, kind `"summaries"`). Their failures stop
+            them alone, with a warning.
     """
 
     def __init__(
@@ -92,6 +104,7 @@ class JsonlWriter:
         # A summaries file must start with the rank file: none for lines another writer began (the board reads them).
         self._summaries_path = summaries if summaries is not None and self._size == 0 else None
         self._summaries = None  # the summaries file, open on the writing thread
+        self._texts = None  # the texts file, open with it
         self._summaries_started = False
         self.failed = False  # set by the writing thread after an I/O error; nothing is written from then on
         self._queue = queue.SimpleQueue()
@@ -129,7 +142,7 @@ class JsonlWriter:
                     self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
             data = b"".join(lines)
             try:
-                self._write_all(data)
+                _write_whole(self._file, data)
             except OSError as error:
                 self.failed = True
                 self._warn("io", f"writing {self.path} failed ({error}); no more rollout data is written")
@@ -155,32 +168,31 @@ class JsonlWriter:
         self._summaries_of = summaries.batch_record
         try:
             self._summaries = open(self._summaries_path, "wb", buffering=0)
+            self._texts = open(summaries.texts_file(str(self.path)), "wb", buffering=0)
             self._summaries.write(summaries.summaries_header(self.path.name))
         except OSError as error:
             self._summaries_failed(error)
 
     def _add_summaries(self, data: bytes, base: int) -> None:
-        """Appends the record of a batch written at byte `base`; one cut short by a failure is cut off again."""
+        """Appends the texts and the record of a batch written at byte `base`, the texts first (the record says where
+        they are); what a failure cuts short is cut off again."""
         if self._summaries is None or not data:
             return
+        texts_end, end = self._texts.tell(), self._summaries.tell()
         try:
-            record = self._summaries_of(data, base)
+            texts, record = self._summaries_of(data, base, texts_end)
         except Exception as error:  # the lines are written; the board parses them instead
             self._summaries_failed(error)
             return
-        end = self._summaries.tell()
         try:
-            view = memoryview(record)
-            while view:
-                written = self._summaries.write(view)
-                if not written:
-                    raise OSError(errno.EIO, "the file took no bytes")
-                view = view[written:]
+            _write_whole(self._texts, texts)
+            _write_whole(self._summaries, record)
         except OSError as error:
-            try:
-                self._summaries.truncate(end)
-            except OSError:
-                pass  # the board ignores a last record cut short
+            for file, size in ((self._texts, texts_end), (self._summaries, end)):
+                try:
+                    file.truncate(size)
+                except OSError:
+                    pass  # the board ignores a last record cut short, and texts no record names
             self._summaries_failed(error)
 
     def _summaries_failed(self, error: Exception) -> None:
@@ -188,21 +200,13 @@ class JsonlWriter:
         self._stop_summaries()
 
     def _stop_summaries(self) -> None:
-        if self._summaries is not None:
-            try:
-                self._summaries.close()
-            except OSError:
-                pass
-            self._summaries = None
-
-    def _write_all(self, data: bytes) -> None:
-        """An unbuffered write may take only part of the data (a nearly full disk): write the rest until it raises."""
-        view = memoryview(data)
-        while view:
-            written = self._file.write(view)
-            if not written:  # taking nothing, it would never finish
-                raise OSError(errno.EIO, "the file took no bytes")
-            view = view[written:]
+        for file in (self._summaries, self._texts):
+            if file is not None:
+                try:
+                    file.close()
+                except OSError:
+                    pass
+        self._summaries = self._texts = None
 
     def _cut_back(self) -> None:
         """Removes what a failed batch left, so the file ends with the last whole batch."""

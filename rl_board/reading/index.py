@@ -26,8 +26,11 @@ from rl_board.reading.lines import (
     SUMMARY_NUMBERS,
     SUMMARY_TEXTS,
     TEXT_PREFIX,
+    TEXTS_DECODER,
+    BadLine,
     IndexedChunk,
     LineSummaries,
+    decode_line,
     missing_values,
     scan_lines,
     summarize_buffer,
@@ -45,13 +48,14 @@ from rl_board.reading.storage import (
     remove_file,
     write_file,
 )
-from rl_board.reading.summaries import SPOT_CHECKS, RejectedSummaries, disagreement, read_summaries
+from rl_board.reading.summaries import SPOT_CHECKS, RejectedSummaries, disagreement, read_summaries, texts_file
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
 CACHE_FORMAT = 6
 
 
-LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8}
+# Each line's place (its texts' too, in the logger's texts file: -1 where there are none), step and parse status.
+LINE_COLUMNS = {"line": np.int64, "offset": np.int64, "length": np.int64, "step": float, "status": np.int8, "texts_offset": np.int64, "texts_length": np.int64}
 
 
 UNPARSED, GOOD, BAD = 0, 1, 2
@@ -173,6 +177,8 @@ class FileIndex:
                 "length": lines.length,
                 "step": lines.step_hint,
                 "status": np.full(len(lines.offset), UNPARSED, dtype=np.int8),
+                "texts_offset": chunk.texts_places[0] if chunk.texts_places else np.full(len(lines.offset), -1, dtype=np.int64),
+                "texts_length": chunk.texts_places[1] if chunk.texts_places else np.full(len(lines.offset), -1, dtype=np.int64),
             } | empty_summaries(len(lines.offset)))
             first_rows.append(rows)
             rows += len(lines.offset)
@@ -201,6 +207,11 @@ class FileIndex:
             reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"
             self.problems.append((0, "note", f"{summaries.name} not used ({reason}): the lines were read from the file"))
             return
+        if chunks and chunks[0].texts_places and (chunks[0].texts_places[1] >= 0).any():
+            reason = texts_disagreement(self.path, chunks[0])
+            if reason:
+                chunks = [dataclasses.replace(chunks[0], texts_places=None)]
+                self.problems.append((0, "note", f"{Path(texts_file(self.path)).name} not used ({reason}): a step's texts are read from its lines"))
         if chunks:
             self.add_chunks(chunks, chunks[-1].lines.complete_end)
 
@@ -266,6 +277,30 @@ def check_spots(path: str, chunks: list[IndexedChunk]):
         reason = disagreement(chunks[owner], int(row), line[:length])
         if reason:
             raise RejectedSummaries(f"{reason}, at byte {offset}")
+
+
+# Where SPOT_CHECKS lines spread over those of chunk with a texts record (the first, the last) do not decode from it
+# as from the line, in words; None where they do.
+def texts_disagreement(path: str, chunk: IndexedChunk) -> str | None:
+    offsets, lengths = chunk.texts_places
+    rows = np.flatnonzero(lengths >= 0)
+    rows = rows[np.unique(np.linspace(0, len(rows) - 1, SPOT_CHECKS).round().astype(np.int64))]
+    lines = chunk.lines
+    try:
+        spans = read_spans([path] * len(rows) + [texts_file(path)] * len(rows), [*lines.offset[rows].tolist(), *offsets[rows].tolist()], [*lines.length[rows].tolist(), *(lengths[rows] + 1).tolist()])
+    except OSError as error:
+        return f"it cannot be read: {error}"
+    for position, row in enumerate(rows.tolist()):
+        line, texts = spans[position], spans[len(rows) + position]
+        if texts[-1:] != b"\n":
+            return f"it has no whole record at byte {offsets[row]}"
+        try:
+            same = decode_line(texts[:-1], TEXTS_DECODER)[0] == decode_line(line, TEXTS_DECODER)[0]
+        except BadLine as error:
+            return f"a record at byte {offsets[row]} cannot be read ({error})"
+        if not same:
+            return f"its record at byte {offsets[row]} differs from line {int(lines.line_index[row]) + 1}'s texts"
+    return None
 
 
 # The summary columns of lines not parsed yet. Present from the start, so that storing a parse replaces columns

@@ -762,6 +762,7 @@ class IndexedChunk:
     lines: ScannedLines
     parsed_rows: np.ndarray
     summary: LineSummaries
+    texts_places: tuple[np.ndarray, np.ndarray] | None = None  # each line's texts record in the texts file (a logger's)
 
 
 # A JSON number as a float (a boolean as 0/1); an integer too big for one is infinite.

@@ -31,6 +31,7 @@ from rl_board.reading.lines import (
     missing_values,
 )
 from rl_board.reading.storage import list_folder, read_spans
+from rl_board.reading.summaries import texts_file
 from rl_board.text import markdown_literal, readable_tokens, valid_text
 
 
@@ -307,13 +308,18 @@ class StepBatch:
     problems: list[str]
 
 
-# Read back the texts of a step's lines (the index keeps only numbers), each line checked to hold its step still.
+# Read back the texts of a step's lines (the index keeps only numbers), each line checked to hold its step still: from
+# the logger's texts file where it has them (a step's are together there), else from the lines.
 def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     texts = {name: [] for name in ("prompt", "response", "ref_response", "ground_truth")}
     images, problems, raw_lines = [], [], None
+    in_texts = rows["texts_length"].to_numpy() >= 0
+    paths = [texts_file(path) if use else path for path, use in zip(rows["path"], in_texts.tolist())]
+    offsets = np.where(in_texts, rows["texts_offset"], rows["offset"]).tolist()
+    lengths = np.where(in_texts, rows["texts_length"], rows["length"]).tolist()
     with contextlib.suppress(OSError):  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
-        raw_lines = read_spans(rows["path"].tolist(), rows["offset"].tolist(), rows["length"].tolist())
-    for position, (path, offset, length, line, step) in enumerate(zip(rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"])):
+        raw_lines = read_spans(paths, offsets, lengths)
+    for position, (path, offset, length, line, step) in enumerate(zip(paths, offsets, lengths, rows["line"], rows["step"])):
         try:
             record, _ = decode_line(raw_lines[position] if raw_lines else read_line(path, offset, length), TEXTS_DECODER)
             ensure_same_step(record, step)

@@ -1,8 +1,9 @@
 """A rank file's summaries file (rollout_logger/metadata.py has its layout): what the first pass gives of each of its
 lines (place, step, numbers, texts, fields, problems), computed by the first pass's own code (lines.py) on the logger's
-writing thread as it appends the lines, so that the board opens the run without parsing them. Here: a batch's record
-as the logger writes it, and the records read back as the indexed chunks a parse gives, checked against the rank file
-by the index (FileIndex.take_summaries). Imports only what lines.py does: the logger imports it."""
+writing thread as it appends the lines, so that the board opens the run without parsing them; and its texts file, the
+keys of each line a step's tables show, so that showing a step reads a few hundred kB, not its lines. Here: a batch's
+texts and record as the logger writes them, and the records read back as the indexed chunks a parse gives, checked
+against the rank file by the index (FileIndex.take_summaries). Imports only what lines.py does: the logger imports it."""
 import struct
 import zlib
 
@@ -14,14 +15,16 @@ from rl_board.reading.lines import (
     SUMMARY_NUMBERS,
     SUMMARY_TEXTS,
     TEXT_PREFIX,
+    TEXTS_DECODER,
     IndexedChunk,
     LineSummaries,
+    RolloutTexts,
     ScannedLines,
     missing_values,
     scan_lines,
     summarize_buffer,
 )
-from rollout_logger.metadata import SUMMARIES_FORMAT, SUMMARIES_MAGIC
+from rollout_logger.metadata import SUMMARIES_FORMAT, SUMMARIES_MAGIC, TEXTS_SUFFIX
 
 RECORD_HEAD = struct.Struct("<II")  # the payload's length and CRC-32
 
@@ -44,12 +47,47 @@ def summaries_header(data_file: str) -> bytes:
     return SUMMARIES_MAGIC + record(header)
 
 
-# The record of a batch of whole lines, data, written at byte base of its rank file: every line indexed and summarized.
-def batch_record(data: bytes, base: int) -> bytes:
+# The keys of a line a step's tables read (RolloutTexts'), each as the line's own JSON of it.
+RawTexts = msgspec.defstruct("RawTexts", [(field.encode_name, msgspec.Raw, msgspec.Raw()) for field in msgspec.structs.fields(RolloutTexts)])
+RAW_TEXTS_DECODER = msgspec.json.Decoder(RawTexts)
+
+
+# The texts file of a rank file.
+def texts_file(path: str) -> str:
+    return path + TEXTS_SUFFIX
+
+
+# The texts records of lines (of data, at byte base of the rank file) as written at byte texts_base of the texts file,
+# and where each is (-1: a line the fast decoder does not read, or whose record it would not read the same: read from
+# the rank file). A record holds the line's own JSON of each key, so the board decodes it as it decodes the line.
+def texts_records(data: bytes, base: int, lines: "ScannedLines", texts_base: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+    view, parts = memoryview(data), []
+    offsets, lengths = np.full(len(lines.offset), -1, dtype=np.int64), np.full(len(lines.offset), -1, dtype=np.int64)
+    at = texts_base
+    for row, (offset, length) in enumerate(zip((lines.offset - base).tolist(), lines.length.tolist())):
+        line = view[offset : offset + length]
+        try:
+            raw, texts = RAW_TEXTS_DECODER.decode(line), TEXTS_DECODER.decode(line)
+            fields = [b'"%s":%s' % (name.encode(), bytes(value)) for name, value in zip(raw.__struct_fields__, msgspec.structs.astuple(raw)) if len(value)]
+            text_record = b"{" + b",".join(fields) + b"}"
+            if TEXTS_DECODER.decode(text_record) != texts:
+                continue
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            continue
+        parts.append(text_record + b"\n")
+        offsets[row], lengths[row] = at, len(text_record)
+        at += len(text_record) + 1
+    return b"".join(parts), offsets, lengths
+
+
+# The texts and the record of a batch of whole lines, data, written at byte base of its rank file (its texts at byte
+# texts_base of the texts file): every line indexed and summarized.
+def batch_record(data: bytes, base: int, texts_base: int) -> tuple[bytes, bytes]:
     lines = scan_lines(data, len(data), base)
     summary = summarize_buffer(data, base, lines.offset, lines.length)
+    texts, texts_offset, texts_length = texts_records(data, base, lines, texts_base)
     numbers = {name: values.astype("<f8").tobytes() for name, values in summary.numbers.items() if not np.isnan(values).all()}
-    return record({
+    return texts, record({
         "start": base, "end": lines.complete_end, "physical_lines": lines.physical_lines,
         "line_index": lines.line_index.astype("<i8").tobytes(), "offset": lines.offset.astype("<i8").tobytes(),
         "length": lines.length.astype("<i8").tobytes(), "step_hint": lines.step_hint.astype("<f8").tobytes(),
@@ -60,6 +98,7 @@ def batch_record(data: bytes, base: int) -> bytes:
             for name, values in summary.fields.items()
         },
         "problems": [list(problem) for problem in summary.problems],
+        "texts_offset": texts_offset.astype("<i8").tobytes(), "texts_length": texts_length.astype("<i8").tobytes(),
     })
 
 
@@ -78,6 +117,8 @@ class BatchRecord(msgspec.Struct):
     texts: dict[str, list[str | None]]
     fields: dict[str, bytes | list[str | None]]
     problems: list[tuple[int, str, str]]
+    texts_offset: bytes = b""  # none in a file written before the texts files were
+    texts_length: bytes = b""
 
 
 class SummariesHeader(msgspec.Struct):
@@ -163,9 +204,13 @@ def joined_records(records: list[BatchRecord]) -> IndexedChunk:
         },
         problems=[(row + first, kind, text) for record, first in zip(records, firsts) for row, kind, text in record.problems],
     )
-    if any(len(column) != len(offset) for column in [lines.line_index, lines.step_hint, summary.good, summary.step, *summary.numbers.values(), *summary.texts.values(), *summary.fields.values()]):
+    texts_places = tuple(
+        np.concatenate([np.frombuffer(getattr(record, name), dtype="<i8").astype(np.int64) if record.texts_offset else np.full(count, -1) for record, count in zip(records, counts)])
+        for name in ("texts_offset", "texts_length")
+    )
+    if any(len(column) != len(offset) for column in [lines.line_index, lines.step_hint, summary.good, summary.step, *summary.numbers.values(), *summary.texts.values(), *summary.fields.values(), *texts_places]):
         raise RejectedSummaries("a record does not have a value of each of its lines")
-    return IndexedChunk(lines, np.arange(len(offset)), summary)
+    return IndexedChunk(lines, np.arange(len(offset)), summary, texts_places)
 
 
 # A column of the records' values (float64 bytes, or lists of texts), missing where a record has none.

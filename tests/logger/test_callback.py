@@ -28,9 +28,10 @@ import rl_board.reading.workers
 import rollout_logger.callback
 import rollout_logger.writer
 from examples.train_grpo_tiny import same_digits, sorted_digits
+from rl_board.reading.snapshot import read_step_batch
 from rl_board.reading.store import RunStore
 from rollout_logger import RolloutLoggerCallback, rollout_logging_enabled
-from rollout_logger.metadata import SUMMARIES_SUFFIX
+from rollout_logger.metadata import SUMMARIES_SUFFIX, TEXTS_SUFFIX
 from rollout_logger.writer import JsonlWriter
 from tests.support import PROJECT
 from tests.support.logger_runs import (
@@ -174,6 +175,7 @@ def test_default_run_files_and_fields(default_run):
     assert sorted(path.name for path in run_dir.iterdir()) == [
         name,
         name + SUMMARIES_SUFFIX,
+        name + TEXTS_SUFFIX,
         f"rollout_meta_{launch_id}.json",
         f"rollout_metrics_{launch_id}.jsonl",
     ]
@@ -189,7 +191,8 @@ def test_default_run_files_and_fields(default_run):
 
 def test_default_run_opens_from_its_summaries_with_the_numbers_of_its_lines(default_run, tmp_path, monkeypatch):
     """The board opens the run from the summaries file the writer wrote beside the rank file, parsing no line, with
-    the numbers (every KL estimator, rewards per function...) a parse of the same lines gives."""
+    the numbers (every KL estimator, rewards per function...) a parse of the same lines gives; each step's texts come
+    from the texts file, equal to the lines'."""
     run_dir = default_run["root"] / "my_experiment"
     [name] = default_run["files"]
     plain = tmp_path / "plain"
@@ -203,9 +206,13 @@ def test_default_run_opens_from_its_summaries_with_the_numbers_of_its_lines(defa
     assert sum(parsed) == 0 and not (from_summaries.problems["kind"] == "note").any()
     from_lines = RunStore(str(plain)).load(1 << 30, parallel=False)
     assert sum(parsed) == len(default_run["files"][name])
-    columns = [column for column in from_lines.samples.columns if column not in ("path", "index_id")]
+    columns = [column for column in from_lines.samples.columns if column not in ("path", "index_id", "texts_offset", "texts_length")]
     assert {"avg_kl_kl", "sum_kl_k1", "avg_kl_k2", "avg_kl_k3", "rewards/sorted_digits", "avg_entropy"} <= set(columns)
     pd.testing.assert_frame_equal(from_summaries.samples[columns], from_lines.samples[columns], check_exact=True)
+    assert (from_summaries.samples["texts_length"] > 0).all()
+    for step in from_summaries.steps:
+        texts, lines = (read_step_batch(source, run.step_rows(step)).table for source, run in (("texts", from_summaries), ("lines", from_lines)))
+        pd.testing.assert_frame_equal(texts[["prompt", "response", "images"]], lines[["prompt", "response", "images"]])
 
 
 def test_default_run_logprobs_are_exact(default_run):

@@ -188,11 +188,11 @@ def test_a_failed_summary_stops_the_summaries_alone_and_the_board_reads_on(tmp_p
     calls = []
     record_of = rl_board.reading.summaries.batch_record
 
-    def fails_second(data, base):
+    def fails_second(data, base, texts_base):
         calls.append(base)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return record_of(data, base)
+        return record_of(data, base, texts_base)
 
     monkeypatch.setattr(rl_board.reading.summaries, "batch_record", fails_second)
     warnings, path, summaries = summarized_run(tmp_path, [3, 2, 4])

@@ -1,12 +1,13 @@
 """The logger's summaries files (rl_board/reading/summaries.py): a run opened from them has the numbers a parse of its
 lines gives, every KL estimator recomputed here from the JSONL lines with numpy; a summaries file that disagrees with
 its rank file (damaged, edited, stale, another version's) is not used, with a note; one cut short, or a rank file
-grown past it, is read on from the lines."""
+grown past it, is read on from the lines. A step's texts come from the texts file beside them, and equal the lines'."""
 
 import json
 import os
 import shutil
 import struct
+import uuid
 import zlib
 from pathlib import Path
 
@@ -16,10 +17,16 @@ import pandas as pd
 import pytest
 
 import rl_board.reading.lines
+import rl_board.reading.snapshot
+import rl_board.reading.summaries
 import rl_board.reading.workers
+from rl_board.reading.lines import TEXTS_DECODER, decode_line
+from rl_board.reading.snapshot import read_step_batch
+from rl_board.reading.storage import remote_storage
 from rl_board.reading.store import RunStore
-from rollout_logger.metadata import SUMMARIES_MAGIC, SUMMARIES_SUFFIX
+from rollout_logger.metadata import SUMMARIES_MAGIC, SUMMARIES_SUFFIX, TEXTS_SUFFIX
 from rollout_logger.writer import JsonlWriter
+from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
 
 RANK_FILES = ("rollout_data_rank_0_20250101T000000Z.jsonl", "rollout_data_rank_1_20250101T000000Z.jsonl")
 STEPS, PER_STEP = 6, 5
@@ -99,7 +106,7 @@ def first_open(run: Path, monkeypatch, tmp_path):
 
 
 def numbers(snapshot) -> pd.DataFrame:
-    samples = snapshot.samples.drop(columns=["path", "index_id"])
+    samples = snapshot.samples.drop(columns=["path", "index_id", "texts_offset", "texts_length"])  # where, not what
     return samples.sort_values(["step", "group_id", "offset"]).reset_index(drop=True)
 
 
@@ -258,3 +265,113 @@ def test_a_rank_file_cut_short_uses_the_summaries_of_what_is_left(run, tmp_path,
     assert count == 2 and not notes(snapshot)  # the third step's record ends past the file: its lines parsed
     expected, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
     pd.testing.assert_frame_equal(numbers(snapshot), numbers(expected), check_exact=True)
+
+
+# ---------------------------------------------------------------- the texts file
+
+TEXT_COLUMNS = ["prompt", "response", "ref_response", "ground_truth", "images"]
+
+
+def spans_read(monkeypatch) -> list[tuple[str, int, int]]:
+    """Every (file, offset, length) read back from now on."""
+    read, read_spans = [], rl_board.reading.snapshot.read_spans
+
+    def recorded(paths, offsets, lengths):
+        read.extend(zip(paths, offsets, lengths))
+        return read_spans(paths, offsets, lengths)
+
+    monkeypatch.setattr(rl_board.reading.snapshot, "read_spans", recorded)
+    return read
+
+
+# A step's tables read its texts from the texts file, a step's records one after the other there, and show what the
+# lines hold.
+def test_a_steps_texts_come_from_the_texts_file_and_equal_the_lines(run, tmp_path, monkeypatch):
+    snapshot, _ = first_open(run, monkeypatch, tmp_path)
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    assert (snapshot.samples["texts_length"] > 0).all() and (plain.samples["texts_length"] == -1).all()
+    read = spans_read(monkeypatch)
+    for step in snapshot.steps:
+        rows = snapshot.step_rows(step)
+        batch, expected = read_step_batch("texts", rows), read_step_batch("lines", plain.step_rows(step))
+        assert batch.problems == [] and expected.problems == []
+        pd.testing.assert_frame_equal(batch.table[TEXT_COLUMNS], expected.table[TEXT_COLUMNS])
+        for name in RANK_FILES:  # the step's records of a rank file are together: one read
+            mine = rows[rows["path"] == str(run / name)]
+            assert mine["texts_offset"].max() + mine["texts_length"].max() - mine["texts_offset"].min() < 2 * mine["texts_length"].sum()
+    from_run = [path for path, _, _ in read if Path(path).parent == run]  # not the plain copy's
+    assert len(from_run) == len(snapshot.samples) and all(path.endswith(TEXTS_SUFFIX) for path in from_run)
+    records = [json.loads(line) for name in RANK_FILES for line in (run / (name + TEXTS_SUFFIX)).read_bytes().splitlines()]
+    assert len(records) == len(snapshot.samples) and set(records[0]) == {"prompt", "response", "step"}
+
+
+# A line the fast decoder cannot read (NaN, a byte order mark, invalid UTF-8) has no texts record: the board reads it
+# from the line, as it reads the others, and the records it has (a chat prompt, a step written as text, images, keys
+# in another order) decode as their lines do.
+def test_a_line_without_a_texts_record_is_read_from_the_line():
+    lines = [
+        b'{"prompt": "p0", "response": "r0", "step": 1, "reward": 1.0, "logprobs": [-0.5, -1.0]}',
+        b'{"prompt": "p1", "response": "r1", "step": 1, "reward": NaN}',
+        b'{"prompt": [{"role": "user", "content": "hi \\u00e9"}], "response": "r2", "step": "1", "images": [{"path": "images/a.png"}]}',
+        b'\xef\xbb\xbf{"prompt": "p3", "response": "r3", "step": 1}',
+        b'{"prompt": "p4", "response": "r4 \xff", "step": 1}',
+        b'{"response": "r5", "step": 1, "ref_response": "ref", "ground_truth": [1, 2], "prompt": "p5"}',
+    ]
+    data = b"\n".join(lines) + b"\n"
+    texts, record = rl_board.reading.summaries.batch_record(data, 100, 7)
+    batch = msgspec.msgpack.decode(record[8:])
+    offsets, lengths = (np.frombuffer(batch[name], dtype="<i8") for name in ("texts_offset", "texts_length"))
+    assert (lengths >= 0).tolist() == [True, False, True, False, False, True]
+    assert offsets[0] == 7 and offsets[2] == 7 + lengths[0] + 1 and len(texts) == (lengths[lengths >= 0] + 1).sum()
+    for row in (0, 2, 5):
+        own = texts[offsets[row] - 7 : offsets[row] - 7 + lengths[row]]
+        assert decode_line(own, TEXTS_DECODER)[0] == decode_line(lines[row], TEXTS_DECODER)[0]
+
+
+def tampered_texts(path: Path):
+    """The first record's prompt changed, its length kept."""
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"question", b"QUESTION", 1))
+
+
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (lambda path: path.unlink(), "cannot be read"),
+        (tampered_texts, "differs from line 1's texts"),
+        (lambda path: path.write_bytes(path.read_bytes()[:-40]), "no whole record"),
+    ],
+    ids=["missing", "edited", "cut-short"],
+)
+def test_a_texts_file_that_disagrees_is_not_used_with_a_note(run, parsed, tmp_path, monkeypatch, tamper, reason):
+    tamper(run / (RANK_FILES[0] + TEXTS_SUFFIX))
+    snapshot, count = first_open(run, monkeypatch, tmp_path)
+    [note] = [reason for reason in snapshot.problems["reason"] if TEXTS_SUFFIX in reason]
+    assert note.startswith(f"{RANK_FILES[0]}{TEXTS_SUFFIX} not used (") and reason in note and note.endswith("a step's texts are read from its lines")
+    assert count == 0 and not notes(snapshot)  # the summaries are used
+    pd.testing.assert_frame_equal(numbers(snapshot), parsed, check_exact=True)
+    in_texts = snapshot.samples.groupby("path")["texts_length"].min().to_dict()
+    assert in_texts[str(run / RANK_FILES[0])] == -1 and in_texts[str(run / RANK_FILES[1])] > 0  # the other file's are used
+    first = snapshot.step_rows(0)
+    assert read_step_batch("step", first).table["prompt"].str.startswith("question").all()
+
+
+# On object storage a step in view costs one ranged request a rank file, of its texts records only: not its lines.
+def test_a_step_of_a_run_on_s3_reads_its_texts_not_its_lines(run, s3_server, tmp_path, monkeypatch):
+    url = f"s3://{make_bucket(s3_server.endpoint_url, f'texts-{uuid.uuid4().hex[:12]}')}/run"
+    upload_folder(s3_server.endpoint_url, run, url)
+    snapshot, count = first_open(url, monkeypatch, tmp_path)
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    assert count == 0 and snapshot.problems.empty
+    storage = remote_storage(url)
+    requests, cat_ranges = [], storage.cat_ranges
+    monkeypatch.setattr(storage, "cat_ranges", lambda paths, starts, ends, **options: requests.append(list(zip(paths, starts, ends))) or cat_ranges(paths, starts, ends, **options))
+    for step in snapshot.steps:
+        rows = snapshot.step_rows(step)
+        requests.clear()
+        batch = read_step_batch("s3", rows)
+        pd.testing.assert_frame_equal(batch.table[TEXT_COLUMNS], read_step_batch("disk", plain.step_rows(step)).table[TEXT_COLUMNS])
+        [ranges] = requests
+        spans = {f"{path}{TEXTS_SUFFIX}": (mine["texts_offset"].min(), (mine["texts_offset"] + mine["texts_length"]).max()) for path, mine in rows.groupby("path")}
+        assert sorted((path, start, end) for path, start, end in ranges) == sorted((path, start, end) for path, (start, end) in spans.items())
+        assert sum(end - start for _, start, end in ranges) * 4 < rows["length"].sum()
