@@ -198,20 +198,19 @@ class FileIndex:
     # their batches, and SPOT_CHECKS lines spread over them (the first, the last) are whole lines whose parse gives what
     # it holds. Otherwise it is not used (a note says why) and the lines are read from the file. The lines past it are
     # read as any file's.
+    # Its texts file (rl_board.reading.summaries.texts_file) is checked the same way, and not used where it disagrees.
     def take_summaries(self, summaries: "Entry", size: int):
         try:
             raw, got = read_range(summaries.path, 0, summaries.status.size)
             chunks = read_summaries(bytes(raw[:got]), Path(self.path).name, size)
-            check_spots(self.path, chunks)
+            texts_problem = check_spots(self.path, chunks)
         except (OSError, RejectedSummaries) as error:
             reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"
             self.problems.append((0, "note", f"{summaries.name} not used ({reason}): the lines were read from the file"))
             return
-        if chunks and chunks[0].texts_places and (chunks[0].texts_places[1] >= 0).any():
-            reason = texts_disagreement(self.path, chunks[0])
-            if reason:
-                chunks = [dataclasses.replace(chunks[0], texts_places=None)]
-                self.problems.append((0, "note", f"{Path(texts_file(self.path)).name} not used ({reason}): a step's texts are read from its lines"))
+        if texts_problem:
+            chunks = [dataclasses.replace(chunk, texts_places=None) for chunk in chunks]
+            self.problems.append((0, "note", f"{Path(texts_file(self.path)).name} not used ({texts_problem}): a step's texts are read from its lines"))
         if chunks:
             self.add_chunks(chunks, chunks[-1].lines.complete_end)
 
@@ -260,16 +259,24 @@ class FileIndex:
 
 
 # Raises RejectedSummaries where a spot-checked line of chunks (a summaries file's) is not a whole line of the file at
-# its place, or its parse differs from its summary.
-def check_spots(path: str, chunks: list[IndexedChunk]):
+# its place, or its parse differs from its summary. Returns, in words, where SPOT_CHECKS lines with a texts record
+# (the first, the last, between) do not decode from it as from the line; None where they do, or none has one. The
+# lines and records are read at once (on object storage, one round of requests).
+def check_spots(path: str, chunks: list[IndexedChunk]) -> str | None:
     counts = np.array([len(chunk.lines.offset) for chunk in chunks], dtype=np.int64)
     if not counts.sum():
-        return
+        return None
     spots = np.unique(np.linspace(0, counts.sum() - 1, SPOT_CHECKS).round().astype(np.int64))
     owners = np.searchsorted(np.cumsum(counts), spots, side="right")
     rows = spots - (np.cumsum(counts) - counts)[owners]
     places = [(int(chunks[owner].lines.offset[row]), int(chunks[owner].lines.length[row])) for owner, row in zip(owners, rows)]
-    spans = read_spans([path] * len(places), [max(offset - 1, 0) for offset, _ in places], [length + 1 + (offset > 0) for offset, length in places])
+    line_spans = ([path] * len(places), [max(offset - 1, 0) for offset, _ in places], [length + 1 + (offset > 0) for offset, length in places])
+    texts = texts_spots(path, chunks)
+    try:
+        spans = read_spans(*(first + second for first, second in zip(line_spans, texts[1:])))
+        texts_problem = None
+    except OSError as error:  # the texts file's, or the rank file's (then raised again)
+        spans, texts_problem = read_spans(*line_spans), f"it cannot be read: {error}"
     for owner, row, (offset, length), span in zip(owners, rows, places, spans):
         line = span[1:] if offset > 0 else span
         if (offset > 0 and span[:1] != b"\n") or line[length : length + 1] != b"\n":
@@ -277,29 +284,38 @@ def check_spots(path: str, chunks: list[IndexedChunk]):
         reason = disagreement(chunks[owner], int(row), line[:length])
         if reason:
             raise RejectedSummaries(f"{reason}, at byte {offset}")
+    return texts_problem or texts_disagreement(texts[0], spans[len(places) :])
 
 
-# Where SPOT_CHECKS lines spread over those of chunk with a texts record (the first, the last) do not decode from it
-# as from the line, in words; None where they do.
-def texts_disagreement(path: str, chunk: IndexedChunk) -> str | None:
-    offsets, lengths = chunk.texts_places
-    rows = np.flatnonzero(lengths >= 0)
-    rows = rows[np.unique(np.linspace(0, len(rows) - 1, SPOT_CHECKS).round().astype(np.int64))]
-    lines = chunk.lines
-    try:
-        spans = read_spans([path] * len(rows) + [texts_file(path)] * len(rows), [*lines.offset[rows].tolist(), *offsets[rows].tolist()], [*lines.length[rows].tolist(), *(lengths[rows] + 1).tolist()])
-    except OSError as error:
-        return f"it cannot be read: {error}"
-    for position, row in enumerate(rows.tolist()):
-        line, texts = spans[position], spans[len(rows) + position]
+# The rows with a texts record that check_spots reads (their lines, with where each is, and their records), as
+# (row facts, [paths], [offsets], [lengths]): the lines first, then the records with their newline.
+def texts_spots(path: str, chunks: list[IndexedChunk]) -> tuple[list, list, list, list]:
+    facts = []
+    for chunk in chunks:
+        if chunk.texts_places is not None:
+            offsets, lengths = chunk.texts_places
+            with_texts = np.flatnonzero(lengths >= 0)
+            chosen = with_texts[np.unique(np.linspace(0, len(with_texts) - 1, SPOT_CHECKS).round().astype(np.int64))] if len(with_texts) else []
+            facts += [(int(chunk.lines.offset[row]), int(chunk.lines.length[row]), int(chunk.lines.line_index[row]), int(offsets[row]), int(lengths[row])) for row in chosen]
+    facts = facts[:: max(1, len(facts) // SPOT_CHECKS)] if len(facts) > SPOT_CHECKS else facts
+    paths = [path] * len(facts) + [texts_file(path)] * len(facts)
+    offsets = [fact[0] for fact in facts] + [fact[3] for fact in facts]
+    lengths = [fact[1] for fact in facts] + [fact[4] + 1 for fact in facts]
+    return facts, paths, offsets, lengths
+
+
+# Where the texts records read (after the lines) do not decode as their lines do, in words; None where they do.
+def texts_disagreement(facts: list, spans: list) -> str | None:
+    for position, (_, _, line_index, texts_offset, _) in enumerate(facts):
+        line, texts = spans[position], spans[len(facts) + position]
         if texts[-1:] != b"\n":
-            return f"it has no whole record at byte {offsets[row]}"
+            return f"it has no whole record at byte {texts_offset}"
         try:
             same = decode_line(texts[:-1], TEXTS_DECODER)[0] == decode_line(line, TEXTS_DECODER)[0]
         except BadLine as error:
-            return f"a record at byte {offsets[row]} cannot be read ({error})"
+            return f"a record at byte {texts_offset} cannot be read ({error})"
         if not same:
-            return f"its record at byte {offsets[row]} differs from line {int(lines.line_index[row]) + 1}'s texts"
+            return f"its record at byte {texts_offset} differs from line {line_index + 1}'s texts"
     return None
 
 

@@ -140,15 +140,16 @@ class RunStore:
         same_files = list(listing) == list(self.files) and run_format == self.built_format
         bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
         self.files = {path: self.files.get(path) or bundled.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
-        changed = []
+        changed, summarized = [], []
         for index in self.files.values():
             change = index.change(listing[index.path])
             if change == "new":
                 index.reset()
                 if index.path in run_format.summaries:
-                    index.take_summaries(run_format.summaries[index.path], listing[index.path].size)
+                    summarized.append(index)
             if change != "same":
                 changed.append(index)
+        self.each_file(summarized, lambda index: index.take_summaries(run_format.summaries[index.path], listing[index.path].size))
         jobs = []
         for index in changed:
             size = listing[index.path].size
@@ -158,8 +159,7 @@ class RunStore:
         self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
         selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = len(self.files) >= BUNDLED_FILES and sum(len(index.lines["offset"]) for index in self.files.values()) <= BUNDLED_ROWS
-        for index in changed:
-            index.identity = read_identity(index.path, index.indexed_to, listing[index.path])
+        self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
         written = parsed | {index.path for index in changed}
         if not bundle:
@@ -175,6 +175,16 @@ class RunStore:
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
         return snapshot
+
+    # Do something with each of some files' indexes: at once on object storage (a few requests each, waited for), one
+    # after the other on disk.
+    def each_file(self, indexes: list[FileIndex], work):
+        if len(indexes) > 1 and is_remote(self.run_dir):
+            with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:
+                list(pool.map(work, indexes))
+        else:
+            for index in indexes:
+                work(index)
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
     # share of Max Samples Each Step per step: new lines are only in the changed files of a launch, so a step appended
