@@ -48,7 +48,14 @@ from rl_board.reading.storage import (
     remove_file,
     write_file,
 )
-from rl_board.reading.summaries import SPOT_CHECKS, RejectedSummaries, disagreement, read_summaries, texts_file
+from rl_board.reading.summaries import (
+    SPOT_CHECKS,
+    RejectedSummaries,
+    disagreement,
+    read_more_summaries,
+    read_summaries,
+    texts_file,
+)
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
 CACHE_FORMAT = 6
@@ -125,6 +132,7 @@ class FileIndex:
         index.physical_lines = int(meta["physical_lines"])
         index.incomplete_tail = int(meta["incomplete_tail"])
         index.problems = [tuple(problem) for problem in meta["problems"]]
+        index.summaries_end = int(meta["summaries_end"])
         index.lines = lines
         index.cached = None
         index.first_changed_row = len(lines["offset"])
@@ -132,7 +140,7 @@ class FileIndex:
 
     # Its facts as a cache keeps them beside its lines.
     def facts(self) -> dict:
-        return dict(identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems)
+        return dict(identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems, summaries_end=self.summaries_end)
 
     def reset(self):
         self.index_id = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
@@ -143,6 +151,7 @@ class FileIndex:
         self.lines = {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()} | empty_summaries(0)
         self.problems: list[tuple[int, str, str]] = []
         self.first_changed_row = 0  # the first of the rows its cache holds that changed since (rows past them are new)
+        self.summaries_end = 0  # where the records of its summaries file taken so far end (0: none are taken)
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed). An object on
     # object storage is the same while its size and ETag are; one uploaded again with more bytes grew when the bytes
@@ -202,17 +211,44 @@ class FileIndex:
     def take_summaries(self, summaries: "Entry", size: int):
         try:
             raw, got = read_range(summaries.path, 0, summaries.status.size)
-            chunks = read_summaries(bytes(raw[:got]), Path(self.path).name, size)
+            chunks, end = read_summaries(bytes(raw[:got]), Path(self.path).name, size)
+        except (OSError, RejectedSummaries) as error:
+            self.summaries_rejected(summaries, error, 0)
+            return
+        self.take_checked(summaries, chunks, end)
+
+    # The records its summaries file gained since (a live run's steps), taken as at the first: a record of lines parsed
+    # meanwhile (written before their record) is passed over. One that disagrees ends their use, with a note.
+    def take_more_summaries(self, summaries: "Entry", size: int):
+        if not self.summaries_end or summaries.status.size <= self.summaries_end:
+            return
+        try:
+            raw, got = read_range(summaries.path, self.summaries_end, summaries.status.size)
+            chunks, end = read_more_summaries(bytes(raw[:got]), self.summaries_end, self.scan_start(), size)
+        except (OSError, RejectedSummaries) as error:
+            self.summaries_rejected(summaries, error, self.physical_lines)
+            return
+        self.take_checked(summaries, chunks, end)
+
+    # Chunks of its summaries file's records, used where their spot checks agree (their texts records, where theirs do).
+    def take_checked(self, summaries: "Entry", chunks: list[IndexedChunk], end: int):
+        try:
             texts_problem = check_spots(self.path, chunks)
         except (OSError, RejectedSummaries) as error:
-            reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"
-            self.problems.append((0, "note", f"{summaries.name} not used ({reason}): the lines were read from the file"))
+            self.summaries_rejected(summaries, error, self.physical_lines)
             return
         if texts_problem:
             chunks = [dataclasses.replace(chunk, texts_places=None) for chunk in chunks]
-            self.problems.append((0, "note", f"{Path(texts_file(self.path)).name} not used ({texts_problem}): a step's texts are read from its lines"))
+            self.problems.append((self.physical_lines, "note", f"{Path(texts_file(self.path)).name} not used ({texts_problem}): a step's texts are read from its lines"))
         if chunks:
             self.add_chunks(chunks, chunks[-1].lines.complete_end)
+        self.summaries_end = end
+
+    def summaries_rejected(self, summaries: "Entry", error: Exception, line: int):
+        reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"
+        past = f" past line {line}" if line else ""
+        self.problems.append((line, "note", f"{summaries.name} not used ({reason}): the lines{past} were read from the file"))
+        self.summaries_end = 0
 
     # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
     def take_tail(self, size: int):

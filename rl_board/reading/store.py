@@ -145,11 +145,11 @@ class RunStore:
             change = index.change(listing[index.path])
             if change == "new":
                 index.reset()
-                if index.path in run_format.summaries:
-                    summarized.append(index)
             if change != "same":
                 changed.append(index)
-        self.each_file(summarized, lambda index: index.take_summaries(run_format.summaries[index.path], listing[index.path].size))
+                if index.path in run_format.summaries:
+                    summarized.append((index, change))
+        self.each_file(summarized, lambda item: (item[0].take_summaries if item[1] == "new" else item[0].take_more_summaries)(run_format.summaries[item[0].path], listing[item[0].path].size))
         jobs = []
         for index in changed:
             size = listing[index.path].size
@@ -176,15 +176,15 @@ class RunStore:
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
         return snapshot
 
-    # Do something with each of some files' indexes: at once on object storage (a few requests each, waited for), one
+    # Do something for each of some of its files (a few requests each, waited for): at once on object storage, one
     # after the other on disk.
-    def each_file(self, indexes: list[FileIndex], work):
-        if len(indexes) > 1 and is_remote(self.run_dir):
+    def each_file(self, items: list, work):
+        if len(items) > 1 and is_remote(self.run_dir):
             with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:
-                list(pool.map(work, indexes))
+                list(pool.map(work, items))
         else:
-            for index in indexes:
-                work(index)
+            for item in items:
+                work(item)
 
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
     # share of Max Samples Each Step per step: new lines are only in the changed files of a launch, so a step appended

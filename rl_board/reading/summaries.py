@@ -130,34 +130,63 @@ class SummariesHeader(msgspec.Struct):
 
 # The chunk a summaries file's records give (none without records), for the rank file named data_file of size bytes:
 # of the records that end within it (one written after the listing is not), in one piece, as a parse of their bytes
-# in one piece gives it. Its last record cut short is ignored; anything else wrong raises RejectedSummaries.
-def read_summaries(raw, data_file: str, size: int) -> list[IndexedChunk]:
-    payloads = record_payloads(memoryview(raw))
+# in one piece gives it; and the byte of the file where the records used end. Its last record cut short is ignored;
+# anything else wrong raises RejectedSummaries.
+def read_summaries(raw, data_file: str, size: int) -> tuple[list[IndexedChunk], int]:
+    view = memoryview(raw)
+    if bytes(view[: len(SUMMARIES_MAGIC)]) != SUMMARIES_MAGIC:
+        raise RejectedSummaries("it is not a summaries file")
+    payloads = record_payloads(view, len(SUMMARIES_MAGIC))
+    if not payloads:
+        raise RejectedSummaries("it has no header")
     try:
-        header = msgspec.msgpack.decode(payloads[0], type=SummariesHeader)
-        if (header.format, header.summary_format, header.numbers) != (SUMMARIES_FORMAT, SUMMARY_FORMAT, SUMMARY_NUMBERS):
-            raise RejectedSummaries("another version of the board's summaries wrote it")
-        if header.data_file != data_file:
-            raise RejectedSummaries(f"it summarizes {header.data_file!r}")
-        records, end = [], 0
-        for payload in payloads[1:]:
+        header = msgspec.msgpack.decode(payloads[0][0], type=SummariesHeader)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise RejectedSummaries(f"a record cannot be read ({error})") from None
+    if (header.format, header.summary_format, header.numbers) != (SUMMARIES_FORMAT, SUMMARY_FORMAT, SUMMARY_NUMBERS):
+        raise RejectedSummaries("another version of the board's summaries wrote it")
+    if header.data_file != data_file:
+        raise RejectedSummaries(f"it summarizes {header.data_file!r}")
+    return records_from(payloads[1:], 0, size, payloads[0][1], passing_over=False)
+
+
+# The chunk the records of a summaries file from one of its records on give (raw: its bytes from there, at: where that
+# is), for the rank file indexed to byte start, of size bytes: the records of lines indexed already are passed over
+# (a live run's lines parsed before their record was written), and the next must begin at start. With the byte of
+# the file where the records used or passed over end.
+def read_more_summaries(raw, at: int, start: int, size: int) -> tuple[list[IndexedChunk], int]:
+    payloads = [(payload, at + end) for payload, end in record_payloads(memoryview(raw), 0)]
+    return records_from(payloads, start, size, at, passing_over=True)
+
+
+# The chunk of the records that follow each other from byte start of the rank file and end within its size bytes,
+# and the byte of the summaries file where those end (`end` if none). passing_over: records of lines before start are
+# passed over, and a first one that begins elsewhere waits (else it is wrong).
+def records_from(payloads: list[tuple[memoryview, int]], start: int, size: int, end: int, passing_over: bool) -> tuple[list[IndexedChunk], int]:
+    records = []
+    try:
+        for payload, payload_end in payloads:
             batch = msgspec.msgpack.decode(payload, type=BatchRecord)
             if batch.end > size:
                 break
-            if batch.start != end:
-                raise RejectedSummaries(f"its records do not follow each other at byte {end}")
+            if passing_over and batch.end <= start and not records:
+                end = payload_end
+                continue
+            if batch.start != start:
+                if passing_over and not records:
+                    break  # lines parsed part-way into this batch: the records after it are taken once past it
+                raise RejectedSummaries(f"its records do not follow each other at byte {start}")
             records.append(batch)
-            end = batch.end
-        return [joined_records(records)] if records else []
+            start, end = batch.end, payload_end
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         raise RejectedSummaries(f"a record cannot be read ({error})") from None
+    return ([joined_records(records)] if records else []), end
 
 
-# The payloads of a file's records, the header first; its last record cut short is left out.
-def record_payloads(view: memoryview) -> list[memoryview]:
-    if bytes(view[: len(SUMMARIES_MAGIC)]) != SUMMARIES_MAGIC:
-        raise RejectedSummaries("it is not a summaries file")
-    payloads, position = [], len(SUMMARIES_MAGIC)
+# The payloads of records from byte position of view on, each with the byte where it ends; the last cut short is left
+# out.
+def record_payloads(view: memoryview, position: int) -> list[tuple[memoryview, int]]:
+    payloads = []
     while position + RECORD_HEAD.size <= len(view):
         length, checksum = RECORD_HEAD.unpack_from(view, position)
         end = position + RECORD_HEAD.size + length
@@ -168,10 +197,8 @@ def record_payloads(view: memoryview) -> list[memoryview]:
             if end == len(view):
                 break  # the last record, cut short with its length written
             raise RejectedSummaries(f"its record {len(payloads)} is damaged")
-        payloads.append(payload)
+        payloads.append((payload, end))
         position = end
-    if not payloads:
-        raise RejectedSummaries("it has no header")
     return payloads
 
 

@@ -375,3 +375,81 @@ def test_a_step_of_a_run_on_s3_reads_its_texts_not_its_lines(run, s3_server, tmp
         spans = {f"{path}{TEXTS_SUFFIX}": (mine["texts_offset"].min(), (mine["texts_offset"] + mine["texts_length"]).max()) for path, mine in rows.groupby("path")}
         assert sorted((path, start, end) for path, start, end in ranges) == sorted((path, start, end) for path, (start, end) in spans.items())
         assert sum(end - start for _, start, end in ranges) * 4 < rows["length"].sum()
+
+
+# ---------------------------------------------------------------- a live run's summaries
+
+
+def append_batch(path: Path, records: list[dict], with_record: bool = True) -> bytes:
+    """A batch appended as the logger's writer appends one (JsonlWriter._drain, _add_summaries): its texts, its lines,
+    its summaries record; without the record, as it stands between the lines and their record."""
+    data = b"".join(json.dumps(record).encode() + b"\n" for record in records)
+    texts_path, summaries_path = Path(str(path) + TEXTS_SUFFIX), Path(str(path) + SUMMARIES_SUFFIX)
+    texts, record = rl_board.reading.summaries.batch_record(data, path.stat().st_size, texts_path.stat().st_size)
+    with open(texts_path, "ab") as file:
+        file.write(texts)
+    with open(path, "ab") as file:
+        file.write(data)
+    if with_record:
+        with open(summaries_path, "ab") as file:
+            file.write(record)
+    return record
+
+
+def parses_counted(monkeypatch) -> list[int]:
+    parsed, summarize = [], rl_board.reading.workers.summarize_buffer
+    monkeypatch.setattr(rl_board.reading.workers, "summarize_buffer", lambda data, base, offsets, lengths: parsed.append(len(offsets)) or summarize(data, base, offsets, lengths))
+    return parsed
+
+
+# Steps a live run appends after the board opened it are indexed from their summaries records too (and their texts
+# from the texts file), also after a restart; lines written before their record are parsed, and the record passed
+# over; the numbers are always those a parse of every line gives.
+def test_steps_appended_after_the_open_are_indexed_from_their_summaries(run, tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    path = run / RANK_FILES[0]
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(run))
+    parsed = parses_counted(monkeypatch)
+    store.load(1 << 30, parallel=False)
+    for step in (STEPS, STEPS + 1):
+        append_batch(path, [logger_record(rng, 0, step, sample) for sample in range(PER_STEP)])
+    late = append_batch(path, [logger_record(rng, 0, STEPS + 2, sample) for sample in range(PER_STEP)], with_record=False)
+    snapshot = store.load(1 << 30, parallel=False)
+    assert sum(parsed) == PER_STEP and not notes(snapshot)  # only the batch whose record is not written yet
+    with open(str(path) + SUMMARIES_SUFFIX, "ab") as file:
+        file.write(late)  # its record, late: passed over
+    append_batch(path, [logger_record(rng, 0, STEPS + 3, sample) for sample in range(PER_STEP)])
+    snapshot = RunStore(str(run)).load(1 << 30, parallel=False)  # a restart: from the cache, then the new records
+    assert sum(parsed) == PER_STEP and not notes(snapshot)
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(plain), check_exact=True)
+    rows = snapshot.step_rows(STEPS + 3)
+    assert (rows["texts_length"] > 0).all()
+    pd.testing.assert_frame_equal(read_step_batch("texts", rows).table[TEXT_COLUMNS], read_step_batch("lines", plain.step_rows(STEPS + 3)).table[TEXT_COLUMNS])
+
+
+# An appended record that disagrees with its lines ends the use of the summaries file, with a note: those lines and
+# the ones after are parsed.
+def test_an_appended_record_that_disagrees_stops_the_summaries_with_a_note(run, tmp_path, monkeypatch):
+    rng = np.random.default_rng(4)
+    path = run / RANK_FILES[0]
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(run))
+    store.load(1 << 30, parallel=False)
+    parsed = parses_counted(monkeypatch)
+    summaries = Path(str(path) + SUMMARIES_SUFFIX)
+    size = summaries.stat().st_size
+    append_batch(path, [logger_record(rng, 0, STEPS, sample) for sample in range(PER_STEP)])
+    data = summaries.read_bytes()
+    payload = msgspec.msgpack.decode(data[size + 8 :])
+    payload = msgspec.msgpack.encode(reward_changed(1, payload))
+    summaries.write_bytes(data[:size] + struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
+    snapshot = store.load(1 << 30, parallel=False)
+    [note] = notes(snapshot)
+    assert "reward" in note and note.endswith(f"the lines past line {STEPS * PER_STEP} were read from the file")
+    append_batch(path, [logger_record(rng, 0, STEPS + 1, sample) for sample in range(PER_STEP)])
+    snapshot = store.load(1 << 30, parallel=False)
+    assert sum(parsed) == 2 * PER_STEP
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(plain), check_exact=True)
