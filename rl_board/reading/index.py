@@ -230,10 +230,11 @@ class FileIndex:
             return
         self.take_checked(summaries, chunks, end)
 
-    # Chunks of its summaries file's records, used where their spot checks agree (their texts records, where theirs do).
+    # Chunks of its summaries file's records, used where their spot checks agree (their texts records, where theirs do):
+    # SPOT_CHECKS lines of the first records, the last line of those a live run added since.
     def take_checked(self, summaries: "Entry", chunks: list[IndexedChunk], end: int):
         try:
-            texts_problem = check_spots(self.path, chunks)
+            texts_problem = check_spots(self.path, chunks, SPOT_CHECKS if not self.summaries_end else 1)
         except (OSError, RejectedSummaries) as error:
             self.summaries_rejected(summaries, error, self.physical_lines)
             return
@@ -294,20 +295,20 @@ class FileIndex:
         return self.indexed_to
 
 
-# Raises RejectedSummaries where a spot-checked line of chunks (a summaries file's) is not a whole line of the file at
-# its place, or its parse differs from its summary. Returns, in words, where SPOT_CHECKS lines with a texts record
-# (the first, the last, between) do not decode from it as from the line; None where they do, or none has one. The
-# lines and records are read at once (on object storage, one round of requests).
-def check_spots(path: str, chunks: list[IndexedChunk]) -> str | None:
+# Raises RejectedSummaries where a spot-checked line of chunks (a summaries file's: `spots` lines spread over them,
+# the last, then the first, then between) is not a whole line of the file at its place, or its parse differs from its
+# summary. Returns, in words, where as many lines with a texts record do not decode from it as from the line; None
+# where they do, or none has one. The lines and records are read at once (on object storage, one round of requests).
+def check_spots(path: str, chunks: list[IndexedChunk], spots: int) -> str | None:
     counts = np.array([len(chunk.lines.offset) for chunk in chunks], dtype=np.int64)
     if not counts.sum():
         return None
-    spots = np.unique(np.linspace(0, counts.sum() - 1, SPOT_CHECKS).round().astype(np.int64))
+    spots = spread(counts.sum(), spots)
     owners = np.searchsorted(np.cumsum(counts), spots, side="right")
     rows = spots - (np.cumsum(counts) - counts)[owners]
     places = [(int(chunks[owner].lines.offset[row]), int(chunks[owner].lines.length[row])) for owner, row in zip(owners, rows)]
     line_spans = ([path] * len(places), [max(offset - 1, 0) for offset, _ in places], [length + 1 + (offset > 0) for offset, length in places])
-    texts = texts_spots(path, chunks)
+    texts = texts_spots(path, chunks, len(spots))
     try:
         spans = read_spans(*(first + second for first, second in zip(line_spans, texts[1:])))
         texts_problem = None
@@ -325,19 +326,23 @@ def check_spots(path: str, chunks: list[IndexedChunk]) -> str | None:
 
 # The rows with a texts record that check_spots reads (their lines, with where each is, and their records), as
 # (row facts, [paths], [offsets], [lengths]): the lines first, then the records with their newline.
-def texts_spots(path: str, chunks: list[IndexedChunk]) -> tuple[list, list, list, list]:
+def texts_spots(path: str, chunks: list[IndexedChunk], spots: int) -> tuple[list, list, list, list]:
     facts = []
     for chunk in chunks:
         if chunk.texts_places is not None:
             offsets, lengths = chunk.texts_places
             with_texts = np.flatnonzero(lengths >= 0)
-            chosen = with_texts[np.unique(np.linspace(0, len(with_texts) - 1, SPOT_CHECKS).round().astype(np.int64))] if len(with_texts) else []
-            facts += [(int(chunk.lines.offset[row]), int(chunk.lines.length[row]), int(chunk.lines.line_index[row]), int(offsets[row]), int(lengths[row])) for row in chosen]
-    facts = facts[:: max(1, len(facts) // SPOT_CHECKS)] if len(facts) > SPOT_CHECKS else facts
+            facts += [(int(chunk.lines.offset[row]), int(chunk.lines.length[row]), int(chunk.lines.line_index[row]), int(offsets[row]), int(lengths[row])) for row in with_texts]
+    facts = [facts[position] for position in spread(len(facts), spots)] if facts else []
     paths = [path] * len(facts) + [texts_file(path)] * len(facts)
     offsets = [fact[0] for fact in facts] + [fact[3] for fact in facts]
     lengths = [fact[1] for fact in facts] + [fact[4] + 1 for fact in facts]
     return facts, paths, offsets, lengths
+
+
+# `count` of `total` positions, spread from the last to the first (one: the last), in order.
+def spread(total: int, count: int) -> np.ndarray:
+    return np.unique(np.linspace(total - 1, 0, count).round().astype(np.int64))
 
 
 # Where the texts records read (after the lines) do not decode as their lines do, in words; None where they do.

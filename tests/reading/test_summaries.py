@@ -443,7 +443,10 @@ def test_an_appended_record_that_disagrees_stops_the_summaries_with_a_note(run, 
     append_batch(path, [logger_record(rng, 0, STEPS, sample) for sample in range(PER_STEP)])
     data = summaries.read_bytes()
     payload = msgspec.msgpack.decode(data[size + 8 :])
-    payload = msgspec.msgpack.encode(reward_changed(1, payload))
+    rewards = np.frombuffer(payload["numbers"]["reward"], dtype="<f8").copy()
+    rewards[-1] += 0.5  # the last line: the one an appended record's check parses
+    payload["numbers"]["reward"] = rewards.tobytes()
+    payload = msgspec.msgpack.encode(payload)
     summaries.write_bytes(data[:size] + struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
     snapshot = store.load(1 << 30, parallel=False)
     [note] = notes(snapshot)
