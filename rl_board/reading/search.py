@@ -26,6 +26,7 @@ from rl_board.reading.lines import (
 )
 from rl_board.reading.snapshot import read_line, read_step_batch
 from rl_board.reading.storage import read_spans
+from rl_board.reading.summaries import texts_file
 from rl_board.reading.workers import PARALLEL_MIN_BYTES, WORKERS, batches_of_rows, run_tasks
 from rl_board.text import valid_text, visible_whitespace
 
@@ -88,7 +89,7 @@ class RunTexts:
         if not len(lines):
             return known
         spans = lines[:, 3] + lines[:, 5]
-        sizes = np.where(np.isnan(spans), lines[:, 1], spans).astype(np.int64)  # bytes each line's texts take to read
+        sizes = np.where(lines[:, 7] >= 0, lines[:, 7], np.where(np.isnan(spans), lines[:, 1], spans)).astype(np.int64)  # bytes each line's texts take to read
         parallel = WORKERS > 1 and int(sizes.sum()) > PARALLEL_MIN_BYTES
         tasks = [(read_texts, (path, lines[part])) for part in batches_of_rows(np.arange(len(lines)), sizes)]
         try:
@@ -107,24 +108,33 @@ class RunTexts:
         return self.files[path]
 
 
-# Where a line's texts are: the line, then its prompt's and response's JSON values within it (NaN: not known).
-TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
+# Where a line's texts are: the line, then its prompt's and response's JSON values within it (NaN: not known), then
+# its record in the logger's texts file (-1: none).
+TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_at", "response_bytes", "texts_offset", "texts_length"]
 
 
 # The prompt and response of lines as UTF-8, one after the other, and their sizes (0 for a line that cannot be read).
-# Where the index knows them, only the two values are read, not the whole line (whose token lists are most of it).
+# Where the logger's texts file has them, a line's record there is read (a file's records are together: on object
+# storage a few requests, where the values inside lines tens of kB apart make one read of nearly the whole file);
+# else where the index knows them, only the two values, not the whole line (whose token lists are most of it).
 def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
     parts, sizes = [], np.zeros((len(lines), 2), dtype=np.int64)
-    whole = np.isnan(lines[:, 2:]).any(axis=1)
-    starts = np.where(whole[:, None], lines[:, [0]], lines[:, [0, 0]] + lines[:, [2, 4]]).astype(np.int64)
-    lengths = np.where(whole[:, None], lines[:, 1:2] * [1, 0], lines[:, [3, 5]]).astype(np.int64)  # a whole line, then nothing
+    in_texts = lines[:, 7] >= 0
+    whole = in_texts | np.isnan(lines[:, 2:6]).any(axis=1)  # read in one span: the record (its head), or the line
+    head = len(RECORD_PROMPT) + lines[:, 3] + len(RECORD_RESPONSE) + lines[:, 5] + 1  # a record's prompt and response, and the byte after
+    record_read = np.where(np.isnan(head), lines[:, 7], np.minimum(head, lines[:, 7]))
+    starts = np.where(whole[:, None], np.where(in_texts, lines[:, 6], lines[:, 0])[:, None] * [1, 0], lines[:, [0, 0]] + lines[:, [2, 4]]).astype(np.int64)
+    lengths = np.where(whole[:, None], np.where(in_texts, record_read, lines[:, 1])[:, None] * [1, 0], lines[:, [3, 5]]).astype(np.int64)  # then nothing
+    paths = [texts_file(path) if use else path for use in np.repeat(in_texts, 2).tolist()]
     try:
-        raw = read_spans([path] * starts.size, starts.ravel().tolist(), lengths.ravel().tolist())
+        raw = read_spans(paths, starts.ravel().tolist(), lengths.ravel().tolist())
     except OSError:  # gone since it was loaded: the step view says so
         return b"", sizes
-    for row, is_whole in enumerate(whole.tolist()):
+    for row, (is_whole, is_record) in enumerate(zip(whole.tolist(), in_texts.tolist())):
         try:
-            if is_whole:
+            if is_record:
+                texts = record_texts(raw[2 * row], lines[row, 3], lines[row, 5]) or record_texts(read_line(texts_file(path), int(lines[row, 6]), int(lines[row, 7])), np.nan, np.nan)
+            elif is_whole:
                 record, _ = decode_line(raw[2 * row], TEXTS_DECODER)
                 texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
             else:
@@ -134,6 +144,39 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
         parts += texts
         sizes[row] = [len(text) for text in texts]
     return b"".join(parts), sizes
+
+
+# How a texts record begins (rl_board.reading.summaries.texts_records): its prompt's JSON, then its response's.
+RECORD_PROMPT, RECORD_RESPONSE = b'{"prompt":', b',"response":'
+
+
+# The prompt and response of a texts record as UTF-8. Where the index knows the sizes of their JSON, only its head was
+# read (with the byte after them): they are cut from it (their JSON is the line's, byte for byte) as from the line; or
+# None where it does not begin so, each a whole JSON value (then the whole record is read). Else the record is decoded.
+def record_texts(record: bytes, prompt_bytes: float, response_bytes: float) -> list[bytes] | None:
+    if np.isnan(prompt_bytes) or np.isnan(response_bytes):
+        decoded, _ = decode_line(record, TEXTS_DECODER)
+        return [(as_text(value) or "").encode() for value in (decoded.prompt, decoded.response)]
+    middle = len(RECORD_PROMPT) + int(prompt_bytes)
+    response = middle + len(RECORD_RESPONSE)
+    end = response + int(response_bytes)
+    prompt, answer = record[len(RECORD_PROMPT) : middle], record[response:end]
+    if record.startswith(RECORD_PROMPT) and record[middle:response] == RECORD_RESPONSE and record[end : end + 1] in (b",", b"}") and whole_json(prompt) and whole_json(answer):
+        return [json_text(prompt), json_text(answer)]
+    return None
+
+
+# Whether raw is a whole JSON value, not one cut short: a string ends at its closing quote (inside one a quote is always
+# escaped), anything else must decode.
+def whole_json(raw: bytes) -> bool:
+    if raw[:1] == b'"':
+        inside = raw[1:-1]
+        return len(raw) >= 2 and raw[-1:] == b'"' and (len(inside) - len(inside.rstrip(b"\\"))) % 2 == 0
+    try:
+        msgspec.json.decode(raw)
+    except (msgspec.DecodeError, ValueError):
+        return False
+    return True
 
 
 # A field's text as UTF-8 from its raw JSON value (of a line that was valid UTF-8 when indexed): a string without

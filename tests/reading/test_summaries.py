@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 
 import rl_board.reading.lines
+import rl_board.reading.search
 import rl_board.reading.snapshot
 import rl_board.reading.summaries
 import rl_board.reading.workers
 from rl_board.reading.lines import TEXTS_DECODER, decode_line
+from rl_board.reading.search import TEXT_SPAN_COLUMNS, RunTexts, read_texts, search_pattern, search_samples
 from rl_board.reading.snapshot import read_step_batch
 from rl_board.reading.storage import remote_storage
 from rl_board.reading.store import RunStore
@@ -456,3 +458,43 @@ def test_an_appended_record_that_disagrees_stops_the_summaries_with_a_note(run, 
     assert sum(parsed) == 2 * PER_STEP
     plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
     pd.testing.assert_frame_equal(numbers(snapshot), numbers(plain), check_exact=True)
+
+
+# A search reads each line's record in the texts file (a file's records together), and finds what it finds in the
+# lines: the same samples, places and snippets.
+@pytest.mark.parametrize("query", ["question 3-", "w7", "5-1 押韵"])
+def test_a_search_reads_the_texts_file_and_finds_what_the_lines_hold(run, tmp_path, monkeypatch, query):
+    snapshot, _ = first_open(run, monkeypatch, tmp_path)
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    read, read_spans = [], rl_board.reading.search.read_spans
+    monkeypatch.setattr(rl_board.reading.search, "read_spans", lambda paths, offsets, lengths: read.extend(paths) or read_spans(paths, offsets, lengths))
+    pattern = search_pattern(query, regex=False, match_case=False)
+    found, expected = (search_samples(RunTexts(), shown.samples, pattern, "prompt and response") for shown in (snapshot, plain))
+    assert 0 < (found.place > 0).sum() < len(found.place)
+    for name in ("place", "start", "end"):
+        np.testing.assert_array_equal(getattr(found, name), getattr(expected, name))
+    from_run = {path for path in read if Path(path).parent == run}
+    assert from_run == {str(run / (name + TEXTS_SUFFIX)) for name in RANK_FILES}
+
+
+# A search reads only the head of a record, where the index knows the sizes of its prompt's and response's JSON; a
+# record that does not begin as those sizes say is read whole and decoded: the texts are the same either way.
+def test_a_record_not_laid_out_as_the_index_says_is_read_whole(run, tmp_path, monkeypatch):
+    snapshot, _ = first_open(run, monkeypatch, tmp_path)
+    rows = snapshot.samples[snapshot.samples["path"] == str(run / RANK_FILES[0])]
+    lines = rows[TEXT_SPAN_COLUMNS].to_numpy(dtype=float)
+    expected = read_texts(str(run / RANK_FILES[0]), lines)
+    assert expected[1].min() > 0
+    for column, change in ((3, 1), (5, -1), (3, np.nan)):  # a prompt's or a response's size wrong, or not known
+        wrong = lines.copy()
+        wrong[::3, column] += change
+        data, sizes = read_texts(str(run / RANK_FILES[0]), wrong)
+        assert data == expected[0] and np.array_equal(sizes, expected[1])
+
+
+@pytest.mark.parametrize(
+    "raw, whole",
+    [(b'"ab"', True), (b'"ab', False), (b'"a\\"', False), (b'"a\\\\"', True), (b'"', False), (b'[{"role": "user"}]', True), (b'[{"role": "us', False), (b"12", True)],
+)
+def test_a_json_value_cut_short_is_told_from_a_whole_one(raw, whole):
+    assert rl_board.reading.search.whole_json(raw) is whole
