@@ -28,7 +28,7 @@ from rl_board.reading.storage import remote_storage
 from rl_board.reading.store import RunStore
 from rollout_logger.metadata import SUMMARIES_MAGIC, SUMMARIES_SUFFIX, TEXTS_SUFFIX
 from rollout_logger.writer import JsonlWriter
-from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
+from tests.support.s3_server import append_object, make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
 
 RANK_FILES = ("rollout_data_rank_0_20250101T000000Z.jsonl", "rollout_data_rank_1_20250101T000000Z.jsonl")
 STEPS, PER_STEP = 6, 5
@@ -498,3 +498,27 @@ def test_a_record_not_laid_out_as_the_index_says_is_read_whole(run, tmp_path, mo
 )
 def test_a_json_value_cut_short_is_told_from_a_whole_one(raw, whole):
     assert rl_board.reading.search.whole_json(raw) is whole
+
+
+# A live run on S3 (each object uploaded again whole as it grows): the steps added are taken from the summaries
+# records added, with their texts, reading the new records and one spot-checked line, not the new lines.
+def test_a_live_run_on_s3_takes_its_new_steps_from_the_summaries(run, s3_server, tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    url = f"s3://{make_bucket(s3_server.endpoint_url, f'live-{uuid.uuid4().hex[:12]}')}/run"
+    upload_folder(s3_server.endpoint_url, run, url)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(url)
+    store.load(1 << 30, parallel=False)
+    parsed = parses_counted(monkeypatch)
+    path = run / RANK_FILES[1]
+    sizes = {name: (run / name).stat().st_size for name in (RANK_FILES[1], RANK_FILES[1] + SUMMARIES_SUFFIX, RANK_FILES[1] + TEXTS_SUFFIX)}
+    append_batch(path, [logger_record(rng, 1, STEPS, sample) for sample in range(PER_STEP)])
+    for name, size in sizes.items():  # uploaded again with what was added, as a sync of the run folder does
+        append_object(s3_server.endpoint_url, f"{url}/{name}", (run / name).read_bytes()[size:])
+    snapshot = store.load(1 << 30, parallel=False)
+    assert sum(parsed) == 0 and not notes(snapshot) and snapshot.steps[-1] == STEPS
+    rows = snapshot.step_rows(STEPS)
+    assert len(rows) == PER_STEP and (rows["texts_length"] > 0).all()
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(plain), check_exact=True)
+    pd.testing.assert_frame_equal(read_step_batch("s3", rows).table[TEXT_COLUMNS], read_step_batch("disk", plain.step_rows(STEPS)).table[TEXT_COLUMNS])
