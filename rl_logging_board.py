@@ -2124,7 +2124,7 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     has_ref = run.samples["ref_response_len"].notna().any()  # a run without references gets no empty slots for them
     has_gap = run.samples["reward_gap"].notna().any()
     lengths = [("Response Average Length", "response_len")] + ([("Ref Response Average Length", "ref_response_len")] if has_ref else [])
-    metric_columns = st.columns([1] * len(lengths) + [3])
+    metric_columns = st.columns([1] * len(lengths) + [1.4])  # a length's value whole at 1280 px: "2,496.41"
     for column, (label, length_column) in zip(metric_columns, lengths):
         by_step = run.step_mean(length_column)
         value = by_step.get(step, np.nan)
@@ -2132,12 +2132,12 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
             column.metric(label, "—")
             continue
         delta = value - by_step[previous_step] if previous_step is not None and previous_step in by_step else None
-        column.metric(label, f"{value:,.2f}".rstrip("0").rstrip(".") + " chars", None if delta is None else f"{delta:+,.2f}", help="Mean length in characters; the change from the step before.")
+        column.metric(label, f"{value:,.2f}".rstrip("0").rstrip("."), None if delta is None else f"{delta:+,.2f}", help="Mean length in characters; the change from the step before.")
     chosen_sample(batch)
     with metric_columns[-1]:
         sample = st.number_input("Sample index in current step batch", min_value=0, max_value=len(table) - 1, key=StateKey.SAMPLE_INDEX)
     row = table.iloc[int(sample)]
-    prompt_column, response_column, *others = st.columns([2, 3] + ([3] if has_ref else []) + ([1] if has_gap else []))
+    prompt_column, response_column, *others = st.columns([2, 3] + ([3] if has_ref else []) + ([1.3] if has_gap else []))
     ref_column = others.pop(0) if has_ref else None
     gap_column = others.pop(0) if has_gap else None
     with prompt_column:
@@ -2164,7 +2164,7 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
         with gap_column:
             st.markdown(":orange[**Reward Gap**]")
             gap = row["reward_gap"]
-            st.markdown(f"## {gap:.4f}" if pd.notna(gap) else "—")
+            st.markdown(f"### {gap:.4f}" if pd.notna(gap) else "—")  # "-0.8068" on one line at 1280 px
     return int(sample)
 
 
