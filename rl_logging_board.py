@@ -35,6 +35,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import streamlit as st
 import streamlit.components.v1 as components
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
@@ -964,8 +965,7 @@ def kept_while_hidden(keys: list[str]):
 # Tabs of per-step curves: mean over the step's samples with a std band, one line per run compared; only the open
 # tab's chart is drawn.
 def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings", look: CurveLook):
-    frames = [run.samples for _, run in runs]
-    present = lambda column: any(column in frame and frame[column].notna().any() for frame in frames)  # noqa: E731
+    present = lambda column: any(run.has_values(column) for _, run in runs)  # noqa: E731
     tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
     if present("group_id") or present("truncated"):
         tab_names.append("Step-Groups")
@@ -976,9 +976,9 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         tab_names.append("Step-Fields")
     if present("avg_abs_mismatch"):
         tab_names.append("Step-Mismatch")
-    if any("loss_passes" in frame and (frame["loss_passes"] > 0).any() for frame in frames):
+    if any(run.has_positive("loss_passes") for _, run in runs):
         tab_names.append("Step-Update")
-    if any("turns" in frame and (frame["turns"] > 0).any() for frame in frames):
+    if any(run.has_positive("turns") for _, run in runs):
         tab_names.append("Step-Tools")
     if present("policy_version"):
         tab_names.append("Step-Staleness")
@@ -1057,7 +1057,7 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
     facet_column, series_column = st.columns(2)
     fit_state(StateKey.FACET, run.facets)
     facet = facet_column.selectbox("Facet", run.facets, key=StateKey.FACET, format_func=filter_label)
-    numbers = [column for column in ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "avg_entropy", "avg_log_ratio", *run.extra_columns] if run.samples[column].notna().any()]
+    numbers = [column for column in ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "avg_entropy", "avg_log_ratio", *run.extra_columns] if run.has_values(column)]
     if not numbers:
         st.info("No number to draw per value: the loaded samples have no reward or other number.")
         return
@@ -1090,7 +1090,7 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     kept_while_hidden([key + "mode", key + "clip_min", key + "clip_max"])
     tables = []
     for name, run in runs:
-        if run.samples["avg_abs_mismatch"].notna().any():
+        if run.has_values("avg_abs_mismatch"):
             tokens = cached_mismatch_tokens(run.version, run.samples)
             sums = cached_mismatch_sums(run.version, tokens)
             table = cached_mismatch_by_step(run.version, mode, clip_min, clip_max, run.samples["step"].to_numpy(), tokens, sums)
@@ -1108,7 +1108,7 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     if applied:
         note += f" The trainer applied {applied.get('mode')} at [{applied.get('clip_min')}, {applied.get('clip_max')}] (its weights: mean applied weight)."
     st.caption(note)
-    if shown.samples["avg_abs_mismatch"].notna().any():
+    if shown.has_values("avg_abs_mismatch"):
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
         draw_renormalisation_split(shown, tokens)
         draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
@@ -1121,7 +1121,7 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     shown = runs[0][1]
     tables = []
     for name, run in runs:
-        if run.samples["turns"].notna().any():
+        if run.has_values("turns"):
             events = cached_tool_events(run.version, run.samples)
             tables.append((name, cached_tools_by_step(run.version, run.samples, events.table)))
     options = list(dict.fromkeys(column for _, table in tables for column in table if table[column].notna().any()))
@@ -1251,7 +1251,7 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
 # trained it (step - policy_version), per step, each run compared a line; then the shown run's samples by staleness.
 def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     shown = runs[0][1]
-    tables = [(name, cached_staleness_by_step(run.version, run.samples)) for name, run in runs if run.samples["staleness"].notna().any()]
+    tables = [(name, cached_staleness_by_step(run.version, run.samples)) for name, run in runs if run.has_values("staleness")]
     if not tables:
         st.info("No sample has a staleness: every policy_version is after its line's step (the versions must count the lines' steps); the load report names the lines.")
         return
@@ -1259,7 +1259,7 @@ def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     remembered_choice(StateKey.STALENESS + ":series", options, options[0])
     series = st.selectbox("Per step", options, key=StateKey.STALENESS + ":series", help="; ".join(f"{name}: {text}" for name, text in STALENESS_SERIES.items()))
     draw_chart(st, step_table_chart(tables, [series], f"👾 Staleness (Step level): {series}", series, look.smoothing), shown.steps)
-    if shown.samples["staleness"].notna().any():
+    if shown.has_values("staleness"):
         distribution = cached_staleness_distribution(shown.version, shown.samples)
         draw_chart(st, staleness_share_chart(distribution, f"Samples by staleness of {run_label(shown.run_dir)}"), shown.steps, kind="staleness")
     st.caption(
@@ -1532,7 +1532,7 @@ def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunS
         column, name = f"avg_kl_{estimator}", f"kl ({estimator})"
         title = f"👾 KL Logging (Step level): mean KL per token, estimator {estimator}"
         note = f"{name} = {KL_ESTIMATORS[estimator]}, with r = logp - ref_logp per token, averaged over each response."
-    if not any(samples[column].notna().any() for _, samples in curve["_runs"]):
+    if not any(run.has_values(column) for _, run in runs):
         st.info("No KL: the run has no `logprobs` with `ref_logprobs`.")
         return
     statistic_column, scale_column = st.columns([3, 1])
@@ -1553,7 +1553,7 @@ def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunS
             " Dashed: TRL's kl as it logs it, recomputed from the lines (each loss pass's token mean over all ranks, "
             "averaged over the step's passes; steps that reuse a generation have no lines), and as the trainer logged it."
         )
-    if as_trl and any(shown.downsampled and shown.samples["micro_batch"].notna().any() for _, shown in runs):
+    if as_trl and any(shown.downsampled and shown.has_values("micro_batch") for _, shown in runs):
         note += " TRL's kl is recomputed only for runs loaded whole: raise Max Samples Each Step to see it."
     st.caption(note)
 
@@ -1564,7 +1564,7 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
     lines = []
     for position, (name, run) in enumerate(runs):
         prefix = f"{name} · " if len(runs) > 1 else ""
-        if not run.downsampled and run.samples["micro_batch"].notna().any():
+        if not run.downsampled and run.has_values("micro_batch"):
             recomputed = trl_kl_by_step(run.samples, pooled_ranks=trl_pools_kl((run.meta or {}).get("trl_version")))
             lines.append((f"{prefix}TRL kl from the lines", tuple(recomputed.index.tolist()), tuple(recomputed.tolist())))
         if position == 0 and "kl" in history.train and history.train["kl"].notna().any():
@@ -1685,7 +1685,7 @@ def draw_search(run: "RunSnapshot", settings: "Settings"):
 # The search's filters and order: a widget for each filter chosen (a range of a number, values of a facet).
 def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["SampleFilter", str, bool, int]:
     samples, numbers = run.samples, filter_columns(run, settings.kl_estimator)
-    flags = (["truncated"] if samples["truncated"].notna().any() else []) + (["zero-signal group"] if samples["group_id"].notna().any() else [])
+    flags = (["truncated"] if run.has_values("truncated") else []) + (["zero-signal group"] if run.has_values("group_id") else [])
     options = (["steps"] if len(run.steps) > 1 else []) + numbers + run.facets + flags
     filter_column, sort_column, order_column, top_column = st.columns([4, 1.5, 1.3, 1])
     fit_state(StateKey.SEARCH_FILTERS, options)
@@ -2121,8 +2121,8 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
 def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, settings: "Settings") -> int:
     table = batch.table
     previous_step = run.previous_step(step)
-    has_ref = run.samples["ref_response_len"].notna().any()  # a run without references gets no empty slots for them
-    has_gap = run.samples["reward_gap"].notna().any()
+    has_ref = run.has_values("ref_response_len")  # a run without references gets no empty slots for them
+    has_gap = run.has_values("reward_gap")
     lengths = [("Response Average Length", "response_len")] + ([("Ref Response Average Length", "ref_response_len")] if has_ref else [])
     metric_columns = st.columns([1] * len(lengths) + [1.4])  # a length's value whole at 1280 px: "2,496.41"
     for column, (label, length_column) in zip(metric_columns, lengths):
@@ -2344,6 +2344,17 @@ def shaded_columns(grid: pd.DataFrame) -> dict:
         low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
         config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format="%.6f", min_value=float(low), max_value=float(high if high > low else low + 1))
     return config
+
+
+# A cached chart's data as the Arrow tables Streamlit sends, made once with the chart: given points, Streamlit converts
+# them on every rerun that draws the chart (60 ms a rerun for the step curves of a run of 880 steps).
+def arrow_data(spec: dict) -> dict:
+    spec = dict(spec)
+    if isinstance(spec.get("data"), dict) and isinstance(spec["data"].get("values"), list):
+        spec["data"] = {**spec["data"], "values": pa.Table.from_pandas(pd.DataFrame(spec["data"]["values"]))}
+    if "datasets" in spec:
+        spec["datasets"] = {name: pa.Table.from_pandas(pd.DataFrame(points)) for name, points in spec["datasets"].items()}
+    return spec
 
 
 # Every chart on canvas: the browser paints its marks as pixels instead of building an SVG node per bar and point.
@@ -2591,13 +2602,13 @@ def load_history(run_dir: str, signature: tuple) -> "TrainingHistory":
 # A training metric's chart, per set of histories and curve settings.
 @st.cache_resource(show_spinner=False, max_entries=64)
 def cached_metric_chart(name, versions, smoothing, zero_shift, _histories) -> dict:
-    return metric_chart(name, _histories, smoothing, zero_shift)
+    return arrow_data(metric_chart(name, _histories, smoothing, zero_shift))
 
 
 # Step charts change only with the runs and the curve settings, so a step or sample change reuses them.
 @st.cache_resource(show_spinner=False, max_entries=64)
 def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift, smoothing, _runs, names=None, median=False, log_scale=False, lines=()) -> dict:
-    return step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines)
+    return arrow_data(step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines))
 
 
 # A number's largest changes from step to step, once per run version, series and statistic: not at every rerun.
@@ -2658,14 +2669,14 @@ def cached_sample_shares(version, _passes: pd.DataFrame) -> pd.DataFrame:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def cached_fraction_chart(versions, smoothing, _runs) -> dict:
-    return step_fraction_chart([(name, group_signal_by_step(samples)) for name, samples in _runs], smoothing)
+    return arrow_data(step_fraction_chart([(name, group_signal_by_step(samples)) for name, samples in _runs], smoothing))
 
 
 # The step's three batch charts, built once per set of lines.
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_batch_charts(lines, counted, _table) -> tuple:
-    gap = reward_gap_chart(_table) if _table["ref_reward"].notna().any() else None
-    return batch_reward_chart(_table), gap, reward_distribution_chart(_table, counted)
+    gap = arrow_data(reward_gap_chart(_table)) if _table["ref_reward"].notna().any() else None
+    return arrow_data(batch_reward_chart(_table)), gap, arrow_data(reward_distribution_chart(_table, counted))
 
 
 # Whether the run's rewards take a few values (counted per value in the batch's distribution), once per run version.

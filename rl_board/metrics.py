@@ -204,7 +204,7 @@ def filter_columns(run: "RunSnapshot", kl_estimator: str) -> list[str]:
     columns = ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "response_len", "avg_log_ratio", f"avg_kl_{kl_estimator}", "avg_entropy", "tool_tokens"]
     columns += ["avg_abs_mismatch", "max_abs_mismatch", "sum_mismatch", "avg_mismatch_kl", "max_is_ratio", "min_is_ratio", "clipped_tokens", "abs_update_weight"]
     columns += ["turns", "tool_calls", "tool_errors", "staleness", "policy_version"]
-    return [column for column in columns + run.extra_columns if run.samples[column].notna().any()]
+    return [column for column in columns + run.extra_columns if run.has_values(column)]
 
 
 # What a search keeps besides its text: a step range, ranges of numbers, facet values, truncated completions, members

@@ -142,16 +142,45 @@ class RunSnapshot:
     history_dir: str = ""  # where its training history is: the run folder, or the output folder of TRL's completions/
     reward_weights: dict = field(default_factory=dict)  # TRL's: the weights reward was summed with ({}: all 1)
     selection: Selection | None = field(default=None, compare=False, repr=False)  # the lines it holds
+    # What step_rows, step_mean, has_values and has_positive found: every rerun of the page asks again, and on a run of 100,000
+    # samples each answer costs milliseconds. A snapshot's samples do not change (a changed copy is a new snapshot).
+    answers: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
+    # A step's samples in batch order: a slice of the samples (build_run keeps them in step order), not a scan of them.
     def step_rows(self, step: int) -> pd.DataFrame:
-        return self.samples[self.samples["step"] == step].reset_index(drop=True)
+        order, places = self.answer("step places", self.find_step_places)
+        first, end = places.get(step, (0, 0))
+        rows = self.samples.iloc[first:end] if order is None else self.samples.iloc[order[first:end]]
+        return rows.reset_index(drop=True)
+
+    # Each step's (first, end) in the samples when they are in step order (order None), else in `order`, which puts them so.
+    def find_step_places(self) -> tuple[np.ndarray | None, dict[int, tuple[int, int]]]:
+        steps = self.samples["step"].to_numpy()
+        order = None if bool((steps[1:] >= steps[:-1]).all()) else np.argsort(steps, kind="stable")
+        ordered = steps if order is None else steps[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.array([], dtype=np.int64)
+        ends = np.r_[starts[1:], len(ordered)]
+        return order, {int(ordered[start]): (int(start), int(end)) for start, end in zip(starts.tolist(), ends.tolist())}
 
     def previous_step(self, step: int) -> int | None:
         position = self.steps.index(step)
         return self.steps[position - 1] if position else None
 
     def step_mean(self, column: str) -> dict:
-        return self.samples.groupby("step")[column].mean().to_dict()
+        return self.answer(("step mean", column), lambda: self.samples.groupby("step")[column].mean().to_dict())
+
+    # Whether any sample has the column, with a value.
+    def has_values(self, column: str) -> bool:
+        return self.answer(("has values", column), lambda: column in self.samples and bool(self.samples[column].notna().any()))
+
+    # Whether any sample has the column above 0.
+    def has_positive(self, column: str) -> bool:
+        return self.answer(("has positive", column), lambda: column in self.samples and bool((self.samples[column] > 0).any()))
+
+    def answer(self, question, compute):
+        if question not in self.answers:
+            self.answers[question] = compute()
+        return self.answers[question]
 
 
 # The dtype pandas gives a column of strings here: Arrow-backed "str" from pandas 3, object before.

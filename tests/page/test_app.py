@@ -223,6 +223,30 @@ def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root
     assert widget(app.multiselect, "Reward series").value == ["reward", "ref_reward"]
 
 
+ARROW_DATA_SCRIPT = """
+import numpy as np, pandas as pd, streamlit as st
+import rl_logging_board as board
+from rl_board.figures import reward_distribution_chart, step_curve_chart
+samples = pd.DataFrame({"step": [1, 1, 2, 3, 3], "reward": [0.5, np.nan, 1.0, -2.0, 0.25], "ref_reward": [0.0, 1.0, np.nan, 1.5, 2.0]})
+for spec in (step_curve_chart([("run", samples)], ["reward", "ref_reward"], "title", "unit", lines=[("logged", [1, 2], [0.1, None])]), reward_distribution_chart(samples)):
+    board.draw_chart(st, spec)
+    board.draw_chart(st, board.arrow_data(spec))
+"""
+
+
+def test_a_cached_chart_s_arrow_data_is_what_streamlit_sends_for_its_points():
+    """arrow_data converts a chart's points once, for the cache: the browser must get the same bytes as from the points
+    (missing values, a layer's own points and named datasets included), and the spec it was made from stays whole."""
+    app = AppTest.from_string(ARROW_DATA_SCRIPT).run()
+    assert not app.exception, app.exception
+    charts = app.get("vega_lite_chart")
+    assert len(charts) == 4
+    for points, tables in (charts[0:2], charts[2:4]):
+        assert tables.proto.spec == points.proto.spec and tables.proto.data.data == points.proto.data.data
+        assert [(d.name, d.data.data) for d in tables.proto.datasets] == [(d.name, d.data.data) for d in points.proto.datasets]
+    assert chart_spec(charts[0])["data"]["values"] and charts[2].proto.datasets  # there was data to compare
+
+
 def test_the_step_selector_follows_the_original(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "uneven" / "r.jsonl", [sample(step, reward=step) for step in (10, 2, 1)])
     write_lines(tmp_path / "runs" / "one_step" / "r.jsonl", [sample(7), sample(7)])

@@ -3,6 +3,7 @@
 Numbers are checked against `plain_parse`, an independent slow reading of the files with json and math.
 """
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -101,6 +102,28 @@ def test_a_step_s_samples_are_in_file_path_order_then_file_order_and_numbered(tm
     assert [Path(path).name for path in samples["path"]] == ["rollout_data_rank_10.jsonl", "rollout_data_rank_2.jsonl"] + ["rollout_data_rank_10.jsonl"] + ["rollout_data_rank_2.jsonl"] * 2
     assert samples["reward"].tolist() == [0.5, 0.2, 0.4, 0.1, 0.3] and samples["sample"].tolist() == [0, 1, 0, 1, 2]
     assert samples["step"].tolist() == [1, 1, 2, 2, 2] and samples.index.tolist() == list(range(5))
+
+
+def test_a_step_s_rows_and_the_run_s_answers_equal_a_scan_of_its_samples(tmp_path):
+    """step_rows slices the samples (kept in step order) and the snapshot keeps its answers: both must equal a scan of
+    the samples, in step order or not, and a changed copy must answer for its own samples."""
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(10, reward=0.0), sample(2, reward=0.5), sample(1), sample(10, reward=-1.0)])
+    write_lines(tmp_path / "run" / "rollout_data_rank_1.jsonl", [sample(2, reward=np.nan), sample(10, reward=2.0, ref_reward=1.0), sample(7)])
+    run = load(tmp_path / "run")
+    shuffled = dataclasses.replace(run, samples=run.samples.sample(frac=1.0, random_state=0))
+    for snapshot in (run, shuffled):
+        for step in [*snapshot.steps, 3, 11]:  # and two steps the run does not have
+            expected = snapshot.samples[snapshot.samples["step"] == step].reset_index(drop=True)
+            pd.testing.assert_frame_equal(snapshot.step_rows(step), expected)
+            pd.testing.assert_frame_equal(snapshot.step_rows(step), expected)  # answered again from what it found
+        for column in ["reward", "ref_reward", "ground_truth", "group_id", "not a column"]:
+            assert snapshot.has_values(column) == (column in snapshot.samples and snapshot.samples[column].notna().any())
+            assert snapshot.has_positive(column) == (column in snapshot.samples and (snapshot.samples[column] > 0).any())
+        assert snapshot.step_mean("reward") == snapshot.samples.groupby("step")["reward"].mean().to_dict()
+    assert run.has_positive("reward") and run.has_values("ref_reward")
+    changed = dataclasses.replace(run, samples=run.samples.assign(reward=-1.0, ref_reward=np.nan))
+    assert not changed.has_positive("reward") and not changed.has_values("ref_reward")
+    assert changed.step_mean("reward") == {step: -1.0 for step in run.steps}
 
 
 def test_numbers_equal_a_plain_full_parse(tmp_path):
