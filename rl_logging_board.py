@@ -38,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 import streamlit.components.v1 as components
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 from rl_board.changes import (
@@ -246,12 +247,19 @@ def main():
     st.set_page_config(page_title="RL Logging Board", page_icon="📖", layout="wide")
     st.html(PAGE_STYLE)
     options = launch_options()
-    settings = draw_sidebar(options.root, guard_network_access(options))
+    settings, view_box = draw_sidebar(options.root, guard_network_access(options))
     if WORKERS > 1:
         worker_pool()  # spawning the workers takes about a second: do it while the user picks a run
+    run, compared = draw_run(settings)
+    draw_samples(run, compared, settings, view_box)
+
+
+# The run in view and those compared with it, over training: its load, its report and its curves, and the search of
+# its samples; (None, []) with nothing to show.
+def draw_run(settings: "Settings") -> tuple["RunSnapshot | None", list["RunSnapshot"]]:
     run = load_selected_run(settings)
     if run is None:
-        return
+        return None, []
     compared = load_compared_runs(settings)
     history, *compared_histories = (load_history(shown.history_dir, current_history_signature(shown.history_dir)) for shown in [run, *compared])
     if settings.live:
@@ -263,7 +271,7 @@ def main():
             f"No `.jsonl` file and no training history in {markdown_literal(run.run_dir)}: a run is a folder of JSONL "
             f"files, one per rank, or a training output folder with {TRAINING_LOG} or {TRAINER_STATE}."
         )
-        return
+        return None, []
     draw_load_report(run, history)
     if run.samples.empty and not (run.report.empty and run.problems.empty):
         st.warning("No loadable sample in this run: open the load report above to see why.")
@@ -272,8 +280,19 @@ def main():
         draw_curves(runs, [history, *compared_histories], settings)
     if not run.samples.empty:
         draw_search(run, settings)
+    return run, compared
+
+
+# The run's samples: what changed between two runs, and the step area. A fragment that also draws the sidebar's settings
+# of how samples are shown (in their place there), so that changing one reruns only this part of the page, not the
+# load and the curves.
+@st.fragment
+def draw_samples(run: "RunSnapshot | None", compared: list["RunSnapshot"], settings: "Settings", view_box: DeltaGenerator):
+    settings = dataclasses.replace(settings, view=draw_view_settings(view_box))
+    has_samples = run is not None and not run.samples.empty
+    if has_samples:
         draw_changes(run, compared, settings)
-    if settings.response_compare and not run.samples.empty:
+    if has_samples and settings.response_compare:
         draw_step_response(run, compared, settings)
     else:
         st.session_state.pop(StateKey.SCROLL_TO, None)  # no step area: a pick has nothing to scroll to, now or later
@@ -353,7 +372,7 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
         more = len(batch.problems) - 1
         unread.warning(batch.problems[0] + (f" {more} more line(s) of this step could not be read back either." if more else ""))
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
-    if settings.show_charts:
+    if settings.view.show_charts:
         draw_batch_charts(run, batch)
     draw_step_tables(batch, settings, run.run_dir, step)
     draw_sample_view(run, compared, batch, step, settings)
@@ -379,10 +398,10 @@ def read_ahead(run: "RunSnapshot", step: int, settings: "Settings"):
             batch = load_step_batch(lines_key(rows), rows)
             if batch.problems:
                 continue
-            if settings.show_charts:
+            if settings.view.show_charts:
                 cached_batch_charts(batch.key, counted, batch.table)
-            if settings.show_batch_samples:
-                cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.pad_token, settings.system_prompt_end)
+            if settings.view.show_batch_samples:
+                cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.view.pad_token, settings.view.system_prompt_end)
             row = batch.table.iloc[min(max(int(sample), 0), len(batch.table) - 1)]
             load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
 
@@ -394,7 +413,7 @@ def read_ahead(run: "RunSnapshot", step: int, settings: "Settings"):
 # and tables above it.
 @st.fragment
 def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "StepBatch", step: int, settings: "Settings"):
-    sample = draw_samples_pair(run, batch, step, settings) if settings.show_samples_pair else chosen_sample(batch)
+    sample = draw_samples_pair(run, batch, step, settings) if settings.view.show_samples_pair else chosen_sample(batch)
     draw_other_fields(batch.table.iloc[sample])
     span = draw_trajectory(batch, sample, settings)
     draw_token_area(batch, sample, settings, span)
@@ -496,6 +515,12 @@ class Settings:
     response_compare: bool
     use_logp_as_kl: bool
     kl_estimator: str
+    view: "ViewSettings | None" = None  # drawn by draw_samples, for the areas it draws
+
+
+# The sidebar's choices of how samples are shown, read by the samples' areas (draw_samples).
+@dataclass(frozen=True)
+class ViewSettings:
     pad_token: str | None  # None: Drop Padding Token is off
     system_prompt_end: str | None  # None: Drop System Prompt is off
     show_charts: bool
@@ -566,7 +591,7 @@ OPEN_AT_LATEST = "latest"
 
 
 # The original's sidebar, label for label, plus the live mode and KL estimator choices.
-def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
+def draw_sidebar(default_root: str, allowed_root: str | None) -> tuple["Settings", DeltaGenerator]:
     sidebar = st.sidebar
     sidebar.title("📖 RL Logging Board")
     root = sidebar.text_input("Log(s) Root Path", value=default_root)
@@ -619,7 +644,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         reward_curves = st.checkbox("Reward 曲线图", value=True, help="Show the per-step curves (how they are drawn is set above them).")
         response_compare = st.checkbox("Response 对比", value=True, help="Show the per-step response area.")
 
-    with sidebar.expander("⚙️ show details setting", expanded=True):
+    with sidebar.expander("⚙️ show details setting", expanded=True) as view_box:
         estimator = default_kl_estimator(shown_dir)  # the shown run's: browsing the names changes nothing
         use_logp_as_kl = st.checkbox(
             "Use LogP as KL",
@@ -635,14 +660,6 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
             "for runs the logger wrote from TRL, whose logged kl it is. With r = logp - ref_logp: "
             + "; ".join(f"{name} = {formula}" for name, formula in KL_ESTIMATORS.items()),
         )
-        drop_padding = st.checkbox("Drop Padding Token", value=True)
-        pad_token = st.text_input("Pad Token", value="<PAD>")
-        drop_system_prompt = st.checkbox("Drop System Prompt", value=True)
-        system_prompt_end = st.text_input("End Token of System Prompt", value="<endofsystem>")
-        show_charts = st.checkbox("Show Charts", value=True)
-        show_batch_samples = st.checkbox("Show Batch Samples", value=True)
-        show_samples_pair = st.checkbox("Show Samples Pair", value=True)
-        show_heat_map = st.checkbox("Show Heat Map", value=True)
 
     return Settings(
         root=root,
@@ -658,13 +675,24 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> "Settings":
         response_compare=response_compare,
         use_logp_as_kl=use_logp_as_kl,
         kl_estimator=kl_estimator,
-        pad_token=pad_token if drop_padding else None,
-        system_prompt_end=system_prompt_end if drop_system_prompt else None,
-        show_charts=show_charts,
-        show_batch_samples=show_batch_samples,
-        show_samples_pair=show_samples_pair,
-        show_heat_map=show_heat_map,
-    )
+    ), view_box
+
+
+# The rest of the sidebar's show details setting: how the samples are shown, drawn in `view_box` by draw_samples.
+def draw_view_settings(view_box: DeltaGenerator) -> "ViewSettings":
+    with view_box:
+        drop_padding = st.checkbox("Drop Padding Token", value=True)
+        pad_token = st.text_input("Pad Token", value="<PAD>")
+        drop_system_prompt = st.checkbox("Drop System Prompt", value=True)
+        system_prompt_end = st.text_input("End Token of System Prompt", value="<endofsystem>")
+        return ViewSettings(
+            pad_token=pad_token if drop_padding else None,
+            system_prompt_end=system_prompt_end if drop_system_prompt else None,
+            show_charts=st.checkbox("Show Charts", value=True),
+            show_batch_samples=st.checkbox("Show Batch Samples", value=True),
+            show_samples_pair=st.checkbox("Show Samples Pair", value=True),
+            show_heat_map=st.checkbox("Show Heat Map", value=True),
+        )
 
 
 # TRL logs k3 as kl: a run whose metadata names a trl version starts on k3, and Step-KL plots it (Use LogP as KL off),
@@ -1911,7 +1939,7 @@ def draw_pass_rule(columns: list[str], a: pd.DataFrame, b: pd.DataFrame) -> tupl
 # first), its numbers, and its words marked against the other's: removed (A's, not in B's) and added (B's).
 def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, functions: list[str], settings: "Settings"):
     st.markdown(f"**Prompt** · {numbers['status']} · pass {numbers['pass_a']:.2f} → {numbers['pass_b']:.2f} · mean reward {numbers['reward_a']:.3f} → {numbers['reward_b']:.3f}")
-    st.text(as_written(clean_text(numbers["prompt"], settings.pad_token)))
+    st.text(as_written(clean_text(numbers["prompt"], settings.view.pad_token)))
     responses = []
     for side, rows, place in zip("AB", (a, b), st.columns(2)):
         rows = rows.sort_values("reward", ascending=False, kind="stable").head(PROMPT_SIDE_LINES)
@@ -1921,7 +1949,7 @@ def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, func
         row = batch.table.iloc[choice]
         shown = [name for name in ["reward", *functions, "advantage", "response_tokens_len", f"avg_kl_{settings.kl_estimator}"] if name in row.index and pd.notna(row[name])]
         place.caption(" · ".join(f"{markdown_literal(name)} {row[name]:.4g}" for name in shown))
-        responses.append((place, clean_text(row["response"] or "", settings.pad_token)))
+        responses.append((place, clean_text(row["response"] or "", settings.view.pad_token)))
     runs_a, runs_b, cut = word_diff(responses[0][1], responses[1][1])
     for (place, _), runs in zip(responses, (runs_a, runs_b)):
         place.markdown(marked_words(runs))
@@ -1999,7 +2027,7 @@ def draw_batch_charts(run: "RunSnapshot", batch: "StepBatch"):
 # The step's tables as tabs, only the open one drawn, right above the sample they pick: the batch (a row per sample)
 # and, for GRPO, its groups (a row per prompt); then downloads of the step's lines.
 def draw_step_tables(batch: "StepBatch", settings: "Settings", run_dir: str, step: int):
-    names = (["Batch samples"] if settings.show_batch_samples else []) + (["Groups"] if batch.table["group"].notna().any() else [])
+    names = (["Batch samples"] if settings.view.show_batch_samples else []) + (["Groups"] if batch.table["group"].notna().any() else [])
     if not names:
         return
     view = remembered_choice(StateKey.STEP_TABLE, names, names[0])
@@ -2014,7 +2042,7 @@ def draw_step_tables(batch: "StepBatch", settings: "Settings", run_dir: str, ste
 
 # The batch table, sortable by every column; clicking a row shows that sample right below.
 def draw_batch_table(batch: "StepBatch", settings: "Settings"):
-    table = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.pad_token, settings.system_prompt_end)
+    table = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.view.pad_token, settings.view.system_prompt_end)
     if any(batch.table["images"]):  # a thumbnail of each prompt's first image, right of the sample index
         thumbnails = [thumbnail_url(path, images) for path, images in zip(batch.table["path"], batch.table["images"])]
         table = table.assign(image=thumbnails)[["sample", "image", *table.columns[1:]]]
@@ -2066,7 +2094,7 @@ def thumbnail_url(path: str, references: list[dict]) -> str | None:
 # GRPO groups of the step: which prompts gave every completion the same reward. Clicking a group shows its first
 # completion below, with the group's other completions under its tokens.
 def draw_groups(batch: "StepBatch", settings: "Settings"):
-    groups = cached_group_table(batch.key, batch.table, settings.pad_token, settings.system_prompt_end)
+    groups = cached_group_table(batch.key, batch.table, settings.view.pad_token, settings.view.system_prompt_end)
     zero = int(groups["zero signal"].sum())
     st.caption(
         f"{len(groups)} prompt group(s), {zero} with no learning signal (every completion got the same reward, so every "
@@ -2114,7 +2142,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
             else:
                 st.button(f"#{index}", key=f"open_sample_{index}", on_click=open_sample, args=(int(index),), help="Show this completion in the samples pair")
             st.caption(" · ".join(facts))
-            st.text(as_written(clean_text(member["response"], settings.pad_token)))
+            st.text(as_written(clean_text(member["response"], settings.view.pad_token)))
 
 
 # The original's samples pair: length metrics, the sample index, then prompt | response | ref | gap.
@@ -2143,8 +2171,8 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     with prompt_column:
         st.markdown("**Prompt**")
         draw_images(row, width=150)
-        st.text(as_written(clean_text(row["prompt"], settings.pad_token, settings.system_prompt_end)))
-        if settings.system_prompt_end is not None and system_prompt_span(row["prompt"], settings.system_prompt_end) is None:
+        st.text(as_written(clean_text(row["prompt"], settings.view.pad_token, settings.view.system_prompt_end)))
+        if settings.view.system_prompt_end is not None and system_prompt_span(row["prompt"], settings.view.system_prompt_end) is None:
             st.caption("No system prompt to drop: no End Token of System Prompt, ChatML or Llama 3 system turn.")
         if isinstance(row["ground_truth"], str):
             st.caption("ground_truth")
@@ -2152,12 +2180,12 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     with response_column:
         tools = f" · {row['tool_tokens']:.0f} of {row['response_tokens_len']:.0f} tokens written by a tool" if row["tool_tokens"] > 0 else ""
         st.markdown(f":green[**Response**] · reward {row['reward']:.4g}{tools}")
-        st.text(as_written(clean_text(row["response"], settings.pad_token)))
+        st.text(as_written(clean_text(row["response"], settings.view.pad_token)))
     if ref_column:
         with ref_column:
             st.markdown(":blue[**Ref Response**]")
             if isinstance(row["ref_response"], str):
-                st.text(as_written(clean_text(row["ref_response"], settings.pad_token)))
+                st.text(as_written(clean_text(row["ref_response"], settings.view.pad_token)))
             else:
                 st.info("No `ref_response` in this sample.")
     if gap_column:
@@ -2229,7 +2257,7 @@ def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: 
         + (f"; the {left_out} earliest line(s) with its key are left out: the latest {PROMPT_HISTORY_LINES} are shown" if left_out else "")
     )
     draw_chart(details, prompt_reward_chart(table))
-    shown = table.assign(response=[shorten(clean_text(text, settings.pad_token)) for text in table["response"]])
+    shown = table.assign(response=[shorten(clean_text(text, settings.view.pad_token)) for text in table["response"]])
     columns = (["run"] if compared else []) + ["step", "reward", "advantage", "response"]
     details.dataframe(shown[[column for column in columns if shown[column].notna().any() or column == "response"]], hide_index=True, width="stretch")
 
@@ -2260,7 +2288,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
             "(and `ref_logprobs` for KL) to see per-token values."
         )
         return
-    rows = token_rows(tokens, settings.kl_estimator, settings.pad_token)
+    rows = token_rows(tokens, settings.kl_estimator, settings.view.pad_token)
     merged_rows = len(rows.positions) and rows.positions[-1] >= len(rows.positions)  # a row stands for more than one token
     if span is not None:
         rows = turn_rows(rows, span[0], span[1])
@@ -2276,7 +2304,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
     )
     if not chosen or not len(rows.tokens):
         return
-    view, tab = draw_token_view_tabs(settings.show_heat_map)
+    view, tab = draw_token_view_tabs(settings.view.show_heat_map)
     with tab:
         if view == "Response tokens":
             draw_running_text(rows, chosen)

@@ -217,6 +217,18 @@ def test_each_part_of_the_page_reruns_alone(page):
     curves_change = elements_sent(page)  # a full rerun would resend the whole page (~100)
     assert "vega_lite_chart" in curves_change.values() and len(curves_change) < 40  # the curves, their settings, the metrics
     assert not set(batch_charts + selector + heat_map) & set(curves_change) and "number_input" not in curves_change.values()
+    # A setting of how samples are shown (the sidebar's Show Charts): the samples' part reruns, with those settings in
+    # the sidebar, and not the load, the curves or the rest of the sidebar (the sidebar's delta paths start with 1).
+    for shown in (False, True):
+        page.frames_received.clear()
+        page.locator('[data-testid="stSidebar"] label').filter(has_text="Show Charts").click()
+        page.wait_for_timeout(2500)
+        settings_change = elements_sent(page)
+        in_sidebar = [kind for path, kind in settings_change.items() if path[0] == 1 and kind]  # and the block they are in
+        assert sorted(in_sidebar) == ["checkbox"] * 6 + ["text_input"] * 2, in_sidebar
+        assert shown or "vega_lite_chart" not in settings_change.values()  # the batch charts gone, the curves not sent
+        assert "slider" in settings_change.values() and not set(curves_change) & set(settings_change)
+    page.wait_for_function("document.querySelectorAll('.vega-embed .marks').length >= 4", timeout=20_000)  # the batch charts back
 
 
 def test_a_run_big_enough_for_the_worker_processes_loads(browser, board_url):

@@ -251,7 +251,7 @@ def test_clicking_a_result_shows_that_sample_in_the_step_view(page):
 def test_clicking_a_result_moves_the_step_selector_and_the_view_stays_there(page):
     search_needle(page)
     click_result(page, 1, "之后还有一句中文结尾")
-    page.get_by_text("Show Heat Map", exact=True).click()  # a full rerun of the page
+    page.get_by_text("Use LogP as KL", exact=True).click()  # a full rerun of the page
     page.wait_for_timeout(1500)
     page.wait_for_function(SETTLED, timeout=60_000)
     assert batch_prompts(page, 3)[0] == "question 3.0"

@@ -268,6 +268,8 @@ def test_missing_and_empty_roots_say_what_to_do(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     app = start(tmp_path / "empty", monkeypatch)
     assert "No run in" in app.warning[0].value and "rollout_data_rank_0.jsonl" in app.code[0].value
+    labels = [w.label for kind in ("text_input", "selectbox", "number_input", "checkbox", "slider") for w in getattr(app.sidebar, kind)]
+    assert set(SIDEBAR_LABELS) <= set(labels)  # with no run to show, the settings of how its samples are shown too
 
 
 def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, monkeypatch):
