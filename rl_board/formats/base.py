@@ -51,6 +51,9 @@ class RunFormat:
     # source -> the listing's entry of its summaries file (the logger's, rollout_logger/metadata.py): its lines are
     # indexed from it when the source is indexed from scratch. Not compared: it grows with its source.
     summaries: dict = field(default_factory=dict, compare=False)
+    # source -> the listing's status of its texts file (the logger's): its records, once checked, are used while it only
+    # grows (FileIndex.follow_texts). Not compared, as summaries.
+    texts: dict = field(default_factory=dict, compare=False)
 
 
 # One listing of a run folder: its files whose names are valid UTF-8 (tables and caches need it; the others are in the

@@ -58,7 +58,7 @@ from rl_board.reading.summaries import (
 )
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
-CACHE_FORMAT = 6
+CACHE_FORMAT = 7
 
 
 # Each line's place (its texts' too, in the logger's texts file: -1 where there are none), step and parse status.
@@ -105,6 +105,22 @@ def read_identity(path: str, indexed_to: int, status: "FileStatus | None" = None
     )
 
 
+# "same", "grew" (the bytes `old` covers unchanged, more after them) or "new" (replaced, truncated, rewritten) for a
+# file now `status` that had identity `old`. An object on object storage is the same while its size and ETag are; one
+# uploaded again with more bytes grew when the bytes `old` covers are unchanged.
+def identity_change(path: str, old: FileIdentity | None, status: "FileStatus") -> str:
+    if old is None or (status.inode, status.device) != (old.inode, old.device) or status.size < old.indexed_to:
+        return "new"
+    if (status.size, status.mtime_ns, status.etag) == (old.size, old.mtime_ns, old.etag):
+        return "same"
+    if status.size == old.size:  # touched or rewritten in place: appends always grow a file
+        return "new"
+    now = read_identity(path, old.indexed_to)
+    if now is None or (now.head_hash, now.tail_hash) != (old.head_hash, old.tail_hash):
+        return "new"
+    return "grew"
+
+
 # What a file's cache holds (IndexCache): its whole index as written once (the base, its write id and rows), then
 # the segments appended to it, each of the rows added since, up to `rows`.
 class CachedIndex(NamedTuple):
@@ -133,6 +149,7 @@ class FileIndex:
         index.incomplete_tail = int(meta["incomplete_tail"])
         index.problems = [tuple(problem) for problem in meta["problems"]]
         index.summaries_end = int(meta["summaries_end"])
+        index.texts_identity = FileIdentity(**meta["texts_identity"]) if meta["texts_identity"] else None
         index.lines = lines
         index.cached = None
         index.first_changed_row = len(lines["offset"])
@@ -140,7 +157,10 @@ class FileIndex:
 
     # Its facts as a cache keeps them beside its lines.
     def facts(self) -> dict:
-        return dict(identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems, summaries_end=self.summaries_end)
+        return dict(
+            identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems,
+            summaries_end=self.summaries_end, texts_identity=self.texts_identity and self.texts_identity.__dict__,
+        )
 
     def reset(self):
         self.index_id = uuid.uuid4().hex  # new whenever the file is indexed from scratch: till then it only grew
@@ -152,26 +172,45 @@ class FileIndex:
         self.problems: list[tuple[int, str, str]] = []
         self.first_changed_row = 0  # the first of the rows its cache holds that changed since (rows past them are new)
         self.summaries_end = 0  # where the records of its summaries file taken so far end (0: none are taken)
+        self.texts_identity: FileIdentity | None = None  # its texts file's, up to the end of the records taken (None: none)
 
-    # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed). An object on
-    # object storage is the same while its size and ETag are; one uploaded again with more bytes grew when the bytes
-    # indexed are unchanged.
+    # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
     def change(self, status: "FileStatus | None" = None) -> str:
-        old = self.identity
         try:
             status = status or file_status(self.path)
         except OSError:
             return "same"
-        if old is None or (status.inode, status.device) != (old.inode, old.device) or status.size < old.indexed_to:
-            return "new"
-        if (status.size, status.mtime_ns, status.etag) == (old.size, old.mtime_ns, old.etag):
+        return identity_change(self.path, self.identity, status)
+
+    # How its texts file changed since its records were taken, as change() says (`status` its listing's entry's, None
+    # where it is gone: "new"); "same" where none are taken.
+    def texts_change(self, status: "FileStatus | None") -> str:
+        if self.texts_identity is None:
             return "same"
-        if status.size == old.size:  # touched or rewritten in place: appends always grow a file
-            return "new"
-        now = read_identity(self.path, old.indexed_to)
-        if now is None or (now.head_hash, now.tail_hash) != (old.head_hash, old.tail_hash):
-            return "new"
-        return "grew"
+        return identity_change(texts_file(self.path), self.texts_identity, status) if status else "new"
+
+    # Keep using its texts file's records where it only grew since (the logger adds a step's as it writes them), and
+    # stop where it was replaced, rewritten or removed: a record is trusted as its line's only while the bytes checked
+    # are the same. Returns whether its rows changed (their texts then come from their lines).
+    def follow_texts(self, status: "FileStatus | None") -> bool:
+        change = self.texts_change(status)
+        if change == "grew":
+            self.texts_identity = dataclasses.replace(self.texts_identity, size=status.size, mtime_ns=status.mtime_ns, etag=status.etag)
+        if change != "new":
+            return False
+        reason = "it changed since its records were checked" if status else "it is gone"
+        self.drop_texts(reason)
+        return True
+
+    # Its lines' texts records are not used from here on (a note says why): a step's texts are read from its lines.
+    # Its rows change, so it gets a new index_id, and its cache is written whole.
+    def drop_texts(self, reason: str):
+        self.lines["texts_offset"] = np.full(len(self.lines["offset"]), -1, dtype=np.int64)
+        self.lines["texts_length"] = np.full(len(self.lines["offset"]), -1, dtype=np.int64)
+        self.texts_identity = None
+        self.index_id = uuid.uuid4().hex
+        self.first_changed_row = 0
+        self.problems.append((self.physical_lines, "note", f"{Path(texts_file(self.path)).name} not used ({reason}): a step's texts are read from its lines"))
 
     # Append indexed chunks (in file order) and settle what follows the last newline.
     def add_chunks(self, chunks: list["IndexedChunk"], size: int):
@@ -244,6 +283,16 @@ class FileIndex:
         if chunks:
             self.add_chunks(chunks, chunks[-1].lines.complete_end)
         self.summaries_end = end
+        if any(chunk.texts_places is not None for chunk in chunks):
+            self.texts_identity = self.texts_checked()
+            if self.texts_identity is None:
+                self.drop_texts("it cannot be read")
+
+    # Its texts file's identity up to the end of the records its rows use (None where it cannot be read).
+    def texts_checked(self) -> FileIdentity | None:
+        used = self.lines["texts_length"] >= 0
+        end = int((self.lines["texts_offset"][used] + self.lines["texts_length"][used]).max()) if used.any() else 0
+        return read_identity(texts_file(self.path), end)
 
     def summaries_rejected(self, summaries: "Entry", error: Exception, line: int):
         reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"

@@ -128,22 +128,30 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
     paths = [texts_file(path) if use else path for use in np.repeat(in_texts, 2).tolist()]
     try:
         raw = read_spans(paths, starts.ravel().tolist(), lengths.ravel().tolist())
-    except OSError:  # gone since it was loaded: the step view says so
-        return b"", sizes
+    except OSError:  # gone since it was loaded: the texts file (read the lines instead), or the file (the step view says so)
+        return read_texts(path, np.concatenate([lines[:, :6], np.full((len(lines), 2), -1.0)], axis=1)) if in_texts.any() else (b"", sizes)
     for row, (is_whole, is_record) in enumerate(zip(whole.tolist(), in_texts.tolist())):
         try:
             if is_record:
-                texts = record_texts(raw[2 * row], lines[row, 3], lines[row, 5]) or record_texts(read_line(texts_file(path), int(lines[row, 6]), int(lines[row, 7])), np.nan, np.nan)
+                try:
+                    texts = record_texts(raw[2 * row], lines[row, 3], lines[row, 5]) or record_texts(read_line(texts_file(path), int(lines[row, 6]), int(lines[row, 7])), np.nan, np.nan)
+                except (OSError, BadLine, msgspec.DecodeError, ValueError):  # its texts file changed since it was checked: the line
+                    texts = line_texts(read_line(path, int(lines[row, 0]), int(lines[row, 1])))
             elif is_whole:
-                record, _ = decode_line(raw[2 * row], TEXTS_DECODER)
-                texts = [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
+                texts = line_texts(raw[2 * row])
             else:
                 texts = [json_text(raw[2 * row]), json_text(raw[2 * row + 1])]
-        except (BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
+        except (OSError, BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
             continue
         parts += texts
         sizes[row] = [len(text) for text in texts]
     return b"".join(parts), sizes
+
+
+# A whole line's prompt and response as UTF-8.
+def line_texts(raw: bytes) -> list[bytes]:
+    record, _ = decode_line(raw, TEXTS_DECODER)
+    return [(as_text(value) or "").encode() for value in (record.prompt, record.response)]
 
 
 # How a texts record begins (rl_board.reading.summaries.texts_records): its prompt's JSON, then its response's.

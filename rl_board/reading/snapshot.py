@@ -348,13 +348,19 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     lengths = np.where(in_texts, rows["texts_length"], rows["length"]).tolist()
     with contextlib.suppress(OSError):  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
         raw_lines = read_spans(paths, offsets, lengths)
-    for position, (path, offset, length, line, step) in enumerate(zip(paths, offsets, lengths, rows["line"], rows["step"])):
+    places = zip(paths, offsets, lengths, in_texts.tolist(), rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"])
+    for position, (path, offset, length, from_texts, line_path, line_offset, line_length, line, step) in enumerate(places):
         try:
-            record, _ = decode_line(raw_lines[position] if raw_lines else read_line(path, offset, length), TEXTS_DECODER)
-            ensure_same_step(record, step)
+            record = read_back(raw_lines[position] if raw_lines else read_line(path, offset, length), step)
         except (OSError, BadLine) as error:
-            problems.append(read_back_problem(path, line, error))
-            record = None
+            record, problem = None, error
+            if from_texts:  # its texts file changed since it was checked (the next load stops using it): the line
+                try:
+                    record = read_back(read_line(line_path, line_offset, line_length), step)
+                except (OSError, BadLine) as line_error:
+                    problem = line_error
+            if record is None:
+                problems.append(read_back_problem(line_path, line, problem))
         for name in texts:
             text = as_text(getattr(record, name)) if record else None
             texts[name].append(text or "" if name in ("prompt", "response") else text)
@@ -362,6 +368,13 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
         key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
     return StepBatch(key=key, table=rows.assign(**texts, images=images, group=group_numbers(rows["group_id"])), problems=problems)
+
+
+# A line's texts (or its texts record) as read back, checked to hold its step still.
+def read_back(raw: bytes, step: int):
+    record, _ = decode_line(raw, TEXTS_DECODER)
+    ensure_same_step(record, step)
+    return record
 
 
 # The per-token arrays of the sample in view, cut to one length (notes say where they did not match), and its tokens

@@ -107,7 +107,8 @@ class RunStore:
         files = self.files  # read once: a load may replace it meanwhile (this runs outside the lock)
         if max_samples not in self.snapshots or list(listing) != list(files) or run_format != self.built_format:
             return listing, run_format
-        return (listing, run_format) if any(files[path].change(status) != "same" for path, status in listing.items()) else None
+        changed = any(files[path].change(status) != "same" or files[path].texts_change(run_format.texts.get(path)) != "same" for path, status in listing.items())
+        return (listing, run_format) if changed else None
 
     def needs_work(self, max_samples: int) -> bool:
         return self.pending(max_samples) is not None
@@ -140,11 +141,13 @@ class RunStore:
         same_files = list(listing) == list(self.files) and run_format == self.built_format
         bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
         self.files = {path: self.files.get(path) or bundled.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
-        changed, summarized = [], []
+        changed, summarized, retexted = [], [], set()
         for index in self.files.values():
             change = index.change(listing[index.path])
             if change == "new":
                 index.reset()
+            elif index.follow_texts(run_format.texts.get(index.path)):
+                retexted.add(index.path)
             if change != "same":
                 changed.append(index)
                 if index.path in run_format.summaries:
@@ -161,7 +164,7 @@ class RunStore:
         bundle = len(self.files) >= BUNDLED_FILES and sum(len(index.lines["offset"]) for index in self.files.values()) <= BUNDLED_ROWS
         self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
-        written = parsed | {index.path for index in changed}
+        written = parsed | retexted | {index.path for index in changed}
         if not bundle:
             for path in written:
                 self.cache.save(self.files[path])

@@ -358,6 +358,62 @@ def test_a_texts_file_that_disagrees_is_not_used_with_a_note(run, parsed, tmp_pa
     assert read_step_batch("step", first).table["prompt"].str.startswith("question").all()
 
 
+def edited_in_place(path: Path):
+    """The first record's prompt changed, the file's size kept (a touch after its check: its mtime changes)."""
+    tampered_texts(path)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+
+
+# A texts file checked at the open and then removed or edited, the rank files untouched: the next load (of the same
+# board, or of a restarted one from the index cache) stops using it with a note, and the step view and the search show
+# what the lines hold; between the change and that load, a record that cannot be read is read from its line.
+@pytest.mark.parametrize("tamper, reason", [(lambda path: path.unlink(), "it is gone"), (edited_in_place, "it changed since its records were checked")], ids=["removed", "edited"])
+@pytest.mark.parametrize("restart", [False, True], ids=["same-board", "restarted"])
+def test_a_texts_file_changed_after_its_check_is_not_used_any_more(run, tmp_path, monkeypatch, tamper, reason, restart):
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(run))
+    opened = store.load(1 << 30, parallel=False)
+    plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    texts_path = run / (RANK_FILES[0] + TEXTS_SUFFIX)
+    tamper(texts_path)
+    if not texts_path.exists():  # not loaded again yet: the records that cannot be read are read from their lines
+        batch = read_step_batch("before", opened.step_rows(1))
+        assert batch.problems == []
+        pd.testing.assert_frame_equal(batch.table[TEXT_COLUMNS], read_step_batch("lines", plain.step_rows(1)).table[TEXT_COLUMNS])
+        pattern = search_pattern("question", regex=False, match_case=False)
+        found, expected = (search_samples(RunTexts(), shown.samples, pattern, "prompt and response") for shown in (opened, plain))
+        np.testing.assert_array_equal(found.place, expected.place)
+    snapshot = (RunStore(str(run)) if restart else store).load(1 << 30, parallel=False)
+    [note] = [text for text in snapshot.problems["reason"] if TEXTS_SUFFIX in text]
+    assert note == f"{RANK_FILES[0]}{TEXTS_SUFFIX} not used ({reason}): a step's texts are read from its lines"
+    in_texts = snapshot.samples.groupby("path")["texts_length"].min().to_dict()
+    assert in_texts[str(run / RANK_FILES[0])] == -1 and in_texts[str(run / RANK_FILES[1])] > 0  # the other file's are used
+    pd.testing.assert_frame_equal(numbers(snapshot), numbers(plain), check_exact=True)
+    for step in snapshot.steps:
+        batch = read_step_batch("after", snapshot.step_rows(step))
+        assert batch.problems == []
+        pd.testing.assert_frame_equal(batch.table[TEXT_COLUMNS], read_step_batch("lines", plain.step_rows(step)).table[TEXT_COLUMNS])
+    pattern = search_pattern("question", regex=False, match_case=False)
+    found, expected = (search_samples(RunTexts(), shown.samples, pattern, "prompt and response") for shown in (snapshot, plain))
+    np.testing.assert_array_equal(found.place, expected.place)
+    again = RunStore(str(run)).load(1 << 30, parallel=False)  # the cache kept it: still the lines, the note kept
+    assert again.samples.groupby("path")["texts_length"].min().to_dict() == in_texts and note in set(again.problems["reason"])
+
+
+# A texts file that only grew since its check (the logger's next steps) stays in use, for the old records and the new.
+def test_a_texts_file_that_only_grew_stays_in_use(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(5)
+    store = RunStore(str(run))
+    store.load(1 << 30, parallel=False)
+    append_batch(run / RANK_FILES[0], [logger_record(rng, 0, STEPS, sample) for sample in range(PER_STEP)])
+    for board in (store, RunStore(str(run))):  # and a restarted board
+        snapshot = board.load(1 << 30, parallel=False)
+        assert not [text for text in snapshot.problems["reason"] if TEXTS_SUFFIX in text]
+        assert (snapshot.samples["texts_length"] > 0).all() and snapshot.steps[-1] == STEPS
+
+
 # On object storage a step in view costs one ranged request a rank file, of its texts records only: not its lines.
 def test_a_step_of_a_run_on_s3_reads_its_texts_not_its_lines(run, s3_server, tmp_path, monkeypatch):
     url = f"s3://{make_bucket(s3_server.endpoint_url, f'texts-{uuid.uuid4().hex[:12]}')}/run"
