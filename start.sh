@@ -80,6 +80,7 @@ logging.disable(logging.WARNING)
 import rl_logging_board
 logging.disable(logging.NOTSET)
 import streamlit.delta_generator
+import streamlit.emojis  # the page icon is checked against its pattern: compiling it took the first page 50-120 ms
 from rl_board.reading.workers import WORKERS, worker_pool
 from streamlit.web.cli import main
 if WORKERS > 1:
