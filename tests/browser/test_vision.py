@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from playwright.sync_api import sync_playwright
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from rl_board.reading.images import THUMBNAIL_SIDE
 from tests.conftest import PROJECT
@@ -108,11 +109,26 @@ def open_run(chromium, board_url):
         page.on("request", lambda request: page.requests.append(request.url))
         page.on("response", lambda response: page.media.append((response.url, response.headers.get("content-type"))) if response.url.startswith(board_url + "/media/") else None)
         page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
+        finished = []  # the page's runs the server finished, of the whole script (not a fragment's, such as a timer's)
+        page.on("websocket", lambda socket: socket.on("framereceived", lambda frame: finished.append(frame) if full_run_finished(frame) else None))
+
+        # An action, and the wait for the script run it causes to finish: till then the page drawn before, settled,
+        # passes for the new one on a busy machine.
+        def rerun_by(action):
+            before = len(finished)
+            action()
+            for _ in range(600):
+                if len(finished) > before:
+                    return
+                page.wait_for_timeout(100)
+            pytest.fail("no script run finished after the action")
+
         page.goto(board_url)
         if run != "vlm":  # the first screen shows vlm, the root's last run
+            page.wait_for_function(f"() => ({SETTLED}) && ({shown})", timeout=60_000)
             page.get_by_label("Choose Log Name").click(timeout=60_000)
-            page.get_by_role("option", name=run, exact=True).click()
-            page.get_by_role("button", name="Load & View").click(timeout=60_000)
+            rerun_by(lambda: page.get_by_role("option", name=run, exact=True).click())
+            rerun_by(lambda: page.get_by_role("button", name="Load & View").click(timeout=60_000))
         page.wait_for_function(f"() => ({SETTLED}) && ({shown})", timeout=60_000)
         return page
 
@@ -122,6 +138,13 @@ def open_run(chromium, board_url):
 
 
 # The prompt column once `condition` (JavaScript over `column`) holds and the rerun has finished.
+def full_run_finished(frame) -> bool:
+    if not isinstance(frame, bytes):
+        return False
+    message = ForwardMsg.FromString(frame)
+    return message.WhichOneof("type") == "script_finished" and message.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+
+
 def wait_for_prompt(page, condition: str) -> dict:
     page.wait_for_function(f"() => {{ const column = ({PROMPT_COLUMN})(); return ({SETTLED}) && column !== null && ({condition}); }}", timeout=60_000)
     return page.evaluate(f"({PROMPT_COLUMN})()")
