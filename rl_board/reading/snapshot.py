@@ -199,8 +199,8 @@ def repeated_texts(texts: list[str], codes: np.ndarray):
 # column taken once, in that order: sorting a frame of 100,000 samples afterwards took longer than building it), with
 # each sample's file, its index, its place in its step's batch, and the summary columns no file has (missing).
 def sorted_samples(files: dict[str, FileIndex], chosen: list[np.ndarray]) -> dict[str, np.ndarray]:
-    names = list(dict.fromkeys(name for index in files.values() for name in index.lines))  # rewards/* differ by file
-    columns = chosen_columns(files, chosen, names) if files else {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()}
+    columns = chosen_columns(files, chosen, line_column_names(files)) if files else {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()}
+    columns = {name: column for name, column in columns.items() if not name.startswith(FIELD_PREFIXES) or not pd.isna(column).all()}
     counts = [len(rows) for rows in chosen]
     place_of_path = {path: place for place, path in enumerate(sorted(files))}
     step = columns["step"].astype(np.int64)
@@ -215,6 +215,17 @@ def sorted_samples(files: dict[str, FileIndex], chosen: list[np.ndarray]) -> dic
     starts = np.flatnonzero(np.r_[True, columns["step"][1:] != columns["step"][:-1]]) if total else np.array([], dtype=np.int64)
     columns["sample"] = np.arange(total) - np.repeat(starts, np.diff(np.r_[starts, total]))  # its index in the step's batch
     return columns
+
+
+# The columns of the files' indexes, in file order (rewards/* and the fields differ by file).
+def line_column_names(files: dict[str, FileIndex]) -> list[str]:
+    return list(dict.fromkeys(name for index in files.values() for name in index.lines))
+
+
+# The columns of a line's keys outside the format: a reward function's score, a field. One is a column of the samples
+# only where a loaded sample has a value of it: lines parsed and not loaded (past Max Samples Each Step, as a live
+# append's can be) add none, so the columns do not depend on how the run was read.
+FIELD_PREFIXES = ("rewards/", EXTRA_PREFIX, TEXT_PREFIX)
 
 
 # The chosen rows of every file, in file order, a column each (missing where a file lacks it). Many small files (a file
@@ -251,8 +262,15 @@ def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: 
     chosen = [selected.rows.get(path, none) for path in files]
     chosen = [rows[index.lines["step"][rows] >= first_changed] for rows, index in zip(chosen, files.values())]
     taken = pd.DataFrame(sorted_samples(files, chosen))
-    if set(taken.columns) != set(kept.columns):
+    one_side = set(taken.columns) ^ set(kept.columns)
+    if not files or any(not name.startswith(FIELD_PREFIXES) for name in one_side):
         return None
+    # A field with values on one side only: missing on the other, in the place a whole build gives its column.
+    kept = kept.assign(**{name: missing_values(name, len(kept)) for name in taken.columns.difference(kept.columns)})
+    taken = taken.assign(**{name: missing_values(name, len(taken)) for name in kept.columns.difference(taken.columns)})
+    if one_side:
+        names = line_column_names(files)
+        kept = kept[sorted(kept.columns, key=lambda name: (names.index(name) if name in names else len(names), list(kept.columns).index(name)))]
     for name in [name for name in kept.columns if taken[name].dtype != kept[name].dtype]:
         # A text column with values in one part only: the other's missing values take its type, as the whole would.
         kept_missing, taken_missing = kept[name].isna().all(), taken[name].isna().all()

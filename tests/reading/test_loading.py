@@ -751,6 +751,36 @@ def test_a_snapshot_grown_from_the_last_equals_one_built_whole(tmp_path, monkeyp
     assert sum(samples is not None for samples in grown) >= len(grown) // 2
 
 
+# A reward function or a field is a column only where a loaded sample has a value of it. Lines a live append adds to a
+# step already full (Max Samples Each Step) are parsed and not loaded: their keys make no column, so a board that
+# followed the run, one restarted on its cache and one that opens it fresh show the same samples. A field that only
+# earlier steps have stays a column when later steps are appended, with the grown snapshot.
+def test_a_field_is_a_column_only_where_a_loaded_sample_has_a_value(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    path = write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(0, note="first", rewards_per_func={"early": 1.0}), sample(0), sample(1, nothing=None), sample(1)])
+    store = RunStore(str(run_dir))
+    followed = store.load(2, parallel=False)
+    assert {"text/note", "rewards/early"} <= set(followed.samples.columns) and "extra/nothing" not in followed.samples.columns
+    write_lines_appended(path, [json.dumps(sample(0, rewards_per_func={"late": 0.5}, late_note="n", score=3)).encode() + b"\n"] * 2)
+    followed = store.load(2, parallel=False)
+    assert int((store.files[str(path)].lines["status"] == GOOD).sum()) == 6  # the appended lines were parsed, not loaded
+    restarted = RunStore(str(run_dir)).load(2, parallel=False)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "another_cache"))
+    fresh = RunStore(str(run_dir)).load(2, parallel=False)
+    for run in (followed, restarted):
+        pd.testing.assert_frame_equal(run.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
+        assert run.reward_function_columns == fresh.reward_function_columns == ["rewards/early"]
+    grown, grown_samples = [], rl_board.reading.snapshot.grown_samples
+    monkeypatch.setattr(rl_board.reading.snapshot, "grown_samples", lambda *args: grown.append(grown_samples(*args)) or grown[-1])
+    write_lines_appended(path, [json.dumps(sample(2, rewards_per_func={"late": 0.25})).encode() + b"\n"])
+    followed = store.load(2, parallel=False)
+    whole = rl_board.reading.snapshot.build_run(str(run_dir), store.files, select_lines(store.files, 2), 2, store.built_format)
+    assert grown[-1] is not None
+    pd.testing.assert_frame_equal(followed.samples, whole.samples)
+    assert followed.samples["rewards/early"].notna().tolist() == [True, False, False, False, False]
+    assert followed.reward_function_columns == ["rewards/early", "rewards/late"]
+
+
 def write_lines_appended(path: Path, lines: list[bytes]):
     with open(path, "ab") as file:
         file.write(b"".join(lines))
