@@ -376,13 +376,14 @@ def check_spots(path: str, chunks: list[IndexedChunk], spots: int) -> str | None
 # The rows with a texts record that check_spots reads (their lines, with where each is, and their records), as
 # (row facts, [paths], [offsets], [lengths]): the lines first, then the records with their newline.
 def texts_spots(path: str, chunks: list[IndexedChunk], spots: int) -> tuple[list, list, list, list]:
+    with_texts = [np.flatnonzero(chunk.texts_places[1] >= 0) if chunk.texts_places is not None else np.array([], dtype=np.int64) for chunk in chunks]
+    counts = np.cumsum([len(rows) for rows in with_texts])
     facts = []
-    for chunk in chunks:
-        if chunk.texts_places is not None:
-            offsets, lengths = chunk.texts_places
-            with_texts = np.flatnonzero(lengths >= 0)
-            facts += [(int(chunk.lines.offset[row]), int(chunk.lines.length[row]), int(chunk.lines.line_index[row]), int(offsets[row]), int(lengths[row])) for row in with_texts]
-    facts = [facts[position] for position in spread(len(facts), spots)] if facts else []
+    for position in spread(int(counts[-1]), spots) if len(counts) and counts[-1] else []:
+        owner = int(np.searchsorted(counts, position, side="right"))
+        chunk, row = chunks[owner], with_texts[owner][position - (counts[owner] - len(with_texts[owner]))]
+        offsets, lengths = chunk.texts_places
+        facts.append((int(chunk.lines.offset[row]), int(chunk.lines.length[row]), int(chunk.lines.line_index[row]), int(offsets[row]), int(lengths[row])))
     paths = [path] * len(facts) + [texts_file(path)] * len(facts)
     offsets = [fact[0] for fact in facts] + [fact[3] for fact in facts]
     lengths = [fact[1] for fact in facts] + [fact[4] + 1 for fact in facts]
