@@ -434,7 +434,7 @@ class StateKey:
     COMPARE_WITH = "compare_with"  # prefix: one choice per run shown
     LOAD_BUTTON = "load_button"
     METRIC_SERIES = "metric_series"
-    METRIC_TABS = "metric_tabs"  # prefix: one per set of chosen metrics
+    METRIC_VIEW = "metric_view"  # the training metric shown
     TRAINING_SUMMARY = "training_summary"
     SELECTED_STEP = "selected_step"  # the step in view
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
@@ -447,7 +447,7 @@ class StateKey:
     BATCH_TABLE = "batch_table"  # the batch table's box
     BATCH_ROWS = "batch_rows"  # the batch table; its selection, the row picked (of the step in view or one before)
     GROUP_TABLE = "group_table"
-    CURVE_TABS = "curve_tabs"
+    CURVE_VIEW = "curve_view"
     REWARD_SERIES = "reward_series"  # prefix: one choice per set of options
     REWARD_WEIGHTS = "reward_weights"  # prefix: one per run
     KL_STATISTIC = "kl_statistic"
@@ -583,8 +583,9 @@ PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 READ_AHEAD_DELAY = 1.0
 
 # STABLE_LAYOUT: an element drawn in one rerun and not the next (a progress bar, a notice) moves every element after it
-# to another place in the page, where the browser builds it anew: a table's tabs built anew scroll their tab into
-# view, jumping the page (a live refresh scrolled it by 500-800 px). Such elements get a place that is always there.
+# to another place in the page, where the browser builds it anew: charts and grids drawn again from nothing, and the
+# page jumping as they take their heights (a live refresh scrolled it by 500-800 px). Such elements get a place that
+# is always there.
 
 # The step in view of a run opened after another: its latest, whichever it is.
 OPEN_AT_LATEST = "latest"
@@ -944,7 +945,7 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
 
 
 # The step curves and the trainer's metrics, with how they are drawn above them. A fragment: a curve setting, a reward
-# series or a tab redraws only the curves; a slider moved with the keyboard, which sends each key press, reruns only
+# series or a view redraws only the curves; a slider moved with the keyboard, which sends each key press, reruns only
 # this part, not the page.
 @st.fragment
 def draw_curves(runs: list[tuple[str, "RunSnapshot"]], histories: list["TrainingHistory"], settings: "Settings"):
@@ -975,7 +976,7 @@ def draw_curve_settings() -> CurveLook:
     return look
 
 
-# Widgets drawn only in an open tab or area lose their values when it closes (Streamlit drops a widget's state when
+# Widgets drawn only in a chosen view or an open area lose their values when it closes (Streamlit drops a widget's state when
 # it is not drawn): before drawing them, each missing value is set back (to its default the first time), and only
 # then: a value the page sets is sent to the browser, where it would undo a key press made while the area redraws.
 def keep_while_hidden(defaults: dict):
@@ -990,34 +991,33 @@ def kept_while_hidden(keys: list[str]):
         st.session_state[key + ":kept"] = st.session_state[key]
 
 
-# Tabs of per-step curves: mean over the step's samples with a std band, one line per run compared; only the open
-# tab's chart is drawn.
+# Views of per-step curves: mean over the step's samples with a std band, one line per run compared; only the chosen
+# view's chart is drawn.
 def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings", look: CurveLook):
     present = lambda column: any(run.has_values(column) for _, run in runs)  # noqa: E731
-    tab_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
+    view_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
     if present("group_id") or present("truncated"):
-        tab_names.append("Step-Groups")
+        view_names.append("Step-Groups")
     if present("avg_entropy"):
-        tab_names.append("Step-Entropy")
+        view_names.append("Step-Entropy")
     field_columns = list(dict.fromkeys(column for _, run in runs for column in run.extra_columns))
     if field_columns:
-        tab_names.append("Step-Fields")
+        view_names.append("Step-Fields")
     if present("avg_abs_mismatch"):
-        tab_names.append("Step-Mismatch")
+        view_names.append("Step-Mismatch")
     if any(run.has_positive("loss_passes") for _, run in runs):
-        tab_names.append("Step-Update")
+        view_names.append("Step-Update")
     if any(run.has_positive("turns") for _, run in runs):
-        tab_names.append("Step-Tools")
+        view_names.append("Step-Tools")
     if present("policy_version"):
-        tab_names.append("Step-Staleness")
+        view_names.append("Step-Staleness")
     if runs[0][1].facets:
-        tab_names.append("Step-Facets")
+        view_names.append("Step-Facets")
     if len(runs[0][1].steps) >= 2 * DEFAULT_WINDOW:
-        tab_names.append("Step-Signals")
-    tab_names.append("Step-Watch")  # a watch pattern is a search: every run with samples has one
-    tab = dict(zip(tab_names, st.tabs(tab_names, on_change="rerun", key=StateKey.CURVE_TABS)))
+        view_names.append("Step-Signals")
+    view_names.append("Step-Watch")  # a watch pattern is a search: every run with samples has one
+    view_name, shown = draw_view_choice("Curves", view_names, StateKey.CURVE_VIEW)
     steps = runs[0][1].steps  # a click on a curve shows the shown run's step nearest it
-    open_tab = next(name for name, container in tab.items() if container.open)
     curve = dict(
         versions=tuple(run.version for _, run in runs),
         variance_scale=look.variance_scale,
@@ -1025,8 +1025,8 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         smoothing=look.smoothing,
         _runs=[(name, run.samples) for name, run in runs],
     )
-    with tab[open_tab]:
-        if open_tab == "Step-Reward":
+    with shown:
+        if view_name == "Step-Reward":
             function_columns = list(dict.fromkeys(column for _, run in runs for column in run.reward_function_columns))
             options = [name for name in REWARD_SERIES + function_columns if present(name)]
             key = StateKey.REWARD_SERIES + ":" + "|".join(options)  # a run with other series starts from the default
@@ -1036,31 +1036,31 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             chosen = st.multiselect("Reward series", options, key=key, format_func=one_line)
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve), steps)
             draw_largest_changes(runs[0][1], chosen[:1])
-        elif open_tab == "Step-Groups":
+        elif view_name == "Step-Groups":
             draw_chart(st, cached_fraction_chart(curve["versions"], look.smoothing, curve["_runs"]), steps)
             st.caption(
                 "zero-signal groups: prompts whose completions all got the same reward, so their "
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
             )
-        elif open_tab == "Step-KL":
+        elif view_name == "Step-KL":
             draw_kl_curve(settings, curve, runs, history)
-        elif open_tab == "Step-Fields":
+        elif view_name == "Step-Fields":
             remembered_choice(StateKey.FIELD_SERIES, field_columns, field_columns[:3])
             chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, format_func=one_line, help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
             draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve), steps)
-        elif open_tab == "Step-Facets":
+        elif view_name == "Step-Facets":
             draw_facet_curve(runs[0][1], curve)
-        elif open_tab == "Step-Mismatch":
+        elif view_name == "Step-Mismatch":
             draw_mismatch(runs, look)
-        elif open_tab == "Step-Update":
+        elif view_name == "Step-Update":
             draw_update(runs, history, look)
-        elif open_tab == "Step-Tools":
+        elif view_name == "Step-Tools":
             draw_tools(runs, look)
-        elif open_tab == "Step-Watch":
+        elif view_name == "Step-Watch":
             draw_watch(runs, look, settings)
-        elif open_tab == "Step-Staleness":
+        elif view_name == "Step-Staleness":
             draw_staleness(runs, look)
-        elif open_tab == "Step-Signals":
+        elif view_name == "Step-Signals":
             draw_signals(runs, look, settings.kl_estimator)
         else:
             column, title, unit, missing = {
@@ -1071,7 +1071,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
                     "No token counts: the run has neither `response_tokens` nor `logprobs`.",
                 ),
                 "Step-Entropy": ("avg_entropy", "👾 Token Entropy (Step level)", "nats per token", None),
-            }[open_tab]
+            }[view_name]
             if present(column):
                 draw_chart(st, cached_step_curve([column], title, unit, **curve), steps)
                 draw_largest_changes(runs[0][1], [column])
@@ -1601,7 +1601,7 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
     return tuple(lines)
 
 
-# The trainer's own numbers on the step axis, each chosen metric a chart (a tab) with train and eval lines per run and
+# The trainer's own numbers on the step axis, each chosen metric a chart (a view) with train and eval lines per run and
 # the best checkpoint marked; the run's summary; CSV downloads of the histories and of the step curves' numbers (made when
 # clicked).
 def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["TrainingHistory"], look: CurveLook):
@@ -1615,10 +1615,9 @@ def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["
         remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
         chosen = st.multiselect("Training metrics", options, key=key, format_func=one_line, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
         versions = tuple((shown.run_dir, shown_history.signature) for shown, shown_history in zip(shown_runs, all_histories))
-        if chosen:  # a tab per metric, only the open one drawn: each chart of several runs costs the browser a redraw
-            tabs = st.tabs([markdown_literal(name) for name in chosen], on_change="rerun", key=StateKey.METRIC_TABS + ":" + "|".join(chosen))
-            name, tab = next((name, tab) for name, tab in zip(chosen, tabs) if tab.open)
-            draw_chart(tab, cached_metric_chart(name, versions, look.smoothing, look.zero_shift, histories), run.steps, "metric")
+        if chosen:  # a view per metric, only the open one drawn: each chart of several runs costs the browser a redraw
+            name, shown = draw_view_choice("Training metric", chosen, StateKey.METRIC_VIEW, markdown_literal)
+            draw_chart(shown, cached_metric_chart(name, versions, look.smoothing, look.zero_shift, histories), run.steps, "metric")
         details = st.expander("Training summary", on_change="rerun", key=StateKey.TRAINING_SUMMARY)
         if details.open:
             with details:
@@ -2024,15 +2023,14 @@ def draw_batch_charts(run: "RunSnapshot", batch: "StepBatch"):
         draw_chart(column, chart)
 
 
-# The step's tables as tabs, only the open one drawn, right above the sample they pick: the batch (a row per sample)
+# The step's tables as views, only the chosen one drawn, right above the sample they pick: the batch (a row per sample)
 # and, for GRPO, its groups (a row per prompt); then downloads of the step's lines.
 def draw_step_tables(batch: "StepBatch", settings: "Settings", run_dir: str, step: int):
     names = (["Batch samples"] if settings.view.show_batch_samples else []) + (["Groups"] if batch.table["group"].notna().any() else [])
     if not names:
         return
-    view = remembered_choice(StateKey.STEP_TABLE, names, names[0])
-    tabs = st.tabs(names, key=StateKey.STEP_TABLE, on_change="rerun")
-    with tabs[names.index(view)]:
+    view, shown = draw_view_choice("Step table", names, StateKey.STEP_TABLE)
+    with shown:
         if view == "Batch samples":
             draw_batch_table(batch, settings)
         else:
@@ -2304,8 +2302,8 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
     )
     if not chosen or not len(rows.tokens):
         return
-    view, tab = draw_token_view_tabs(settings.view.show_heat_map)
-    with tab:
+    view, shown = draw_view_choice("Token view", [name for name in TOKEN_VIEWS if settings.view.show_heat_map or name != "Heat map"], StateKey.TOKEN_VIEW)
+    with shown:
         if view == "Response tokens":
             draw_running_text(rows, chosen)
             return
@@ -2328,13 +2326,15 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
             st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
 
 
-# The token views as tabs, only the open one drawn: the three at once cost the browser about twice what one does
-# on every step or sample change.
-def draw_token_view_tabs(show_heat_map: bool) -> tuple:
-    names = [name for name in TOKEN_VIEWS if show_heat_map or name != "Heat map"]
-    view = remembered_choice(StateKey.TOKEN_VIEW, names, names[0])
-    tabs = st.tabs(names, key=StateKey.TOKEN_VIEW, on_change="rerun")
-    return view, tabs[names.index(view)]
+# A region's views, only the chosen one drawn (drawing them all cost the browser about twice what one does on every
+# step or sample change), picked with a segmented control above them; the choice is kept while the region is not
+# drawn. Not st.tabs: the browser redraws a tab group, its labels and its panel on every rerun of the page or of any
+# fragment, wherever it is (about 9 ms a group on 2 cores: bench/streamlit_floor.py), a segmented control only when it
+# changes. Returns the view chosen and the container to draw it in.
+def draw_view_choice(label: str, names: list[str], key: str, format_func=str) -> tuple[str, DeltaGenerator]:
+    view = remembered_choice(key, names, names[0])
+    st.segmented_control(label, names, key=key, format_func=format_func, label_visibility="collapsed", required=True)
+    return view, st.container(key=f"{key}_shown")
 
 
 # The response as running text, each token coloured by one value, every value on hover.
@@ -2425,7 +2425,7 @@ def scroll_to_when_drawn(keys: list[str]):
 # holds only element keys, no text of the run.
 def scroll_into_view(keys: list[str], number: int):
     selectors = [f".st-key-{key}" for key in keys]
-    # Again after the charts below have taken their heights: a table's tabs then scroll themselves into view (STABLE_LAYOUT).
+    # Again after the charts below have taken their heights, which moves the target (STABLE_LAYOUT).
     # The pick's number makes each pick's frame new: the same frame drawn again would not run its script again.
     components.html(
         f"<script>/* pick {number} */ let tries = 0; const scroll = () => {{ const document = window.parent.document;"
@@ -2465,7 +2465,7 @@ def pick_largest_change(steps: list[int]):
     st.session_state[StateKey.LARGEST_CHANGES] = None
 
 
-# The user's choice in a widget that is not drawn in every run (a tab that is closed, a sample without logprobs, a
+# The user's choice in a widget that is not drawn in every run (a view not chosen, a sample without logprobs, a
 # heat map switched off), which Streamlit would forget: the widget's value is the user's when it differs from what
 # was drawn last, and the choice returns whenever it fits the options again (a list: every member among them).
 def remembered_choice(key: str, options: list, fallback):

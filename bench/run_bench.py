@@ -235,7 +235,7 @@ def done_condition(armed: float, condition: str = "true") -> str:
 def loaded_condition(steps_expected: int) -> str:
     label = f"Step Index({steps_expected} total steps)"
     return (
-        "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+        "document.querySelectorAll('.vega-embed .marks').length >= 4 && document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')"
         f" && [...document.querySelectorAll('[data-testid=\"stWidgetLabel\"]')].some(label => label.textContent.includes('{label}'))"
     )
 

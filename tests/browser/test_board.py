@@ -9,6 +9,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from bench.generate_run import write_run
 from tests.support import ARTIFACTS
 from tests.support.browser import (
+    CHART_TITLE,
     CHARTS_DRAWN,
     browser,  # noqa: F401  (fixtures)
     served_board,
@@ -82,26 +83,27 @@ def set_number(page, label: str, value: int):
 
 def test_charts_draw_and_every_request_stays_local(page, board_url):
     assert page.locator(".vega-embed canvas.marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 0  # heat map tab closed
-    assert page.get_by_role("tab", name="Step-Reward").is_visible()
+    assert page.get_by_role("radio", name="Step-Reward").is_visible()
     assert page.get_by_text("Step Index(5 total steps)").is_visible()
     outside = [url for url in page.requests if not url.startswith(board_url) and not url.startswith("data:") and not url.startswith("blob:")]
     assert outside == []
 
 
-def test_a_curve_tab_draws_its_chart_when_opened(page):
-    charts = page.locator('[role="tabpanel"] .vega-embed')  # hidden panels included
-    assert charts.count() == 1  # only the open tab's chart is drawn
-    for name in ("Step-KL", "Step-Reward"):
-        page.get_by_role("tab", name=name).click()
-        page.get_by_role("tabpanel", name=name).locator(".vega-embed canvas.marks").wait_for(timeout=20_000)
+def test_a_curve_view_draws_its_chart_when_chosen(page):
+    charts = page.locator(".st-key-curve_view_shown .vega-embed")
+    assert charts.count() == 1  # only the chosen view's chart is drawn
+    for name, title in (("Step-KL", "KL"), ("Step-Reward", "Rewards Logging")):
+        page.locator(".st-key-curve_view").get_by_role("radio", name=name).click()
+        page.wait_for_function(f"() => (({CHART_TITLE})(document.querySelector('.st-key-curve_view_shown .vega-embed')) || '').includes({title!r})", timeout=20_000)
+        page.locator(".st-key-curve_view_shown .vega-embed canvas.marks").wait_for(timeout=20_000)
         assert charts.count() == 1
 
 
-# One token view at a time: opening a tab draws its view and removes the one that was open.
-def test_a_token_view_draws_when_opened_and_alone(page):
-    views = page.locator(".st-key-token_view")
+# One token view at a time: choosing one draws it and removes the one that was shown.
+def test_a_token_view_draws_when_chosen_and_alone(page):
+    views = page.locator(".st-key-token_view_shown")
     for name, drawn in (("Heat map", ".js-plotly-plot .main-svg"), ("Response tokens", ".rl-running-text"), ("Token table", '[data-testid="stDataFrame"] canvas')):
-        views.get_by_role("tab", name=name).click()
+        page.locator(".st-key-token_view").get_by_role("radio", name=name).click()
         views.locator(drawn).first.wait_for(timeout=20_000)
         page.wait_for_timeout(500)
         counts = [views.locator(selector).count() for selector in (".js-plotly-plot", ".rl-running-text", '[data-testid="stDataFrame"]')]
@@ -136,7 +138,7 @@ def test_model_output_is_shown_verbatim_and_never_runs(page):
     for payload in PAYLOADS:
         assert payload in text
     assert "line one\nline two" in page.locator('[data-testid="stText"]').filter(has_text="line one").first.inner_text()
-    page.locator(".st-key-token_view").get_by_role("tab", name="Response tokens").click()
+    page.locator(".st-key-token_view").get_by_role("radio", name="Response tokens").click()
     page.locator(".rl-running-text").first.wait_for(timeout=20_000)
     tokens = page.locator('[data-testid="stHtml"]').filter(has_text="plain").first
     assert "<b>bold?</b>" in tokens.inner_text() and tokens.locator("b").count() == 0
@@ -193,8 +195,8 @@ def elements_sent(page) -> dict[tuple, str | None]:
 
 def test_each_part_of_the_page_reruns_alone(page):
     page.frames_received.clear()
-    page.locator(".st-key-token_view").get_by_role("tab", name="Heat map").click()
-    page.locator(".st-key-token_view .js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
+    page.locator(".st-key-token_view").get_by_role("radio", name="Heat map").click()
+    page.locator(".st-key-token_view_shown .js-plotly-plot .main-svg").first.wait_for(timeout=20_000)
     page.wait_for_timeout(1000)
     tab_change = list(elements_sent(page).values())  # a token view redraws only the token area
     assert "plotly_chart" in tab_change and not {"slider", "vega_lite_chart", "number_input", "metric"} & set(tab_change)

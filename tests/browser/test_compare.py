@@ -17,9 +17,8 @@ REWARD_SERIES = ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/for
 # colour, dash and number of points drawn (null until the chart is drawn). Streamlit keeps the chart's Vega view in a React
 # hook of the chart's component: it is found from the chart element's React fiber, upwards.
 STEP_REWARD_SCENE = """() => {
-  const tab = [...document.querySelectorAll('[role="tab"]')].find(t => t.innerText.trim() === 'Step-Reward');
-  const panel = tab && document.getElementById(tab.getAttribute('aria-controls'));
-  const chart = panel && panel.querySelector('.vega-embed');
+  const chosen = document.querySelector('.st-key-curve_view [role="radio"][aria-checked="true"]');
+  const chart = chosen && chosen.innerText.trim() === 'Step-Reward' && document.querySelector('.st-key-curve_view_shown .vega-embed');
   if (!chart) return null;
 """ + VEGA_VIEW + """  if (!view) return null;
   const scene = {labels: [], symbols: [], lines: []};

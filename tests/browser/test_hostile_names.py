@@ -49,19 +49,23 @@ def board_url(tmp_path_factory):
     yield from served_board(root)
 
 
-# The plot height and the points of each line a chart drew, from the Vega view in the chart element's React fiber (the
-# chart is on canvas: VEGA_VIEW finds its view).
+# The plot height, the points of each line a chart drew and the series they draw, from the Vega view in the chart
+# element's React fiber (the chart is on canvas: VEGA_VIEW finds its view).
 CHART_DRAWN = """chart => {
+  if (!chart) return null;
 """ + VEGA_VIEW + """  if (!view) return null;
-  const lines = [];
+  const lines = [], series = [];
   const walk = node => {
     const items = node.items || [];
     const drawn = items.filter(item => item.defined !== false && Number.isFinite(item.y)).length;
-    if (node.marktype === 'line' && node.role === 'mark' && drawn) lines.push(drawn);
+    if (node.marktype === 'line' && node.role === 'mark' && drawn) {
+      lines.push(drawn);
+      series.push(...items.filter(item => item.datum && item.datum.series !== undefined).map(item => item.datum.series));
+    }
     for (const item of items) for (const child of item.items || []) walk(child);
   };
   walk(view.scenegraph().root);
-  return {height: view.height(), lines};
+  return {height: view.height(), lines, series: [...new Set(series)]};
 }"""
 
 
@@ -93,26 +97,26 @@ def test_every_hostile_name_shows_as_written_and_every_metric_chart_draws(browse
         page.get_by_role("option", name=SHOWN[name], exact=True).click()
         page.keyboard.press("Escape")
         page.wait_for_timeout(800)
-    metric_tabs = page.locator('[data-testid="stTabs"]').filter(has=page.get_by_role("tab", name=SHOWN[HOSTILE_NAMES[0]], exact=True))
-    labels = [label.strip().replace("\u200b", "") for label in metric_tabs.get_by_role("tab").all_inner_texts()]  # autolinks broken by a zero-width space
+    metric_views = page.locator(".st-key-metric_view")
+    labels = [label.strip().replace("\u200b", "") for label in metric_views.get_by_role("radio").all_inner_texts()]  # autolinks broken by a zero-width space
     assert labels == [SHOWN[name] for name in HOSTILE_NAMES]
+    panel = page.locator(".st-key-metric_view_shown")
     for name in HOSTILE_NAMES:
-        metric_tabs.get_by_role("tab", name=SHOWN[name], exact=True).click()
-        panel = metric_tabs.locator('[role="tabpanel"]:visible')
-        panel.locator(".vega-embed canvas").wait_for(timeout=30_000)
-        page.wait_for_function(f"() => ({CHART_DRAWN})(document.querySelector('[role=tabpanel]:not([hidden]) .vega-embed')) !== null", timeout=30_000)
+        metric_views.get_by_role("radio", name=SHOWN[name], exact=True).click()
+        chart_of = f"() => ({CHART_DRAWN})(document.querySelector('.st-key-metric_view_shown .vega-embed'))"
+        page.wait_for_function(f"name => {{ const drawn = ({chart_of})(); return drawn !== null && drawn.series.includes(name); }}", arg=name, timeout=30_000)
         drawn = panel.locator(".vega-embed").evaluate(CHART_DRAWN)
         assert drawn["height"] >= 50 and drawn["lines"] == [STEPS] + ([1] if name in HOSTILE_NAMES[:2] else []), (name, drawn)  # train, and eval
         assert panel.locator('[data-testid="stException"], .vega-embed .error').count() == 0, name
     # The Step-Fields and Step-Facets curves and the group facts use the same names.
-    page.get_by_role("tab", name="Step-Fields").click()
-    page.locator('[role="tabpanel"]:visible .vega-embed canvas').first.wait_for(timeout=30_000)
-    page.get_by_role("tab", name="Step-Facets").click()
+    page.get_by_role("radio", name="Step-Fields").click()
+    page.locator(".st-key-curve_view_shown .vega-embed canvas").first.wait_for(timeout=30_000)
+    page.get_by_role("radio", name="Step-Facets").click()
     for field in HOSTILE_NAMES[3:5]:  # a field named with quotes and a line break: the chart's axis title
         page.get_by_label("Series", exact=True).click()
         page.get_by_role("option", name="extra/" + SHOWN[field], exact=True).click()
         page.wait_for_timeout(1500)
-        chart = page.locator('[role="tabpanel"]:visible .vega-embed').first
+        chart = page.locator(".st-key-curve_view_shown .vega-embed").first
         chart.locator("canvas").wait_for(timeout=30_000)
         drawn = chart.evaluate(CHART_DRAWN)
         assert drawn["height"] >= 50 and sorted(drawn["lines"]) == [STEPS, STEPS], (field, drawn)  # a line per source

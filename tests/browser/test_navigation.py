@@ -99,7 +99,7 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         pills.wait_for(timeout=30_000)
         listed = [text for text in pills.inner_text().splitlines() if text.startswith("step ")]
         assert len(listed) == 5 and listed[0] == f"step {jump}: {changes[jump]:+.3g}"
-        chart = page.get_by_role("tabpanel", name="Step-Reward").locator(".vega-embed").first
+        chart = page.locator(".st-key-curve_view_shown .vega-embed").first
         point = chart.evaluate(POINT_OF_STEP, [jump, float(means[jump])])
         page.mouse.click(point["x"], point["y"])
         wait_for_step(page, len(steps), jump)
@@ -146,7 +146,7 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         wait_for_step(page, len(steps), highest["step"], index)
         settled(page)
         assert in_view(page, page.get_by_label("Sample index in current step batch"))  # the sample, far below the results
-        page.locator(".st-key-token_view").get_by_role("tab", name="Response tokens").click()
+        page.locator(".st-key-token_view").get_by_role("radio", name="Response tokens").click()
         running_text = page.locator(".rl-running-text").first
         running_text.wait_for(timeout=30_000)
         # Byte-level tokens read as the response they make, then the end-of-text token that closed it.

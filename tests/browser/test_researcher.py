@@ -70,12 +70,12 @@ def test_from_the_batch_table_to_the_tokens_of_the_highest_kl_sample_in_one_clic
         assert page.get_by_label("Sample index in current step batch").input_value() == str(HIGHEST_KL)
         table_bottom = box["y"] + box["height"]
         assert 0 < response.bounding_box()["y"] - table_bottom < 400
-        token_table = page.locator('.st-key-token_view [data-testid="stDataFrame"]')
+        token_table = page.locator('.st-key-token_view_shown [data-testid="stDataFrame"]')
         token_table.wait_for(timeout=30_000)
         assert 0 < token_table.bounding_box()["y"] - table_bottom < 700
 
         # Its tokens read as text: 你好 from byte-level tokens, spaces and newlines as such, the cut character as bytes.
-        page.locator(".st-key-token_view").get_by_role("tab", name="Response tokens").click()
+        page.locator(".st-key-token_view").get_by_role("radio", name="Response tokens").click()
         running_text = page.locator(".rl-running-text").first
         running_text.wait_for(timeout=30_000)
         text = running_text.inner_text()

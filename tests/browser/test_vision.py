@@ -71,7 +71,7 @@ BATCH_TABLE = """() => {
 }"""
 
 # Each token span of the running text with its computed style.
-RUNNING_TEXT = """() => [...document.querySelectorAll('.st-key-token_view .rl-running-text > span')].map(span => {
+RUNNING_TEXT = """() => [...document.querySelectorAll('.st-key-token_view_shown .rl-running-text > span')].map(span => {
   const style = getComputedStyle(span);
   return {text: span.textContent, outline: style.outlineStyle, background: style.backgroundColor, colour: style.color, fontStyle: style.fontStyle};
 })"""
@@ -223,14 +223,14 @@ def test_prompt_images_are_media_the_server_reencoded_and_the_batch_table_draws_
 
 
 def test_the_sample_naming_every_hostile_path_notes_each_and_the_page_still_works(open_run, board_url):
-    page = open_run("vlm", "document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')")
+    page = open_run("vlm", "document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')")
     wait_for_prompt(page, IMAGES_LOADED)
     column = show_sample(page, HOSTILE_SAMPLE, f"column.text.includes('(1.2)') && column.notes.length === {len(HOSTILE_PATHS)}")
     assert column["images"] == []
     for number, (note, (path, reason)) in enumerate(zip(column["notes"], HOSTILE_PATHS.items()), 1):
         assert note.startswith(f"image {number}: {path}: ") and reason in note, (note, path)
     # The rest of the page as usual: the response, the token area, the group's completions, no error.
-    page.locator('.st-key-token_view [data-testid="data-grid-canvas"]').wait_for(timeout=20_000)
+    page.locator('.st-key-token_view_shown [data-testid="data-grid-canvas"]').wait_for(timeout=20_000)
     assert page.get_by_text("Group 2 of this step", exact=False).is_visible()
     assert page.locator('[data-testid="stException"]').count() == 0
     assert page.locator('[data-testid="stImage"]').count() == 0  # the group's images are left out too (the notes say why)
@@ -242,7 +242,7 @@ def test_the_sample_naming_every_hostile_path_notes_each_and_the_page_still_work
 
 
 def test_an_image_path_that_is_a_url_is_no_link_in_its_note(open_run):
-    page = open_run("vlm", "document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')")
+    page = open_run("vlm", "document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')")
     show_sample(page, HOSTILE_SAMPLE, f"column.notes.length === {len(HOSTILE_PATHS)}")
     links = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href).filter(href => !href.startsWith(location.origin))")
     assert links == []
@@ -251,7 +251,7 @@ def test_an_image_path_that_is_a_url_is_no_link_in_its_note(open_run):
 # Streamlit resizes an image given st.image(width=150) to 150 pixels on the server, and its fullscreen view shows that
 # same 150-pixel image: the 768-pixel re-encode (board.SHOWN_IMAGE_SIDE) never reaches the page.
 def test_the_fullscreen_view_of_a_prompt_image_shows_it_large(open_run):
-    page = open_run("vlm", "document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')")
+    page = open_run("vlm", "document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')")
     wait_for_prompt(page, f"column.text.includes('(1.0)') && {IMAGES_LOADED}")
     frame = page.locator('[data-testid="stFullScreenFrame"]').filter(has=page.locator('[data-testid="stImage"]')).first
     frame.hover()
@@ -267,16 +267,16 @@ def test_the_fullscreen_view_of_a_prompt_image_shows_it_large(open_run):
 
 
 def test_tool_tokens_are_drawn_dashed_and_uncoloured_and_ticked_in_the_token_table(open_run):
-    page = open_run("tools", "document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+    page = open_run("tools", "document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')"
                              " && document.body.innerText.includes('Step Index(2 total steps)')")
     # The token table (the open view): a "tool" column, ticked on the tool's tokens.
-    header = "[...document.querySelectorAll('.st-key-token_view th')].map(cell => cell.textContent)"
+    header = "[...document.querySelectorAll('.st-key-token_view_shown th')].map(cell => cell.textContent)"
     page.wait_for_function(f"() => {header}.includes('tool')", timeout=30_000)  # the grid's accessible table comes after its canvas
-    ticks = page.evaluate(f"() => {{ const column = {header}.indexOf('tool'); return [...document.querySelectorAll('.st-key-token_view tbody tr')].map(row => row.querySelectorAll('td')[column].textContent); }}")
+    ticks = page.evaluate(f"() => {{ const column = {header}.indexOf('tool'); return [...document.querySelectorAll('.st-key-token_view_shown tbody tr')].map(row => row.querySelectorAll('td')[column].textContent); }}")
     assert ticks == ["false"] * 3 + ["true"] * 4 + ["false"] * 3, ticks
 
-    views = page.locator(".st-key-token_view")
-    views.get_by_role("tab", name="Response tokens").click()
+    page.locator(".st-key-token_view").get_by_role("radio", name="Response tokens").click()
+    views = page.locator(".st-key-token_view_shown")
     page.wait_for_function(f"() => ({SETTLED}) && ({RUNNING_TEXT})().length === 10", timeout=30_000)
     spans = page.evaluate(f"({RUNNING_TEXT})()")
     tool = [span for span in spans if span["outline"] == "dashed"]
@@ -293,7 +293,7 @@ def test_tool_tokens_are_drawn_dashed_and_uncoloured_and_ticked_in_the_token_tab
 
 
 def test_the_bundled_vlm_run_shows_each_prompt_image(open_run, board_url):
-    page = open_run("bundled_vlm", "document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')")
+    page = open_run("bundled_vlm", "document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')")
     column = wait_for_prompt(page, IMAGES_LOADED)
     assert "[<image> × 16]" in column["text"] and "<image><image>" not in column["text"]
     [image] = column["images"]

@@ -25,6 +25,7 @@ from tests.support.page import (
     open_token_view,
     running_text,
     start,
+    views,
     widget,
 )
 from tests.support.runs import sample, write_lines
@@ -72,10 +73,10 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
     assert series.value == ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # GRPO: functions beside the total
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
-    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples", "Groups", "Token table", "Heat map", "Response tokens"]
+    assert [view.label for view in views(app, "step_table") + views(app, "token_view")] == ["Batch samples", "Groups", "Token table", "Heat map", "Response tokens"]
     series.set_value(["valid_reward", "rewards/format_reward"]).run()
     for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
-        app.session_state["curve_tabs"] = name
+        app.session_state["curve_view"] = name
         app.run()
         assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [int(tab.label == name) for tab in curve_tabs(app)], name
     assert widget(app.multiselect, "Reward series").value == ["valid_reward", "rewards/format_reward"]  # kept while hidden
@@ -122,18 +123,18 @@ def test_only_the_open_token_view_is_drawn_and_it_stays_open(tmp_path, monkeypat
         texts = [html for html in app.get("html") if "class='rl-running-text'" in html.proto.body]
         return len(token_tables), len(app.get("plotly_chart")), len(texts)
 
-    views = ["Token table", "Heat map", "Response tokens"]
-    assert [tab.label for tab in app.tabs if tab.label in views] == views and drawn() == (1, 0, 0)
+    names = ["Token table", "Heat map", "Response tokens"]
+    assert [view.label for view in views(app, "token_view")] == names and drawn() == (1, 0, 0)
     assert open_token_view(app, "Heat map") and drawn() == (0, 1, 0)
-    widget(app.number_input, "Sample index in current step batch").set_value(1).run()  # no logprobs: no tabs
-    assert not [tab for tab in app.tabs if tab.label in views] and drawn() == (0, 0, 0)
+    widget(app.number_input, "Sample index in current step batch").set_value(1).run()  # no logprobs: no views
+    assert not views(app, "token_view") and drawn() == (0, 0, 0)
     widget(app.number_input, "Sample index in current step batch").set_value(2).run()
     assert drawn() == (0, 1, 0)  # the heat map again, as chosen before
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
     assert drawn() == (0, 1, 0)
     assert open_token_view(app, "Response tokens") and drawn() == (0, 0, 1)
-    widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view stays open as the tabs change
-    assert [tab.label for tab in app.tabs if tab.label in views] == ["Token table", "Response tokens"] and drawn() == (0, 0, 1)
+    widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view stays open as the views change
+    assert [view.label for view in views(app, "token_view")] == ["Token table", "Response tokens"] and drawn() == (0, 0, 1)
     widget(app.checkbox, "Show Heat Map").check().run()
     open_token_view(app, "Heat map")
     widget(app.checkbox, "Show Heat Map").uncheck().run()  # the open view is gone: the table opens
@@ -159,11 +160,11 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Watch"]
-    assert [tab.label for tab in app.tabs if not tab.label.startswith("Step-")] == ["Batch samples"]  # no groups
+    assert [view.label for view in views(app, "step_table")] == ["Batch samples"]  # no groups
     assert any(i.value.startswith("No token area: this sample has no `logprobs`.") for i in app.info)
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
     for name, note in (("Step-KL", "No KL: the run has no `logprobs` with `ref_logprobs`."), ("Step-RespLen", "No token counts: the run has neither `response_tokens` nor `logprobs`.")):
-        app.session_state["curve_tabs"] = name
+        app.session_state["curve_view"] = name
         app.run()
         assert note in [i.value for i in app.info]
     assert not app.get("plotly_chart")  # no token area, no heat map
@@ -198,7 +199,7 @@ def test_use_logp_as_kl_is_off_for_a_trl_run_so_step_kl_plots_the_chosen_estimat
     write_lines(grpo_root / "a_plain_run" / "r.jsonl", [sample(1)])  # an original's run, listed before grpo_run
     app = load_and_view(start(grpo_root, monkeypatch))
     assert widget(app.checkbox, "Use LogP as KL").value is False and widget(app.selectbox, "KL estimator").value == "k3"
-    app.session_state["curve_tabs"] = "Step-KL"
+    app.session_state["curve_view"] = "Step-KL"
     app.run()
     [chart] = [tab for tab in curve_tabs(app) if tab.label == "Step-KL"][0].get("vega_lite_chart")
     assert "estimator k3" in chart_spec(chart)["title"]["text"]
@@ -214,7 +215,7 @@ def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
     app = load_and_view(app)
     widget(app.multiselect, "Reward series").set_value(["rewards/format_reward"]).run()
-    app.session_state["curve_tabs"] = "Step-Entropy"
+    app.session_state["curve_view"] = "Step-Entropy"
     app.run()
     assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [0, 0, 0, 0, 1, 0]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
@@ -281,7 +282,7 @@ def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, m
     assert run_choice.options == ["(this folder)", "notes"] and run_choice.value == "."
     run_choice.set_value("notes")
     app = load_and_view(app)
-    assert app.warning[0].value.startswith("No `.jsonl` file and no training history in ") and not app.tabs
+    assert app.warning[0].value.startswith("No `.jsonl` file and no training history in ") and not curve_tabs(app) and not views(app, "step_table")
     run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
     run_choice.set_value(".")
     app = load_and_view(app)
@@ -419,7 +420,7 @@ def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("run")
     app = load_and_view(app)
     assert [caption.value for caption in app.caption if caption.value.startswith("Reward =")] == ["Reward = f + g"]
-    assert app.tabs and widget(app.slider, "Step Index(2 total steps)").value == 1
+    assert curve_tabs(app) and widget(app.slider, "Step Index(2 total steps)").value == 1
 
 
 def test_steps_beyond_the_sliders_range_get_a_select_box(tmp_path, monkeypatch):
@@ -501,7 +502,7 @@ def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions
 
 def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
-    app.session_state["curve_tabs"] = "Step-KL"
+    app.session_state["curve_view"] = "Step-KL"
     app.run()
 
     def chart() -> dict:  # Streamlit sends a chart's data apart from its spec, as Arrow
@@ -529,9 +530,9 @@ def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeyp
     assert [p["high"] for p in points] == pytest.approx([np.percentile(per_step[step], 75) for step in range(5)])
     widget(app.toggle, "Log scale").set_value(True).run()
     assert chart()["layer"][0]["encoding"]["y"]["scale"]["type"] == "symlog"
-    app.session_state["curve_tabs"] = "Step-Reward"  # kept while the tab is closed
+    app.session_state["curve_view"] = "Step-Reward"  # kept while the tab is closed
     app.run()
-    app.session_state["curve_tabs"] = "Step-KL"
+    app.session_state["curve_view"] = "Step-KL"
     app.run()
     assert widget(app.radio, "Per step").value == "median (25-75 %)" and widget(app.toggle, "Log scale").value
 

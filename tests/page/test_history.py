@@ -17,7 +17,6 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from bench.generate_run import write_run
-from rl_board.text import markdown_literal
 from tests.support.page import (
     chart_spec,
     curve_points,
@@ -60,16 +59,16 @@ def charts_by_title(parent) -> dict[str, dict]:
     return charts
 
 
-# The chart of every chosen training metric: each is a tab, drawn only while open, so each is opened in turn.
+# The chart of every chosen training metric: each is a view, drawn only while chosen, so each is chosen in turn.
 def metric_charts(app: AppTest) -> dict[str, dict]:
     chosen = widget(app.multiselect, "Training metrics").value
     charts = {}
     for name in chosen:
-        app.session_state["metric_tabs:" + "|".join(chosen)] = markdown_literal(name)  # the tab's label
+        app.session_state["metric_view"] = name
         app.run()
         assert not app.exception, app.exception
         charts[name] = charts_by_title(app)[name]
-    assert all(name not in charts_by_title(app) for name in chosen[:-1])  # the tabs not open have no chart
+    assert all(name not in charts_by_title(app) for name in chosen[:-1])  # the views not chosen have no chart
     return charts
 
 
@@ -333,7 +332,7 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     names = [f"{name} · {series}" for name in runs for series in ("reward", "ref_reward")]
     assert set(curve_points(step_reward_chart(app))) == set(names)
     for tab, series in (("Step-KL", [""]), ("Step-RespLen", [""]), ("Step-Entropy", [""]), ("Step-Groups", [" · zero-signal groups (%)", " · truncated (%)"])):
-        app.session_state["curve_tabs"] = tab
+        app.session_state["curve_view"] = tab
         app.run()
         [element] = [t for t in curve_tabs(app) if t.label == tab][0].get("vega_lite_chart")
         assert set(curve_points(chart_spec(element))) == {name + suffix for name in runs for suffix in series}, tab

@@ -41,7 +41,7 @@ def root(tmp_path):
 
 
 def open_mismatch(app):
-    app.session_state["curve_tabs"] = "Step-Mismatch"
+    app.session_state["curve_view"] = "Step-Mismatch"
     app.run()
     assert not app.exception, app.exception
     return app
@@ -126,7 +126,7 @@ def test_the_correction_stays_across_tabs_and_starts_from_integer_bounds(root, m
     assert (widget(app.number_input, "C_min").value, widget(app.number_input, "C_max").value) == (0.0, 2.0)
     widget(app.selectbox, "Correction").set_value("sequence_mask").run()
     widget(app.number_input, "C_max").set_value(1.5).run()
-    app.session_state["curve_tabs"] = "Step-Reward"
+    app.session_state["curve_view"] = "Step-Reward"
     app.run()
     open_mismatch(app)
     assert widget(app.selectbox, "Correction").value == "sequence_mask" and widget(app.number_input, "C_max").value == 1.5

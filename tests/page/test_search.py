@@ -21,7 +21,7 @@ from rl_board.reading.search import (
     search_pattern,
 )
 from rl_board.text import markdown_literal
-from tests.support.page import batch_table, chart_spec, click_row, load_and_view, start, widget
+from tests.support.page import batch_table, chart_spec, click_row, curve_tabs, load_and_view, start, widget
 from tests.support.runs import load, sample, write_lines
 from tests.support.search_runs import (
     BAD_UTF8_FIELDS,
@@ -159,10 +159,10 @@ def test_the_page_shows_the_fields_in_the_table_the_sample_view_and_step_fields(
     assert [text.value for text in details.text] == [line["long"], line["edge65"]]
     assert [json.loads(element.value) for element in details.get("json")] == [line["nested"]]
 
-    app.session_state["curve_tabs"] = "Step-Fields"
+    app.session_state["curve_view"] = "Step-Fields"
     app.run()
     widget(app.multiselect, "Fields").set_value(["extra/score", "extra/flag"]).run()
-    points = chart_spec(next(tab for tab in app.tabs if tab.label == "Step-Fields").get("vega_lite_chart")[0])["data"]["values"]
+    points = chart_spec(next(tab for tab in curve_tabs(app) if tab.label == "Step-Fields").get("vega_lite_chart")[0])["data"]["values"]
     for key in ("score", "flag"):
         expected = {step: np.mean([float(line[key]) for line in lines if line["step"] == step and key in line]) for step in (1, 2)}
         assert {point["step"]: point["mean"] for point in points if point["series"] == f"extra/{key}"} == pytest.approx(expected)
@@ -172,12 +172,12 @@ def test_the_page_shows_the_fields_in_the_table_the_sample_view_and_step_fields(
 def test_step_facets_draws_each_values_mean_per_step(tmp_path, monkeypatch):
     run_dir, _, lines = bundled_every_key(tmp_path)
     app = load_and_view(start(run_dir.parent, monkeypatch))
-    app.session_state["curve_tabs"] = "Step-Facets"
+    app.session_state["curve_view"] = "Step-Facets"
     app.run()
     assert widget(app.selectbox, "Facet").value == "text/data_source"
     for series, value_of in [("reward", lambda line: line["reward"]), ("extra/difficulty", lambda line: line["difficulty"])]:
         widget(app.selectbox, "Series").set_value(series).run()
-        tab = next(tab for tab in app.tabs if tab.label == "Step-Facets")
+        tab = next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets")
         points = chart_spec(tab.get("vega_lite_chart")[0])["data"]["values"]
         expected = defaultdict(list)
         for line in lines.values():
@@ -299,9 +299,9 @@ def test_the_bundled_run_answers_a_users_questions(tmp_path, monkeypatch):
     app.run()
     highest = sorted(lines, key=lambda position: kl_of(lines[position]), reverse=True)[:3]
     assert [(file, int(line)) for file, line in zip(results_table(app)["file"], results_table(app)["line"])] == highest
-    app.session_state["curve_tabs"] = "Step-Facets"
+    app.session_state["curve_view"] = "Step-Facets"
     app.run()
-    facet_rows = next(tab for tab in app.tabs if tab.label == "Step-Facets").dataframe[0].value
+    facet_rows = next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets").dataframe[0].value
     means = dict(zip(facet_rows["text/data_source"], facet_rows["mean reward"]))
     assert means == pytest.approx({source: np.mean([line["reward"] for line in lines.values() if line["data_source"] == source]) for source in ("gsm8k", "math", "code")})
 
@@ -477,7 +477,7 @@ def test_facets_and_fields_need_a_value_among_the_loaded_samples(tmp_path, monke
     app = start(tmp_path / "runs", monkeypatch)
     widget(app.sidebar.number_input, "Max Samples Each Step").set_value(2)
     load_and_view(app)
-    assert not {"Step-Fields", "Step-Facets"} & {tab.label for tab in app.tabs}
+    assert not {"Step-Fields", "Step-Facets"} & {tab.label for tab in curve_tabs(app)}
     assert not {"text/source", "extra/score"} & set(widget(app.multiselect, "Filter by").options)
 
 
@@ -485,10 +485,10 @@ def test_facets_and_fields_need_a_value_among_the_loaded_samples(tmp_path, monke
 def test_step_facets_without_a_number_says_so(tmp_path, monkeypatch):
     write_run_lines(tmp_path / "runs", "run", [b'{"prompt": "p", "response": "r", "reward": null, "step": %d, "source": "a"}\n' % step for step in (1, 2)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    app.session_state["curve_tabs"] = "Step-Facets"
+    app.session_state["curve_view"] = "Step-Facets"
     app.run()
     assert not app.exception, app.exception
-    tab = next(tab for tab in app.tabs if tab.label == "Step-Facets")
+    tab = next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets")
     assert [info.value for info in tab.info] == ["No number to draw per value: the loaded samples have no reward or other number."]
 
 
@@ -508,12 +508,12 @@ def test_facet_keys_named_samples_or_path_are_tabled(tmp_path, monkeypatch):
         assert dict(zip(table[f"text/{key}"], table["samples"])) == {value: len(rewards) for value, rewards in by_value.items()}
         assert dict(zip(table[f"text/{key}"], table["mean reward"])) == pytest.approx({value: np.mean(rewards) for value, rewards in by_value.items()})
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    app.session_state["curve_tabs"] = "Step-Facets"
+    app.session_state["curve_view"] = "Step-Facets"
     for facet in ("text/samples", "text/path"):
         app.session_state["facet"] = facet
         app.run()
         assert not app.exception, app.exception
-        assert next(tab for tab in app.tabs if tab.label == "Step-Facets").dataframe[0].value.columns[0] == facet
+        assert next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets").dataframe[0].value.columns[0] == facet
 
 
 # A rank file deleted after loading made the search raise: it answers, that file's texts read as empty.

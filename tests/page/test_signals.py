@@ -42,7 +42,7 @@ def zero_signal_rule(lines: list[dict]) -> tuple[dict, list]:
 
 
 def open_signals(app, signal: str):
-    app.session_state["curve_tabs"] = "Step-Signals"
+    app.session_state["curve_view"] = "Step-Signals"
     app.run()
     assert not app.exception, app.exception
     widget(app.selectbox, "Signal").set_value(signal).run()

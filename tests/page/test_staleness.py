@@ -19,7 +19,7 @@ def root(tmp_path):
 
 
 def open_tab(app, name: str):
-    app.session_state["curve_tabs"] = name
+    app.session_state["curve_view"] = name
     app.run()
     assert not app.exception, app.exception
     [tab] = [tab for tab in curve_tabs(app) if tab.label == name]

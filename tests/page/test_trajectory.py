@@ -138,7 +138,7 @@ def test_a_long_trajectory_s_token_area_shows_its_first_tokens_until_a_turn_is_p
 
 def test_step_tools_counts_equal_a_recount(root, monkeypatch):
     app = load_and_view(start(root, monkeypatch))
-    app.session_state["curve_tabs"] = "Step-Tools"
+    app.session_state["curve_view"] = "Step-Tools"
     app.run()
     assert not app.exception, app.exception
     lines = lines_of(root / "agent")

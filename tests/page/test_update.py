@@ -57,7 +57,7 @@ def root(tmp_path):
 
 
 def open_update(app):
-    app.session_state["curve_tabs"] = "Step-Update"
+    app.session_state["curve_view"] = "Step-Update"
     app.run()
     assert not app.exception, app.exception
     return app

@@ -49,7 +49,7 @@ def approx_each(series: dict[str, dict]) -> dict:
 
 
 def open_watch(app):
-    app.session_state["curve_tabs"] = "Step-Watch"
+    app.session_state["curve_view"] = "Step-Watch"
     app.run()
     assert not app.exception, app.exception
     return app

@@ -19,7 +19,7 @@ CHROMIUM = "/usr/bin/chromium"
 # The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn.
 CHARTS_DRAWN = (
     "document.querySelectorAll('.vega-embed .marks').length >= 4"
-    " && document.querySelector('.st-key-token_view [data-testid=\"stDataFrame\"] canvas')"
+    " && document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')"
 )
 
 
@@ -45,6 +45,21 @@ VEGA_VIEW = """
   for (; fiber && !view; fiber = fiber.return)
     for (let hook = fiber.memoizedState; hook && typeof hook === 'object' && !view; hook = hook.next) view = search(hook.memoizedState, 0);
 """
+
+# The title a chart element's Vega view drew (on canvas, not in the DOM), its lines joined; null while none is drawn.
+CHART_TITLE = """chart => {
+  if (!chart) return null;
+""" + VEGA_VIEW + """  if (!view) return null;
+  const texts = [];
+  const walk = node => {
+    for (const item of node.items || []) {
+      if (node.role === 'title-text') texts.push([].concat(item.text).join(' '));
+      walk(item);
+    }
+  };
+  walk(view.scenegraph().root);
+  return texts.join(' ');
+}"""
 
 
 def free_port() -> int:

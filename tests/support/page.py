@@ -2,11 +2,13 @@
 table, a chart's Vega-Lite spec and its points."""
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.ipc
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1.element_tree import Block
 
 import rl_logging_board as board
 from rl_board.reading.history import METRICS_FILES
@@ -40,9 +42,32 @@ def batch_table(app: AppTest):
     return next(frame.value for frame in app.dataframe if {"prompt", "response"} <= set(frame.value.columns))
 
 
-# The step curves' tabs (the token area has tabs of its own).
-def curve_tabs(app: AppTest) -> list:
-    return [tab for tab in app.tabs if tab.label.startswith("Step-")]
+# One of a region's views (the page's draw_view_choice): its name, and what it draws, nothing unless it is the one
+# chosen (only that one is drawn).
+@dataclass
+class View:
+    label: str
+    shown: Block | None
+
+    def get(self, element_type: str) -> list:
+        return list(self.shown.get(element_type)) if self.shown is not None else []
+
+    def __getattr__(self, elements: str):  # its elements of a kind, as a block's: view.dataframe, view.info
+        return getattr(self.shown, elements) if self.shown is not None else []
+
+
+# A region's views, in their order, by the key of the segmented control that picks them; none while it is not drawn.
+def views(app: AppTest, key: str) -> list[View]:
+    try:
+        control, shown = app.get_by_key(key), app.get_by_key(f"{key}_shown")
+    except KeyError:
+        return []
+    return [View(option, shown if position in control.indices else None) for position, option in enumerate(control.options)]
+
+
+# The step curves' views (the step tables and the token area have views of their own).
+def curve_tabs(app: AppTest) -> list[View]:
+    return views(app, "curve_view")
 
 
 # Open one of the token area's views (only the open one is drawn).
