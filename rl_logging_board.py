@@ -2263,7 +2263,7 @@ def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: 
 # The sample in view, kept inside this step's batch (a table click or the index input set it).
 def chosen_sample(batch: "StepBatch") -> int:
     sample = min(max(int(st.session_state.get(StateKey.SAMPLE_INDEX, 0)), 0), len(batch.table) - 1)
-    st.session_state[StateKey.SAMPLE_INDEX] = sample
+    set_widget_value(StateKey.SAMPLE_INDEX, sample)
     return sample
 
 
@@ -2475,8 +2475,16 @@ def remembered_choice(key: str, options: list, fallback):
     chosen = st.session_state.get(f"{key}:chosen")
     fits = all(item in options for item in chosen) if isinstance(chosen, list) else chosen in options
     value = chosen if chosen is not None and fits else fallback
-    st.session_state[key] = st.session_state[f"{key}:drawn"] = value
+    set_widget_value(key, value)
+    st.session_state[f"{key}:drawn"] = value
     return value
+
+
+# A widget's value set by the page, only where it differs: a value the page sets is sent to the browser again, which
+# draws the widget anew, in every run that sets it.
+def set_widget_value(key: str, value):
+    if st.session_state.get(key) != value:
+        st.session_state[key] = value
 
 
 # A number column wide enough for its name and the sort arrow and menu a sorted column's header adds: sized to its

@@ -112,6 +112,31 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert list(grid.index[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
 
 
+# The values the page keeps for its widgets (a view chosen, a remembered choice, the sample index) are sent with the
+# widget only when the page changes them: Streamlit sends a value the script set as a new value, which the browser
+# draws anew, in every run that sets it.
+def test_a_kept_widget_value_is_sent_again_only_when_it_changes(tmp_path, monkeypatch):
+    tokens = {"response_tokens": ["a", "b"], "logprobs": [-0.5, -1.0], "ref_logprobs": [-0.4, -1.5]}
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, group_id="g", **tokens)] * 3 + [sample(2, group_id="g", **tokens)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+
+    def sent_with_a_value() -> list[str]:
+        controls = {key: app.get_by_key(key) for key in ["curve_view", "step_table", "token_view", "sample_index"]}
+        controls["reward_series"] = widget(app.multiselect, "Reward series")
+        return [key for key, control in controls.items() if control.proto.set_value]
+
+    app.run()
+    assert sent_with_a_value() == []
+    open_token_view(app, "Response tokens")
+    assert sent_with_a_value() == []  # the browser holds the view it sent
+    widget(app.number_input, "Sample index in current step batch").set_value(2).run()
+    assert sent_with_a_value() == []
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()  # a step of one sample: the page sets index 0
+    assert sent_with_a_value() == ["sample_index"] and app.get_by_key("sample_index").value == 0
+    app.run()
+    assert sent_with_a_value() == []
+
+
 def test_only_the_open_token_view_is_drawn_and_it_stays_open(tmp_path, monkeypatch):
     tokens = {"response_tokens": ["a", "b", "c"], "logprobs": [-0.5, -1.0, -2.0], "ref_logprobs": [-0.4, -1.5, -2.0]}
     lines = [sample(1, **tokens), sample(1), sample(1, **tokens), sample(2, **tokens)]  # the second has no logprobs
