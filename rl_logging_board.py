@@ -2475,7 +2475,10 @@ def remembered_choice(key: str, options: list, fallback):
     chosen = st.session_state.get(f"{key}:chosen")
     fits = all(item in options for item in chosen) if isinstance(chosen, list) else chosen in options
     value = chosen if chosen is not None and fits else fallback
-    set_widget_value(key, value)
+    if value != st.session_state.get(f"{key}:drawn"):  # a choice new to the page is sent with the widget, once
+        st.session_state[key] = value
+    else:
+        set_widget_value(key, value)
     st.session_state[f"{key}:drawn"] = value
     return value
 

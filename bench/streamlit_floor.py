@@ -69,10 +69,11 @@ def serve(page: Path, kind: str, count: int) -> tuple[subprocess.Popen, str]:
     for _ in range(300):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
-            break
+            return server, f"http://127.0.0.1:{port}"
         except OSError:
             time.sleep(0.2)
-    return server, f"http://127.0.0.1:{port}"
+    server.terminate()
+    raise RuntimeError(f"streamlit run {page} did not answer its health check on port {port}")
 
 
 # Seconds from the navigation to the page drawn, the browser's cache warm (the first navigation fills it).
@@ -125,7 +126,7 @@ def main():
                 if count == 0:
                     rows.append(("an empty page, from the navigation to drawn (s)", statistics.median(navigations(browser, url, repeats)), None))
                 timed = typings(browser, url, repeats)
-                what = "nothing else" if count == 0 else f"{count} {kind}" + (" rows" if kind == "columns" else " groups of 2" if kind == "tabs" else "")
+                what = {"columns": f"{count} rows of 2 columns", "tabs": f"{count} tab groups of 2 tabs"}.get(kind, f"{count} {kind}") if count else "nothing else"
                 rows.append((f"a number typed into a fragment, {what} on the page (s)", statistics.median(t for t, _ in timed), statistics.median(c for _, c in timed)))
             finally:
                 server.terminate()

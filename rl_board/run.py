@@ -188,7 +188,7 @@ class Run:
         return shares.drop(columns="sample").assign(generation_step=rows["step"].to_numpy(), sample=rows["sample"].to_numpy())
 
     def signals(self, window: int = DEFAULT_WINDOW, kl_estimator: str = "k3") -> pd.DataFrame:
-        """Whether the policy may be gaming its reward, as the Step-Signals tab has it: a row per (signal, loaded step)
+        """Whether the policy may be gaming its reward, as the Step-Signals view has it: a row per (signal, loaded step)
         with the signal's value there, whether its rule fired (fired), and for reward functions diverging the functions
         that rose and fell (rising, falling). The signals and their rules: rl_board.signals.SIGNALS (each's
         .rule(window)); window is in loaded steps, kl_estimator picks the KL column (avg_kl_<estimator>). A signal the

@@ -81,7 +81,7 @@ LINE_START = re.compile(r"^(\s*)([-+]|\d{1,9}(?=\.))(?=\.?(\s|$))")
 
 
 # Names from the data (group ids, reward functions, metric keys, model, file and folder names) in a caption, warning,
-# tab, label or metric: on one line (one_line), with the Markdown characters of links, images, code, emphasis, maths,
+# view, label or metric: on one line (one_line), with the Markdown characters of links, images, code, emphasis, maths,
 # HTML entities and Streamlit's :colour[...] escaped, so a name like ![x](http://host/x) or fn&amp;1 shows as written and
 # loads nothing. GitHub's autolinks (http://..., www.x.org, a@x.org) ignore escapes: an invisible space breaks each.
 def markdown_literal(text) -> str:

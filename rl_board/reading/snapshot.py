@@ -265,12 +265,15 @@ def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: 
     one_side = set(taken.columns) ^ set(kept.columns)
     if not files or any(not name.startswith(FIELD_PREFIXES) for name in one_side):
         return None
-    # A field with values on one side only: missing on the other, in the place a whole build gives its column.
+    # A field with values on one side only: missing on the other, in the place a whole build gives its column; none
+    # where the kept rows have no value of it either (the rows that had were selected out).
+    kept = kept.drop(columns=[name for name in kept.columns.difference(taken.columns) if kept[name].isna().all()])
     kept = kept.assign(**{name: missing_values(name, len(kept)) for name in taken.columns.difference(kept.columns)})
     taken = taken.assign(**{name: missing_values(name, len(taken)) for name in kept.columns.difference(taken.columns)})
-    if one_side:
-        names = line_column_names(files)
-        kept = kept[sorted(kept.columns, key=lambda name: (names.index(name) if name in names else len(names), list(kept.columns).index(name)))]
+    place = {name: position for position, name in enumerate(line_column_names(files))}
+    order = sorted(kept.columns, key=lambda name: place.get(name, len(place)))  # stable: the columns no index has keep their order
+    if order != list(kept.columns):
+        kept = kept[order]
     for name in [name for name in kept.columns if taken[name].dtype != kept[name].dtype]:
         # A text column with values in one part only: the other's missing values take its type, as the whole would.
         kept_missing, taken_missing = kept[name].isna().all(), taken[name].isna().all()

@@ -82,7 +82,7 @@ def set_number(page, label: str, value: int):
 
 
 def test_charts_draw_and_every_request_stays_local(page, board_url):
-    assert page.locator(".vega-embed canvas.marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 0  # heat map tab closed
+    assert page.locator(".vega-embed canvas.marks").count() >= 4 and page.locator(".js-plotly-plot").count() == 0  # heat map view not chosen
     assert page.get_by_role("radio", name="Step-Reward").is_visible()
     assert page.get_by_text("Step Index(5 total steps)").is_visible()
     outside = [url for url in page.requests if not url.startswith(board_url) and not url.startswith("data:") and not url.startswith("blob:")]

@@ -1,4 +1,4 @@
-"""The board driven through Streamlit's AppTest: sidebar, tabs, step selector, batch table, samples pair, token area."""
+"""The board driven through Streamlit's AppTest: sidebar, views, step selector, batch table, samples pair, token area."""
 
 import json
 import multiprocessing
@@ -19,7 +19,7 @@ from tests.support.page import (
     APP,
     batch_table,
     chart_spec,
-    curve_tabs,
+    curve_views,
     lines_of,
     load_and_view,
     open_token_view,
@@ -67,18 +67,18 @@ def test_the_sidebar_has_the_original_controls_and_the_first_screen_shows_the_ch
 def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     run_lines = lines_of(grpo_root / "grpo_run")
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Watch"]
+    assert [tab.label for tab in curve_views(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Watch"]
     assert "Loaded 40 sample(s) of 5 step(s) from 2 file(s) (JSONL, the board's format): 0 bad line(s) skipped." in [c.value for c in app.caption]
     series = widget(app.multiselect, "Reward series")
     assert set(series.options) >= {"reward", "ref_reward", "valid_reward", "ref_valid_reward", "rewards/accuracy_reward", "rewards/format_reward"}
     assert series.value == ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # GRPO: functions beside the total
-    assert len(app.get("vega_lite_chart")) == 1 + 3  # the open tab's curves, the three batch charts
+    assert len(app.get("vega_lite_chart")) == 1 + 3  # the chosen view's curves, the three batch charts
     assert [view.label for view in views(app, "step_table") + views(app, "token_view")] == ["Batch samples", "Groups", "Token table", "Heat map", "Response tokens"]
     series.set_value(["valid_reward", "rewards/format_reward"]).run()
-    for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the open tab is drawn
+    for name in ["Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Reward"]:  # only the chosen view is drawn
         app.session_state["curve_view"] = name
         app.run()
-        assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [int(tab.label == name) for tab in curve_tabs(app)], name
+        assert [len(tab.get("vega_lite_chart")) for tab in curve_views(app)] == [int(tab.label == name) for tab in curve_views(app)], name
     assert widget(app.multiselect, "Reward series").value == ["valid_reward", "rewards/format_reward"]  # kept while hidden
     curves = chart_spec(app.get("vega_lite_chart")[0])
     assert {point["series"] for point in curves["data"]["values"]} == {"valid_reward", "rewards/format_reward"}
@@ -128,7 +128,9 @@ def test_a_kept_widget_value_is_sent_again_only_when_it_changes(tmp_path, monkey
     app.run()
     assert sent_with_a_value() == []
     open_token_view(app, "Response tokens")
-    assert sent_with_a_value() == []  # the browser holds the view it sent
+    assert sent_with_a_value() == ["token_view"]  # a new choice is sent once
+    app.run()
+    assert sent_with_a_value() == []  # then the browser holds it
     widget(app.number_input, "Sample index in current step batch").set_value(2).run()
     assert sent_with_a_value() == []
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()  # a step of one sample: the page sets index 0
@@ -184,7 +186,7 @@ def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Watch"]
+    assert [tab.label for tab in curve_views(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Watch"]
     assert [view.label for view in views(app, "step_table")] == ["Batch samples"]  # no groups
     assert any(i.value.startswith("No token area: this sample has no `logprobs`.") for i in app.info)
     assert len(app.get("vega_lite_chart")) == 1 + 3  # the reward curves and the batch charts
@@ -226,7 +228,7 @@ def test_use_logp_as_kl_is_off_for_a_trl_run_so_step_kl_plots_the_chosen_estimat
     assert widget(app.checkbox, "Use LogP as KL").value is False and widget(app.selectbox, "KL estimator").value == "k3"
     app.session_state["curve_view"] = "Step-KL"
     app.run()
-    [chart] = [tab for tab in curve_tabs(app) if tab.label == "Step-KL"][0].get("vega_lite_chart")
+    [chart] = [tab for tab in curve_views(app) if tab.label == "Step-KL"][0].get("vega_lite_chart")
     assert "estimator k3" in chart_spec(chart)["title"]["text"]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("a_plain_run").run()  # picked, not yet opened: no change
     assert widget(app.checkbox, "Use LogP as KL").value is False and widget(app.selectbox, "KL estimator").value == "k3"
@@ -242,10 +244,10 @@ def test_a_run_without_the_chosen_tab_and_series_opens_on_the_defaults(grpo_root
     widget(app.multiselect, "Reward series").set_value(["rewards/format_reward"]).run()
     app.session_state["curve_view"] = "Step-Entropy"
     app.run()
-    assert [len(tab.get("vega_lite_chart")) for tab in curve_tabs(app)] == [0, 0, 0, 0, 1, 0]
+    assert [len(tab.get("vega_lite_chart")) for tab in curve_views(app)] == [0, 0, 0, 0, 1, 0]
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain_run").run()
     app = load_and_view(app)
-    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in curve_tabs(app)] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0), ("Step-Watch", 0)]
+    assert [(tab.label, len(tab.get("vega_lite_chart"))) for tab in curve_views(app)] == [("Step-Reward", 1), ("Step-KL", 0), ("Step-RespLen", 0), ("Step-Watch", 0)]
     assert widget(app.multiselect, "Reward series").value == ["reward", "ref_reward"]
 
 
@@ -307,7 +309,7 @@ def test_a_root_that_is_itself_a_run_and_a_folder_without_rank_files(tmp_path, m
     assert run_choice.options == ["(this folder)", "notes"] and run_choice.value == "."
     run_choice.set_value("notes")
     app = load_and_view(app)
-    assert app.warning[0].value.startswith("No `.jsonl` file and no training history in ") and not curve_tabs(app) and not views(app, "step_table")
+    assert app.warning[0].value.startswith("No `.jsonl` file and no training history in ") and not curve_views(app) and not views(app, "step_table")
     run_choice = widget(app.sidebar.selectbox, "Choose Log Name")
     run_choice.set_value(".")
     app = load_and_view(app)
@@ -354,7 +356,7 @@ def test_area_switches_hide_their_areas(grpo_root, monkeypatch):
     widget(app.checkbox, "Show Heat Map").uncheck().run()
     assert not app.get("plotly_chart")
     widget(app.checkbox, "Reward 曲线图").uncheck().run()
-    assert not curve_tabs(app)
+    assert not curve_views(app)
     widget(app.checkbox, "Response 对比").uncheck().run()
     assert not [s for s in app.slider if s.label.startswith("Step Index")]
     assert not app.exception
@@ -384,7 +386,7 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["beta"] == str(meta["beta"]) and metrics["trl"] == meta["trl_version"]
     assert metrics["model"] == markdown_literal(meta["model_name"].rstrip("/").rsplit("/", 1)[-1])  # all of it on hover
-    assert [tab.label for tab in curve_tabs(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Signals", "Step-Watch"]
+    assert [tab.label for tab in curve_views(app)] == ["Step-Reward", "Step-KL", "Step-RespLen", "Step-Groups", "Step-Entropy", "Step-Signals", "Step-Watch"]
     assert {"rewards/sorted_digits", "rewards/same_digits"} <= set(widget(app.multiselect, "Reward series").options)
 
     # Which groups had no learning signal at the step in view: the caption's count is a recomputation from the file.
@@ -445,7 +447,7 @@ def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("run")
     app = load_and_view(app)
     assert [caption.value for caption in app.caption if caption.value.startswith("Reward =")] == ["Reward = f + g"]
-    assert curve_tabs(app) and widget(app.slider, "Step Index(2 total steps)").value == 1
+    assert curve_views(app) and widget(app.slider, "Step Index(2 total steps)").value == 1
 
 
 def test_steps_beyond_the_sliders_range_get_a_select_box(tmp_path, monkeypatch):
@@ -492,7 +494,7 @@ def test_a_long_response_is_shown_as_running_text_a_window_at_a_time(tmp_path, m
     window.set_value(range(2 * board.RUNNING_TEXT_TOKENS, count)).run()
     assert running_text(app).count("<span") == 10 and f"#{count - 1} " in running_text(app) and ">t0 </span>" not in running_text(app)
     widget(app.selectbox, "Colour tokens by").set_value("prob").run()
-    open_token_view(open_token_view(app, "Token table"), "Response tokens")  # both choices outlive the closed tab
+    open_token_view(open_token_view(app, "Token table"), "Response tokens")  # both choices outlive the view not shown
     assert widget(app.select_slider, "Tokens shown").value == range(2 * board.RUNNING_TEXT_TOKENS, count)
     assert widget(app.selectbox, "Colour tokens by").value == "prob" and running_text(app).count("<span") == 10
     # texts keep their spaces and newlines, wrapped by the page style rather than Streamlit's slower pre-wrap
@@ -555,7 +557,7 @@ def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeyp
     assert [p["high"] for p in points] == pytest.approx([np.percentile(per_step[step], 75) for step in range(5)])
     widget(app.toggle, "Log scale").set_value(True).run()
     assert chart()["layer"][0]["encoding"]["y"]["scale"]["type"] == "symlog"
-    app.session_state["curve_view"] = "Step-Reward"  # kept while the tab is closed
+    app.session_state["curve_view"] = "Step-Reward"  # kept while the view is not shown
     app.run()
     app.session_state["curve_view"] = "Step-KL"
     app.run()

@@ -20,7 +20,7 @@ from bench.generate_run import write_run
 from tests.support.page import (
     chart_spec,
     curve_points,
-    curve_tabs,
+    curve_views,
     lines_of,
     load_and_view,
     start,
@@ -147,7 +147,7 @@ def test_a_seed004_training_log_alone_opens_with_its_metrics_summary_and_downloa
     (run_dir / "training_log.json").write_text(json.dumps(SEED004_LOG, indent=2))
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     train, val = SEED004_LOG["train_history"], SEED004_LOG["val_history"]
-    assert not app.warning and not curve_tabs(app) and not [s for s in app.slider if s.label.startswith("Step Index")]
+    assert not app.warning and not curve_views(app) and not [s for s in app.slider if s.label.startswith("Step Index")]
     assert any("4 train and 2 eval step(s), 0 entr(ies) or file(s) skipped" in c.value for c in app.caption)
 
     metrics = widget(app.multiselect, "Training metrics")
@@ -334,7 +334,7 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     for tab, series in (("Step-KL", [""]), ("Step-RespLen", [""]), ("Step-Entropy", [""]), ("Step-Groups", [" · zero-signal groups (%)", " · truncated (%)"])):
         app.session_state["curve_view"] = tab
         app.run()
-        [element] = [t for t in curve_tabs(app) if t.label == tab][0].get("vega_lite_chart")
+        [element] = [t for t in curve_views(app) if t.label == tab][0].get("vega_lite_chart")
         assert set(curve_points(chart_spec(element))) == {name + suffix for name in runs for suffix in series}, tab
     compare(app, [])
     assert set(downloads(app, "Per-step statistics (CSV)")["run"]) == {"gamma"}

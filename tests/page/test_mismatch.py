@@ -1,4 +1,4 @@
-"""Step-Mismatch on the page (AppTest): the tab only for runs with the sampler's log-probs, its curve equal to the
+"""Step-Mismatch on the page (AppTest): the view only for runs with the sampler's log-probs, its curve equal to the
 engine's table recomputed from the lines at the correction and thresholds chosen (the run's own from its metadata by
 default), a compared run as a second line, the largest |Δ| tokens, a click on one showing its sample with the
 sampler's columns in the token table, and the mismatch columns in the batch table and the search's filters; Δ split
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.support import SAMPLES
-from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_views, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 BUNDLED = SAMPLES / "grpo_tiny_mismatch_example"
@@ -48,7 +48,7 @@ def open_mismatch(app):
 
 
 def mismatch_points(app) -> dict:
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Mismatch"]
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Mismatch"]
     charts = [chart_spec(chart) for chart in tab.get("vega_lite_chart")]
     [chart] = [chart for chart in charts if chart["title"].startswith("👾 Sampler-trainer mismatch")]
     points = {}
@@ -70,11 +70,11 @@ def test_step_mismatch_follows_the_correction_chosen_and_a_compared_run(root, mo
     app = start(root, monkeypatch)
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain")
     load_and_view(app)
-    assert "Step-Mismatch" not in [tab.label for tab in curve_tabs(app)]  # no sampler log-probs: no tab
+    assert "Step-Mismatch" not in [tab.label for tab in curve_views(app)]  # no sampler log-probs: no view
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")
     load_and_view(app)
     open_mismatch(app)
-    # The run's metadata names its correction: the tab starts there.
+    # The run's metadata names its correction: the view starts there.
     assert widget(app.selectbox, "Correction").value == "token_mask"
     assert (widget(app.number_input, "C_min").value, widget(app.number_input, "C_max").value) == (0.5, 2.0)
     lines = lines_of(root / "shown")
@@ -115,7 +115,7 @@ def test_a_largest_mismatch_clicked_shows_its_sample_with_the_sampler_columns(ro
     assert "avg_abs_mismatch" in widget(app.multiselect, "Filter by").options
 
 
-# The correction chosen stays when another tab is opened and this one again (its widgets are drawn only in their tab);
+# The correction chosen stays when another view is chosen and this one again (its widgets are drawn only in their view);
 # metadata with integer bounds (TRL keeps them as given) starts the inputs.
 def test_the_correction_stays_across_tabs_and_starts_from_integer_bounds(root, monkeypatch):
     (root / "shown" / "rollout_meta_20260101T000000Z.json").write_text(json.dumps({"importance_sampling": {"mode": "token_truncate", "clip_min": 0, "clip_max": 2}}))

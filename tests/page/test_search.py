@@ -21,7 +21,7 @@ from rl_board.reading.search import (
     search_pattern,
 )
 from rl_board.text import markdown_literal
-from tests.support.page import batch_table, chart_spec, click_row, curve_tabs, load_and_view, start, widget
+from tests.support.page import batch_table, chart_spec, click_row, curve_views, load_and_view, start, widget
 from tests.support.runs import load, sample, write_lines
 from tests.support.search_runs import (
     BAD_UTF8_FIELDS,
@@ -162,7 +162,7 @@ def test_the_page_shows_the_fields_in_the_table_the_sample_view_and_step_fields(
     app.session_state["curve_view"] = "Step-Fields"
     app.run()
     widget(app.multiselect, "Fields").set_value(["extra/score", "extra/flag"]).run()
-    points = chart_spec(next(tab for tab in curve_tabs(app) if tab.label == "Step-Fields").get("vega_lite_chart")[0])["data"]["values"]
+    points = chart_spec(next(tab for tab in curve_views(app) if tab.label == "Step-Fields").get("vega_lite_chart")[0])["data"]["values"]
     for key in ("score", "flag"):
         expected = {step: np.mean([float(line[key]) for line in lines if line["step"] == step and key in line]) for step in (1, 2)}
         assert {point["step"]: point["mean"] for point in points if point["series"] == f"extra/{key}"} == pytest.approx(expected)
@@ -177,7 +177,7 @@ def test_step_facets_draws_each_values_mean_per_step(tmp_path, monkeypatch):
     assert widget(app.selectbox, "Facet").value == "text/data_source"
     for series, value_of in [("reward", lambda line: line["reward"]), ("extra/difficulty", lambda line: line["difficulty"])]:
         widget(app.selectbox, "Series").set_value(series).run()
-        tab = next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets")
+        tab = next(tab for tab in curve_views(app) if tab.label == "Step-Facets")
         points = chart_spec(tab.get("vega_lite_chart")[0])["data"]["values"]
         expected = defaultdict(list)
         for line in lines.values():
@@ -301,7 +301,7 @@ def test_the_bundled_run_answers_a_users_questions(tmp_path, monkeypatch):
     assert [(file, int(line)) for file, line in zip(results_table(app)["file"], results_table(app)["line"])] == highest
     app.session_state["curve_view"] = "Step-Facets"
     app.run()
-    facet_rows = next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets").dataframe[0].value
+    facet_rows = next(tab for tab in curve_views(app) if tab.label == "Step-Facets").dataframe[0].value
     means = dict(zip(facet_rows["text/data_source"], facet_rows["mean reward"]))
     assert means == pytest.approx({source: np.mean([line["reward"] for line in lines.values() if line["data_source"] == source]) for source in ("gsm8k", "math", "code")})
 
@@ -477,7 +477,7 @@ def test_facets_and_fields_need_a_value_among_the_loaded_samples(tmp_path, monke
     app = start(tmp_path / "runs", monkeypatch)
     widget(app.sidebar.number_input, "Max Samples Each Step").set_value(2)
     load_and_view(app)
-    assert not {"Step-Fields", "Step-Facets"} & {tab.label for tab in curve_tabs(app)}
+    assert not {"Step-Fields", "Step-Facets"} & {tab.label for tab in curve_views(app)}
     assert not {"text/source", "extra/score"} & set(widget(app.multiselect, "Filter by").options)
 
 
@@ -488,7 +488,7 @@ def test_step_facets_without_a_number_says_so(tmp_path, monkeypatch):
     app.session_state["curve_view"] = "Step-Facets"
     app.run()
     assert not app.exception, app.exception
-    tab = next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets")
+    tab = next(tab for tab in curve_views(app) if tab.label == "Step-Facets")
     assert [info.value for info in tab.info] == ["No number to draw per value: the loaded samples have no reward or other number."]
 
 
@@ -513,7 +513,7 @@ def test_facet_keys_named_samples_or_path_are_tabled(tmp_path, monkeypatch):
         app.session_state["facet"] = facet
         app.run()
         assert not app.exception, app.exception
-        assert next(tab for tab in curve_tabs(app) if tab.label == "Step-Facets").dataframe[0].value.columns[0] == facet
+        assert next(tab for tab in curve_views(app) if tab.label == "Step-Facets").dataframe[0].value.columns[0] == facet
 
 
 # A rank file deleted after loading made the search raise: it answers, that file's texts read as empty.

@@ -1,4 +1,4 @@
-"""Step-Signals on the page (AppTest): the tab only for runs with enough steps, a signal's curve equal to its rule
+"""Step-Signals on the page (AppTest): the view only for runs with enough steps, a signal's curve equal to its rule
 recomputed here from the lines, the steps where it fired marked, the rule under the chart, a compared run as a second
 line, and a click on a firing's example sample showing that sample."""
 
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_views, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 STEPS, SHIFT, WINDOW = 30, 21, 5
@@ -51,7 +51,7 @@ def open_signals(app, signal: str):
 
 
 def signal_chart(app) -> dict:
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Signals"]
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Signals"]
     [element] = tab.get("vega_lite_chart")
     return chart_spec(element)
 
@@ -60,7 +60,7 @@ def test_step_signals_draws_the_rule_s_value_and_marks_where_it_fired(root, monk
     app = start(root, monkeypatch)
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("short")
     load_and_view(app)
-    assert "Step-Signals" not in [tab.label for tab in curve_tabs(app)]  # 9 steps: fewer than two windows
+    assert "Step-Signals" not in [tab.label for tab in curve_views(app)]  # 9 steps: fewer than two windows
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")
     open_signals(load_and_view(app), "zero-signal groups rising")
     assert widget(app.selectbox, "Window (steps)").value == WINDOW

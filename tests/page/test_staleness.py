@@ -1,4 +1,4 @@
-"""Step-Staleness on the page (AppTest): an asynchronous run's tab, only when its lines carry policy_version, with its
+"""Step-Staleness on the page (AppTest): an asynchronous run's view, only when its lines carry policy_version, with its
 per-step series (each compared run a line) and the shown run's samples by staleness equal to a recount of the lines;
 staleness and policy_version in the batch table and as filters of Find samples."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from tests.page.test_search import found_on_page
 from tests.support.async_runs import staleness_recount, stalenesses, write_async_run
-from tests.support.page import batch_table, chart_spec, curve_points, curve_tabs, load_and_view, start, widget
+from tests.support.page import batch_table, chart_spec, curve_points, curve_views, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 
@@ -18,11 +18,11 @@ def root(tmp_path):
     return runs, lines
 
 
-def open_tab(app, name: str):
+def open_view(app, name: str):
     app.session_state["curve_view"] = name
     app.run()
     assert not app.exception, app.exception
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == name]
+    [tab] = [tab for tab in curve_views(app) if tab.label == name]
     return [chart_spec(chart) for chart in tab.get("vega_lite_chart")]
 
 
@@ -32,14 +32,14 @@ def test_step_staleness_draws_each_run_s_staleness_per_step(root, monkeypatch):
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("async_a").run()
     load_and_view(app)
     widget(app.sidebar.multiselect, "Compare with").set_value(["async_b"]).run()
-    [curve, shares] = open_tab(app, "Step-Staleness")
+    [curve, shares] = open_view(app, "Step-Staleness")
     points = curve_points(curve)
     assert set(points) == {"async_a", "async_b"}
     for name in points:
         counted = staleness_recount(lines[name])
         assert {step: point["value"] for step, point in points[name].items()} == pytest.approx(counted["mean"].to_dict())
     widget(app.selectbox, "Per step").set_value("stale share").run()
-    [curve, shares] = open_tab(app, "Step-Staleness")
+    [curve, shares] = open_view(app, "Step-Staleness")
     points = curve_points(curve)
     for name in points:
         assert {step: point["value"] for step, point in points[name].items()} == pytest.approx(staleness_recount(lines[name])["stale"].to_dict())
@@ -53,7 +53,7 @@ def test_a_run_without_versions_has_no_staleness_tab(root, monkeypatch):
     app = start(runs, monkeypatch)
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("sync").run()
     load_and_view(app)
-    assert "Step-Staleness" not in [tab.label for tab in curve_tabs(app)]
+    assert "Step-Staleness" not in [tab.label for tab in curve_views(app)]
     assert "staleness" not in widget(app.multiselect, "Filter by").options
 
 
@@ -78,5 +78,5 @@ def test_staleness_is_a_batch_table_column_and_a_filter(root, monkeypatch):
 def test_versions_that_do_not_count_the_steps_are_explained(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "ahead" / "rollout_data_rank_0_0.jsonl", [sample(step, policy_version=step + 100) for step in range(3)])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    assert open_tab(app, "Step-Staleness") == []
+    assert open_view(app, "Step-Staleness") == []
     assert any(info.value.startswith("No sample has a staleness: every policy_version is after its line's step") for info in app.info)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rl_logging_board as board
-from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_views, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 from tests.support.vision_tool_runs import draw_images
 
@@ -143,7 +143,7 @@ def test_step_tools_counts_equal_a_recount(root, monkeypatch):
     assert not app.exception, app.exception
     lines = lines_of(root / "agent")
     widget(app.selectbox, "Per step").set_value("success rate: calc").run()
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Tools"]
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Tools"]
     [chart] = [chart_spec(chart) for chart in tab.get("vega_lite_chart")]
     points = {point["step"]: point["value"] for point in chart["data"]["values"]}
     for step in range(1, STEPS + 1):

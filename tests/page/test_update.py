@@ -1,4 +1,4 @@
-"""Step-Update on the page (AppTest): the tab only for runs whose lines have loss passes, its clip-fraction curve equal
+"""Step-Update on the page (AppTest): the view only for runs whose lines have loss passes, its clip-fraction curve equal
 to TRL's definition recomputed here from the lines (and the caption's comparison with the run's own logged values), a
 compared run as a second line, the samples that drove a step's update, and a click on one showing its sample with the
 update columns in the token table."""
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_views, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 GENERATIONS, SAMPLES, TOKENS, EPSILON = 3, 6, 8, 0.05
@@ -64,7 +64,7 @@ def open_update(app):
 
 
 def update_points(app) -> dict:
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Update"]
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Update"]
     [chart] = [chart_spec(chart) for chart in tab.get("vega_lite_chart") if chart_spec(chart)["title"].startswith("👾 What the loss passes did")]
     points = {}
     for point in chart["data"]["values"]:
@@ -76,7 +76,7 @@ def test_step_update_draws_trls_clip_fraction_from_the_lines(root, monkeypatch):
     app = start(root, monkeypatch)
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("plain")
     load_and_view(app)
-    assert "Step-Update" not in [tab.label for tab in curve_tabs(app)]  # no loss passes: no tab
+    assert "Step-Update" not in [tab.label for tab in curve_views(app)]  # no loss passes: no tab
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")
     open_update(load_and_view(app))
     assert widget(app.selectbox, "Per step").value == "clip_ratio/region_mean"

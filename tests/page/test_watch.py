@@ -12,7 +12,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from rl_board.figures import PICK_STEP
 from rl_board.text import markdown_literal
-from tests.support.page import chart_spec, click_row, curve_tabs, lines_of, load_and_view, start, widget
+from tests.support.page import chart_spec, click_row, curve_views, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
 STEPS = (1, 2, 3, 4)
@@ -67,7 +67,7 @@ def add_pattern(app, name: str, pattern: str, regex: bool = True, case: bool = T
 
 
 def watch_chart(app):
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Watch"]
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Watch"]
     return next(chart for chart in tab.get("vega_lite_chart") if chart_spec(chart)["title"].startswith("👾 Watch patterns"))
 
 

@@ -781,6 +781,27 @@ def test_a_field_is_a_column_only_where_a_loaded_sample_has_a_value(tmp_path, mo
     assert followed.reward_function_columns == ["rewards/early", "rewards/late"]
 
 
+# The grown snapshot against a whole build where a live append changes which lines a full step shows: a rank's line
+# arriving late for a step takes the place of another rank's, and the field only that one had goes with it; and a
+# new rank file, listed first, whose lines name their fields in another order (a whole build orders the columns by it).
+def test_a_grown_snapshot_orders_and_drops_field_columns_as_a_whole_build(tmp_path, monkeypatch):
+    grown, grown_samples = [], rl_board.reading.snapshot.grown_samples
+    monkeypatch.setattr(rl_board.reading.snapshot, "grown_samples", lambda *args: grown.append(grown_samples(*args)) or grown[-1])
+    run_dir = tmp_path / "run"
+    write_lines(run_dir / "rollout_data_rank_1.jsonl", [sample(0), sample(0), sample(1), sample(1, rewards_per_func={"only": 1.0}, score=5)])
+    late = write_lines(run_dir / "rollout_data_rank_2.jsonl", [sample(0), sample(0)])
+    store = RunStore(str(run_dir))
+    assert {"rewards/only", "extra/score"} <= set(store.load(2, parallel=False).samples.columns)
+    write_lines_appended(late, [json.dumps(sample(1)).encode() + b"\n"])  # step 1 now shows one line of each rank
+    write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(2, b=2, a=1)])
+    write_lines_appended(late, [json.dumps(sample(2, a=1, b=2)).encode() + b"\n"])
+    followed = store.load(2, parallel=False)
+    whole = rl_board.reading.snapshot.build_run(str(run_dir), store.files, select_lines(store.files, 2), 2, store.built_format)
+    assert grown[-1] is not None
+    pd.testing.assert_frame_equal(followed.samples, whole.samples)
+    assert followed.reward_function_columns == [] and [name for name in followed.samples if name.startswith("extra/")] == ["extra/b", "extra/a"]
+
+
 def write_lines_appended(path: Path, lines: list[bytes]):
     with open(path, "ab") as file:
         file.write(b"".join(lines))

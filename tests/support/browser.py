@@ -16,7 +16,7 @@ from tests.support import PROJECT
 CHROMIUM = "/usr/bin/chromium"
 
 
-# The open step-curve tab and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn.
+# The chosen step-curve view and the three batch charts (Vega-Lite), and the token area's open view (the table) are drawn.
 CHARTS_DRAWN = (
     "document.querySelectorAll('.vega-embed .marks').length >= 4"
     " && document.querySelector('.st-key-token_view_shown [data-testid=\"stDataFrame\"] canvas')"

@@ -53,6 +53,8 @@ class View:
         return list(self.shown.get(element_type)) if self.shown is not None else []
 
     def __getattr__(self, elements: str):  # its elements of a kind, as a block's: view.dataframe, view.info
+        if elements.startswith("_") or not hasattr(Block, elements):
+            raise AttributeError(elements)
         return getattr(self.shown, elements) if self.shown is not None else []
 
 
@@ -66,7 +68,7 @@ def views(app: AppTest, key: str) -> list[View]:
 
 
 # The step curves' views (the step tables and the token area have views of their own).
-def curve_tabs(app: AppTest) -> list[View]:
+def curve_views(app: AppTest) -> list[View]:
     return views(app, "curve_view")
 
 
@@ -97,7 +99,7 @@ def lines_of(run_dir: Path) -> list[dict]:
 
 
 def step_reward_chart(app: AppTest) -> dict:
-    [tab] = [tab for tab in curve_tabs(app) if tab.label == "Step-Reward"]
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Reward"]
     [element] = tab.get("vega_lite_chart")
     return chart_spec(element)
 
