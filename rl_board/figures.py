@@ -98,7 +98,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         raw = raw - raw[0] if zero_shift and len(raw) else raw
         shown.append(name)
         line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
-    x = step_axis(pd.concat([samples["step"] for _, samples in runs if len(samples)]))
+    x = STEP_AXIS
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
     y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
     colour = series_colour("colour")
@@ -124,14 +124,16 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         "title": {"text": one_line(title), "subtitle": band, **SUBTITLE_STYLE},
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
-        "data": {"values": points},
+        "data": {"name": POINTS},
+        "datasets": {POINTS: points, STEP_EXTENT: step_extent(pd.concat([samples["step"] for _, samples in runs if len(samples)])), **({"lines": line_points} if line_points else {})},
         "layer": [
             {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
             raw_line_layer(x, colour),
             line,
             nearest_point_layer(x, "centre", tooltip),
+            step_extent_layer(),
             *([{
-                "data": {"values": line_points},
+                "data": {"name": "lines"},
                 "mark": {"type": "line", "strokeDash": [6, 3], "point": len(line_points) < 60},
                 "encoding": {"x": x, "y": {"field": "centre", "type": "quantitative"}, "color": colour, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]},
             }] if line_points else []),
@@ -166,10 +168,26 @@ def faint(value: float, smoothing: float) -> float | None:
     return json_number(value) if smoothing else None
 
 
-# The step axis spans the runs' steps exactly: a "nice" domain ran past the last step.
-def step_axis(steps: pd.Series) -> dict:
-    first, last = int(steps.min()), int(steps.max())
-    return {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"domain": [first, last]} if last > first else {"zero": False}}
+# The step axis of every step chart. Its domain is the steps in the chart's data, not numbers written in the spec: a
+# spec that keeps its shape as steps are appended is updated in place by the browser (its data swapped, its zoom
+# kept), where a changed spec is built anew (raw_line_layer). Not "nice": a nice domain ran past the last step.
+STEP_AXIS = {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"zero": False, "nice": False}}
+
+# A step chart's data are named datasets, its points (the top-level data) among them: Streamlit sends data apart from
+# the spec, and where a spec has both unnamed data and one named dataset, the browser puts the unnamed rows into that
+# dataset (Streamlit 1.67's ArrowVegaLiteChart, for Altair's charts), so a chart has one kind or the other.
+POINTS = "points"
+STEP_EXTENT = "step_extent"  # step_extent_layer's
+
+
+# An invisible layer of the first and the last step of a run (its dataset: step_extent), so that the step axis spans
+# the run's steps whether or not each series has a value at both ends.
+def step_extent_layer() -> dict:
+    return {"data": {"name": STEP_EXTENT}, "mark": {"type": "rule", "opacity": 0}, "encoding": {"x": STEP_AXIS}}
+
+
+def step_extent(steps: pd.Series) -> list[dict]:
+    return [{"step": int(steps.min())}, {"step": int(steps.max())}] if len(steps) else []
 
 
 # Numbers already reduced per step (a table indexed by step, a column per series), one line per series and run.
@@ -185,13 +203,14 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
                 {"series": name, "order": position, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing)}
                 for step, value, r in zip(table.index, smoothed(raw, smoothing), raw)
             ]
-    x = step_axis(pd.concat([table.index.to_series() for _, table in runs if len(table)]))
+    x = STEP_AXIS
     colour = series_colour()
     return {
         "title": title,
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},
-        "data": {"values": points},
+        "data": {"name": POINTS},
+        "datasets": {POINTS: points, STEP_EXTENT: step_extent(pd.concat([table.index.to_series() for _, table in runs if len(table)]))},
         "layer": [
             raw_line_layer(x, colour),
             {
@@ -200,6 +219,7 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
                 "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": {"titleLimit": AXIS_TITLE_PIXELS}}, "color": colour},
             },
             nearest_point_layer(x, "value", [{"field": "series"}, {"field": "step"}, {"field": "value", "format": ".4g"}]),
+            step_extent_layer(),
         ],
     }
 
@@ -213,10 +233,11 @@ def signal_chart(runs: list[tuple[str, pd.DataFrame]], signal: str, unit: str, t
         {"series": series_name(name, signal, len(runs), 1), "step": int(step), "value": json_number(value)}
         for name, table in runs for step, value in table.loc[table["fired"], "value"].items()
     ]
+    spec["datasets"]["fired"] = fired
     spec["layer"] += [
         {"data": {"values": [{"threshold": threshold} for threshold in thresholds]}, "mark": {"type": "rule", "strokeDash": [6, 4], "color": "#9a9aa6"}, "encoding": {"y": {"field": "threshold", "type": "quantitative"}}},
         {
-            "data": {"values": fired},
+            "data": {"name": "fired"},
             "mark": {"type": "point", "shape": "triangle-up", "filled": True, "size": 90, "color": "#d62728", "opacity": 0.9},
             "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "value", "title": "fired at", "format": ".4g"}]},
         },
@@ -258,15 +279,16 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
     points = [{"run": run, "order": order[run], "step": int(step), "reward": json_number(reward)} for run, step, reward in zip(table["run"], table["step"], table["reward"])]
     means = table.groupby(["run", "step"])["reward"].mean().reset_index()
     lines = [{"run": run, "order": order[run], "step": int(step), "mean reward": json_number(reward)} for run, step, reward in zip(means["run"], means["step"], means["reward"])]
-    x = step_axis(table["step"]) if len(table) else {"field": "step", "type": "quantitative"}
+    x = STEP_AXIS
     colour = series_colour("run")
     return {
         "title": "Rewards of this prompt's completions, per step",
         "height": 320,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
+        "datasets": {"completions": points, "means": lines},  # another prompt's: the same spec, its data swapped
         "layer": [
-            {"data": {"values": points}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
-            {"data": {"values": lines}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
+            {"data": {"name": "completions"}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"name": "means"}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
         ],
     }
 
@@ -312,7 +334,7 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
         best = history.best
         if best and best.get("step") is not None:
             rules.append({"step": int(best["step"]), "best checkpoint": f"{run_name}: {best['path']}" if len(histories) > 1 else str(best["path"])})
-    x = step_axis(pd.Series([point["step"] for point in points + rules] or [0]))
+    x = STEP_AXIS
     colour = series_colour("run")
     tooltip = [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]
     layer = [
@@ -324,14 +346,14 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
         {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour}},
         nearest_point_layer(x, "value", [{"field": "series"}, {"field": "split"}, *tooltip[1:]]),
+        {"data": {"name": "best"}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}},
     ]
-    if rules:
-        layer.append({"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [2, 2], "color": "#888"}, "encoding": {"x": x, "tooltip": [{"field": "best checkpoint"}, {"field": "step"}]}})
     return {
         "title": one_line(name),
         "height": METRIC_CHART_HEIGHT,
         "padding": {"top": 12},
-        "data": {"values": points},
+        "data": {"name": POINTS},
+        "datasets": {POINTS: points, "best": rules},  # a checkpoint's rule, when there is one: a chart keeps its shape
         "layer": layer,
     }
 

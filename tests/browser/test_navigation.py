@@ -17,6 +17,7 @@ from tests.support.runs import sample, write_lines
 
 BUNDLED = "grpo_tiny_example"  # the root's last run: the first screen shows it
 LIVE = "a_live_run"
+GROWN = "a_grown_run"  # live: its step chart updated in place
 SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptState === 'notRunning'"
 
 # Where a step of the Step-Reward chart's "reward" line is on the page: the chart's Vega scales, from its view.
@@ -45,7 +46,8 @@ def live_lines(step: int) -> list[dict]:
 def run_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     shutil.copytree(SAMPLES / BUNDLED, root / BUNDLED)
-    write_lines(root / LIVE / "rollout_data_rank_0.jsonl", [line for step in (1, 2, 3) for line in live_lines(step)])
+    for run in (LIVE, GROWN):
+        write_lines(root / run / "rollout_data_rank_0.jsonl", [line for step in (1, 2, 3) for line in live_lines(step)])
     return root
 
 
@@ -189,5 +191,41 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         # The page is where it was (it moved 500-800 px when a progress bar or notice came and went, as each element
         # after it was built anew); the selector only as much as its label's new step count reflows it.
         assert abs(page.evaluate(scroll_top) - scrolled) < 20 and abs(step_slider(page, 4).bounding_box()["y"] - before) < 20
+        assert page.locator('[data-testid="stException"]').count() == 0
+        browser.close()
+
+
+
+# The Step-Reward chart's Vega view kept as window.chartView: whether it is still the one drawn, its step scale's domain
+# and the last step it has a point of.
+STEP_CHART = "() => { const chart = document.querySelector('.st-key-curve_view_shown .vega-embed');" + VEGA_VIEW + """
+  window.chartView = window.chartView || view;
+  let last = -Infinity;
+  const walk = node => { for (const item of node.items || []) { if (item.datum && item.datum.centre != null) last = Math.max(last, item.datum.step); walk(item); } };
+  walk(view.scenegraph().root);
+  return {same: view === window.chartView, domain: view.scale('x').domain(), last};
+}"""
+
+
+# A step chart keeps its spec's shape as the run grows: a live refresh swaps the new step's data into the Vega view the
+# page has, where a chart built anew costs the browser several times more, and its axis ends at the new step.
+def test_a_live_refresh_updates_a_step_chart_in_place(board_url, run_root):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.goto(board_url)
+        page.wait_for_function(CHARTS_DRAWN, timeout=90_000)
+        page.get_by_label("Choose Log Name").click()
+        page.get_by_role("option", name=GROWN, exact=True).click()
+        page.get_by_role("button", name="Load & View").click()
+        page.get_by_text("Step Index(3 total steps)").wait_for(timeout=60_000)
+        page.get_by_text("Live mode", exact=True).click()
+        settled(page)
+        assert page.evaluate(STEP_CHART) == {"same": True, "domain": [1, 3], "last": 3}  # the run's steps, end to end
+        with open(run_root / GROWN / "rollout_data_rank_0.jsonl", "a") as file:
+            file.write("".join(json.dumps(line) + "\n" for line in live_lines(4)))
+        page.get_by_text("the latest is 4.").wait_for(timeout=60_000)
+        settled(page)
+        assert page.evaluate(STEP_CHART) == {"same": True, "domain": [1, 4], "last": 4}
         assert page.locator('[data-testid="stException"]').count() == 0
         browser.close()

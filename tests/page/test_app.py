@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow.ipc
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -532,10 +531,8 @@ def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeyp
     app.session_state["curve_view"] = "Step-KL"
     app.run()
 
-    def chart() -> dict:  # Streamlit sends a chart's data apart from its spec, as Arrow
-        proto = app.get("vega_lite_chart")[0].proto
-        values = pyarrow.ipc.open_stream(proto.data.data).read_all().to_pylist()
-        return json.loads(proto.spec) | {"data": {"values": values}}
+    def chart() -> dict:
+        return chart_spec(app.get("vega_lite_chart")[0])
 
     assert "mean log ratio, logp - ref_logp (Use LogP as KL)" in chart()["title"]["text"]
     assert {p["series"] for p in chart()["data"]["values"]} == {"log_ratio (logp - ref_logp)"}

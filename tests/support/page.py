@@ -85,12 +85,21 @@ def running_text(app: AppTest) -> str:
     return body
 
 
-# A chart as the browser gets it: Streamlit sends the top-level data apart from the spec, as Arrow (layers keep theirs).
+# A chart with its data put back into its spec: Streamlit sends the top-level data and the named datasets apart from
+# the spec, as Arrow. The chart and each layer that name a dataset get its rows as values, as inline data has them.
 def chart_spec(element) -> dict:
     spec = json.loads(element.proto.spec)
     if element.proto.data.data:
-        spec["data"] = {"values": pyarrow.ipc.open_stream(element.proto.data.data).read_all().to_pylist()}
-    return spec
+        spec["data"] = {"values": arrow_rows(element.proto.data.data)}
+    datasets = {dataset.name: arrow_rows(dataset.data.data) for dataset in element.proto.datasets}
+    for part in [spec, *spec.get("layer", [])]:
+        if part.get("data", {}).get("name") in datasets:
+            part["data"] = {"values": datasets[part["data"]["name"]]}
+    return spec | ({"datasets": datasets} if datasets else {})
+
+
+def arrow_rows(data: bytes) -> list[dict]:
+    return pyarrow.ipc.open_stream(data).read_all().to_pylist()
 
 
 def lines_of(run_dir: Path) -> list[dict]:
