@@ -469,6 +469,8 @@ class StateKey:
     SEARCH_ORDER = "search_order"
     SEARCH_TOP = "search_top"
     SEARCH_RESULTS = "search_results"  # prefix: one per set of results
+    SEARCH_DOWNLOADS = "search_downloads"  # prefix: the results' download buttons
+    STEP_DOWNLOADS = "step_downloads"  # prefix: the step's download buttons
     STEP_PICKED = "step_picked"  # a search result, a curve's point or a jump was clicked: the whole page reruns to show it
     LARGEST_CHANGES = "largest_changes"
     SCROLL_TO = "scroll_to"  # (keys, number): the elements a pick brings into view once drawn, the first found
@@ -1807,7 +1809,7 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
         + "Click a row to show that sample in Each Step Response below. The downloads hold "
         + f"the {len(ordered):,} results" + (f" of {len(results):,} found: narrow the filter, or raise Top N (at most {EXPORT_ROWS:,}), to download others." if len(ordered) < len(results) else ".")
     )
-    draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search")
+    draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search", StateKey.SEARCH_DOWNLOADS)
 
 
 # A table of samples (with their step and sample columns), each row a click that shows that sample in Each Step Response.
@@ -1835,13 +1837,14 @@ def pick_search_result(key: str, steps: list, samples: list):
 
 # Downloads of some lines: CSV and Parquet of their numbers and texts, JSONL of the lines as they are; each made
 # when clicked. Beyond EXPORT_ROWS lines, or EXPORT_BYTES of JSONL, the page asks to narrow them instead.
-def draw_downloads(rows: pd.DataFrame, what: str, name: str):
+def draw_downloads(rows: pd.DataFrame, what: str, name: str, key: str):
     too_many = len(rows) > EXPORT_ROWS
     too_large = too_many or int(rows["length"].sum()) + len(rows) > EXPORT_BYTES
     row = st.container(horizontal=True, vertical_alignment="center")  # each button as wide as its label, at any page width
-    row.download_button(f"{what} (CSV)", functools.partial(export_csv, rows), file_name=f"{name}.csv", mime="text/csv", on_click="ignore", disabled=too_many, icon=":material/download:", help="Each sample's numbers and fields, then its prompt and response", width="content")
-    row.download_button(f"{what} (JSONL)", functools.partial(export_jsonl, rows), file_name=f"{name}.jsonl", mime="application/jsonl", on_click="ignore", disabled=too_large, icon=":material/download:", help="The samples' lines as they are in the rank files, byte for byte", width="content")
-    row.download_button(f"{what} (Parquet)", functools.partial(export_parquet, rows), file_name=f"{name}.parquet", mime="application/vnd.apache.parquet", on_click="ignore", disabled=too_many, icon=":material/download:", help="The CSV's table, typed", width="content")
+    # Keyed: the same buttons with new labels and files on the next step (unkeyed, the browser built them anew each time)
+    row.download_button(f"{what} (CSV)", functools.partial(export_csv, rows), file_name=f"{name}.csv", mime="text/csv", on_click="ignore", disabled=too_many, icon=":material/download:", help="Each sample's numbers and fields, then its prompt and response", width="content", key=f"{key}:csv")
+    row.download_button(f"{what} (JSONL)", functools.partial(export_jsonl, rows), file_name=f"{name}.jsonl", mime="application/jsonl", on_click="ignore", disabled=too_large, icon=":material/download:", help="The samples' lines as they are in the rank files, byte for byte", width="content", key=f"{key}:jsonl")
+    row.download_button(f"{what} (Parquet)", functools.partial(export_parquet, rows), file_name=f"{name}.parquet", mime="application/vnd.apache.parquet", on_click="ignore", disabled=too_many, icon=":material/download:", help="The CSV's table, typed", width="content", key=f"{key}:parquet")
     if too_large:
         row.caption(f"{len(rows):,} lines, {rows['length'].sum() / 2**20:,.0f} MB: more than a download holds ({EXPORT_ROWS:,} lines, {EXPORT_BYTES >> 20} MB of JSONL); narrow the filter.")
 
@@ -2035,7 +2038,7 @@ def draw_step_tables(batch: "StepBatch", settings: "Settings", run_dir: str, ste
             draw_batch_table(batch, settings)
         else:
             draw_groups(batch, settings)
-    draw_downloads(batch.table, f"Step {step}", f"{run_label(run_dir)}_step_{step}")
+    draw_downloads(batch.table, f"Step {step}", f"{run_label(run_dir)}_step_{step}", StateKey.STEP_DOWNLOADS)
 
 
 # The batch table, sortable by every column; clicking a row shows that sample right below.

@@ -234,8 +234,11 @@ def test_the_page_offers_downloads_of_the_results_and_the_step(needle_run, monke
     search_page(app, "haystack")
     downloads = {button.label: button.proto.disabled for button in app.download_button if button.label.startswith(("Step", "Results"))}
     assert downloads == dict.fromkeys(["Results (CSV)", "Results (JSONL)", "Results (Parquet)", "Step 1 (CSV)", "Step 1 (JSONL)", "Step 1 (Parquet)"], False)
+    ids = {button.label.removeprefix("Step 1"): button.proto.id for button in app.download_button if button.label.startswith("Step")}
     widget(app.slider, "Step Index(3 total steps)").set_value(3).run()
     assert "Step 3 (JSONL)" in [button.label for button in app.download_button]
+    # the same buttons, relabelled: the browser keeps them rather than building new ones
+    assert {button.label.removeprefix("Step 3"): button.proto.id for button in app.download_button if button.label.startswith("Step")} == ids
 
 
 # Beyond the caps the downloads are disabled and the page says to narrow the filter (the caps made small: the board's
