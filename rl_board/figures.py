@@ -38,6 +38,9 @@ def nearest_point_layer(x: dict, y_field: str, tooltip: list, transform: list | 
         "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative"}, "tooltip": tooltip},
     }
 
+# A step curve's dashed lines (a trainer's logged kl) have their points marked while they hold fewer points than this.
+LINE_POINTS_MARKED = 60
+
 # The heights of the step curves and of the training metrics' charts, their titles, axes and legends included.
 STEP_CURVE_HEIGHT, METRIC_CHART_HEIGHT = 460, 360
 
@@ -86,24 +89,26 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             shown.append(run_name if by_run else name)
             order = list(dict.fromkeys(shown)).index(shown[-1])
             faint_raw = json_numbers(raw) if smoothing else [None] * len(raw)
+            single = len(stats) == 1  # a line of one point draws nothing: the point is marked instead
             points += [
-                {"series": name, "colour": shown[-1], "order": order, "what": label, "step": step, "centre": c, "raw": r, "low": a, "high": b, "mean": m, "median": md, "std": sd, "n": n, "change": d}
+                {"series": name, "colour": shown[-1], "order": order, "what": label, "single": single, "step": step, "centre": c, "raw": r, "low": a, "high": b, "mean": m, "median": md, "std": sd, "n": n, "change": d}
                 for step, c, r, a, b, m, md, sd, n, d in zip(
                     stats.index.tolist(), json_numbers(centre), faint_raw, json_numbers(low), json_numbers(high), json_numbers(stats["mean"]),
                     json_numbers(stats["median"]), json_numbers(stats["std"]), stats["count"].tolist(), json_numbers(change),
                 )
             ]
+    marked = sum(len(steps) for _, steps, _ in lines) < LINE_POINTS_MARKED
     for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
         raw = raw - raw[0] if zero_shift and len(raw) else raw
         shown.append(name)
-        line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
+        line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
     x = STEP_AXIS
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
     y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
     colour = series_colour("colour")
     line = {
-        "mark": {"type": "line", "point": len(points) == len(shown)},
+        "mark": {"type": "line"},
         "params": ZOOM,
         "encoding": {
             "x": x,
@@ -113,6 +118,8 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             **({"strokeDash": {"field": "what", "type": "nominal", "scale": {"domain": [(names or {}).get(column, column) for column in columns]}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
         },
     }
+    centre = {"field": "centre", "type": "quantitative"}
+    line_tooltip = [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]
     tooltip = [
         {"field": "series"}, {"field": "step"}, {"field": "median" if median else "mean", "format": ".4g"},
         {"field": "change", "title": "change from the step before", "format": "+.4g"},
@@ -125,18 +132,17 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "data": {"name": POINTS},
-        "datasets": {POINTS: points, STEP_EXTENT: step_extent(pd.concat([samples["step"] for _, samples in runs if len(samples)])), **({"lines": line_points} if line_points else {})},
+        "datasets": {POINTS: points, STEP_EXTENT: step_extent(pd.concat([samples["step"] for _, samples in runs if len(samples)])), "lines": line_points},
         "layer": [
             {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
             raw_line_layer(x, colour),
             line,
+            {"transform": [{"filter": "datum.single"}], "mark": {"type": "point", "filled": True, "opacity": 1}, "encoding": {"x": x, "y": centre, "color": colour}},
             nearest_point_layer(x, "centre", tooltip),
             step_extent_layer(),
-            *([{
-                "data": {"name": "lines"},
-                "mark": {"type": "line", "strokeDash": [6, 3], "point": len(line_points) < 60},
-                "encoding": {"x": x, "y": {"field": "centre", "type": "quantitative"}, "color": colour, "tooltip": [{"field": "series"}, {"field": "step"}, {"field": "logged", "title": "value", "format": ".6g"}]},
-            }] if line_points else []),
+            # The lines always there (a trainer's kl logged from a later step on adds no layer), their points marked when few.
+            {"data": {"name": "lines"}, "mark": {"type": "line", "strokeDash": [6, 3]}, "encoding": {"x": x, "y": centre, "color": colour, "tooltip": line_tooltip}},
+            {"data": {"name": "lines"}, "transform": [{"filter": "datum.marked"}], "mark": {"type": "point", "filled": True, "opacity": 1}, "encoding": {"x": x, "y": centre, "color": colour, "tooltip": line_tooltip}},
         ],
     }
 
@@ -169,8 +175,8 @@ def faint(value: float, smoothing: float) -> float | None:
 
 
 # The step axis of every step chart. Its domain is the steps in the chart's data, not numbers written in the spec: a
-# spec that keeps its shape as steps are appended is updated in place by the browser (its data swapped, its zoom
-# kept), where a changed spec is built anew (raw_line_layer). Not "nice": a nice domain ran past the last step.
+# spec that keeps its shape as steps are appended is updated in place by the browser (its data swapped in the Vega view
+# it has), where a changed spec is built anew (raw_line_layer). Not "nice": a nice domain ran past the last step.
 STEP_AXIS = {"field": "step", "type": "quantitative", "title": "step", "axis": {"format": "d", "tickMinStep": 1}, "scale": {"zero": False, "nice": False}}
 
 # A step chart's data are named datasets, its points (the top-level data) among them: Streamlit sends data apart from
@@ -181,9 +187,10 @@ STEP_EXTENT = "step_extent"  # step_extent_layer's
 
 
 # An invisible layer of the first and the last step of a run (its dataset: step_extent), so that the step axis spans
-# the run's steps whether or not each series has a value at both ends.
+# the run's steps whether or not each series has a value at both ends. Points of no size: a transparent rule would
+# still take the hover and clicks along its pixel column.
 def step_extent_layer() -> dict:
-    return {"data": {"name": STEP_EXTENT}, "mark": {"type": "rule", "opacity": 0}, "encoding": {"x": STEP_AXIS}}
+    return {"data": {"name": STEP_EXTENT}, "mark": {"type": "point", "size": 0, "opacity": 0}, "encoding": {"x": STEP_AXIS}}  # nothing to hover or click
 
 
 def step_extent(steps: pd.Series) -> list[dict]:
@@ -285,9 +292,9 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
         "title": "Rewards of this prompt's completions, per step",
         "height": 320,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
-        "datasets": {"completions": points, "means": lines},  # another prompt's: the same spec, its data swapped
+        "datasets": {POINTS: points, "means": lines},  # another prompt's: the same spec, its data swapped
         "layer": [
-            {"data": {"name": "completions"}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"name": POINTS}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
             {"data": {"name": "means"}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
         ],
     }

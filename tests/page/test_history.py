@@ -298,7 +298,8 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     widget(app.slider, "Smoothing").set_value(0.6).run()
     weight = widget(app.slider, "Smoothing").value
     chart = step_reward_chart(app)
-    assert [layer["encoding"].get("y", {}).get("field") for layer in chart["layer"]] == ["low", "raw", "centre", "centre", None]  # raw line faint behind; the points a click finds; the steps' extent
+    # raw line faint behind; a one-point line's point; the points a click finds; the steps' extent; dashed lines and their points
+    assert [layer["encoding"].get("y", {}).get("field") for layer in chart["layer"]] == ["low", "raw", "centre", "centre", "centre", None, "centre", "centre"]
     points = curve_points(chart)
     for name in runs:
         shifted = [value - means[name][0] for value in means[name].values()]

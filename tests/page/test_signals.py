@@ -75,7 +75,7 @@ def test_step_signals_draws_the_rule_s_value_and_marks_where_it_fired(root, monk
     [marks] = [layer for layer in spec["layer"] if layer["mark"].get("shape") == "triangle-up"]
     assert [mark["step"] for mark in marks["data"]["values"]] == fired
     assert [mark["value"] for mark in marks["data"]["values"]] == pytest.approx([medians[step] for step in fired])
-    [rule] = [layer for layer in spec["layer"] if layer["mark"]["type"] == "rule" and "y" in layer["encoding"]]  # not the steps' extent
+    [rule] = [layer for layer in spec["layer"] if layer["mark"]["type"] == "rule"]
     assert rule["data"]["values"] == [{"threshold": 0.3}]
     assert any(caption.value.startswith("**Rule:** Per step, the share of groups") and "≥ 0.3" in caption.value for caption in app.caption)
     assert any(f"first at step {fired[0]}" in markdown.value for markdown in app.markdown)

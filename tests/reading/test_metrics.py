@@ -243,36 +243,44 @@ def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
 
 
 # A step chart's spec keeps its shape as steps are appended (live mode, Load & View): the browser then swaps its data
-# in the chart it has, zoom included, instead of building a new one (about a fifth of an append's browser time on the
-# medium run). Its steps, and the lines, marks and rules that come and go with them, are data, not spec.
+# in the Vega view it has instead of building a new one (about a fifth of an append's browser time on the medium run).
+# Its steps, and the lines, marks and rules that come and go with them, are data, not spec: from one step to two, past
+# the point where a dashed line's points stop being marked, and when a trainer's logged line starts late.
 def test_a_step_chart_s_spec_is_the_same_when_a_step_is_appended():
     def samples(steps: int) -> pd.DataFrame:
         step = np.repeat(np.arange(1, steps + 1), 4)
         return pd.DataFrame({"step": step, "reward": np.sin(np.arange(len(step))), "run": "a", "advantage": 0.0})
 
     def history(steps: int) -> TrainingHistory:
-        train = pd.DataFrame({"step": np.arange(1, steps + 1), "train/loss": np.linspace(1, 0, steps)})
-        evaluation = pd.DataFrame({"step": [steps], "eval/loss": [0.5]})
-        return TrainingHistory([], train, evaluation, {}, {"step": steps, "path": f"checkpoint-{steps}"}, pd.DataFrame())
+        train = pd.DataFrame({"step": np.arange(1, steps + 1), "loss": np.linspace(1, 0, steps)})
+        evaluation = pd.DataFrame({"step": [steps], "eval_loss": [0.5]})
+        best = {"step": steps, "path": f"checkpoint-{steps}"} if steps > 2 else {}  # a best checkpoint from step 3 on
+        return TrainingHistory([], train, evaluation, {}, best, pd.DataFrame())
 
     def signal(steps: int) -> pd.DataFrame:
         table = pd.DataFrame({"value": np.linspace(0, 1, steps)}, index=pd.Index(np.arange(1, steps + 1), name="step"))
         return table.assign(fired=table["value"] > 0.5)
 
+    def kl_lines(steps: int) -> list:  # TRL's kl from the lines, and the trainer's logged kl from step 5 on
+        logged = list(range(5, steps + 1))
+        return [("kl (lines)", list(range(1, steps + 1)), [0.1] * steps), ("kl (trainer log)", logged, [0.2] * len(logged))]
+
     def charts(steps: int) -> list[dict]:
         return [
-            step_curve_chart([("a", samples(steps))], ["reward"], "t", "reward", lines=[("kl", list(range(1, steps + 1)), [0.1] * steps)]),
+            step_curve_chart([("a", samples(steps))], ["reward"], "t", "reward", lines=kl_lines(steps)),
+            step_curve_chart([("a", samples(steps)), ("b", samples(steps + 3))], ["reward"], "t", "reward", zero_shift=True, smoothing=0.5, median=True),
             step_fraction_chart([("a", pd.DataFrame({"zero-signal groups": 0.5, "truncated": 0.1}, index=pd.Index(np.arange(1, steps + 1), name="step")))]),
             signal_chart([("a", signal(steps))], "s", "unit", (0.5,)),
             metric_chart("loss", [("a", history(steps))]),
             prompt_reward_chart(samples(steps)),
         ]
 
-    for before, after in zip(charts(70), charts(71)):
-        data = lambda chart: (chart.get("data"), chart.get("datasets"))  # noqa: E731
-        assert data(before) != data(after)
-        assert {**before, "data": None, "datasets": None} == {**after, "data": None, "datasets": None}
-        assert all("values" not in layer.get("data", {}) or layer["mark"]["type"] == "rule" for layer in before.get("layer", []))  # a threshold's rule: the user's
+    assert all(chart["datasets"]["points"] for chart in charts(3))  # every chart has its points to compare
+    for steps in (1, 2, 3, 4, 5, 29, 30, 31, 59, 60, 70):
+        for before, after in zip(charts(steps), charts(steps + 1)):
+            assert before["datasets"] != after["datasets"]
+            assert {**before, "datasets": None} == {**after, "datasets": None}, (steps, before["title"])
+            assert all("values" not in layer.get("data", {}) or layer["mark"]["type"] == "rule" for layer in before["layer"])  # a threshold's rule, the user's
 
 
 def test_step_fractions_are_percent_per_step():
