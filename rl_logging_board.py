@@ -171,6 +171,7 @@ from rl_board.staleness import STALENESS_SERIES, staleness_by_step, staleness_di
 from rl_board.text import (
     as_written,
     clean_text,
+    distinct_labels,
     markdown_literal,
     one_line,
     shorten,
@@ -606,7 +607,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> tuple["Settings
     if listing_error:
         sidebar.error(markdown_literal(listing_error))
     run_name = sidebar.selectbox(
-        "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=lambda name: "(this folder)" if name == "." else one_line(name)
+        "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=distinct_labels(runs, run_option_label)
     )
     # Compared with the run shown: the loaded one, or the chosen one while none is (or while Load & View opens it; its
     # click is in the session state before the button is drawn).
@@ -618,7 +619,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> tuple["Settings
         "Compare with",
         others,
         key=f"{StateKey.COMPARE_WITH}:{shown_dir}",
-        format_func=lambda name: "(this folder)" if name == "." else one_line(name),
+        format_func=distinct_labels(others, run_option_label),
         help="Other runs of this root drawn beside the loaded one on every step curve and training metric, one line each.",
     )
     max_samples = sidebar.number_input(
@@ -1035,7 +1036,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             # GRPO: each reward function beside the total, to see one traded for another.
             default = [n for n in options if n in REWARD_SERIES][:2] + [n for n in options if n in function_columns]
             remembered_choice(key, options, default or options[:1])
-            chosen = st.multiselect("Reward series", options, key=key, format_func=one_line)
+            chosen = st.multiselect("Reward series", options, key=key, format_func=distinct_labels(options))
             draw_chart(st, cached_step_curve(chosen, "👾 Rewards Logging (Step level)", "reward", **curve), steps)
             draw_largest_changes(runs[0][1], chosen[:1])
         elif view_name == "Step-Groups":
@@ -1048,7 +1049,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
             draw_kl_curve(settings, curve, runs, history)
         elif view_name == "Step-Fields":
             remembered_choice(StateKey.FIELD_SERIES, field_columns, field_columns[:3])
-            chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, format_func=one_line, help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
+            chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, format_func=distinct_labels(field_columns), help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
             draw_chart(st, cached_step_curve(chosen, "👾 Other fields of the lines (Step level)", "value", **curve), steps)
         elif view_name == "Step-Facets":
             draw_facet_curve(runs[0][1], curve)
@@ -1086,13 +1087,13 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
 def draw_facet_curve(run: "RunSnapshot", curve: dict):
     facet_column, series_column = st.columns(2)
     fit_state(StateKey.FACET, run.facets)
-    facet = facet_column.selectbox("Facet", run.facets, key=StateKey.FACET, format_func=filter_label)
+    facet = facet_column.selectbox("Facet", run.facets, key=StateKey.FACET, format_func=distinct_labels(run.facets, filter_label))
     numbers = [column for column in ["reward", *run.reward_function_columns, "advantage", "response_tokens_len", "avg_entropy", "avg_log_ratio", *run.extra_columns] if run.has_values(column)]
     if not numbers:
         st.info("No number to draw per value: the loaded samples have no reward or other number.")
         return
     fit_state(StateKey.FACET_SERIES, numbers)
-    series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES, format_func=one_line)
+    series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES, format_func=distinct_labels(numbers))
     values = run.samples[facet].dropna().unique().tolist()
     by_value = [(f"{facet.removeprefix(TEXT_PREFIX)} = {value}", run.samples[run.samples[facet] == value]) for value in sorted(values)]
     draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})), run.steps)
@@ -1159,7 +1160,7 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         st.info("No sample with turns has a number to draw.")
         return
     remembered_choice(StateKey.TOOLS + ":series", options, options[0] if "tool calls per sample" not in options else "tool calls per sample")
-    series = st.selectbox("Per step", options, key=StateKey.TOOLS + ":series", format_func=one_line, help="; ".join(f"{name}: {text}" for name, text in TOOL_SERIES.items()) + "; calls per sample: <tool> and success rate: <tool> (results without an error over results), per tool name.")
+    series = st.selectbox("Per step", options, key=StateKey.TOOLS + ":series", format_func=distinct_labels(options), help="; ".join(f"{name}: {text}" for name, text in TOOL_SERIES.items()) + "; calls per sample: <tool> and success rate: <tool> (results without an error over results), per tool name.")
     draw_chart(st, step_table_chart(tables, [series], f"👾 Agent trajectories (Step level): {series}", series, look.smoothing), shown.steps)
     events = cached_tool_events(shown.version, shown.samples)
     if events.problems:
@@ -1222,7 +1223,7 @@ def draw_watch_patterns(root: str, patterns: list["WatchPattern"]):
             names = [watch.name for watch in patterns]
             fit_state(key + "remove", names)
             remove_column, button_column = st.columns([4, 1], vertical_alignment="bottom")
-            remove_column.selectbox("Remove a saved pattern", names, key=key + "remove", format_func=one_line)
+            remove_column.selectbox("Remove a saved pattern", names, key=key + "remove", format_func=distinct_labels(names))
             button_column.button("Remove", on_click=drop_watch_pattern, args=(root,), icon=":material/delete:", width="stretch")
         st.caption(f"Kept for {markdown_literal(root)} in {markdown_literal(watch_file())}, never in a run folder.")
 
@@ -1615,7 +1616,7 @@ def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["
         options = list(dict.fromkeys(metric_name(column) for _, shown in histories for frame in (shown.train, shown.eval) for column in frame.columns[1:]))
         key = StateKey.METRIC_SERIES  # one choice, kept while new metrics arrive (live) and across runs that log it
         remembered_choice(key, options, [name for name in DEFAULT_METRICS if name in options] or options[:2])
-        chosen = st.multiselect("Training metrics", options, key=key, format_func=one_line, help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
+        chosen = st.multiselect("Training metrics", options, key=key, format_func=distinct_labels(options), help="Numbers the trainer logged; eval lines dashed, the best checkpoint a dashed rule.")
         versions = tuple((shown.run_dir, shown_history.signature) for shown, shown_history in zip(shown_runs, all_histories))
         if chosen:  # a view per metric, only the open one drawn: each chart of several runs costs the browser a redraw
             name, shown = draw_view_choice("Training metric", chosen, StateKey.METRIC_VIEW, markdown_literal)
@@ -1719,7 +1720,7 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
     filter_column, sort_column, order_column, top_column = st.columns([4, 1.5, 1.3, 1])
     fit_state(StateKey.SEARCH_FILTERS, options)
     chosen = filter_column.multiselect(
-        "Filter by", options, key=StateKey.SEARCH_FILTERS, format_func=filter_label,
+        "Filter by", options, key=StateKey.SEARCH_FILTERS, format_func=distinct_labels(options, filter_label),
         help="Each filter chosen gets a control below; a sample must pass them all. A range leaves out samples without the number.",
     )
     steps, ranges, facets = (), [], []
@@ -1740,12 +1741,12 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
         elif name in run.facets:
             values = sorted(samples[name].dropna().unique().tolist())
             fit_state(key, values)
-            picked = st.multiselect(label, values, key=key, placeholder="every value", format_func=one_line)
+            picked = st.multiselect(label, values, key=key, placeholder="every value", format_func=distinct_labels(values))
             if picked:
                 facets.append((name, tuple(picked)))
     sample_filter = SampleFilter(tuple(steps), tuple(ranges), tuple(facets), "truncated" in chosen, "zero-signal group" in chosen)
     fit_state(StateKey.SEARCH_SORT, ["step", *numbers])
-    sort_by = sort_column.selectbox("Sort by", ["step", *numbers], key=StateKey.SEARCH_SORT, format_func=filter_label)
+    sort_by = sort_column.selectbox("Sort by", ["step", *numbers], key=StateKey.SEARCH_SORT, format_func=distinct_labels(["step", *numbers], filter_label))
     highest = order_column.radio("Order", ["highest first", "lowest first"], key=StateKey.SEARCH_ORDER) == "highest first"
     top = top_column.number_input("Top N", 1, EXPORT_ROWS, RESULTS_SHOWN, key=StateKey.SEARCH_TOP, help=f"How many of the samples found, in this order, are the results (at most {EXPORT_ROWS:,}): the table shows the first {RESULTS_SHOWN:,}, the downloads hold them all.")
     return sample_filter, sort_by, highest, int(top)
@@ -1779,6 +1780,16 @@ def fit_range(key: str, low, high, options: list | None = None):
 # A filter as the search's controls name it: the two flags in words, columns by their names (on one line).
 def filter_label(column: str) -> str:
     return {"truncated": "truncated only", "zero-signal group": "in a zero-signal group"}.get(column) or one_line(column)
+
+
+# A run of the root as the run choices name it: the root itself as "(this folder)".
+def run_option_label(name: str) -> str:
+    return "(this folder)" if name == "." else one_line(name)
+
+
+# A facet's value as the sides of "what changed" name it, or every sample.
+def facet_value_label(item: tuple[str, object] | None) -> str:
+    return "every sample" if item is None else one_line(f"{item[0].removeprefix(TEXT_PREFIX)} = {item[1]}")
 
 
 # How many samples were found and where, a chart of them per step, the results (a click shows one below) and downloads.
@@ -1904,7 +1915,7 @@ def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[i
     for side, place, default_run in zip("AB", st.columns(2), [names[0], names[min(1, len(names) - 1)]]):
         run_key, steps_key = f"{StateKey.CHANGES}:{side}:run", f"{StateKey.CHANGES}:{side}:steps"
         fit_state(run_key, names)
-        name = place.selectbox(f"{side}: run", names, index=names.index(default_run), key=run_key, format_func=one_line) if len(names) > 1 else names[0]
+        name = place.selectbox(f"{side}: run", names, index=names.index(default_run), key=run_key, format_func=distinct_labels(names)) if len(names) > 1 else names[0]
         steps = runs[name].steps
         halves = len(names) > 1 and default_run != names[0] if side == "B" else len(names) > 1
         middle = steps[max(len(steps) // 2 - 1, 0)]
@@ -1920,7 +1931,7 @@ def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[i
         if len(values) > 1:
             where_key = f"{StateKey.CHANGES}:{side}:where"
             fit_state(where_key, values)
-            where = place.selectbox(f"{side}: samples", values, key=where_key, format_func=lambda item: "every sample" if item is None else one_line(f"{item[0].removeprefix(TEXT_PREFIX)} = {item[1]}"),
+            where = place.selectbox(f"{side}: samples", values, key=where_key, format_func=distinct_labels(values, facet_value_label),
                                     help="Only the samples whose facet has this value, e.g. a run's validation samples (mode = val)")
         sides.append((name, tuple(int(step) for step in chosen), where))
     return sides
@@ -1930,7 +1941,7 @@ def draw_change_sides(runs: dict[str, "RunSnapshot"]) -> list[tuple[str, tuple[i
 def draw_pass_rule(columns: list[str], a: pd.DataFrame, b: pd.DataFrame) -> tuple[str, float]:
     column_place, threshold_place = st.columns(2)
     fit_state(f"{StateKey.CHANGES}:pass_column", columns)
-    column = column_place.selectbox("Pass on", columns, key=f"{StateKey.CHANGES}:pass_column", format_func=one_line, help="The reward, or one reward function (e.g. a correctness check), that says whether a sample passed")
+    column = column_place.selectbox("Pass on", columns, key=f"{StateKey.CHANGES}:pass_column", format_func=distinct_labels(columns), help="The reward, or one reward function (e.g. a correctness check), that says whether a sample passed")
     default = default_threshold(a, b, column) if not (a.empty or b.empty) else 1.0
     threshold_key = f"{StateKey.CHANGES}:threshold:{column}"
     threshold = threshold_place.number_input("Pass when at least", value=st.session_state.get(threshold_key, default), key=threshold_key, format="%g", help="A sample passes when its value is at least this: 1 by default for a 0/1 reward, else the middle of the values seen")
@@ -1947,7 +1958,7 @@ def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, func
         rows = rows.sort_values("reward", ascending=False, kind="stable").head(PROMPT_SIDE_LINES)
         batch = load_step_batch(f"changes {side} " + lines_key(rows), rows)
         labels = [f"step {step} · sample {sample} · reward {reward:.3f}" for step, sample, reward in zip(batch.table["step"], batch.table["sample"], batch.table["reward"])]
-        choice = place.selectbox(f"{side}'s response", range(len(labels)), format_func=lambda position, labels=labels: labels[position], key=f"{StateKey.CHANGES}:{side}:response:{lines_key(rows)}")
+        choice = place.selectbox(f"{side}'s response", range(len(labels)), format_func=distinct_labels(range(len(labels)), labels.__getitem__), key=f"{StateKey.CHANGES}:{side}:response:{lines_key(rows)}")
         row = batch.table.iloc[choice]
         shown = [name for name in ["reward", *functions, "advantage", "response_tokens_len", f"avg_kl_{settings.kl_estimator}"] if name in row.index and pd.notna(row[name])]
         place.caption(" · ".join(f"{markdown_literal(name)} {row[name]:.4g}" for name in shown))
@@ -2336,7 +2347,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
 # changes. Returns the view chosen and the container to draw it in.
 def draw_view_choice(label: str, names: list[str], key: str, format_func=str) -> tuple[str, DeltaGenerator]:
     view = remembered_choice(key, names, names[0])
-    st.segmented_control(label, names, key=key, format_func=format_func, label_visibility="collapsed", required=True)
+    st.segmented_control(label, names, key=key, format_func=distinct_labels(names, format_func), label_visibility="collapsed", required=True)
     return view, st.container(key=f"{key}_shown")
 
 

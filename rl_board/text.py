@@ -3,6 +3,7 @@ one line (one_line), texts shortened and cleaned (pad tokens, system prompt, ima
 readable (byte-level and SentencePiece bytes decoded, special tokens kept), invalid UTF-8 shown as U+FFFD."""
 import codecs
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -74,6 +75,25 @@ VISIBLE_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # title held a line break was never drawn (Vega-Lite writes titles into expressions of the spec it compiles).
 def one_line(text) -> str:
     return NAME_CONTROL.sub(lambda match: VISIBLE_CONTROL.get(match.group(), f"\\u{ord(match.group()):04x}"), valid_text(str(text)))
+
+
+
+# Each option's label, where names from the data can show alike (a line break and a written "\n" both show as \n, 1 and
+# "1" as 1): Streamlit's select widgets tell options apart by their labels, so of two alike the second could not be
+# chosen. A label already taken gets a number: "a\nb", "a\nb (2)".
+def distinct_labels(options, label=one_line) -> Callable[[object], str]:
+    labels, taken = {}, set()
+    for option in options:
+        if (type(option), option) in labels:  # True and 1 are equal, and alike as keys
+            continue
+        shown = text = label(option)
+        count = 1
+        while text in taken:
+            count += 1
+            text = f"{shown} ({count})"
+        taken.add(text)
+        labels[type(option), option] = text
+    return lambda option: labels.get((type(option), option)) or label(option)
 
 
 # A list item or heading the text would start ("- x", "+ x", "1. x"): its first character escaped.

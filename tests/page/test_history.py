@@ -17,6 +17,7 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from bench.generate_run import write_run
+from rl_board.text import markdown_literal, one_line
 from tests.support.page import (
     chart_spec,
     curve_points,
@@ -358,6 +359,27 @@ def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch, 
     table = downloads(app, "Train history (CSV)")
     assert table[["run", "step", "reward"]].values.tolist() == [[name, step, value] for name in ("gamma", "alpha") for step, value in enumerate(rewards[name])]
 
+
+
+# Two metric keys that show alike, a line break and a written "\n": Streamlit's select widgets tell options apart by
+# their labels, so before their labels differed the second could not be chosen (choosing it chose the first).
+def test_metrics_whose_names_show_alike_can_each_be_chosen_and_viewed(tmp_path, monkeypatch):
+    names = ["a\nb", "a\\nb"]
+    run = tmp_path / "runs" / "alike"
+    write_lines(run / "rollout_data_rank_0.jsonl", [sample(step, reward=1.0) for step in range(3)])
+    write_lines(run / "rollout_metrics_20261124T000000Z.jsonl", [{"step": step, "kind": "train", names[0]: step, names[1]: 10 + step} for step in range(3)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    metrics = widget(app.multiselect, "Training metrics")
+    assert metrics.options == ["a\\nb", "a\\nb (2)"]
+    for name, first in zip(names, (0, 10)):
+        widget(app.multiselect, "Training metrics").set_value([names[1 - names.index(name)], name]).run()
+        assert widget(app.multiselect, "Training metrics").value == [names[1 - names.index(name)], name]
+        views = next(choice for choice in app.get("button_group") if choice.key == "metric_view")
+        assert views.options == [markdown_literal(names[1 - names.index(name)]), markdown_literal(name) + " (2)"]
+        views.set_value(name).run()
+        assert not app.exception and views.value == name
+        train = metric_points(charts_by_title(app)[one_line(name)], "train")  # both titled as they show
+        assert [values for values in train.values()] == [[(step, first + step) for step in range(3)]]
 
 # ---------------------------------------------------------------------------------------------- prompt history
 

@@ -17,12 +17,14 @@ from rl_board.figures import (
     VALUE_LABELLED_TOKENS,
     batch_reward_chart,
     diverging_colours,
+    matches_per_step_chart,
     metric_chart,
     prompt_reward_chart,
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
     signal_chart,
+    staleness_share_chart,
     step_curve_chart,
     step_fraction_chart,
     token_heatmap_figure,
@@ -44,7 +46,15 @@ from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
 from rl_board.reading.snapshot import SampleTokens, group_numbers
 from rl_board.reading.store import RunStore
-from rl_board.text import clean_text, markdown_literal, one_line, readable_tokens, system_prompt_span, valid_text
+from rl_board.text import (
+    clean_text,
+    distinct_labels,
+    markdown_literal,
+    one_line,
+    readable_tokens,
+    system_prompt_span,
+    valid_text,
+)
 from tests.support.runs import load, sample, write_lines
 
 FORMULAS = {
@@ -282,6 +292,16 @@ def test_a_step_chart_s_spec_is_the_same_when_a_step_is_appended():
             assert {**before, "datasets": None} == {**after, "datasets": None}, (steps, before["title"])
             assert all("values" not in layer.get("data", {}) or layer["mark"]["type"] == "rule" for layer in before["layer"])  # a threshold's rule, the user's
 
+    # The bar charts of steps (search's matches, a run's samples by staleness): their step labels come from the data too.
+    def bar_charts(steps: int) -> list[dict]:
+        staleness = pd.DataFrame({"step": np.repeat(np.arange(1, steps + 1), 2), "staleness": [0, 1] * steps, "samples": 2, "share": 0.5})
+        return [matches_per_step_chart(pd.Series(np.arange(steps) % 3, index=np.arange(1, steps + 1))), staleness_share_chart(staleness, "t")]
+
+    for steps in (1, 2, 11, 12, 13, 24, 25, 100):
+        for before, after in zip(bar_charts(steps), bar_charts(steps + 1)):
+            assert before["data"] != after["data"]
+            assert {**before, "data": None} == {**after, "data": None}, (steps, before["title"])
+
 
 def test_step_fractions_are_percent_per_step():
     fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
@@ -458,6 +478,15 @@ def test_markdown_literal_and_one_line_keep_a_name_on_its_line_as_written():
     assert [markdown_literal(name) for name in ("0.04", "-1", "2026-11-26", "a - b")] == ["0.04", "-1", "2026-11-26", "a - b"]
     assert one_line("plain name/with: punctuation") == "plain name/with: punctuation"
 
+
+
+# Select widgets tell options apart by their labels: options that show alike each get a label of their own, in order.
+def test_options_that_show_alike_get_labels_of_their_own():
+    options = ["a\nb", "a\\nb", "x", "a\\nb (2)", 1, "1", True, "x"]
+    label = distinct_labels(options)
+    assert [label(option) for option in options] == ["a\\nb", "a\\nb (2)", "x", "a\\nb (2) (2)", "1", "1 (2)", "True", "x"]
+    assert label("not an option\n") == "not an option\\n"  # a value outside them: as one_line shows it
+    assert distinct_labels([".", "(this folder)"], lambda name: "(this folder)" if name == "." else name)("(this folder)") == "(this folder) (2)"
 
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
     table = pd.DataFrame({
