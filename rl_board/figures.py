@@ -303,6 +303,16 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
 STEP_LABELS = 12  # labels on a bar chart's step axis at most
 
 
+# A bar chart's step axis: a bar for every step, a label every so many steps, the first labelled (Vega's
+# overlap rule spaced them unevenly). Which steps are labelled is worked out in the browser from the steps the data
+# has: written into the spec, they would change it with each step a run adds, and the browser would build the chart
+# anew instead of swapping its data.
+STEP_BAR_AXIS = {
+    "field": "step", "type": "ordinal", "title": "step",
+    "axis": {"labelAngle": 0, "labelExpr": f"indexof(domain('x'), datum.value) % ceil(length(domain('x')) / {STEP_LABELS}) == 0 ? datum.label : ''"},
+}
+
+
 # How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie.
 def matches_per_step_chart(per_step: pd.Series) -> dict:
     return {
@@ -311,8 +321,7 @@ def matches_per_step_chart(per_step: pd.Series) -> dict:
         "data": {"values": [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]},
         "mark": {"type": "bar", "color": STEP_PALETTE[1], "tooltip": True},
         "encoding": {
-            # a bar for every step, none found or not; a label every so many steps (Vega's overlap rule spaced them unevenly)
-            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelAngle": 0, "values": [int(step) for step in per_step.index[::math.ceil(len(per_step) / STEP_LABELS)]] if len(per_step) else []}},
+            "x": STEP_BAR_AXIS,  # a bar for every step, none found or not
             "y": {"field": "samples", "type": "quantitative", "title": "samples", "axis": {"tickMinStep": 1}},
         },
     }
@@ -379,7 +388,6 @@ def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
         {"step": int(step), "staleness": label(int(staleness)), "order": int(staleness), "samples": int(samples), "share": json_number(share)}
         for step, staleness, samples, share in zip(parts["step"], parts["staleness"], parts["samples"], parts["share"])
     ]
-    steps = sorted(parts["step"].unique().tolist())
     labels = [label(staleness) for staleness in sorted(parts["staleness"].unique().tolist())]
     return {
         "title": title,
@@ -389,7 +397,7 @@ def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
         "mark": {"type": "bar"},
         "params": [{"name": PICK_STEP, "select": {"type": "point", "encodings": ["x"], "on": "click"}}],
         "encoding": {
-            "x": {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelAngle": 0, "values": [int(step) for step in steps[::math.ceil(len(steps) / STEP_LABELS)]] if steps else []}},
+            "x": STEP_BAR_AXIS,
             "y": {"field": "share", "type": "quantitative", "title": "share of the step's samples", "scale": {"domain": [0, 1]}, "axis": {"format": ".0%"}},
             "color": {"field": "staleness", "type": "ordinal", "title": "staleness", "sort": labels, "scale": {"domain": labels, "range": staleness_colours(labels)}},
             "order": {"field": "order", "type": "quantitative"},

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.support.browser import browser, served_board  # noqa: F401 (browser: a fixture)
+from tests.support.browser import VEGA_VIEW, browser, served_board  # noqa: F401 (browser: a fixture)
 from tests.support.runs import sample, write_lines
 
 SHOTS = Path(os.environ.get("RL_LOGGING_BOARD_SHOTS", "/tmp/search_shots"))
@@ -200,6 +200,38 @@ def test_the_chart_of_samples_found_per_step_shows_its_bars(page):
       return count;
     }}""")
     assert bars >= 4 * 100, bars  # four bars, each some pixels wide and tall
+
+
+# The labels on a Vega view's bottom axis, with the steps put into its data first (when given).
+STEP_AXIS_LABELS = """async ([chart, steps]) => {
+""" + VEGA_VIEW + """  if (steps) {
+    const source = Object.keys(view._runtime.data).find(name => (view.data(name) || []).some(row => 'samples' in row));
+    view.data(source, steps.map(step => ({step, samples: step % 3})));
+    await view.runAsync();
+  }
+  const labels = [];
+  const walk = (node, orient) => {
+    for (const item of node.items || []) {
+      const side = item.mark && item.mark.role === 'axis' ? item.orient : orient;
+      if (side === 'bottom' && item.mark.role === 'axis-label') labels.push(item.text);
+      for (const child of item.items || []) walk(child, side);
+    }
+  };
+  walk(view.scenegraph().root, null);
+  return labels;
+}"""
+
+
+# Which steps the chart labels is worked out in its Vega view from its data (not written into the spec, which would
+# then change with every step a run adds): every step of this run's 4, every third of 30 (at most 12 labels).
+def test_the_chart_of_samples_found_per_step_labels_every_so_many_steps(page):
+    search_needle(page)
+    page.wait_for_function(f"() => ({SEARCH_CHARTS}).length === 1", timeout=30_000)
+    page.wait_for_timeout(1000)  # drawn
+    chart = f"({SEARCH_CHARTS})[0].closest('.vega-embed')"
+    assert page.evaluate(f"() => ({STEP_AXIS_LABELS})([{chart}, null])") == [str(step) for step in range(1, STEPS + 1)]
+    steps = list(range(101, 131))
+    assert page.evaluate(f"steps => ({STEP_AXIS_LABELS})([{chart}, steps])", steps) == [str(step) if position % 3 == 0 else "" for position, step in enumerate(steps)]
 
 
 # Clicking a result's selection box (rows are 35 px, the header is row 0) and waiting until the sample view shows it.
