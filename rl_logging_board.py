@@ -739,7 +739,7 @@ def load_selected_run(settings: "Settings"):
     if run_dir != joined(root, settings.run_name):
         other_choice.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
     try:
-        snapshot = load_run(run_dir, settings.max_samples, opening or settings.live)
+        snapshot = load_run(run_dir, settings.max_samples, opening or settings.live, [ProgressBar(), ProgressBar()])
     except StorageError as error:
         st.error(markdown_literal(error))
         return None
@@ -759,10 +759,10 @@ def forget_the_place():
     st.session_state[StateKey.SELECTED_STEP] = OPEN_AT_LATEST
 
 
-# A run's snapshot from its shared store, brought up to date when asked (or first needed), with progress bars.
-def load_run(run_dir: str, max_samples: int, refresh: bool) -> "RunSnapshot":
+# A run's snapshot from its shared store, brought up to date when asked (or first needed), with progress bars: the
+# caller's, always there, so the elements below keep their places (STABLE_LAYOUT).
+def load_run(run_dir: str, max_samples: int, refresh: bool, bars: list["ProgressBar"]) -> "RunSnapshot":
     store = run_store(run_dir)
-    bars = [ProgressBar(), ProgressBar()]  # always there, so the elements below keep their places (STABLE_LAYOUT)
     if (refresh or max_samples not in store.snapshots) and store.needs_work(max_samples):
         try:
             store.load(max_samples, files_progress=bars[0].show, samples_progress=bars[1].show)
@@ -778,14 +778,18 @@ def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
     run_dirs = [run_dir for run_dir in run_dirs if is_remote(run_dir) or Path(run_dir).is_dir()]
     if settings.allowed_root is not None:
         run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root)]
-    compared = []
+    # One place for their problems and one pair of progress bars, always there (STABLE_LAYOUT): a run added, or a store
+    # failing for one refresh, must not move the page below, where the browser would build every element anew.
+    problems, bars = st.empty(), [ProgressBar(), ProgressBar()]
+    compared, failures = [], []
     for run_dir in run_dirs:
         if run_dir != st.session_state.get(StateKey.LOADED_RUN):
-            problem = st.empty()  # always there (STABLE_LAYOUT): a store failing for one refresh must not move the page
             try:
-                compared.append(load_run(run_dir, settings.max_samples, settings.live))
+                compared.append(load_run(run_dir, settings.max_samples, settings.live, bars))
             except StorageError as error:
-                problem.warning(markdown_literal(error))
+                failures.append(markdown_literal(error))
+    if failures:
+        problems.warning("\n\n".join(failures))
     return compared
 
 
@@ -803,8 +807,9 @@ class ProgressBar:
             self.shown_at = now
             self.element.progress(min(fraction, 1.0), text=f"[{fraction:.0%}] {text}")
 
-    def clear(self):
+    def clear(self):  # a later load is timed from here
         self.element.empty()
+        self.started_at, self.shown_at = time.monotonic(), -math.inf
 
 
 # Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed (rollouts or

@@ -86,3 +86,34 @@ def test_runs_picked_in_compare_with_each_draw_a_line_on_step_reward(browser, bo
     assert set(scene["symbols"]) == {line["stroke"] for line in scene["lines"]}  # the legend's colours are the lines'
     page.screenshot(path=str(ARTIFACTS / "compare.png"))
     context.close()
+
+
+# Each Vega view on the page, marked: "kept" where it was marked before, "new" where the browser built it since.
+VIEWS_KEPT = "() => [...document.querySelectorAll('.vega-embed')].map(chart => {" + VEGA_VIEW + """  if (!view) return null;
+  const kept = view.__marked === true;
+  view.__marked = true;
+  return kept ? 'kept' : 'new';
+})"""
+SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptState === 'notRunning'"
+
+
+# A run added to Compare with must not move the page below it: there the browser updates each chart's data in the
+# Vega view it has, where an element moved to another place is built anew (every chart of the page, several times the
+# work). From the second compared run on, every chart keeps its view.
+def test_a_run_added_to_compare_with_keeps_every_chart_s_view(browser, board_url):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.goto(board_url)
+    page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
+    for position, name in enumerate(PICKED):
+        page.get_by_role("combobox", name="Compare with").click()
+        page.get_by_role("option", name=name, exact=True).click()
+        page.keyboard.press("Escape")
+        wait_for_scene(page, f"scene.labels.includes({name!r})")
+        page.wait_for_timeout(500)
+        page.wait_for_function(SETTLED, timeout=60_000)
+        views = page.evaluate(VIEWS_KEPT)
+        if position > 0:  # the first compared run turns the Step-Reward chart's series into a dash each: a new spec
+            assert len(views) >= 4 and views == ["kept"] * len(views), views
+    assert page.locator('[data-testid="stException"]').count() == 0
+    context.close()

@@ -9,6 +9,7 @@ rollout lines; "This prompt over training" against the lines with that prompt.
 import io
 import json
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,6 +18,8 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from bench.generate_run import write_run
+from rl_board.reading.storage import StorageError
+from rl_board.reading.store import RunStore
 from rl_board.text import markdown_literal, one_line
 from tests.support.page import (
     chart_spec,
@@ -342,6 +345,31 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     assert set(downloads(app, "Per-step statistics (CSV)")["run"]) == {"gamma"}
     assert not app.exception
 
+
+
+# Compared runs whose store fails (a bucket that went away, refused credentials): one warning names each, in the one
+# place the compared runs' loads have whatever their number, and the runs that load are drawn.
+def test_compared_runs_that_fail_to_load_are_named_in_one_warning_and_the_others_drawn(three_runs, monkeypatch):
+    def failing_load(store, max_samples, *args, **kwargs):
+        if Path(store.run_dir).name in failing:
+            raise StorageError(f"{store.run_dir}: permission denied")
+        return loading(store, max_samples, *args, **kwargs)
+
+    def colours(app) -> set:  # a run alone: a colour per series; runs compared: a colour per run
+        return {point["colour"] for point in step_reward_chart(app)["data"]["values"]}
+
+    app = load_and_view(start(three_runs, monkeypatch))
+    widget(app.multiselect, "Reward series").set_value(["reward"]).run()
+    loading, failing = RunStore.load, {"alpha", "beta"}
+    monkeypatch.setattr(RunStore, "load", failing_load)
+    for chosen in (["alpha"], ["alpha", "beta"]):
+        compare(app, chosen)
+        assert [warning.value for warning in app.warning] == ["\n\n".join(markdown_literal(f"{three_runs / name}: permission denied") for name in chosen)]
+        assert colours(app) == {"reward"}  # the loaded run alone
+    failing = {"alpha"}
+    compare(app, ["beta", "alpha"])
+    assert [warning.value for warning in app.warning] == [markdown_literal(f"{three_runs / 'alpha'}: permission denied")]
+    assert colours(app) == {"gamma", "beta"}
 
 # Training metrics of compared runs: a line per run, named by run, from each run's own metrics file.
 def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch, downloads):
