@@ -66,7 +66,7 @@ LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 # numeric order; smoothed, the raw centre line stays faint behind.
 def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
     points, shown, line_points = [], [], []
-    by_run = len(runs) > 1 and len(columns) > 1  # several series of several runs: colour by run, dashes by series
+    by_run = len(runs) > 1  # several runs: colour by run, dashes by series (so a series chosen or not keeps the spec)
     for run_name, samples in runs:
         for column in columns:
             if column not in samples:
@@ -91,7 +91,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             faint_raw = json_numbers(raw) if smoothing else [None] * len(raw)
             single = len(stats) == 1  # a line of one point draws nothing: the point is marked instead
             points += [
-                {"series": name, "colour": shown[-1], "order": order, "what": label, "single": single, "step": step, "centre": c, "raw": r, "low": a, "high": b, "mean": m, "median": md, "std": sd, "n": n, "change": d}
+                {"series": name, "colour": shown[-1], "order": order, "what": label, "what_order": columns.index(column), "single": single, "step": step, "centre": c, "raw": r, "low": a, "high": b, "mean": m, "median": md, "std": sd, "n": n, "change": d}
                 for step, c, r, a, b, m, md, sd, n, d in zip(
                     stats.index.tolist(), json_numbers(centre), faint_raw, json_numbers(low), json_numbers(high), json_numbers(stats["mean"]),
                     json_numbers(stats["median"]), json_numbers(stats["std"]), stats["count"].tolist(), json_numbers(change),
@@ -115,7 +115,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             "y": {"field": "centre", "type": "quantitative"},
             "color": colour,
             "detail": {"field": "series"},
-            **({"strokeDash": {"field": "what", "type": "nominal", "scale": {"domain": [(names or {}).get(column, column) for column in columns]}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
+            **({"strokeDash": {"field": "what", "type": "nominal", "sort": {"field": "what_order", "op": "min"}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
         },
     }
     centre = {"field": "centre", "type": "quantitative"}

@@ -75,15 +75,16 @@ def test_runs_picked_in_compare_with_each_draw_a_line_on_step_reward(browser, bo
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "compare_series.png"))
 
-    # One series: a line per run, named by run.
+    # One series: a line per run, named by run; the series is the one dash (the spec stays that of several series).
     for series in REWARD_SERIES[1:]:
         page.get_by_role("button", name=f"Remove {series}", exact=True).click()
         wait_for_scene(page, f"!scene.labels.includes({series!r})")
     scene = page.evaluate(f"({STEP_REWARD_SCENE})()")
-    assert scene["labels"] == [LOADED, *PICKED]
+    assert scene["labels"] == [LOADED, *PICKED, REWARD_SERIES[0]]
+    assert len({line["dash"] for line in scene["lines"]}) == 1
     assert len(scene["lines"]) == len(RUNS) and all(line["points"] == STEPS for line in scene["lines"])
     assert len({line["stroke"] for line in scene["lines"]}) == len(RUNS)
-    assert set(scene["symbols"]) == {line["stroke"] for line in scene["lines"]}  # the legend's colours are the lines'
+    assert set(scene["symbols"][: len(RUNS)]) == {line["stroke"] for line in scene["lines"]}  # the colour legend's are the lines'
     page.screenshot(path=str(ARTIFACTS / "compare.png"))
     context.close()
 
@@ -99,8 +100,8 @@ SETTLED = "document.querySelector('[data-testid=\"stApp\"]').dataset.testScriptS
 
 # A run added to Compare with must not move the page below it: there the browser updates each chart's data in the
 # Vega view it has, where an element moved to another place is built anew (every chart of the page, several times the
-# work). From the second compared run on, every chart keeps its view.
-def test_a_run_added_to_compare_with_keeps_every_chart_s_view(browser, board_url):  # noqa: F811
+# work). From the second compared run on, every chart keeps its view; so it does when a reward series is removed.
+def test_a_run_added_or_a_series_removed_keeps_every_chart_s_view(browser, board_url):  # noqa: F811
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = context.new_page()
     page.goto(board_url)
@@ -115,5 +116,10 @@ def test_a_run_added_to_compare_with_keeps_every_chart_s_view(browser, board_url
         views = page.evaluate(VIEWS_KEPT)
         if position > 0:  # the first compared run turns the Step-Reward chart's series into a dash each: a new spec
             assert len(views) >= 4 and views == ["kept"] * len(views), views
+    page.get_by_role("button", name=f"Remove {REWARD_SERIES[1]}", exact=True).click()
+    wait_for_scene(page, f"!scene.labels.includes({REWARD_SERIES[1]!r})")
+    page.wait_for_timeout(500)
+    page.wait_for_function(SETTLED, timeout=60_000)
+    assert page.evaluate(VIEWS_KEPT) == ["kept"] * len(views)
     assert page.locator('[data-testid="stException"]').count() == 0
     context.close()

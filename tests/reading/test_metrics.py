@@ -303,6 +303,23 @@ def test_a_step_chart_s_spec_is_the_same_when_a_step_is_appended():
             assert {**before, "data": None} == {**after, "data": None}, (steps, before["title"])
 
 
+
+# Compared runs: a colour per run and a dash per series, the dashes in the order the series were chosen, whatever
+# series are chosen: the spec stays the same, so the browser swaps the data instead of building the chart anew.
+def test_compared_runs_keep_their_step_curve_spec_whichever_series_are_chosen():
+    def samples(seed: int) -> pd.DataFrame:
+        rng = np.random.default_rng(seed)
+        return pd.DataFrame({"step": np.repeat([1, 2, 3], 4), "reward": rng.random(12), "ref_reward": rng.random(12), "accuracy": rng.random(12)})
+
+    runs = [("a", samples(0)), ("b", samples(1))]
+    charts = [step_curve_chart(runs, columns, "t", "reward") for columns in (["reward"], ["ref_reward", "reward"], ["reward", "ref_reward", "accuracy"])]
+    assert all({**chart, "datasets": None} == {**charts[0], "datasets": None} for chart in charts)
+    dashes = [sorted({(point["what_order"], point["what"]) for point in chart["datasets"]["points"]}) for chart in charts]
+    assert dashes == [[(0, "reward")], [(0, "ref_reward"), (1, "reward")], [(0, "reward"), (1, "ref_reward"), (2, "accuracy")]]
+    assert {point["colour"] for point in charts[1]["datasets"]["points"]} == {"a", "b"}
+    [line] = [layer for layer in charts[0]["layer"] if "strokeDash" in layer["encoding"]]
+    assert line["encoding"]["strokeDash"]["sort"] == {"field": "what_order", "op": "min"}
+
 def test_step_fractions_are_percent_per_step():
     fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
     points = step_fraction_chart([("run", fractions)])["datasets"]["points"]
