@@ -35,7 +35,7 @@ from playwright.sync_api import sync_playwright
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
-from bench.run_bench import QUIET_MS, Board, browser_pids, child_pids, cpu_seconds, cpu_since  # noqa: E402
+from bench.run_bench import FRAME_SEEN, QUIET_MS, Board, browser_pids, child_pids, cpu_seconds, cpu_since  # noqa: E402
 
 STEPS, PROMPTS, GENERATIONS, IMAGES, SIZE = 3, 8, 2, 4, (640, 480)
 FIRST_VIEWS = [2, 4, 6, 8, 10]  # samples of prompts 1-5 of step 1 (two completions a prompt); sample 0 is shown at load
@@ -149,7 +149,7 @@ class ImageBoard(Board):
                 if (!({condition})) return false;
                 bench.shown = performance.now();
             }}
-            return performance.now() - Math.max(bench.busy, bench.received, bench.shown) > {QUIET_MS};
+            return {FRAME_SEEN} && performance.now() - Math.max(bench.busy, bench.received, bench.shown) > {QUIET_MS};
         }}""", timeout=120_000, polling="raf")
         sent, received, busy, shown = self.page.evaluate(
             f"() => [window.__bench.firstSentAfter({armed}), window.__bench.received, window.__bench.busy, window.__bench.shown]")
