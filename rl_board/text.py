@@ -77,7 +77,6 @@ def one_line(text) -> str:
     return NAME_CONTROL.sub(lambda match: VISIBLE_CONTROL.get(match.group(), f"\\u{ord(match.group()):04x}"), valid_text(str(text)))
 
 
-
 # Each option's label, where names from the data can show alike (a line break and a written "\n" both show as \n, 1 and
 # "1" as 1): Streamlit's select widgets tell options apart by their labels, so of two alike the second could not be
 # chosen. A label already taken gets a number: "a\nb", "a\nb (2)".
