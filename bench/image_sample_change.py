@@ -3,7 +3,7 @@
 Writes (under a temporary folder) a run whose prompts each name 4 distinct PIL-drawn images (640 x 480 PNGs, as
 rollout_logger writes an image not decoded from a JPEG), and the same run without images for reference. Then, for
 each of REPEATS repeats, a new server started by start.sh (so the board's image cache starts empty) and a new Chromium
-page (bench/run_bench.py's Board): Load & View of the run, then sample changes in step 1 (index input):
+page (bench/run_bench.py's Board): Load & View of the run, then sample changes at its latest step, where it opens (index input):
   - first view: a sample of a prompt not shown yet, so its 4 images are decoded and re-encoded for the page;
   - cached view: a sample shown before (the board's image cache, and the browser's, have its images);
   - the run without images: the same sample changes, for what the images add.
@@ -38,7 +38,7 @@ sys.path.insert(0, str(PROJECT))
 from bench.run_bench import FRAME_SEEN, QUIET_MS, Board, browser_pids, child_pids, cpu_seconds, cpu_since  # noqa: E402
 
 STEPS, PROMPTS, GENERATIONS, IMAGES, SIZE = 3, 8, 2, 4, (640, 480)
-FIRST_VIEWS = [2, 4, 6, 8, 10]  # samples of prompts 1-5 of step 1 (two completions a prompt); sample 0 is shown at load
+FIRST_VIEWS = [2, 4, 6, 8, 10]  # samples of prompts 1-5 of the step shown, the latest (two completions a prompt); sample 0 is shown at load
 CACHED_VIEWS = [0, 2, 4, 6, 8]  # each shown before, and none the sample just before it
 TARGET = 0.2
 PLACEHOLDERS = 64
@@ -110,7 +110,7 @@ def write_runs(root: Path) -> tuple[Path, Path]:
 
 
 def marker(sample: int) -> str:
-    return f"? (1.{sample // GENERATIONS})"  # the prompt text of step 1's sample
+    return f"? ({STEPS}.{sample // GENERATIONS})"  # the prompt text of the sample at the step shown: a run opens at its latest
 
 
 PAGE_IMAGES = "[...document.querySelectorAll('[data-testid=\"stImage\"] img')]"
@@ -202,6 +202,7 @@ def measure(root: Path, repeats: int) -> dict[str, list[float]]:
         for repeat in range(repeats):
             board = ImageBoard(root, root / f".cache-{repeat}", playwright)  # a new server: the image cache is empty
             try:
+                board.show_page()
                 for run, images, views in (("images", True, [("first view", FIRST_VIEWS), ("cached view", CACHED_VIEWS)]),
                                            ("text", False, [("without images", FIRST_VIEWS)])):
                     board.open_run(run, images)

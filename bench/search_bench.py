@@ -114,7 +114,7 @@ def server_side(size: str, repeats: int) -> dict:
     run = RunStore(run_dir).load(MAX_SAMPLES[size])  # indexes the run into the cache the first time
     print(f"{size}: run indexed/loaded in-process in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     samples = run.samples
-    estimator = board.default_kl_estimator(str(Path(run_dir).parent), Path(run_dir).name)  # the page's KL estimator
+    estimator = board.default_kl_estimator(run_dir)  # the page's KL estimator
     sort_column = next(column for column in filter_columns(run, estimator) if column.startswith("avg_kl"))
     if WORKERS > 1:  # the server starts its workers before Load & View: here they are ready before timing
         pool = worker_pool()
@@ -246,6 +246,7 @@ def measure(size: str, repeats: int, screenshots: bool = False) -> dict:
         for repeat in range(repeats):
             board = SearchBoard(root, cache, playwright)  # a fresh server: the run's texts are not read yet
             try:
+                board.show_page()
                 if MAX_SAMPLES[size] != 128:
                     board.set_max_samples(MAX_SAMPLES[size])
                 rows["Load & View, index cache warm (s)"].append(board.load(steps_count))
