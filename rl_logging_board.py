@@ -448,6 +448,7 @@ class StateKey:
     BATCH_TABLE = "batch_table"  # the batch table's box
     BATCH_ROWS = "batch_rows"  # the batch table; its selection, the row picked (of the step in view or one before)
     GROUP_TABLE = "group_table"
+    GROUP_MEMBER = "group_member"  # prefix: a button per place in the sample's group
     CURVE_VIEW = "curve_view"
     REWARD_SERIES = "reward_series"  # prefix: one choice per set of options
     REWARD_WEIGHTS = "reward_weights"  # prefix: one per run
@@ -2154,10 +2155,11 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
                 facts.append(f"adv {member['advantage']:+.3f}")
             if pd.notna(member["response_tokens_len"]):
                 facts.append(f"{member['response_tokens_len']:.0f} tok")
-            if index == sample:
-                st.markdown(f"**#{index}** (shown above)")
-            else:
-                st.button(f"#{index}", key=f"open_sample_{index}", on_click=open_sample, args=(int(index),), help="Show this completion in the samples pair")
+            # A button in every place, keyed by the place: another sample or step relabels it, where a new key or a
+            # markdown in a button's place would be a new element, built anew by the browser.
+            shown = index == sample
+            st.button(f"#{index} (shown above)" if shown else f"#{index}", key=f"{StateKey.GROUP_MEMBER}:{position}", on_click=open_sample, args=(int(index),),
+                      disabled=shown, help="Show this completion in the samples pair")
             st.caption(" · ".join(facts))
             st.text(as_written(clean_text(member["response"], settings.view.pad_token)))
 

@@ -512,9 +512,14 @@ def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions
     assert batch_table(app)["group"].tolist() == [group_of.index(line["group_id"]) for line in step_lines]
     assert f"**Group {group} of this step**: {len(members)} completion(s) of the prompt of sample #5." in [m.value for m in app.markdown]
     other = next(i for i in members if i != 5)
-    assert sorted([int(b.label[1:]) for b in app.button if b.label.startswith("#")]) == [i for i in members if i != 5]
+    buttons = [b for b in app.button if b.label.startswith("#")]  # a button per completion, the one shown disabled
+    assert [(b.label, b.disabled) for b in buttons] == [(f"#{i} (shown above)", True) if i == 5 else (f"#{i}", False) for i in members]
+    keys = [b.key for b in buttons]
     next(b for b in app.button if b.label == f"#{other}").click().run()
     assert widget(app.number_input, "Sample index in current step batch").value == other
+    # Keyed by their places, the same buttons relabelled: the browser keeps its elements.
+    assert [(b.key, b.label, b.disabled) for b in app.button if b.label.startswith("#")] == [
+        (key, f"#{i} (shown above)" if i == other else f"#{i}", i == other) for key, i in zip(keys, members)]
     assert step_lines[other]["response"] in [t.value for t in app.text]
     app.session_state["step_table"] = "Groups"
     app.run()
