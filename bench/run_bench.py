@@ -278,10 +278,11 @@ class Board:
         self.browser_cpu = cpu_since(browser_before, browser_pids())
         return max(busy, received) / 1000
 
-    # The page opened and its first screen drawn, untimed: for a bench that times what the user does next.
-    def show_page(self):
+    # The page opened and its first screen drawn (and `condition` held), untimed: for a bench that times what the user
+    # does next.
+    def show_page(self, condition: str = "true"):
         self.page.goto(self.url)
-        self.page.wait_for_function(done_condition(0), timeout=300_000, polling="raf")
+        self.page.wait_for_function(done_condition(0, condition), timeout=300_000, polling="raf")
 
     # A new server on the same port, and the user reloading the same tab (the browser keeps its cache): seconds until
     # the run is drawn again.

@@ -22,7 +22,7 @@ from playwright.sync_api import sync_playwright
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
-from bench.run_bench import Board, done_condition  # noqa: E402
+from bench.run_bench import Board  # noqa: E402
 
 TURNS = [10, 200, 2000, 10000]
 TOKENS_PER_TURN = 150
@@ -77,8 +77,7 @@ def browser_seconds(root: Path) -> list[tuple[float, float]]:
     with sync_playwright() as playwright:
         board = Board(root, root / "cache", playwright)
         try:
-            board.page.goto(board.url)  # the root's run opens by itself, at its first sample (10 turns)
-            board.page.wait_for_function(done_condition(0, TRAJECTORY_DRAWN), timeout=300_000, polling="raf")
+            board.show_page(TRAJECTORY_DRAWN)  # the root's run opens by itself, at its first sample (10 turns)
             opened, shown = {}, 0
             for index in [*range(1, len(TURNS)), 0]:  # the 10-turn sample, open from the start, last
                 times = []
