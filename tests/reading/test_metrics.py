@@ -303,7 +303,6 @@ def test_a_step_chart_s_spec_is_the_same_when_a_step_is_appended():
             assert {**before, "data": None} == {**after, "data": None}, (steps, before["title"])
 
 
-
 # Compared runs: a colour per run and a dash per series, the dashes in the order the series were chosen, whatever
 # series are chosen: the spec stays the same, so the browser swaps the data instead of building the chart anew.
 def test_compared_runs_keep_their_step_curve_spec_whichever_series_are_chosen():
@@ -319,6 +318,7 @@ def test_compared_runs_keep_their_step_curve_spec_whichever_series_are_chosen():
     assert {point["colour"] for point in charts[1]["datasets"]["points"]} == {"a", "b"}
     [line] = [layer for layer in charts[0]["layer"] if "strokeDash" in layer["encoding"]]
     assert line["encoding"]["strokeDash"]["sort"] == {"field": "what_order", "op": "min"}
+
 
 def test_step_fractions_are_percent_per_step():
     fractions = pd.DataFrame({"zero-signal groups": [0.5, 0.25]}, index=pd.Index([1, 3], name="step"))
