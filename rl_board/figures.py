@@ -131,6 +131,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         "title": {"text": one_line(title), "subtitle": band, **SUBTITLE_STYLE},
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
+        "config": STACKED_LEGENDS,
         "data": {"name": POINTS},
         "datasets": {POINTS: points, STEP_EXTENT: step_extent(pd.concat([samples["step"] for _, samples in runs if len(samples)])), "lines": line_points},
         "layer": [
@@ -145,6 +146,11 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             {"data": {"name": "lines"}, "transform": [{"filter": "datum.marked"}], "mark": {"type": "point", "filled": True, "opacity": 1}, "encoding": {"x": x, "y": centre, "color": colour, "tooltip": line_tooltip}},
         ],
     }
+
+
+# Legends below a chart one above the other, centred: side by side, the runs' colours and the series' dashes ran past
+# the right edge of a chart 1,000 px wide.
+STACKED_LEGENDS = {"legend": {"layout": {"bottom": {"direction": "vertical", "anchor": "middle"}}}}
 
 
 # A curve's name: the series alone for one run, the run alone for one series, else both.

@@ -13,8 +13,8 @@ LOADED, PICKED = "gamma", ["alpha", "beta"]
 STEPS = 6
 REWARD_SERIES = ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # a GRPO run's default
 
-# The open Step-Reward chart's scene as Vega drew it: its legends' labels and symbol colours, and each line mark's
-# colour, dash and number of points drawn (null until the chart is drawn). Streamlit keeps the chart's Vega view in a React
+# The open Step-Reward chart's scene as Vega drew it: its legends' labels and symbol colours, each line mark's
+# colour, dash and number of points drawn, and how far it reaches past the canvas (null until the chart is drawn). Streamlit keeps the chart's Vega view in a React
 # hook of the chart's component: it is found from the chart element's React fiber, upwards.
 STEP_REWARD_SCENE = """() => {
   const chosen = document.querySelector('.st-key-curve_view [role="radio"][aria-checked="true"]');
@@ -32,6 +32,8 @@ STEP_REWARD_SCENE = """() => {
     for (const item of items) for (const child of item.items || []) walk(child);
   };
   walk(view.scenegraph().root);
+  // How far its marks and legends reach past the canvas's right edge (positive: cut off).
+  scene.overflow = view.origin()[0] + view.scenegraph().root.bounds.x2 - chart.querySelector('canvas').getBoundingClientRect().width;
   return scene;
 }"""
 
@@ -72,6 +74,12 @@ def test_runs_picked_in_compare_with_each_draw_a_line_on_step_reward(browser, bo
     assert len(scene["lines"]) == len(RUNS) * len(REWARD_SERIES)
     assert len({line["stroke"] for line in scene["lines"]}) == len(RUNS)
     assert len({line["dash"] for line in scene["lines"]}) == len(REWARD_SERIES)
+    assert scene["overflow"] <= 0, scene["overflow"]
+    page.set_viewport_size({"width": 1280, "height": 800})  # the runs' and the series' legends, one above the other, still fit
+    page.wait_for_timeout(1000)
+    assert page.evaluate(f"({STEP_REWARD_SCENE})()")["overflow"] <= 0
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    page.wait_for_timeout(1000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "compare_series.png"))
 
