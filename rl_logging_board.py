@@ -1284,6 +1284,8 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
     })
     draw_sample_rows(table, f"{StateKey.WATCH}:hits:{run.version}:{step}", {"match": MATCH_COLUMN})
     st.caption("Click a row to show that sample in Each Step Response below.")
+
+
 # Step-Staleness: an asynchronous trainer's samples, how many steps old the policy that sampled each was when the step
 # trained it (step - policy_version), per step, each run compared a line; then the shown run's samples by staleness.
 def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
@@ -2767,6 +2769,8 @@ def cached_watch_counts(version, watch: "WatchPattern", _run: "RunSnapshot") -> 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_step_hits(version, watches: tuple, step: int, _run: "RunSnapshot") -> pd.DataFrame:
     return step_hits(run_texts(_run.run_dir), _run.samples, list(watches), step)
+
+
 # A run's staleness per step and its samples by staleness, once per run version.
 @st.cache_resource(show_spinner=False, max_entries=8)
 def cached_staleness_by_step(version, _samples: pd.DataFrame) -> pd.DataFrame:
@@ -2776,6 +2780,8 @@ def cached_staleness_by_step(version, _samples: pd.DataFrame) -> pd.DataFrame:
 @st.cache_resource(show_spinner=False, max_entries=4)
 def cached_staleness_distribution(version, _samples: pd.DataFrame) -> pd.DataFrame:
     return staleness_distribution(_samples)
+
+
 # A run's signals per step, once per run version, window and KL column.
 @st.cache_resource(show_spinner=False, max_entries=8)
 def cached_signals(version, window: int, kl_column: str, _samples: pd.DataFrame, _reward_functions: list) -> pd.DataFrame:

@@ -136,5 +136,6 @@ def main() -> None:
         f"ms/step ({100 * rest / steps / step_time:.2f}% of a step)"
     )
 
+
 if __name__ == "__main__":
     main()

@@ -38,6 +38,7 @@ def nearest_point_layer(x: dict, y_field: str, tooltip: list, transform: list | 
         "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative"}, "tooltip": tooltip},
     }
 
+
 # A step curve's dashed lines (a trainer's logged kl) have their points marked while they hold fewer points than this.
 LINE_POINTS_MARKED = 60
 

@@ -53,7 +53,6 @@ DEFAULT_CORRECTION = ("sequence_mask", 0.0, 3.0)
 RENORMALISATION, DRIFT = "Δ from renormalisation", "drift (Δ − log kept mass)"
 
 
-
 # Per token of the loaded samples (in the samples' order, one after the other), Δ and the weight the trainer
 # applied; NaN where a token has no Δ (a tool wrote it, or the line has a null) or no applied weight.
 @dataclass(frozen=True)

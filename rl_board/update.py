@@ -181,6 +181,7 @@ def token_update(loss_passes, length: int) -> dict[str, np.ndarray]:
         return {}
     if not loss_passes:
         return {}
+
     def summed(key):
         arrays = [fitted(getattr(loss_pass, key), length) for loss_pass in loss_passes if getattr(loss_pass, key) is not None]
         return np.sum(arrays, axis=0) if arrays else None

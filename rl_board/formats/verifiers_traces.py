@@ -129,8 +129,6 @@ def reward_scores(rewards: dict) -> dict | None:
     return {name: reward.get("score") for name, reward in rewards.items() if isinstance(reward, dict)} or None
 
 
-
-
 # Why the trace ended, as the board says it (rollout_logger's STOP_REASONS), from its stop_condition, its errors and
 # its last model call's finish_reason (Trace.is_truncated).
 def stop_reason(trace: dict) -> tuple[str | None, bool]:

@@ -62,8 +62,6 @@ def read_meta(run_dir: str) -> dict | None:
     return None
 
 
-
-
 TRAINING_LOG, TRAINER_STATE = "training_log.json", "trainer_state.json"
 
 

@@ -195,7 +195,6 @@ def test_from_the_largest_jump_to_the_tokens_then_another_run_then_a_live_refres
         browser.close()
 
 
-
 # The Step-Reward chart's Vega view kept as window.chartView: whether it is still the one drawn, its step scale's domain
 # and the last step it has a point of.
 STEP_CHART = "() => { const chart = document.querySelector('.st-key-curve_view_shown .vega-embed');" + VEGA_VIEW + """

@@ -346,7 +346,6 @@ def test_compared_runs_each_get_a_step_curve_with_zero_shift_smoothing_and_stati
     assert not app.exception
 
 
-
 # Compared runs whose store fails (a bucket that went away, refused credentials): one warning names each, in the one
 # place the compared runs' loads have whatever their number, and the runs that load are drawn.
 def test_compared_runs_that_fail_to_load_are_named_in_one_warning_and_the_others_drawn(three_runs, monkeypatch):
@@ -371,6 +370,7 @@ def test_compared_runs_that_fail_to_load_are_named_in_one_warning_and_the_others
     assert [warning.value for warning in app.warning] == [markdown_literal(f"{three_runs / 'alpha'}: permission denied")]
     assert colours(app) == {"gamma", "beta"}
 
+
 # Training metrics of compared runs: a line per run, named by run, from each run's own metrics file.
 def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch, downloads):
     rewards = {"alpha": [0.1, 0.3], "gamma": [0.5, 0.4, 0.8]}  # beta logged none: no line
@@ -386,7 +386,6 @@ def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch, 
     # The train history's download holds every run that has one, each row under its run.
     table = downloads(app, "Train history (CSV)")
     assert table[["run", "step", "reward"]].values.tolist() == [[name, step, value] for name in ("gamma", "alpha") for step, value in enumerate(rewards[name])]
-
 
 
 # Two metric keys that show alike, a line break and a written "\n": Streamlit's select widgets tell options apart by

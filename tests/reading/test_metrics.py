@@ -496,7 +496,6 @@ def test_markdown_literal_and_one_line_keep_a_name_on_its_line_as_written():
     assert one_line("plain name/with: punctuation") == "plain name/with: punctuation"
 
 
-
 # Select widgets tell options apart by their labels: options that show alike each get a label of their own, in order.
 def test_options_that_show_alike_get_labels_of_their_own():
     options = ["a\nb", "a\\nb", "x", "a\\nb (2)", 1, "1", True, "x"]
@@ -504,6 +503,7 @@ def test_options_that_show_alike_get_labels_of_their_own():
     assert [label(option) for option in options] == ["a\\nb", "a\\nb (2)", "x", "a\\nb (2) (2)", "1", "1 (2)", "True", "x"]
     assert label("not an option\n") == "not an option\\n"  # a value outside them: as one_line shows it
     assert distinct_labels([".", "(this folder)"], lambda name: "(this folder)" if name == "." else name)("(this folder)") == "(this folder) (2)"
+
 
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
     table = pd.DataFrame({
