@@ -68,12 +68,6 @@ def tokenizer_identity(spec: str | None = None) -> tuple[tuple | None, str]:
     return identity, ""
 
 
-# The tokenizer a spec names (a path or a model in the local cache), or None when it names none.
-def load_tokenizer(spec: str):
-    identity, _ = tokenizer_identity(spec)
-    return tokenizer_of(identity)
-
-
 # The tokenizer of an identity (tokenizer_identity's), read once per version of the file; None for none.
 def tokenizer_of(identity):
     return None if identity is None else read_tokenizer(*identity)

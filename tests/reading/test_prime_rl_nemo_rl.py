@@ -16,7 +16,7 @@ import pytest
 import rl_board
 from rl_board.formats import FORMATS, board_jsonl, nemo_rl, prime_rl
 from rl_board.reading.search import export_jsonl
-from rl_board.tokenizer import TOKENIZER_VARIABLE, load_tokenizer
+from rl_board.tokenizer import TOKENIZER_VARIABLE, tokenizer_identity, tokenizer_of
 from tests.support.prime_rl_nemo_rl import QUESTIONS, nemo_rl_run, prime_rl_run, save_tokenizer
 from tests.support.s3_server import make_bucket, s3_server, upload_folder  # noqa: F401  (s3_server: a fixture)
 
@@ -230,14 +230,14 @@ def test_prime_rl_token_ids_show_as_ids_without_a_tokenizer_and_decoded_with_one
         assert run.step(1)["response"].str.startswith("<token ids, not decoded").all()
 
 
-def test_load_tokenizer_reads_a_file_a_folder_or_a_cached_model_and_never_downloads(tmp_path, tokenizer, monkeypatch):
+def test_a_tokenizer_spec_names_a_file_a_folder_or_a_cached_model_and_never_downloads(tmp_path, tokenizer, monkeypatch):
     path = save_tokenizer(tmp_path / "tok")
     ids = tokenizer.encode("What is 12*3?").ids
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     for spec in (str(path), str(path.parent)):
-        assert load_tokenizer(spec).decode(ids) == "What is 12*3?"
-    assert load_tokenizer("Qwen/Qwen2.5-0.5B") is None  # not in the (empty) local cache: nothing fetched
-    assert load_tokenizer("") is None
+        assert tokenizer_of(tokenizer_identity(spec)[0]).decode(ids) == "What is 12*3?"
+    assert tokenizer_identity("Qwen/Qwen2.5-0.5B")[0] is None  # not in the (empty) local cache: nothing fetched
+    assert tokenizer_identity("")[0] is None
 
 
 def test_prime_rl_another_loss_has_no_applied_weight(tmp_path, tokenizer):
