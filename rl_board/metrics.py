@@ -279,7 +279,8 @@ def batch_table_view(table: pd.DataFrame, kl_estimator: str, pad_token: str | No
     columns += ["avg_kl", "avg_log_ratio", "avg_entropy", "avg_abs_mismatch", "max_is_ratio", "clipped_tokens", "abs_update_weight", "turns", "tool_calls", "tool_errors", "response_tokens_len", "tool_tokens", "truncated"]
     columns += sorted(c for c in table.columns if c.startswith((EXTRA_PREFIX, TEXT_PREFIX))) + ["prompt", "response", "ground_truth"]
     columns += ["valid_reward", "sum_log_ratio", "sum_kl", "ref_response", "ref_reward", "ref_valid_reward", "reward_gap", "valid_reward_gap", "group_id"]
-    return view[[c for c in columns if view[c].notna().any()]]
+    view = view[columns]
+    return view.loc[:, view.notna().any()]  # the frame's notna at once: a Series' per column took 12 of 17 ms a step
 
 
 # The token area's rows: the sample's tokens as shown, which are pads and which a tool wrote, where each starts in
