@@ -440,10 +440,11 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
             raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
         if not isinstance(value, dict):
             raise BadLine(f"a JSON {type(value).__name__}, not an object")
+        value = {valid_text(key): field for key, field in value.items()}  # msgspec matches keys as UTF-8: "k\ud800" would stop the load
         try:
             record = msgspec.convert(with_raw_fields(value, decoder.type), decoder.type, strict=False)
-        except (msgspec.ValidationError, TypeError, OverflowError) as error:
-            raise BadLine(str(error)) from None
+        except (msgspec.ValidationError, TypeError, OverflowError, UnicodeEncodeError) as error:  # the last: a lone surrogate deeper in
+            raise BadLine(valid_text(str(error))) from None
     return integer_step(record), note
 
 

@@ -898,10 +898,12 @@ def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
         sample(1, group_id=lone, rewards_per_func={lone: 1.0}, response_tokens=["a", lone], logprobs=[-1.0, -2.0]),
         sample(1, prompt=lone, response="x" + lone, ref_response=lone, ground_truth=[lone]),
         sample(2, response_tokens=[lone]),
+        sample(3, **{"note" + lone: 5, "nested": {lone: 1}}),  # in a key name too
     ]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
     run = load(tmp_path / "run")
-    assert len(run.samples) == 3 and not problems_of(run)
+    assert len(run.samples) == 4 and not problems_of(run)
+    assert run.samples["extra/note\ufffd"].iloc[3] == 5
     assert run.samples["group_id"].iloc[0] == "\ufffd" and run.reward_function_columns == ["rewards/\ufffd"]
     assert run.samples["response_tokens_len"].iloc[0] == 2.0 and run.samples["response_tokens_len"].iloc[2] == 1.0
     batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
