@@ -607,6 +607,10 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> tuple["Settings
     runs, listing_error = listed_runs(root)
     if listing_error:
         sidebar.error(markdown_literal(listing_error))
+    misnamed = [name for name in runs if valid_text(name) != name]  # a widget's options must be UTF-8: said, not listed
+    if misnamed:
+        runs = [name for name in runs if name not in misnamed]
+        sidebar.caption(f"Not listed, its name not valid UTF-8 (rename the folder to open it): {', '.join(markdown_literal(valid_text(name)) for name in misnamed)}")
     run_name = sidebar.selectbox(
         "Choose Log Name", runs, index=(0 if runs[0] == "." else len(runs) - 1) if runs else None, format_func=distinct_labels(runs, run_option_label)
     )
@@ -730,9 +734,6 @@ def load_selected_run(settings: "Settings"):
         for key in (StateKey.LAST_STEP_SEEN, StateKey.LAST_STEP_WHEN_CHOSEN):  # new steps are counted in this run alone
             st.session_state.pop(key, None)
     run_dir = st.session_state[StateKey.LOADED_RUN]
-    if valid_text(run_dir) != run_dir:
-        st.warning(f"The name of {markdown_literal(run_dir)} is not valid UTF-8: rename the folder to open it.")
-        return None
     if settings.allowed_root is not None and not is_within(run_dir, settings.allowed_root):  # e.g. a link out of the root
         st.warning(f"{markdown_literal(run_dir)} leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens only folders under it.")
         return None

@@ -15,6 +15,7 @@ from rl_board.reading.index import IndexCache
 from rl_board.reading.storage import StorageError, is_remote, write_problem
 from rl_board.reading.workers import WORKERS
 from rl_board.run import list_runs
+from rl_board.text import valid_text
 
 DASK_MISSING = "--dask needs Dask's distributed package (not needed otherwise): pip install dask distributed"
 
@@ -79,8 +80,8 @@ def workers_of(scheduler: str | None):
 
 def progress_line(run: IndexedRun) -> str:
     if run.error and not run.files:
-        return f"{run.run_dir}: not indexed: {run.error}"
-    text = f"{run.run_dir}: {format_name(run)}, {run.files} file(s), {run.lines:,} lines, {run.bad_lines} bad, {run.seconds:.1f} s"
+        return f"{valid_text(run.run_dir)}: not indexed: {run.error}"  # a folder name that is not UTF-8 printed with �
+    text = f"{valid_text(run.run_dir)}: {format_name(run)}, {run.files} file(s), {run.lines:,} lines, {run.bad_lines} bad, {run.seconds:.1f} s"
     skipped = "".join(f"\n    skipped {file}: {reason}" for file, reason in run.skipped_files)
     return text + skipped + (f"\n    {run.error}" if run.error else "")
 
@@ -93,7 +94,7 @@ def format_name(run: IndexedRun) -> str:
 # The runs as a table, and a total (its seconds: the whole command's, runs overlapping).
 def summary_table(runs: list[IndexedRun], seconds: float) -> str:
     header = ("run", "format", "files", "lines", "bad lines", "skipped files", "seconds")
-    rows = [(run.run_dir, format_name(run) or "not indexed", run.files, f"{run.lines:,}", run.bad_lines, len(run.skipped_files), f"{run.seconds:.1f}") for run in runs]
+    rows = [(valid_text(run.run_dir), format_name(run) or "not indexed", run.files, f"{run.lines:,}", run.bad_lines, len(run.skipped_files), f"{run.seconds:.1f}") for run in runs]
     failed = sum(bool(run.error) for run in runs)
     rows.append((f"total: {len(runs)} run(s)" + (f", {failed} not indexed" if failed else ""), "", sum(run.files for run in runs),
                  f"{sum(run.lines for run in runs):,}", sum(run.bad_lines for run in runs), sum(len(run.skipped_files) for run in runs), f"{seconds:.1f}"))

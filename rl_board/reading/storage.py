@@ -88,7 +88,8 @@ URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
 class StorageError(OSError):
-    """Object storage could not be listed or read: the message says why, without any credential."""
+    """A run folder could not be listed or read (object storage's errors, a folder name that is not UTF-8): the message
+    says why, without any credential."""
 
 
 # A file's size and version as listed: a local file's stat, or an object's size and ETag (mtime, inode and device 0).

@@ -27,7 +27,7 @@ from rl_board.formats.conversion import (
 from rl_board.reading.history import history_signature
 from rl_board.reading.index import BUNDLED_FILES, BUNDLED_ROWS, UNPARSED, FileIndex, IndexCache, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
-from rl_board.reading.storage import FileStatus, file_status, is_remote, joined, list_folder
+from rl_board.reading.storage import FileStatus, StorageError, file_status, is_remote, joined, list_folder
 from rl_board.reading.workers import (
     PARALLEL_MIN_BYTES,
     WORKERS,
@@ -117,6 +117,8 @@ class RunStore:
     # that dies (killed, out of memory) breaks the pool: it is started again and the run read again, once, with a note.
     # parallel: the worker pool (None: when there is much to read) or an Executor of other workers (run_tasks).
     def load(self, max_samples: int, files_progress=None, samples_progress=None, parallel: "bool | Executor | None" = None) -> "RunSnapshot":
+        if valid_text(self.run_dir) != self.run_dir:  # tables and caches need UTF-8 (a file so named is reported instead)
+            raise StorageError(f"The name of {valid_text(self.run_dir)} is not valid UTF-8: rename the folder to open it.")
         with self.lock:
             try:
                 return self.updated(max_samples, files_progress, samples_progress, parallel)

@@ -2,6 +2,8 @@
 folder once, and a prime-rl run folder typed as the root is one run, "(this folder)", not its token_exports/, rollouts/,
 logs/... (tests/support/prime_rl_nemo_rl.py writes them with the trainers' own code)."""
 
+import os
+
 import pytest
 
 from rl_board.formats import nemo_rl, prime_rl
@@ -40,3 +42,14 @@ def test_the_run_list_holds_each_trainer_run_folder_once_and_a_prime_rl_run_fold
     assert run_choice.options == ["(this folder)"] and run_choice.value == "."
     app = load_and_view(app)
     assert prime_rl.NAME.split(" (")[0] in loaded_caption(app)
+
+
+
+def test_a_run_folder_whose_name_is_not_utf8_is_not_listed_and_the_sidebar_says_so(tmp_path, monkeypatch):
+    write_lines(tmp_path / "root" / "good" / "r.jsonl", [sample(1)])
+    write_lines(tmp_path / "root" / os.fsdecode(b"run_\xff") / "r.jsonl", [sample(1)])
+    app = start(tmp_path / "root", monkeypatch)
+    assert widget(app.sidebar.selectbox, "Choose Log Name").options == ["good"]
+    assert widget(app.sidebar.multiselect, "Compare with").options == []
+    assert [caption.value for caption in app.sidebar.caption if "run\\_\ufffd" in caption.value and "not valid UTF-8 (rename the folder" in caption.value] != []
+    assert loaded_caption(load_and_view(app)).startswith("Loaded 1 sample(s) of 1 step(s)")

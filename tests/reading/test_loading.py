@@ -24,6 +24,7 @@ import pyarrow.feather
 import pytest
 import simdjson
 
+import rl_board
 import rl_board.reading.lines
 import rl_board.reading.snapshot
 import rl_board.reading.store
@@ -35,6 +36,7 @@ from rl_board.reading.history import read_meta
 from rl_board.reading.index import BAD, BUNDLED_FILES, GOOD, UNPARSED, FileIndex, IndexCache
 from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
 from rl_board.reading.snapshot import lines_key, select_lines
+from rl_board.reading.storage import StorageError
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
 from tests.support.runs import load, sample, sample_tokens, write_lines
@@ -930,6 +932,14 @@ def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(tmp_path):
     run = load(run_dir)
     assert len(run.samples) == 1 and run.report["file"].tolist() == ["rank_0.jsonl"]
     assert problems_of(run, "skipped") == {("rank_\ufffd.jsonl", 0): "the file name is not valid UTF-8: rename the file to load it"}
+
+
+def test_a_run_folder_whose_name_is_not_utf8_is_refused_with_its_reason(tmp_path):
+    run_dir = tmp_path / "root" / os.fsdecode(b"run_\xff")
+    write_lines(run_dir / "r.jsonl", [sample(1)])
+    assert rl_board.list_runs(tmp_path / "root") == [str(run_dir)]  # listed: the sidebar names it, and why it won't open
+    with pytest.raises(StorageError, match="run_\ufffd is not valid UTF-8: rename the folder to open it"):
+        rl_board.open_run(run_dir)
 
 
 def test_an_empty_per_token_list_beside_others_counts_as_absent(tmp_path):
