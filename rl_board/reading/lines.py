@@ -531,13 +531,13 @@ def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | N
     return np.frombuffer(value.as_buffer(of_type="d"))
 
 
-# A step is an integer (2.0 is 2) within int64.
+# A step is an integer (2.0 is 2) within int64 once it is a float, as the index holds it (2**63 - 1 rounds up to 2**63).
 def integer_step(record):
     if isinstance(record.step, float):
         if not record.step.is_integer():
             raise BadLine(f"step {record.step} is not an integer")
         record.step = int(record.step)
-    if not -(2**63) <= record.step < 2**63:
+    if not -(2**63) <= record.step < 2**63 or float(record.step) >= 2**63:
         raise BadLine(f"step {str(record.step)[:12]}… ({len(str(abs(record.step)))} digits) is out of range")
     return record
 

@@ -988,6 +988,15 @@ def test_steps_a_float_cannot_hold_exactly_are_read_back(tmp_path):
     assert not batch.problems and batch.table["prompt"].tolist() == [f"p{2**53 + 1}"] * 2
 
 
+
+def test_a_step_int64_holds_only_before_it_is_a_float_is_skipped_not_shown_negative(tmp_path):
+    largest = 2**63 - 1024  # the largest float below 2**63
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(2**63 - 1), sample(largest), sample(-(2**63))])
+    for parallel in (False, True):
+        run = load(tmp_path / "run", parallel=parallel)
+        assert run.steps == [-(2**63), largest] and problems_of(run, "skipped") == {("r.jsonl", 1): "step 922337203685… (19 digits) is out of range"}
+        shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
+
 # The logger's contract with the board (rollout_logger.metadata) is what the board's decoders read: a key added to one
 # and not the other would be read as a field, or never written.
 def test_the_decoders_read_exactly_the_line_format_of_the_contract():
