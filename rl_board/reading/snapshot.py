@@ -76,7 +76,8 @@ class Selection(NamedTuple):
 
 # Which rows each file contributes. A resumed run starts a new launch at its checkpoint's step: every step an older
 # launch logged from the newer launch's first step on was abandoned by training (re-logged, or a trajectory the resume
-# dropped), so it is left out and counted. Then up to max_samples per step, taken round-robin over the rank files.
+# dropped), so it is left out and counted; a file not named as the logger names rank files (no launch) has all its
+# lines. Then up to max_samples per step, taken round-robin over the rank files.
 def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
     file_of, row, step, launch_of_row = [], [], [], []
     launches = sorted({index.launch for index in files.values()}, key=lambda launch: (natural_order(launch), launch))
@@ -97,7 +98,8 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
     # A launch's lines end where any newer launch begins.
     ends = np.minimum.accumulate(first_step[::-1])[::-1]
     ends = np.append(ends[1:], np.inf)
-    current = step < ends[launch_of_row]
+    unnamed = launches.index("") if "" in launches else -1  # the files without a launch: none of their lines replaced
+    current = (step < ends[launch_of_row]) | (launch_of_row == unnamed)
     replaced = {paths[position]: int(count) for position, count in enumerate(np.bincount(file_of[~current], minlength=len(paths))) if count}
     file_of, row, step = file_of[current], row[current], step[current]
     _, step_of_row = np.unique(step, return_inverse=True)

@@ -374,6 +374,13 @@ def test_a_resumed_launch_replaces_the_steps_it_logged_again(tmp_path):
     }
 
 
+def test_a_file_not_named_as_a_rank_file_beside_rank_files_keeps_every_line(tmp_path):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0_20260101T000000Z.jsonl", [sample(1), sample(2)])
+    write_lines(tmp_path / "run" / "extra.jsonl", [sample(2, prompt="extra"), sample(3, prompt="extra")])
+    run = load(tmp_path / "run")
+    assert run.steps == [1, 2, 3] and len(run.samples) == 4 and run.report["replaced by a newer launch"].sum() == 0
+
+
 # Resumed inside a generation cycle (num_iterations=2, resumed from step 9): the new launch logs 10, 12, 14, and the
 # older launch's step 11 is a trajectory training abandoned: left out, counted in the report, and in no count shown.
 def test_steps_an_older_launch_logged_after_the_resume_are_left_out_and_counted(tmp_path):
@@ -389,12 +396,13 @@ def test_steps_an_older_launch_logged_after_the_resume_are_left_out_and_counted(
 
 
 # The selection rule, written plainly: a line of a launch is left out when a newer launch's first step is at or before
-# its step; then per step the rank files in turn (each file's lines in file order) until max_samples.
+# its step (a file without a launch keeps every line); then per step the rank files in turn (each file's lines in file
+# order) until max_samples.
 def plain_selection(files: dict, max_samples: int) -> dict:
     usable = [(path, row, step, index.launch) for path, index in files.items()
               for row, (step, status) in enumerate(zip(index.lines["step"], index.lines["status"])) if status != BAD and not math.isnan(step)]
     first_step = {launch: min(s for _, _, s, l in usable if l == launch) for launch in {launch for *_, launch in usable}}
-    usable = [line for line in usable if not any(launch > line[3] and first <= line[2] for launch, first in first_step.items())]
+    usable = [line for line in usable if not line[3] or not any(launch > line[3] and first <= line[2] for launch, first in first_step.items())]
     chosen = {}
     for step in sorted({step for _, _, step, _ in usable}):
         queues = [[row for p, row, s, launch in usable if p == path and s == step] for path in files]
