@@ -104,7 +104,9 @@ class Run:
         (the line's is_ratio: the weight the trainer applied), and where the line has the kept mass of the sampler's
         truncation (sampler_kept_logmass), kept_logmass (log M) and drift (delta - log M); and tool (a token a tool
         wrote, which has no values); a run of an image placeholder token is one row, its values averaged. Empty
-        without logprobs. A line rewritten since the run was opened raises ValueError saying so."""
+        without logprobs. What the page notes above the sample's tokens (lists of different lengths cut to one, a
+        list that is not numbers ignored) is warned. A line rewritten since the run was opened raises ValueError
+        saying so."""
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, not {kl_estimator!r}")
         row = self._row(step, sample)
@@ -114,6 +116,8 @@ class Run:
             raise ValueError(read_back_problem(row["path"], row["line"], error)) from error
         if detail is None:
             return pd.DataFrame({"token": pd.Series(dtype=object)})
+        for note in detail.notes:
+            warnings.warn(note, stacklevel=2)
         shown = token_rows(detail, kl_estimator, pad_token=None)
         frame = pd.DataFrame({"position": shown.positions, "token": shown.tokens, **shown.values})
         frame["tool"] = np.asarray(shown.is_tool, dtype=bool)

@@ -46,20 +46,56 @@ def metric_name(column: str) -> str:
 
 # The newest rollout_meta_*.json of the run, if the logger wrote one.
 def read_meta(run_dir: str) -> dict | None:
+    return read_meta_noted(run_dir)[0]
+
+
+# The types of the metadata's values the board computes with (rollout_logger writes them so; null is absent), a
+# section's by its keys: one of another type is left out (a list as `loss` would stop the views that read it).
+NUMBER = (int, float)
+META_TYPES = {
+    "started_at": str, "trl_version": str, "model_name": str, "loss_type": str, "num_generations": int,
+    "reward_funcs": list, "reward_weights": list, "trainer_config": dict,
+    "sampler": {"engine": str, "temperature": NUMBER, "top_k": NUMBER, "top_p": NUMBER, "min_p": NUMBER},
+    "importance_sampling": {"mode": str, "clip_min": NUMBER, "clip_max": NUMBER},
+    "loss": {"epsilon_low": NUMBER, "epsilon_high": NUMBER, "delta": NUMBER, "importance_sampling_level": str, "top_entropy_quantile": NUMBER},
+}
+
+
+# read_meta's metadata, and a note for each file passed over (not a JSON object) and each value left out (META_TYPES).
+def read_meta_noted(run_dir: str) -> tuple[dict | None, list[str]]:
     try:
         entries = list_folder(run_dir)
     except OSError:
-        return None
+        return None, []
+    notes = []
     for entry in reversed(entries):
         if entry.is_dir or not fnmatch.fnmatch(entry.name, META_FILES):  # list_folder lists regular files: a FIFO would block the page forever
             continue
+        name = valid_text(entry.name)
         try:
             value = json.loads(read_file(entry.path).decode("utf-8"))
-        except (OSError, ValueError, RecursionError):
+        except (OSError, ValueError, RecursionError) as error:
+            notes.append(f"{name} could not be read as JSON ({shorten(valid_text(str(error)), 200)}): passed over")
             continue
-        if isinstance(value, dict):
-            return value
-    return None
+        if not isinstance(value, dict):
+            notes.append(f"{name} holds a JSON {type(value).__name__}, not an object: passed over")
+            continue
+        return typed_meta(value, META_TYPES, name, notes), notes
+    return None, notes
+
+
+# The metadata with each value of another type than `types` says left out, noted (a section's keys in turn).
+def typed_meta(value: dict, types: dict, where: str, notes: list[str]) -> dict:
+    kept = {}
+    for key, field in value.items():
+        expected = types.get(key)
+        if isinstance(expected, dict) and isinstance(field, dict):
+            field = typed_meta(field, expected, f"{where} {key}", notes)
+        elif expected is not None and field is not None and (not isinstance(field, dict if isinstance(expected, dict) else expected) or isinstance(field, bool)):
+            notes.append(f"{where}: {valid_text(str(key))} of type {type(field).__name__} is not what the logger writes: left out")
+            continue
+        kept[key] = field
+    return kept
 
 
 TRAINING_LOG, TRAINER_STATE = "training_log.json", "trainer_state.json"

@@ -174,16 +174,17 @@ class RolloutTexts(msgspec.Struct, gc=False):
     images: Any = None
 
 
-# A whole line, read only for the sample in view.
+# A whole line, read only for the sample in view. The per-token lists the first pass does not check are taken as
+# they are: one of the wrong type is left out with a note (aligned_token_arrays), not the sample's whole token view.
 class Rollout(RolloutSummary):
-    response_tokens: list[Any] | None = None
+    response_tokens: Any = None
     loss_passes: Any = None  # what each loss pass did with the tokens (rollout_logger; rl_board.update reads it)
     turns: Any = None  # an agent's trajectory, turn by turn (rl_board.trajectory reads it)
     stop_reason: Any = None  # why the trajectory ended (the index keeps it as text/stop_reason)
     policy_version: Any = None  # the step whose policy sampled it (the index keeps it, and its staleness)
-    values: list[float | None] | None = None
-    token_rewards: list[float | None] | None = None
-    sampler_kept_logmass: list[float | None] | None = None  # log of the mass the sampler's top-k/top-p... kept
+    values: Any = None
+    token_rewards: Any = None
+    sampler_kept_logmass: Any = None  # log of the mass the sampler's top-k/top-p... kept
     ground_truth: Any = None
 
 
@@ -196,7 +197,7 @@ class RolloutMismatch(msgspec.Struct, gc=False):
     is_ratio: list[float | None] | None = None
     entropies: list[float | None] | None = None
     tool_mask: msgspec.Raw = msgspec.Raw()
-    sampler_kept_logmass: list[float | None] | None = None
+    sampler_kept_logmass: Any = None  # as Rollout's
 
 
 # One loss pass over a sample, as a line holds it; the per-token lists have a null at the tokens a tool wrote.
@@ -545,22 +546,22 @@ def integer_step(record):
 # Per-token arrays of a record cut to one common length, with a note for every mismatch; "tool" marks the tokens a
 # tool wrote (None: no tool_mask), whose policy values are left out (NaN) whatever the line holds.
 def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str]]:
-    arrays = {key: float_array(getattr(record, key)) for key in keys}
+    tool, notes = tool_flags(record.tool_mask)
+    arrays = {key: token_values(key, getattr(record, key), notes) for key in keys}
     lengths = [len(array) for array in arrays.values() if array is not None]
     if 0 in lengths and any(lengths):  # an empty list beside others means absent
         arrays = {key: None if array is not None and not len(array) else array for key, array in arrays.items()}
     tokens = record.response_tokens
     if isinstance(tokens, msgspec.Raw):
         tokens = None if arrays["logprobs"] is not None or not tokens else raw_value(tokens)
-    tool, notes = tool_flags(record.tool_mask)
+    tokens = token_list(tokens, notes)
     if arrays["logprobs"] is None:
-        length = float(len(tokens)) if isinstance(tokens, list) else np.nan
+        length = float(len(tokens)) if tokens is not None else np.nan
         return dict.fromkeys(keys) | {"tool": tool}, length, notes
-    length = len(arrays["logprobs"])
+    length = min(len(array) for array in arrays.values() if array is not None)
     for key in keys[1:]:
-        if arrays[key] is not None and len(arrays[key]) != length:
-            notes.append(f"{key} has {len(arrays[key])} values, logprobs {len(arrays['logprobs'])}: token values use the first {min(length, len(arrays[key]))}")
-            length = min(length, len(arrays[key]))
+        if arrays[key] is not None and len(arrays[key]) != len(arrays["logprobs"]):
+            notes.append(f"{key} has {len(arrays[key])} values, logprobs {len(arrays['logprobs'])}: token values use the first {length}")
     if tokens is not None and len(tokens) > length:
         notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: tokens clipped to {length}")
     elif tokens is not None and len(tokens) < length:
@@ -749,6 +750,26 @@ def json_integer(digits: str) -> int | float:
 
 def float_array(values) -> np.ndarray | None:
     return None if values is None else np.asarray(values, dtype=float)
+
+
+# A per-token list as floats (null: NaN), or None: absent, or not a flat list of numbers (a note says it is ignored).
+def token_values(key: str, value, notes: list[str]) -> np.ndarray | None:
+    try:
+        array = float_array(value)
+        if array is None or array.ndim == 1:
+            return array
+    except (TypeError, ValueError, OverflowError):  # text, objects, a ragged list, an integer beyond float
+        pass
+    notes.append(f"{key} is not a list of numbers: ignored")
+    return None
+
+
+# The response's tokens as a list, or None: absent, or not a list (a note says it is ignored).
+def token_list(tokens, notes: list[str]) -> list | None:
+    if tokens is None or isinstance(tokens, list):
+        return tokens
+    notes.append("response_tokens is not a list: ignored")
+    return None
 
 
 # An index column of count missing values: None in a column of texts, NaN in a column of numbers.

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rl_board.formats.base import RunFormat
-from rl_board.reading.history import read_meta
+from rl_board.reading.history import read_meta_noted
 from rl_board.reading.images import image_problems
 from rl_board.reading.index import BAD, BUNDLED_FILES, BUNDLED_ROWS, LINE_COLUMNS, FileIndex, natural_order
 from rl_board.reading.lines import (
@@ -29,6 +29,7 @@ from rl_board.reading.lines import (
     decode_line,
     image_references,
     missing_values,
+    token_list,
 )
 from rl_board.reading.storage import list_folder, read_spans
 from rl_board.reading.summaries import texts_file
@@ -312,7 +313,8 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     samples = grown_samples(previous, files, selected) if previous is not None else None
     if samples is None:
         samples = pd.DataFrame(sorted_samples(files, chosen))
-    meta = read_meta(run_dir)
+    meta, meta_notes = read_meta_noted(run_dir)
+    problems += [["", 0, "note", note] for note in meta_notes]
     reward_note = ""
     if run_format.sums_reward:
         samples["reward"] = total_reward(samples, dict(run_format.weights))
@@ -432,7 +434,7 @@ def token_detail(record) -> "SampleTokens | None":
     if arrays["logprobs"] is None:
         return None
     length = int(length)
-    names = readable_tokens([valid_text(str(token)) for token in (record.response_tokens or [])])[:length]
+    names = readable_tokens([valid_text(str(token)) for token in (token_list(record.response_tokens, []) or [])])[:length]  # its note is in notes
     names += ["?"] * (length - len(names))
     return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes, loss_passes=record.loss_passes)
 

@@ -174,3 +174,13 @@ def test_the_bundled_top_p_run_splits_delta_into_renormalisation_and_drift(tmp_p
     widget(app.selectbox, "Per step").set_value("drift (Δ − log kept mass)").run()
     expected = {step: np.mean(np.abs(np.subtract(delta[step], kept[step]))) for step in delta}
     assert mismatch_points(app)["drift (Δ − log kept mass)"] == pytest.approx(expected)
+
+
+def test_metadata_of_the_wrong_types_leaves_the_views_that_read_it_at_their_defaults(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "shown" / "rollout_data_rank_0.jsonl", mismatch_lines(0, 0.5))
+    (tmp_path / "runs" / "shown" / "rollout_meta_1.json").write_text(json.dumps({"importance_sampling": {"mode": ["x"], "clip_max": "2"}, "loss": [1]}))
+    app = open_mismatch(load_and_view(start(tmp_path / "runs", monkeypatch)))
+    assert widget(app.selectbox, "Correction").value == "sequence_mask"  # the board's default: the metadata's mode left out
+    app.session_state["curve_view"] = "Step-Update"
+    app.run()
+    assert not app.exception, app.exception

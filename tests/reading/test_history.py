@@ -30,10 +30,12 @@ import pandas as pd
 import pandas.testing as pdt
 import pytest
 
+import rl_board
 import rl_logging_board as board
 from rl_board.reading.history import TrainingHistory, read_history
 from tests.support import FIXTURES as ALL_FIXTURES
 from tests.support import PROJECT
+from tests.support.runs import sample, write_lines
 
 FIXTURES = ALL_FIXTURES / "history"
 # What tests/fixtures/history/malicious_pickle/**/training_args.bin creates when unpickled.
@@ -708,3 +710,23 @@ def test_evaluations_under_another_prefix_and_an_odd_kind(tmp_path):
     assert history.eval.to_dict("list") == {"step": [4], "test_loss": [0.7], "test_runtime": [1.5]}
     (tmp_path / "rollout_metrics_A.jsonl").write_text(json.dumps({"step": 1, "kind": 5, "loss": 1.0}) + "\n")
     assert read(tmp_path).train.to_dict("list") == {"step": [1], "loss": [1.0]}
+
+
+def test_metadata_of_types_the_logger_does_not_write_is_left_out_with_a_note_and_a_broken_file_passed_over(tmp_path):
+    run_dir = tmp_path / "run"
+    write_lines(run_dir / "rollout_data_rank_0_1.jsonl", [sample(1, logprobs=[-1.0], response_tokens=["a"])])
+    written = {
+        "model_name": "m", "beta": "anything shown", "loss": [1], "importance_sampling": "x", "num_generations": True,
+        "sampler": {"engine": 3, "temperature": 0.7}, "trainer_config": {"seed": 1},
+    }
+    (run_dir / "rollout_meta_1.json").write_text(json.dumps(written))
+    (run_dir / "rollout_meta_2.json").write_text('{"model_name": "cut')  # the newest, half written
+    run = rl_board.open_run(run_dir)
+    assert run.snapshot.meta == {"model_name": "m", "beta": "anything shown", "sampler": {"temperature": 0.7}, "trainer_config": {"seed": 1}}
+    notes = run.problems[run.problems["kind"] == "note"]["reason"].tolist()
+    assert notes[0].startswith("rollout_meta_2.json could not be read as JSON (Unterminated string") and notes[0].endswith("passed over")
+    assert notes[1:] == [
+        f"rollout_meta_1.json: {key} of type {kind} is not what the logger writes: left out"
+        for key, kind in (("loss", "list"), ("importance_sampling", "str"), ("num_generations", "bool"))
+    ] + ["rollout_meta_1.json sampler: engine of type int is not what the logger writes: left out"]
+    assert run.update_by_step().empty  # reads the loss section (a list stopped it)

@@ -32,6 +32,7 @@ import rl_board.reading.workers
 import rl_logging_board as board
 from bench.generate_run import write_run
 from rl_board.metrics import step_stats
+from rl_board.mismatch import read_mismatch_tokens
 from rl_board.reading.history import read_meta
 from rl_board.reading.index import BAD, BUNDLED_FILES, GOOD, UNPARSED, FileIndex, IndexCache
 from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
@@ -940,6 +941,41 @@ def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(tmp_path):
     run = load(run_dir)
     assert len(run.samples) == 1 and run.report["file"].tolist() == ["rank_0.jsonl"]
     assert problems_of(run, "skipped") == {("rank_\ufffd.jsonl", 0): "the file name is not valid UTF-8: rename the file to load it"}
+
+
+def test_a_per_token_list_of_the_wrong_type_is_left_out_with_a_note_not_the_sample_s_tokens(tmp_path):
+    tokens = dict(logprobs=[-1.0, -2.0], ref_logprobs=[-1.5, -2.5], sampler_logprobs=[-1.1, -2.1])
+    lines = [
+        sample(1, response_tokens=["a", "b"], values="bad", **tokens),
+        sample(1, response_tokens="ab", token_rewards=[[1.0], [2.0]], **tokens),
+        sample(1, response_tokens=["a", "b"], sampler_kept_logmass={"x": 1}, token_rewards=[1, 10**400], **tokens),
+    ]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert len(run.samples) == 3 and not problems_of(run)
+    shown = [sample_tokens(run, 1, index) for index in range(3)]
+    assert [detail.notes for detail in shown] == [
+        ["values is not a list of numbers: ignored"],
+        ["token_rewards is not a list of numbers: ignored", "response_tokens is not a list: ignored"],
+        ["token_rewards is not a list of numbers: ignored", "sampler_kept_logmass is not a list of numbers: ignored"],
+    ]
+    assert shown[0].values is None and shown[1].token_rewards is None and shown[2].sampler_kept_logmass is None
+    assert shown[0].response_tokens == ["a", "b"] and shown[1].response_tokens == ["?", "?"]
+    for detail in shown:
+        assert detail.logprobs.tolist() == [-1.0, -2.0] and detail.ref_logprobs.tolist() == [-1.5, -2.5]
+    mismatch = read_mismatch_tokens(run.samples)
+    assert not mismatch.problems and mismatch.lengths.tolist() == [2, 2, 2]
+    with pytest.warns(UserWarning, match="values is not a list of numbers: ignored"):
+        assert rl_board.open_run(tmp_path / "run").tokens(1, 0)["logp"].tolist() == [-1.0, -2.0]
+
+
+def test_lists_of_different_lengths_are_cut_to_the_shortest_and_each_note_says_so(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, logprobs=[-1.0] * 6, ref_logprobs=[-1.0], entropies=[0.5] * 6, values=[1.0] * 4)])
+    detail = sample_tokens(load(tmp_path / "run"), 1, 0)
+    assert len(detail.logprobs) == 1 and detail.notes == [
+        "ref_logprobs has 1 values, logprobs 6: token values use the first 1",
+        "values has 4 values, logprobs 6: token values use the first 1",
+    ]  # entropies agree with logprobs: no note
 
 
 def test_a_run_folder_whose_name_is_not_utf8_is_refused_with_its_reason(tmp_path):
