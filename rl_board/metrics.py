@@ -8,7 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rl_board.reading.lines import EXTRA_PREFIX, KL_ESTIMATORS, TEXT_PREFIX, kl_per_token, segment_sums_and_means
+from rl_board.reading.lines import (
+    EXTRA_PREFIX,
+    KL_ESTIMATORS,
+    KL_TOKENS,
+    TEXT_PREFIX,
+    kl_per_token,
+    segment_sums_and_means,
+)
 from rl_board.reading.snapshot import RunSnapshot, SampleTokens
 from rl_board.text import IMAGE_PLACEHOLDER, clean_text, shorten
 from rl_board.update import token_update
@@ -149,14 +156,13 @@ def step_statistics_table(runs: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 # TRL logs kl per loss pass (micro-batch) as the token mean of k3 over the sampled tokens (a tool's are left out)
 # pooled over all ranks (since TRL 1.9; before, the mean of each rank's token mean), and per step the mean over its
-# passes. From lines that say their pass (micro_batch), per step; a rank is a file.
+# passes. From lines that say their pass (micro_batch), per step; a rank is a file. The tokens counted are those with
+# a k3 value, as avg_kl_k3 counts them: TRL's lines have one at every sampled token; a null in another's adds none.
 def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Series:
     lines = samples.dropna(subset=["micro_batch"])
-    has_kl = lines["sum_kl_k3"].notna()  # a line without log-probs (e.g. masked when truncated) adds no token
-    sampled = lines["response_tokens_len"] - lines["tool_tokens"].fillna(0)  # TRL's loss leaves tool tokens out
-    tokens = pd.DataFrame({
-        "kl": lines["sum_kl_k3"].where(has_kl, 0.0),
-        "count": sampled.where(has_kl, 0.0),
+    tokens = pd.DataFrame({  # a line without log-probs (e.g. masked when truncated) adds no token
+        "kl": lines["sum_kl_k3"].fillna(0.0),
+        "count": lines[KL_TOKENS].fillna(0.0),
         "step": lines["step"], "micro_batch": lines["micro_batch"], "path": lines["path"],
     })
     passes = tokens.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]))[["kl", "count"]].sum()

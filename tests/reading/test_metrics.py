@@ -540,14 +540,12 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
             for rank in ("r0", "r1"):
                 for _ in range(3):
                     lines.append((step, micro_batch, rank, rng.exponential(0.1, size=rng.integers(1, 9))))
-    tools = rng.integers(0, 4, size=len(lines))  # tokens a tool wrote: in the length, not in TRL's mean
     samples = pd.DataFrame({
         "step": [line[0] for line in lines],
         "micro_batch": [float(line[1]) for line in lines],
         "path": [line[2] for line in lines],
         "sum_kl_k3": [line[3].sum() for line in lines],
-        "response_tokens_len": [float(len(line[3]) + tool) for line, tool in zip(lines, tools)],
-        "tool_tokens": tools.astype(float),
+        "k3_tokens": [float(len(line[3])) for line in lines],
     })
     for pooled in (True, False):
         expected = {}
@@ -562,6 +560,20 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
             expected[step] = np.mean(passes)
         assert trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
     assert trl_pools_kl("1.16.0") and trl_pools_kl("1.9.0") and not trl_pools_kl("0.29.0") and trl_pools_kl(None)
+
+
+# TRL kl from the lines counts the tokens that have a k3 value, as avg_kl_k3 does: a tool's token and a null ref
+# log-prob add none (a pass with none counts as 0, as TRL divides by at least 1). Recomputed here from the lines.
+def test_trl_kl_from_the_lines_counts_only_the_tokens_with_a_k3_value(tmp_path):
+    lines = [
+        sample(1, micro_batch=0, response_tokens=["a", "b", "c"], logprobs=[-0.1, -0.2, -0.3], ref_logprobs=[-0.5, None, -0.1]),
+        sample(1, micro_batch=0, response_tokens=["d", "e"], logprobs=[-0.4, -0.9], ref_logprobs=[-0.2, -0.3], tool_mask=[1, 0]),
+        sample(1, micro_batch=1, response_tokens=["f"], logprobs=[-1.0], ref_logprobs=[None]),
+    ]
+    run = load(write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines).parent)
+    k3 = [math.exp(ref - logp) - (ref - logp) - 1 for logp, ref in [(-0.1, -0.5), (-0.3, -0.1), (-0.4, -0.2)]]
+    assert trl_kl_by_step(run.samples).to_dict() == pytest.approx({1: (math.fsum(k3) / 3 + 0.0) / 2}, rel=1e-12)
+    assert run.samples["k3_tokens"].tolist() == [2, 1, 0]
 
 
 # The bundled logger runs (TRL, beta > 0, logging every step): TRL's kl recomputed from the lines, as Step-KL draws it,
