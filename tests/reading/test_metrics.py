@@ -41,6 +41,7 @@ from rl_board.metrics import (
     token_rows,
     trl_kl_by_step,
     trl_pools_kl,
+    zero_signal_members,
 )
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
@@ -505,15 +506,22 @@ def test_options_that_show_alike_get_labels_of_their_own():
     assert distinct_labels([".", "(this folder)"], lambda name: "(this folder)" if name == "." else name)("(this folder)") == "(this folder) (2)"
 
 
+# A group is judged on the rewards it has: [1, null, 1] has no signal, [0, 1] has, and [null, null] is neither (missing
+# in the table, left out of the curve's share, which Step-Signals uses; a step of only such groups has no share). The
+# curve, the table and the members of zero-signal groups (the search's filter, the signal's examples) agree.
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
     table = pd.DataFrame({
-        "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
-        "reward": [1.0, np.nan, np.nan, np.nan, 0.0, 1.0], "truncated": [np.nan] * 6,
+        "step": [1] * 7 + [2] * 2, "group_id": ["a", "a", "a", "b", "b", "c", "c", "d", "d"], "prompt": ["p"] * 9,
+        "reward": [1.0, np.nan, 1.0, np.nan, np.nan, 0.0, 1.0, np.nan, np.nan], "truncated": [np.nan] * 9,
     })
-    table["group"] = group_numbers(table["group_id"])
-    groups = group_table(table).set_index("group_id")
-    assert groups["zero signal"].to_dict() == {"a": True, "b": False, "c": False}
-    assert group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
+    first = table[table["step"] == 1].assign(group=lambda rows: group_numbers(rows["group_id"]))
+    groups = group_table(first).set_index("group_id")
+    assert groups["zero signal"].dropna().to_dict() == {"a": True, "c": False} and groups["zero signal"].isna()["b"]
+    assert groups.index.tolist() == ["c", "a", "b"]  # by spread: a group without a reward has none, last
+    assert int(groups["zero signal"].sum()) == 1
+    shares = group_signal_by_step(table)["zero-signal groups"]
+    assert shares[1] == 0.5 and np.isnan(shares[2])
+    assert zero_signal_members(table).tolist() == [True, True, True, False, False, False, False, False, False]
 
 
 def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
