@@ -2116,10 +2116,11 @@ def thumbnail_url(path: str, references: list[dict]) -> str | None:
 # completion below, with the group's other completions under its tokens.
 def draw_groups(batch: "StepBatch", settings: "Settings"):
     groups = cached_group_table(batch.key, batch.table, settings.view.pad_token, settings.view.system_prompt_end)
-    zero = int(groups["zero signal"].sum())
+    zero, without_reward = int(groups["zero signal"].sum()), int(groups["zero signal"].isna().sum())
     st.caption(
         f"{len(groups)} prompt group(s), {zero} with no learning signal (every completion got the same reward, so every "
-        "advantage is 0). Sort by reward spread; click a group to show its first completion below."
+        "advantage is 0)" + (f", {without_reward} without any reward (neither: left out of Step-Groups' share)" if without_reward else "")
+        + ". Sort by reward spread; click a group to show its first completion below."
     )
     st.dataframe(
         groups,

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rl_board.reading.lines import EXTRA_PREFIX, KL_ESTIMATORS, TEXT_PREFIX, kl_per_token, segment_sums_and_means
+from rl_board.reading.lines import (
+    EXTRA_PREFIX,
+    KL_ESTIMATORS,
+    KL_TOKENS,
+    TEXT_PREFIX,
+    kl_per_token,
+    segment_sums_and_means,
+)
 from rl_board.reading.snapshot import RunSnapshot, SampleTokens
 from rl_board.text import IMAGE_PLACEHOLDER, clean_text, shorten
 from rl_board.update import token_update
@@ -149,14 +156,13 @@ def step_statistics_table(runs: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 # TRL logs kl per loss pass (micro-batch) as the token mean of k3 over the sampled tokens (a tool's are left out)
 # pooled over all ranks (since TRL 1.9; before, the mean of each rank's token mean), and per step the mean over its
-# passes. From lines that say their pass (micro_batch), per step; a rank is a file.
+# passes. From lines that say their pass (micro_batch), per step; a rank is a file. The tokens counted are those with
+# a k3 value, as avg_kl_k3 counts them: TRL's lines have one at every sampled token; a null in another's adds none.
 def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Series:
     lines = samples.dropna(subset=["micro_batch"])
-    has_kl = lines["sum_kl_k3"].notna()  # a line without log-probs (e.g. masked when truncated) adds no token
-    sampled = lines["response_tokens_len"] - lines["tool_tokens"].fillna(0)  # TRL's loss leaves tool tokens out
-    tokens = pd.DataFrame({
-        "kl": lines["sum_kl_k3"].where(has_kl, 0.0),
-        "count": sampled.where(has_kl, 0.0),
+    tokens = pd.DataFrame({  # a line without log-probs (e.g. masked when truncated) adds no token
+        "kl": lines["sum_kl_k3"].fillna(0.0),
+        "count": lines[KL_TOKENS].fillna(0.0),
         "step": lines["step"], "micro_batch": lines["micro_batch"], "path": lines["path"],
     })
     passes = tokens.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]))[["kl", "count"]].sum()
@@ -175,14 +181,16 @@ def trl_pools_kl(trl_version) -> bool:
     return match is None or (int(match.group(1)), int(match.group(2))) >= POOLED_KL_SINCE
 
 
-# Per step, the share of groups with identical rewards and the share of truncated completions.
+# Per step, the share of groups with identical rewards and the share of truncated completions. A group is judged on
+# the rewards it has (a null reward is skipped); one with no reward at all is neither, left out of the share (a step
+# of only such groups has none), as the groups table and Step-Signals count them.
 def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
     result = pd.DataFrame(index=pd.Index(sorted(samples["step"].unique()), name="step"))
     grouped = samples.dropna(subset=["group_id"])
     if len(grouped):
-        extremes = grouped.groupby(["step", "group_id"])["reward"].agg(["max", "min"])  # NaN skipped; all NaN: NaN
-        spread = extremes["max"] - extremes["min"]
-        result["zero-signal groups"] = (spread == 0).groupby(level="step").mean()
+        extremes = grouped.groupby(["step", "group_id"])["reward"].agg(["max", "min", "count"])  # NaN skipped
+        judged = extremes[extremes["count"] > 0]
+        result["zero-signal groups"] = (judged["max"] == judged["min"]).groupby(level="step").mean()
     truncated = samples.dropna(subset=["truncated"])
     if len(truncated):
         result["truncated"] = truncated.groupby("step")["truncated"].mean()
@@ -190,10 +198,10 @@ def group_signal_by_step(samples: pd.DataFrame) -> pd.DataFrame:
 
 
 # Per sample, whether its group (same step and group id) gave every completion the same reward: no learning signal,
-# as Step-Groups counts it.
+# as Step-Groups counts it (over the rewards the group has; a group without any is not one).
 def zero_signal_members(samples: pd.DataFrame) -> np.ndarray:
     rewards = samples.groupby(["step", "group_id"])["reward"]
-    return (rewards.transform("max") - rewards.transform("min") == 0).to_numpy()
+    return (rewards.transform("max") == rewards.transform("min")).to_numpy()
 
 
 # The numbers a search can be filtered and sorted by, those the run has: rewards, advantage, length, log ratio, the
@@ -241,12 +249,14 @@ def facet_table(samples: pd.DataFrame, facet: str, column: str) -> pd.DataFrame:
     return table.rename_axis(facet).reset_index().sort_values("samples", ascending=False, kind="stable")  # text/<key>: no clash
 
 
-# One row per prompt group of the step: the spread of its rewards (0: no learning signal) and its completions.
+# One row per prompt group of the step: the spread of its rewards (0: no learning signal) and its completions. Zero
+# signal is judged on the rewards the group has, as the Step-Groups curve judges it: missing (neither) for a group
+# without any.
 def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt_end: str | None = None) -> pd.DataFrame:
     rows = []
     for group, members in table.groupby("group", sort=True):
         rewards = members["reward"]
-        spread = rewards.max() - rewards.min()  # over the rewards there are, as the Step-Groups curve counts
+        spread = rewards.max() - rewards.min()  # over the rewards there are (NaN skipped)
         rows.append({
             "group": int(group),
             "prompt": shorten(clean_text(members["prompt"].iloc[0], pad_token, system_prompt_end), 200),
@@ -254,13 +264,14 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
             "reward spread": spread,
             "reward std": rewards.std(ddof=0),
             "mean reward": rewards.mean(),
-            "zero signal": bool(spread == 0),
+            "zero signal": rewards.max() == rewards.min() if rewards.notna().any() else pd.NA,
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
             "samples": members.index.tolist(),
             "rewards": [f"{reward:.4g}" for reward in rewards],  # as the other reward columns show them
             "group_id": members["group_id"].iloc[0],
         })
-    return pd.DataFrame(rows).sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
+    groups = pd.DataFrame(rows).astype({"zero signal": "boolean"})
+    return groups.sort_values("reward spread", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # The batch table's columns, the original's and GRPO's (absent ones hidden): first the short numbers that say which

@@ -307,16 +307,20 @@ def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
     return table[count > 0]
 
 
-# The tokens of the run with the largest |Δ|, largest first: their sample (position in the samples), position in the
-# response, Δ and raw ratio; where lines carry the kept mass, its log and the drift Δ - log M (NaN where a line has none).
+# The tokens of the run with the largest |Δ|, largest first, the earlier token (sample, then position) on a tie: their
+# sample (position in the samples), position in the response, Δ and raw ratio; where lines carry the kept mass, its
+# log and the drift Δ - log M (NaN where a line has none).
 def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
-    candidates = []  # each block's own largest, then the largest of those
+    candidates = []  # each block's own largest by the same rule, then the largest of those
     for first, last, delta, present in token_blocks(tokens):
         begin = int(tokens.starts[first]) if last > first else 0
         magnitude = np.where(present, np.abs(delta), -1.0)  # no Δ: never among them
         kept = min(count, int(present.sum()))
         if kept:
-            candidates.append(begin + np.argpartition(-magnitude, kept - 1)[:kept])
+            cutoff = np.partition(magnitude, len(magnitude) - kept)[len(magnitude) - kept]  # the kept-th largest
+            above = np.flatnonzero(magnitude > cutoff)
+            tied = np.flatnonzero(magnitude == cutoff)[: kept - len(above)]  # the earliest: a partition picks any
+            candidates.append(begin + np.concatenate([above, tied]))
     order = np.concatenate(candidates) if candidates else np.zeros(0, dtype=np.int64)
     order = order[np.lexsort((order, -np.abs(tokens.delta[order])))][:count]  # largest first; the earlier token on a tie
     owners = np.searchsorted(np.cumsum(tokens.lengths), order, side="right")

@@ -68,8 +68,9 @@ SIGNALS = {
     "zero-signal groups rising": Signal(
         "share of groups", (ZERO_SIGNAL_FLOOR,),
         "Per step, the share of groups (group_id) whose completions all got the same reward (no learning signal, as "
-        f"Step-Groups counts it). Value: its median over the last {{w}} steps. Fires at ≥ {ZERO_SIGNAL_FLOOR:g} when it is "
-        f"also ≥ {ZERO_SIGNAL_RISE:g} above the median over the {{w}} steps before.",
+        "Step-Groups counts it: over the rewards a group has; a group without any is left out). Value: its median over "
+        f"the last {{w}} steps. Fires at ≥ {ZERO_SIGNAL_FLOOR:g} when it is also ≥ {ZERO_SIGNAL_RISE:g} above the median "
+        "over the {w} steps before.",
     ),
     "entropy falling": Signal(
         "× first window's entropy", (ENTROPY_FRACTION,),

@@ -96,16 +96,21 @@ TOKEN_KEYS += ("sampler_kept_logmass",)  # the log of the mass the sampler's tru
 SUMMARY_TOKEN_KEYS = ("logprobs", "ref_logprobs", "entropies", "sampler_logprobs", "is_ratio")  # the per-token lists the first pass reduces
 
 
+# Per sample, the tokens with a k3 value (avg_kl_k3's denominator: a tool's token, or a null log-prob, has none): TRL's
+# kl is a token mean over them (rl_board.metrics.trl_kl_by_step).
+KL_TOKENS = "k3_tokens"
+
+
 SUMMARY_NUMBERS = [
     "reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "truncated", "micro_batch", "prompt_key",
     "response_len", "ref_response_len", "response_tokens_len", "tool_tokens", "avg_logp", "avg_entropy",
-    "avg_log_ratio", "sum_log_ratio", *MISMATCH_NUMBERS, *UPDATE_NUMBERS, *TURN_NUMBERS, *STALENESS_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
+    "avg_log_ratio", "sum_log_ratio", KL_TOKENS, *MISMATCH_NUMBERS, *UPDATE_NUMBERS, *TURN_NUMBERS, *STALENESS_NUMBERS, "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes",
 ] + [f"{kind}_kl_{name}" for name in KL_ESTIMATORS for kind in ("avg", "sum")]
 
 
 # The version of what the first pass gives of a line (its numbers, texts and fields, how they are computed): a logger's
 # summaries file (rl_board.reading.summaries) of another version is not used. Raise it with any change to them.
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 
 
 # Per-line texts of the index besides the numbers: the group id, and the image paths as a JSON list (None: no images).
@@ -650,7 +655,7 @@ def version_kind(value) -> str:
     return {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-# Per-sample sums and means of log ratio, each KL estimator, logp and entropy, in a few numpy calls.
+# Per-sample sums and means of log ratio, each KL estimator (and k3's token count), logp and entropy, in a few numpy calls.
 def add_token_statistics(numbers: dict, token_arrays: dict):
     def flat(key):
         owners = np.array([owner for owner, _, _ in token_arrays[key]], dtype=np.int64)
@@ -688,6 +693,9 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
                 per_token = kl_per_token(log_ratio, estimator)
             sums, means = segment_sums_and_means(per_token[None], lengths)
             numbers[f"sum_{column}"][owners], numbers[f"avg_{column}"][owners] = sums[0], means[0]
+            if estimator == "k3":
+                present = segment_sums_and_means((~np.isnan(per_token)).astype(float)[None], lengths)[0][0]
+                numbers[KL_TOKENS][owners] = np.nan_to_num(present)
 
 
 # A function (np.add, np.fmax...) reduced over consecutive segments of the given lengths; `empty` for a segment of none.

@@ -41,6 +41,7 @@ from rl_board.metrics import (
     token_rows,
     trl_kl_by_step,
     trl_pools_kl,
+    zero_signal_members,
 )
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
@@ -505,15 +506,22 @@ def test_options_that_show_alike_get_labels_of_their_own():
     assert distinct_labels([".", "(this folder)"], lambda name: "(this folder)" if name == "." else name)("(this folder)") == "(this folder) (2)"
 
 
+# A group is judged on the rewards it has: [1, null, 1] has no signal, [0, 1] has, and [null, null] is neither (missing
+# in the table, left out of the curve's share, which Step-Signals uses; a step of only such groups has no share). The
+# curve, the table and the members of zero-signal groups (the search's filter, the signal's examples) agree.
 def test_zero_signal_is_counted_alike_by_the_curve_and_the_group_table():
     table = pd.DataFrame({
-        "step": [1] * 6, "group_id": ["a", "a", "b", "b", "c", "c"], "prompt": ["p"] * 6,
-        "reward": [1.0, np.nan, np.nan, np.nan, 0.0, 1.0], "truncated": [np.nan] * 6,
+        "step": [1] * 7 + [2] * 2, "group_id": ["a", "a", "a", "b", "b", "c", "c", "d", "d"], "prompt": ["p"] * 9,
+        "reward": [1.0, np.nan, 1.0, np.nan, np.nan, 0.0, 1.0, np.nan, np.nan], "truncated": [np.nan] * 9,
     })
-    table["group"] = group_numbers(table["group_id"])
-    groups = group_table(table).set_index("group_id")
-    assert groups["zero signal"].to_dict() == {"a": True, "b": False, "c": False}
-    assert group_signal_by_step(table)["zero-signal groups"].tolist() == [pytest.approx(1 / 3)]
+    first = table[table["step"] == 1].assign(group=lambda rows: group_numbers(rows["group_id"]))
+    groups = group_table(first).set_index("group_id")
+    assert groups["zero signal"].dropna().to_dict() == {"a": True, "c": False} and groups["zero signal"].isna()["b"]
+    assert groups.index.tolist() == ["c", "a", "b"]  # by spread: a group without a reward has none, last
+    assert int(groups["zero signal"].sum()) == 1
+    shares = group_signal_by_step(table)["zero-signal groups"]
+    assert shares[1] == 0.5 and np.isnan(shares[2])
+    assert zero_signal_members(table).tolist() == [True, True, True, False, False, False, False, False, False]
 
 
 def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of_failing():
@@ -540,14 +548,12 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
             for rank in ("r0", "r1"):
                 for _ in range(3):
                     lines.append((step, micro_batch, rank, rng.exponential(0.1, size=rng.integers(1, 9))))
-    tools = rng.integers(0, 4, size=len(lines))  # tokens a tool wrote: in the length, not in TRL's mean
     samples = pd.DataFrame({
         "step": [line[0] for line in lines],
         "micro_batch": [float(line[1]) for line in lines],
         "path": [line[2] for line in lines],
         "sum_kl_k3": [line[3].sum() for line in lines],
-        "response_tokens_len": [float(len(line[3]) + tool) for line, tool in zip(lines, tools)],
-        "tool_tokens": tools.astype(float),
+        "k3_tokens": [float(len(line[3])) for line in lines],
     })
     for pooled in (True, False):
         expected = {}
@@ -562,6 +568,20 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
             expected[step] = np.mean(passes)
         assert trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
     assert trl_pools_kl("1.16.0") and trl_pools_kl("1.9.0") and not trl_pools_kl("0.29.0") and trl_pools_kl(None)
+
+
+# TRL kl from the lines counts the tokens that have a k3 value, as avg_kl_k3 does: a tool's token and a null ref
+# log-prob add none (a pass with none counts as 0, as TRL divides by at least 1). Recomputed here from the lines.
+def test_trl_kl_from_the_lines_counts_only_the_tokens_with_a_k3_value(tmp_path):
+    lines = [
+        sample(1, micro_batch=0, response_tokens=["a", "b", "c"], logprobs=[-0.1, -0.2, -0.3], ref_logprobs=[-0.5, None, -0.1]),
+        sample(1, micro_batch=0, response_tokens=["d", "e"], logprobs=[-0.4, -0.9], ref_logprobs=[-0.2, -0.3], tool_mask=[1, 0]),
+        sample(1, micro_batch=1, response_tokens=["f"], logprobs=[-1.0], ref_logprobs=[None]),
+    ]
+    run = load(write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines).parent)
+    k3 = [math.exp(ref - logp) - (ref - logp) - 1 for logp, ref in [(-0.1, -0.5), (-0.3, -0.1), (-0.4, -0.2)]]
+    assert trl_kl_by_step(run.samples).to_dict() == pytest.approx({1: (math.fsum(k3) / 3 + 0.0) / 2}, rel=1e-12)
+    assert run.samples["k3_tokens"].tolist() == [2, 1, 0]
 
 
 # The bundled logger runs (TRL, beta > 0, logging every step): TRL's kl recomputed from the lines, as Step-KL draws it,

@@ -141,6 +141,25 @@ def test_the_largest_mismatches_are_the_run_s_largest_deltas(run_lines):
     assert largest["ratio"].tolist() == pytest.approx([math.exp(d) for *_, d in every[:5]])
 
 
+# Among tokens of equal |Δ| the earlier (sample, then position) comes first, and the cut at the count keeps the earlier
+# ones, in one block of tokens or across several: Δ of three sizes (exact in binary), so most tokens tie.
+@pytest.mark.parametrize("block", [None, 50])
+def test_the_largest_mismatches_keep_the_earlier_token_on_a_tie(tmp_path, monkeypatch, block):
+    if block:
+        monkeypatch.setattr("rl_board.mismatch.TOKENS_PER_PASS", block)
+    rng = np.random.default_rng(0)
+    lines = []
+    for index in range(20):
+        size = int(rng.integers(3, 12))
+        delta = rng.choice([0.25, 0.5, 1.0], size=size, p=[0.6, 0.3, 0.1]) * rng.choice([-1.0, 1.0], size=size)
+        lines.append(sample(1 + index // 10, response_tokens=["t"] * size, logprobs=(delta - 1.0).tolist(), sampler_logprobs=[-1.0] * size))
+    run = rl_board.open_run(str(write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines).parent))
+    largest = largest_mismatches(read_mismatch_tokens(run.snapshot.samples), 20)
+    every = sorted((-abs(d), index, position, d) for index, line in enumerate(lines) for position, d in enumerate(deltas(line)))
+    assert list(zip(largest["sample"], largest["position"])) == [(index, position) for _, index, position, _ in every[:20]]
+    assert largest["Δ"].tolist() == [d for *_, d in every[:20]]
+
+
 def test_the_api_token_rows_have_the_sampler_columns(run_lines):
     run, lines = run_lines
     step_lines = [line for line in lines if line["step"] == 1]
