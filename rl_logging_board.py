@@ -54,6 +54,7 @@ from rl_board.figures import (
     PICK_STEP,
     VALUE_LABELLED_TOKENS,
     batch_reward_chart,
+    marked_words_html,
     matches_per_step_chart,
     metric_chart,
     mismatch_bucket_chart,
@@ -172,6 +173,7 @@ from rl_board.text import (
     as_written,
     clean_text,
     distinct_labels,
+    markdown_code_block,
     markdown_literal,
     one_line,
     shorten,
@@ -1144,7 +1146,7 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     draw_chart(st, step_table_chart(tables, [series], f"👾 Sampler-trainer mismatch (Step level): {series}", series, look.smoothing), shown.steps)
     note = f"Δ = logp - sampler_logp per token (trainer minus sampler); thresholds applied to the raw ratios under {mode}: {CORRECTIONS[mode]}."
     if applied:
-        note += f" The trainer applied {applied.get('mode')} at [{applied.get('clip_min')}, {applied.get('clip_max')}] (its weights: mean applied weight)."
+        note += f" The trainer applied {markdown_literal(applied.get('mode'))} at [{markdown_literal(applied.get('clip_min'))}, {markdown_literal(applied.get('clip_max'))}] (its weights: mean applied weight)."
     st.caption(note)
     if shown.has_values("avg_abs_mismatch"):
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
@@ -1368,7 +1370,7 @@ def draw_turn(turn: pd.Series, line_path: str):
         st.caption("tool call arguments")
         st.code(turn["tool_arguments"], language="json")
     if turn["error"] is not None:
-        st.error(f"Tool error: {markdown_literal(turn['error'])}")
+        st.error("Tool error:\n" + markdown_code_block(turn["error"]))  # a traceback's lines as written
     if turn["text"]:
         st.text(as_written(turn["text"]))
     elif turn["tool_arguments"] is None and not turn["images"]:
@@ -1409,7 +1411,7 @@ def update_note(table: pd.DataFrame | None, history: "TrainingHistory", series: 
     if table is None or series not in table:
         return note
     if trainer_config.get("logging_steps", 1) != 1:  # TRL's logged value then averages the passes of several steps
-        return note + f" The trainer logged every {trainer_config['logging_steps']} steps: its values average several steps' passes, so they are not compared here."
+        return note + f" The trainer logged every {markdown_literal(trainer_config['logging_steps'])} steps: its values average several steps' passes, so they are not compared here."
     logged = history.train.set_index("step")[series].dropna() if series in history.train else pd.Series(dtype=float)
     both = table[series].dropna().index.intersection(logged.index)
     if len(both):
@@ -1974,21 +1976,8 @@ def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, func
         responses.append((place, clean_text(row["response"] or "", settings.view.pad_token)))
     runs_a, runs_b, cut = word_diff(responses[0][1], responses[1][1])
     for (place, _), runs in zip(responses, (runs_a, runs_b)):
-        place.markdown(marked_words(runs))
+        place.html(marked_words_html(runs))
     st.caption("Words of A's response not in B's are marked red, B's not in A's green." + (f" Only the first {DIFF_WORDS:,} words of each are compared." if cut else ""))
-
-
-# Runs of words (word_diff's) as markdown: each escaped as text, the removed and added ones on a coloured background;
-# line breaks kept.
-def marked_words(runs: list[tuple[str, str]]) -> str:
-    colours = {"removed": "red", "added": "green"}
-    parts = []
-    for kind, text in runs:
-        escaped = [markdown_literal(line) if line.strip() else line[:1] for line in text.split("\n")]
-        if kind in colours:
-            escaped = [f":{colours[kind]}-background[{line}]" if line.strip() else line for line in escaped]
-        parts.append("  \n".join(escaped))
-    return "".join(parts) or "(empty)"
 
 
 # The step in view: a slider over evenly spaced steps, a selectbox otherwise; kept across live refreshes, or moved to
@@ -2478,7 +2467,7 @@ def draw_largest_changes(run: "RunSnapshot", columns: list[str], median: bool = 
         return
     labels = {int(step): f"step {step}: {change:+.3g}" for step, change in changes.items()}
     st.pills(
-        f"Largest changes of {one_line(STEP_CURVE_COLUMNS.get(columns[0], columns[0]))} ({'median' if median else 'mean'}, from the step before)",
+        f"Largest changes of {markdown_literal(STEP_CURVE_COLUMNS.get(columns[0], columns[0]))} ({'median' if median else 'mean'}, from the step before)",
         list(labels), format_func=labels.get, key=StateKey.LARGEST_CHANGES, on_change=pick_largest_change, args=(run.steps,),
         help="Click one to show that step below; a click on a curve shows the step nearest it.",
     )

@@ -220,7 +220,7 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
     x = STEP_AXIS
     colour = series_colour()
     return {
-        "title": title,
+        "title": one_line(title),  # names from the data in it (a tool, a run folder): a line break stops Vega
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},
         "data": {"name": POINTS},
@@ -230,7 +230,7 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
             {
                 "mark": {"type": "line"},
                 "params": ZOOM,
-                "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": y_title, "axis": {"titleLimit": AXIS_TITLE_PIXELS}}, "color": colour},
+                "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": one_line(y_title), "axis": {"titleLimit": AXIS_TITLE_PIXELS}}, "color": colour},
             },
             nearest_point_layer(x, "value", [{"field": "series"}, {"field": "step"}, {"field": "value", "format": ".4g"}]),
             step_extent_layer(),
@@ -268,7 +268,7 @@ def mismatch_bucket_chart(table: pd.DataFrame, title: str) -> dict:
         for position, (label, row) in enumerate(table.iterrows())
     ]
     return {
-        "title": title,
+        "title": one_line(title),  # names from the data in it (a tool, a run folder): a line break stops Vega
         "height": 240,
         "data": {"values": values},
         "mark": {"type": "bar"},
@@ -397,7 +397,7 @@ def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
     ]
     labels = [label(staleness) for staleness in sorted(parts["staleness"].unique().tolist())]
     return {
-        "title": title,
+        "title": one_line(title),  # names from the data in it (a tool, a run folder): a line break stops Vega
         "height": 300,
         "padding": {"top": 24},  # a title otherwise starts above its canvas, cut in half
         "data": {"values": values},
@@ -601,6 +601,18 @@ def running_text_html(rows: "TokenRows", metric: str, shown: range | None = None
     if rows.is_tool.any():
         legend += f"; <span style='{TOOL_TOKEN_STYLE}'>dashed grey</span>: written by a tool, not sampled by the policy (no values)"
     return f"<div style='font-size:0.8em;opacity:0.7'>{legend}</div>" + "<div class='rl-running-text' style='white-space:break-spaces;line-height:1.9;font-family:monospace'>" + "".join(spans) + "</div>"
+
+
+# The word diff's marks: removed (A's words B lacks) red, added (B's words A lacks) green, light enough to read through.
+WORD_DIFF_BACKGROUNDS = {"removed": "rgba(220,60,60,0.35)", "added": "rgba(60,170,90,0.35)"}
+
+
+# Runs of words (rl_board.changes.word_diff's) as the page shows a response: its text as written, escaped (never
+# markup, nor Markdown: a line of "===" under another is no heading), every space, tab and line kept, and the removed
+# and added runs marked.
+def marked_words_html(runs: list[tuple[str, str]]) -> str:
+    parts = [f'<span style="background:{WORD_DIFF_BACKGROUNDS[kind]}">{html.escape(text)}</span>' if kind in WORD_DIFF_BACKGROUNDS else html.escape(text) for kind, text in runs]
+    return "<div class='rl-word-diff' style='white-space:break-spaces'>" + ("".join(parts) or "(empty)") + "</div>"
 
 
 # Token colours: red for positive values, blue for negative, stronger the larger |value| is

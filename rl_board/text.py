@@ -109,6 +109,14 @@ def markdown_literal(text) -> str:
     return AUTOLINK_START.sub("\u200b", escaped)
 
 
+# A text from the data inside a Markdown element (an error box) as written, every line and space: a fenced code block
+# whose fence is longer than any run of backticks in the text, so nothing in it can close the block.
+def markdown_code_block(text) -> str:
+    text = valid_text(str(text))
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return f"{fence}\n{text}\n{fence}"
+
+
 # Table cells show the start of a text (the samples pair below shows all of it); sending whole
 # responses for every row would cost more than the rest of the page.
 def shorten(text: str, limit: int = 300) -> str:

@@ -2,11 +2,13 @@
 two halves of one run and for two runs; a click on a prompt shows its responses on each side with the words that
 differ marked, hostile text escaped; nothing is computed while the region is closed."""
 
+import html
 
 import pandas as pd
 import pytest
 
 import rl_logging_board as board
+from rl_board.figures import WORD_DIFF_BACKGROUNDS
 from tests.page.test_history import downloads  # noqa: F401  (a fixture)
 from tests.support.page import click_row, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
@@ -68,12 +70,11 @@ def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_r
     click_row(app, frame, 0)
     details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
     assert widget(details.selectbox, "A's response").value == 0 and widget(details.selectbox, "B's response").value == 0
-    marked = [markdown.value for markdown in details.markdown if "background[" in markdown.value]
+    marked = [element.proto.body for element in details.get("html") if "class='rl-word-diff'" in element.proto.body]
     assert len(marked) == 2
     removed, added = marked
-    assert ":red-background[1]" in removed and ":green-background[0]" in added
-    assert "\\<script\\>" in added and "\\:red\\[x\\]" in added and "<script>" not in added.replace("\\<script\\>", "")
-    assert "(http" not in added.replace("\\(http", "")  # no link made of the text
+    assert f'<span style="background:{WORD_DIFF_BACKGROUNDS["removed"]}">1' in removed and f'<span style="background:{WORD_DIFF_BACKGROUNDS["added"]}">0' in added
+    assert html.escape(HOSTILE) in added and "<script>" not in added  # as text: HTML escaped, no Markdown to read it
 
 
 def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):

@@ -12,6 +12,7 @@ from tests.support.runs import sample, write_lines
 from tests.support.vision_tool_runs import draw_images
 
 STEPS, SAMPLES = 3, 4
+TOOL_ERROR = "bad expression <script>\n```\n  **at** line 2"  # a traceback's lines, with a fence of its own
 
 
 def agent_line(step: int, index: int, rng) -> dict:
@@ -28,7 +29,7 @@ def agent_line(step: int, index: int, rng) -> dict:
         logprobs += [float(-rng.exponential()) for _ in range(length)]
         mask += [1] * length
         failed = (step + index + round_) % 3 == 0
-        turns.append({"role": "tool", "text": "{'error': 'bad'}" if failed else f"<b>result {round_}</b>", "tool_name": tool, "token_start": len(tokens), "token_end": len(tokens) + 4, **({"error": "bad expression <script>"} if failed else {})})
+        turns.append({"role": "tool", "text": "{'error': 'bad'}" if failed else f"<b>result {round_}</b>", "tool_name": tool, "token_start": len(tokens), "token_end": len(tokens) + 4, **({"error": TOOL_ERROR} if failed else {})})
         tokens += [f"t{round_}.{k}" for k in range(4)]
         logprobs += [None] * 4
         mask += [0] * 4
@@ -77,11 +78,11 @@ def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root
     span = turns[3]
     assert len(token_table) == span["token_end"] - span["token_start"]
     assert token_table["logp"].tolist() == pytest.approx(line["logprobs"][span["token_start"] : span["token_end"]])
-    # A tool's turn: its result as text (never HTML), its error escaped.
+    # A tool's turn: its result as text (never HTML), its error as written, each line, in a code block it cannot close.
     click_row(app, trajectory_frame(app), 4)
     assert turns[4]["text"] in [text.value for text in app.text]
-    if "error" in turns[4]:
-        assert any("bad expression \\<script\\>" in error.value for error in app.error)
+    click_row(app, trajectory_frame(app), next(position for position, turn in enumerate(turns) if "error" in turn))
+    assert f"Tool error:\n````\n{TOOL_ERROR}\n````" in [error.value for error in app.error]
 
 
 def test_bad_turns_are_noted_and_the_rest_shown(tmp_path, monkeypatch):

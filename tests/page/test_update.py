@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from rl_board.text import markdown_literal, one_line
 from tests.support.page import chart_spec, click_row, curve_views, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
 
@@ -117,3 +118,36 @@ def test_a_sample_that_drove_a_step_clicked_shows_its_update_columns(root, monke
     assert token_table["policy_ratio"].tolist() == pytest.approx(second["policy_ratio"])
     batch = next(frame.value for frame in app.dataframe if "clipped_tokens" in frame.value.columns)
     assert batch["clipped_tokens"].iloc[index] == sum(value != 0 for p in line["loss_passes"] for value in p["clipped"])
+
+
+# A name and settings from the data that once reached Markdown or a chart's title as they were: the metadata's
+# correction mode and logging_steps in the Step-Mismatch and Step-Update captions, a reward function in Largest
+# changes' label, a tool in Step-Tools' chart title.
+HOSTILE = "**b** :red[x] $y$ [l](javascript:alert(1))\n==="
+
+
+def test_names_and_settings_from_the_data_show_as_written_in_captions_labels_and_titles(tmp_path, monkeypatch):
+    lines = update_lines(0)
+    for index, line in enumerate(lines):
+        line["sampler_logprobs"] = [value + 0.1 for value in line["logprobs"]]
+        line["rewards_per_func"] = {HOSTILE: float(index % 2)}
+        line["turns"] = [{"role": "assistant", "text": "a", "tool_calls": [{"name": HOSTILE, "arguments": {}}]}, {"role": "tool", "text": "r", "tool_name": HOSTILE}]
+    run_dir = tmp_path / "runs" / "shown"
+    write_lines(run_dir / "rollout_data_rank_0.jsonl", lines)
+    (run_dir / "rollout_meta_1.json").write_text(json.dumps({"importance_sampling": {"mode": HOSTILE, "clip_min": 0.5, "clip_max": 2.0}, "trainer_config": {"logging_steps": HOSTILE}}))
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    shown = markdown_literal(HOSTILE)
+    assert "\n" not in shown and "\\*\\*b\\*\\* \\:red\\[x\\] \\$y\\$ \\[l\\]\\(javascript\\:alert\\(1\\)\\)" in shown
+    widget(app.multiselect, "Reward series").set_value([f"rewards/{HOSTILE}"]).run()
+    assert [group.label for group in app.button_group if group.label.startswith("Largest changes of")] == [f"Largest changes of {markdown_literal('rewards/' + HOSTILE)} (mean, from the step before)"]
+    for view, said in (("Step-Mismatch", f"The trainer applied {shown} at [0.5, 2.0]"), ("Step-Update", f"The trainer logged every {shown} steps")):
+        app.session_state["curve_view"] = view
+        app.run()
+        assert not app.exception and [caption for caption in app.caption if said in caption.value] != []
+    app.session_state["curve_view"] = "Step-Tools"
+    app.run()
+    per_step = widget(app.selectbox, "Per step")
+    per_step.set_value(next(option for option in per_step.options if option.startswith("calls per sample:"))).run()
+    [tab] = [tab for tab in curve_views(app) if tab.label == "Step-Tools"]
+    titles = [chart_spec(chart)["title"] for chart in tab.get("vega_lite_chart")]
+    assert [title for title in titles if title.endswith(one_line(HOSTILE)) and "\n" not in title] != []

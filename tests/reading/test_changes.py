@@ -3,7 +3,9 @@ samples, mean reward, pass rate and mean length on A and B and the statuses, equ
 lines, on the bundled runs (lr 1e-4 against the default, and two windows of one run) and on a run built so that each
 status is known; keys whose texts differ are left out and counted; the word diff gives back both texts."""
 
+import html
 import json
+import re
 import warnings
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 import rl_board
 from rl_board.changes import DIFF_WORDS, prompt_changes, word_diff
+from rl_board.figures import WORD_DIFF_BACKGROUNDS, marked_words_html
 from tests.support import SAMPLES
 from tests.support.runs import sample, write_lines
 
@@ -140,3 +143,13 @@ def test_the_word_diff_gives_back_both_texts_and_marks_what_differs():
     long = " ".join(f"w{k}" for k in range(DIFF_WORDS))
     runs_a, runs_b, cut = word_diff(long, long + " more")
     assert cut and "".join(text for _, text in runs_b) == long + " more"
+
+
+def test_a_word_diff_shows_each_response_as_written_and_never_as_markup():
+    a, b = "Title\n===\n    four spaces\n\tTAB <b>alpha</b>", "Title\n===\n    four spaces\n\tTAB <b>beta</b>"
+    runs_a, runs_b, _ = word_diff(a, b)
+    shown = marked_words_html(runs_a)
+    assert shown.startswith("<div class='rl-word-diff' style='white-space:break-spaces'>Title\n===\n    four spaces\n\tTAB ")
+    assert f'<span style="background:{WORD_DIFF_BACKGROUNDS["removed"]}">&lt;b&gt;alpha&lt;/b&gt;</span>' in shown
+    assert html.unescape(re.sub(r"<[^>]+>", "", shown)) == a  # every character of the response, nothing else
+    assert marked_words_html(word_diff("", "")[0]).endswith(">(empty)</div>")
