@@ -326,6 +326,28 @@ def test_verl_dump_bad_line_keeps_its_line_number_and_a_nan_score_is_missing(tmp
     assert not batch.problems and batch.table["response"].tolist() == [line["output"] for line in good.values()]
 
 
+def test_verl_dump_lone_surrogates_and_bad_bytes_show_as_replacement_characters_and_keep_every_line(tmp_path):
+    """A lone surrogate escape (half an emoji) shows as �, as in the board's own lines, and the file's other lines stay;
+    an escaped \\udcff is such a surrogate too, not a bad byte; bytes that are not UTF-8 show as � with the board's note."""
+    run_dir = verl_run(tmp_path, steps=1, validation_steps=()) / "rollout"
+    path = run_dir / "1.jsonl"
+    lines = path.read_bytes().splitlines()
+    lines[2] = lines[2].replace(b'"output": "', b'"output": "\\ud800', 1)
+    lines[3] = lines[3].replace(b'"output": "', b'"output": "\\udcff', 1)
+    lines[4] = lines[4].replace(b'"output": "', b'"output": "\xff', 1)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    outputs = [json.loads(line.decode("utf-8", errors="replace"))["output"] for line in lines]
+    outputs = ["".join("\ufffd" if 0xD800 <= ord(character) <= 0xDFFF else character for character in output) for output in outputs]
+    run = load(run_dir)
+    assert not problem_rows(run, "skipped")
+    bad_byte = lines[4].index(b"\xff")
+    assert problem_rows(run, "note") == [["1.jsonl", 5, "note", f"invalid UTF-8 at byte {bad_byte} shown as �"]]
+    shown = run.step_rows(1)
+    assert shown["line"].tolist() == list(range(1, len(lines) + 1))
+    assert texts(run, 1)["response"].tolist() == outputs
+    assert outputs[2].startswith("\ufffd") and outputs[3].startswith("\ufffd") and outputs[4].startswith("\ufffd")
+
+
 def test_a_verl_dump_of_many_steps_reopens_from_one_file_of_conversions_and_one_of_indexes(tmp_path, monkeypatch):
     """A file per step: a new store (a restart) finds every step's conversion from the run's one conversions file (no
     stamp file read, nothing converted again) and every index from the run's one index file, with the same samples;
