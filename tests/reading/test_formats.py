@@ -491,6 +491,37 @@ def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_pa
     assert store.load(MAX_SAMPLES).step_rows(2)["reward"].tolist() == [0.5, 0.25]
 
 
+def test_a_string_in_a_trl_reward_column_skips_its_row_named_in_the_user_s_file_and_keeps_the_others(tmp_path):
+    """A reward function's cell that is not a number skips that row alone, as a wrong-typed reward skips a line of the
+    board's own; the load report names the parquet file (not its conversion) and the row (line N is row N, from 1)."""
+    (tmp_path / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["accuracy"], "num_generations": 3}))
+    write_completions(tmp_path / "completions", 1, [1.0, 0.5, 0.0])
+    path = write_completions(tmp_path / "completions", 2, [0.25, 0.5, 0.75])
+    table = pyarrow.parquet.read_table(path)
+    table = table.set_column(table.column_names.index("accuracy"), "accuracy", pyarrow.array([None, "bad", None]))  # a string column
+    pyarrow.parquet.write_table(table, path)
+    bad_row = [row["accuracy"] for row in pyarrow.parquet.read_table(path).to_pylist()].index("bad") + 1
+    run = load(tmp_path)
+    [[name, line, _, reason]] = problem_rows(run, "skipped")
+    assert (name, line) == ("completions_00002.parquet", bad_row) == (path.name, 2)
+    assert reason.startswith("Expected `float | null`, got `str`")
+    assert problem_rows(run, "note") == [[path.name, 2, "note", "reward function accuracy: 'bad' is not a number, the row is skipped"]]
+    assert run.steps == [1, 2] and run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0]
+    kept = run.step_rows(2)
+    assert kept["line"].tolist() == [1, 3] and kept["reward"].isna().all()  # the other rows kept, without a score
+
+
+@pytest.mark.parametrize("where", ["completions", "."])
+def test_a_folder_named_like_a_trl_completions_file_is_named_as_skipped(tmp_path, where):
+    """A folder named completions_<step>.parquet is not a step's file: the load report says so, its step is not silently missing."""
+    write_completions(tmp_path / where, 1, [1.0])
+    (tmp_path / where / "completions_00002.parquet").mkdir()
+    run = load(tmp_path)
+    assert run.steps == [1]
+    [[name, line, _, reason]] = problem_rows(run, "skipped")
+    assert (name, line) == ("completions_00002.parquet", 0) and reason.startswith("a folder, not a parquet file")
+
+
 def test_jsonl_files_beside_trl_completions_are_named_as_not_read(tmp_path):
     """A folder holding TRL's completions and rank files shows the completions and says the rank files were not read."""
     write_completions(tmp_path / "completions", 1, [1.0])
