@@ -12,7 +12,7 @@ from rl_board.formats.base import RunFormat
 from rl_board.reading.index import IndexCache
 from rl_board.reading.storage import FileStatus, canonical_path, is_file, joined, read_file, write_file
 
-CONVERSION_FORMAT = 3  # a conversion made by another version of this code is made again
+CONVERSION_FORMAT = 4  # a conversion made by another version of this code is made again
 
 
 CONVERSION_THREADS = 16  # files of a run on object storage fetched and converted at once
@@ -46,10 +46,12 @@ def save_known_conversions(folder: str, known: dict):
 
 # A source file's conversion, made when the file (or what the conversion depends on) changed since the last one; a
 # stamp beside it records what it was made from, and the conversion's notes. Returns the conversion's path and notes.
+# The conversion has its source's name (or its file_contexts name), whatever its format: the load report, search hits
+# and exports name its lines by it, so they name the user's file (completions_00003.parquet), not one made here.
 def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: str, known: dict) -> tuple[str, tuple]:
     name, extra = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1], None))
     context = run_format.context if extra is None else (*run_format.context, extra)
-    target = joined(folder, name if name.endswith(".jsonl") else f"{name}.jsonl")
+    target = joined(folder, name)
     stamp_path = f"{target}.source"
     stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(context))}
     if source in known and known[source][:2] == (stamp, target) and is_file(target):

@@ -196,7 +196,7 @@ def converted(rows: list, labels: dict, name: str) -> tuple[bytes, tuple]:
         lines.append(encoded(line))
         for kind, reason in found:
             problems.setdefault(("note", kind), []).append((len(lines), reason))
-    return b"\n".join(lines) + (b"\n" if lines else b""), problem_rows(problems, f"{name}.jsonl")
+    return b"\n".join(lines) + (b"\n" if lines else b""), problem_rows(problems, name)
 
 
 def loaded(value, default):

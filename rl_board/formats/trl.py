@@ -28,6 +28,7 @@ from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_meta
 from rl_board.reading.lines import FORMAT_KEYS, as_text
 from rl_board.reading.storage import Entry, FileStatus, is_remote, joined, list_folder, read_file
+from rl_board.text import shorten
 from rollout_logger.metadata import ROLLOUTS_FOLDER
 
 COMPLETIONS_FILE = re.compile(r"completions_(\d+)\.parquet")
@@ -45,12 +46,15 @@ LAYOUT = RunLayout(files=COMPLETIONS_FILE, folders=frozenset({COMPLETIONS_FOLDER
 
 
 # The folder's parquet files, or its completions/ folder's, but those repeating the step before (named in the load
-# report); JSONL beside them is named in a note and not read.
+# report); JSONL beside them is named in a note and not read, and so is a folder named like a step's file (its step
+# would be missing without a word).
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     parquet = [entry for entry in folder.files if COMPLETIONS_FILE.fullmatch(entry.name)]
+    misnamed = [name for name in folder.folders if COMPLETIONS_FILE.fullmatch(name)]
     if not parquet and COMPLETIONS_FOLDER in folder.folders:
         listed = list_folder(joined(folder.run_dir, COMPLETIONS_FOLDER))
         parquet = [entry for entry in listed if not entry.is_dir and COMPLETIONS_FILE.fullmatch(entry.name)]
+        misnamed = [entry.name for entry in listed if entry.is_dir and COMPLETIONS_FILE.fullmatch(entry.name)]
     if not parquet:
         return None
     run_dir = folder.run_dir
@@ -58,11 +62,15 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     run_format = completions_format(run_dir, *(history_signature(meta_dir) for meta_dir in near + logged))
     repeats = repeated_batches(parquet)
     problems = tuple((entry.name, 0, "skipped", repeat_reason(repeats[entry.path])) for entry in parquet if entry.path in repeats)
+    problems += tuple((name, 0, "skipped", FOLDER_NOT_FILE) for name in sorted(misnamed))
     if folder.jsonl:
         note = f"{len(folder.jsonl)} .jsonl file(s) beside TRL's completions are not read: put them in a run folder of their own to open them"
         problems += (("", 0, "note", note),)
     run_format = dataclasses.replace(run_format, problems=run_format.problems + problems)
     return folder.sources(entry for entry in parquet if entry.path not in repeats), run_format
+
+
+FOLDER_NOT_FILE = "a folder, not a parquet file (TRL writes each logged step's completions as one file): its step is not shown"
 
 
 # TRL's completion logs: the reward functions' names come from the logger's metadata or TRL's logged
@@ -166,9 +174,11 @@ def rows_digest(path: str, status: FileStatus) -> str | None:
 
 
 # One parquet file of GRPOTrainer.log() (columns step, prompt, completion, a column per reward function, the
-# log_extra columns, advantage) as the board's lines: the reward functions' scores in rewards_per_func, their plain
-# sum (NaN-skipping, as TRL sums; the weights are applied when the run loads) as reward, each run of group_size rows
-# (num_generations; told from the prompts without it) a group, the other columns fields.
+# log_extra columns, advantage) as the board's lines, a line per row in order (line N is row N, from 1): the reward
+# functions' scores in rewards_per_func, their plain sum (NaN-skipping, as TRL sums; the weights are applied when the
+# run loads) as reward, each run of group_size rows (num_generations; told from the prompts without it) a group, the
+# other columns fields. A score that is not a number (a string in a reward column) stays as it is: the board skips
+# its row, as it skips such a line of its own, and keeps the others; a note names the function and the value.
 def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     table = pyarrow.parquet.read_table(io.BytesIO(data))
     columns = table.column_names
@@ -185,7 +195,9 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     lines = []
     for index, row in enumerate(rows):
         scores = {name: row.pop(name) for name in names}
-        finite = [score for score in scores.values() if score is not None and not math.isnan(score)]
+        numbers = {name: score for name, score in scores.items() if type(score) in (int, float)}
+        notes += [(index + 1, f"reward function {name}: {shorten(repr(score), 80)} is not a number, the row is skipped") for name, score in scores.items() if score is not None and name not in numbers]
+        finite = [score for score in numbers.values() if not math.isnan(score)]
         line = {
             "step": row.pop("step", None),
             "prompt": row.pop("prompt", None),

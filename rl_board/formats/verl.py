@@ -12,8 +12,9 @@ import re
 import msgspec
 
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, group_of_prompt
-from rl_board.reading.lines import LINE_FIELDS_DECODER, raw_value
+from rl_board.reading.lines import LINE_FIELDS_DECODER, raw_value, utf8_text
 from rl_board.reading.storage import FileStatus, run_label
+from rl_board.text import valid_text
 
 DUMP_FILE = re.compile(r"\d+\.jsonl")
 
@@ -49,25 +50,37 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
 
 # A verl dump (<step>.jsonl) with verl's keys renamed to the board's and each prompt's samples a group (the v1
 # trainer's uid's prompt part, else the prompt text); line for line,
-# so the load report's line numbers are the file's (a line that is not a JSON object stays as it is, a bad line).
-def dump_lines(data: bytes, context: tuple) -> bytes:
-    return b"\n".join(dump_line(line) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
+# so the load report's line numbers are the file's (a line that is not a JSON object stays as it is, a bad line), and
+# the notes of its lines at their numbers.
+def dump_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
+    converted, notes = [], []
+    for number, line in enumerate(data.removeprefix(UTF8_BOM).split(b"\n"), start=1):
+        line, note = dump_line(line)
+        converted.append(line)
+        if note:
+            notes.append((number, note))
+    return b"\n".join(converted), notes
 
 
-def dump_line(line: bytes) -> bytes:
+# A line as the board's, and a note on what it could not keep as it was (None: all of it). A line msgspec refuses (a
+# NaN score, bytes that are not UTF-8, a lone surrogate escape such as half an emoji) is read by Python's json as the
+# board reads its own lines: bad bytes and lone surrogates are shown as �, the bad bytes with the board's note.
+def dump_line(line: bytes) -> tuple[bytes, str | None]:
+    note = None
     if not line.strip():
-        return line
+        return line, note
     try:
         fields = LINE_FIELDS_DECODER.decode(line)
         encode = msgspec.json.encode
-    except (msgspec.DecodeError, ValueError):  # NaN, bad UTF-8: Python's json keeps both as they are
+    except (msgspec.DecodeError, ValueError):
+        text, note = utf8_text(line)
         try:
-            fields = json.loads(line.decode("utf-8", errors="surrogateescape"))
+            fields = json.loads(text)
         except (ValueError, RecursionError):
-            return line
-        encode = lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8", errors="surrogateescape")  # noqa: E731
+            return line, None
         if not isinstance(fields, dict):
-            return line
+            return line, None
+        encode = lambda value: valid_text(json.dumps(value, ensure_ascii=False)).encode()  # noqa: E731
     taken = {KEYS[key] for key in fields if key in KEYS}
     renamed = {KEYS.get(key) or (key + EXTRA_SUFFIX if key in taken else key): value for key, value in fields.items()}
     uid = renamed.get("uid")
@@ -77,7 +90,7 @@ def dump_line(line: bytes) -> bytes:
     elif "group_id" not in renamed and "prompt" in renamed:
         prompt = renamed["prompt"]
         renamed["group_id"] = group_of_prompt(raw_value(prompt) if isinstance(prompt, msgspec.Raw) else prompt)
-    return encode(renamed)
+    return encode(renamed), note
 
 
 # The prompt's uid in verl v1's key {uid}_{session_id}_{index} (a key of another shape is its own group).

@@ -434,12 +434,7 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
     try:
         record = decoder.decode(raw)
     except (msgspec.DecodeError, ValueError, RecursionError):  # malformed, NaN/Infinity, huge numbers, bad UTF-8, BOM, deep nesting
-        raw = bytes(raw)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            text = raw.decode("utf-8", errors="replace")
-            note = f"invalid UTF-8 at byte {error.start} shown as �"
+        text, note = utf8_text(bytes(raw))
         try:
             value = json.loads(text.removeprefix("\ufeff"))
         except (ValueError, RecursionError) as error:
@@ -452,6 +447,15 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
         except (msgspec.ValidationError, TypeError, OverflowError, UnicodeEncodeError) as error:  # the last: a lone surrogate deeper in
             raise BadLine(valid_text(str(error))) from None
     return integer_step(record), note
+
+
+# A line's bytes as text, bytes that are not UTF-8 shown as �, and a note saying where (None: all UTF-8). The board's
+# lines and the conversions of other trainers' lines (verl's) say it the same way.
+def utf8_text(raw: bytes) -> tuple[str, str | None]:
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as error:
+        return raw.decode("utf-8", errors="replace"), f"invalid UTF-8 at byte {error.start} shown as �"
 
 
 # msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it

@@ -326,6 +326,28 @@ def test_verl_dump_bad_line_keeps_its_line_number_and_a_nan_score_is_missing(tmp
     assert not batch.problems and batch.table["response"].tolist() == [line["output"] for line in good.values()]
 
 
+def test_verl_dump_lone_surrogates_and_bad_bytes_show_as_replacement_characters_and_keep_every_line(tmp_path):
+    """A lone surrogate escape (half an emoji) shows as �, as in the board's own lines, and the file's other lines stay;
+    an escaped \\udcff is such a surrogate too, not a bad byte; bytes that are not UTF-8 show as � with the board's note."""
+    run_dir = verl_run(tmp_path, steps=1, validation_steps=()) / "rollout"
+    path = run_dir / "1.jsonl"
+    lines = path.read_bytes().splitlines()
+    lines[2] = lines[2].replace(b'"output": "', b'"output": "\\ud800', 1)
+    lines[3] = lines[3].replace(b'"output": "', b'"output": "\\udcff', 1)
+    lines[4] = lines[4].replace(b'"output": "', b'"output": "\xff', 1)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    outputs = [json.loads(line.decode("utf-8", errors="replace"))["output"] for line in lines]
+    outputs = ["".join("\ufffd" if 0xD800 <= ord(character) <= 0xDFFF else character for character in output) for output in outputs]
+    run = load(run_dir)
+    assert not problem_rows(run, "skipped")
+    bad_byte = lines[4].index(b"\xff")
+    assert problem_rows(run, "note") == [["1.jsonl", 5, "note", f"invalid UTF-8 at byte {bad_byte} shown as �"]]
+    shown = run.step_rows(1)
+    assert shown["line"].tolist() == list(range(1, len(lines) + 1))
+    assert texts(run, 1)["response"].tolist() == outputs
+    assert outputs[2].startswith("\ufffd") and outputs[3].startswith("\ufffd") and outputs[4].startswith("\ufffd")
+
+
 def test_a_verl_dump_of_many_steps_reopens_from_one_file_of_conversions_and_one_of_indexes(tmp_path, monkeypatch):
     """A file per step: a new store (a restart) finds every step's conversion from the run's one conversions file (no
     stamp file read, nothing converted again) and every index from the run's one index file, with the same samples;
@@ -467,6 +489,37 @@ def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_pa
     broken.write_bytes(data)
     assert store.needs_work(MAX_SAMPLES)
     assert store.load(MAX_SAMPLES).step_rows(2)["reward"].tolist() == [0.5, 0.25]
+
+
+def test_a_string_in_a_trl_reward_column_skips_its_row_named_in_the_user_s_file_and_keeps_the_others(tmp_path):
+    """A reward function's cell that is not a number skips that row alone, as a wrong-typed reward skips a line of the
+    board's own; the load report names the parquet file (not its conversion) and the row (line N is row N, from 1)."""
+    (tmp_path / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["accuracy"], "num_generations": 3}))
+    write_completions(tmp_path / "completions", 1, [1.0, 0.5, 0.0])
+    path = write_completions(tmp_path / "completions", 2, [0.25, 0.5, 0.75])
+    table = pyarrow.parquet.read_table(path)
+    table = table.set_column(table.column_names.index("accuracy"), "accuracy", pyarrow.array([None, "bad", None]))  # a string column
+    pyarrow.parquet.write_table(table, path)
+    bad_row = [row["accuracy"] for row in pyarrow.parquet.read_table(path).to_pylist()].index("bad") + 1
+    run = load(tmp_path)
+    [[name, line, _, reason]] = problem_rows(run, "skipped")
+    assert (name, line) == ("completions_00002.parquet", bad_row) == (path.name, 2)
+    assert reason.startswith("Expected `float | null`, got `str`")
+    assert problem_rows(run, "note") == [[path.name, 2, "note", "reward function accuracy: 'bad' is not a number, the row is skipped"]]
+    assert run.steps == [1, 2] and run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0]
+    kept = run.step_rows(2)
+    assert kept["line"].tolist() == [1, 3] and kept["reward"].isna().all()  # the other rows kept, without a score
+
+
+@pytest.mark.parametrize("where", ["completions", "."])
+def test_a_folder_named_like_a_trl_completions_file_is_named_as_skipped(tmp_path, where):
+    """A folder named completions_<step>.parquet is not a step's file: the load report says so, its step is not silently missing."""
+    write_completions(tmp_path / where, 1, [1.0])
+    (tmp_path / where / "completions_00002.parquet").mkdir()
+    run = load(tmp_path)
+    assert run.steps == [1]
+    [[name, line, _, reason]] = problem_rows(run, "skipped")
+    assert (name, line) == ("completions_00002.parquet", 0) and reason.startswith("a folder, not a parquet file")
 
 
 def test_jsonl_files_beside_trl_completions_are_named_as_not_read(tmp_path):

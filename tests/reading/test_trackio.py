@@ -197,9 +197,9 @@ def test_bad_input_is_counted_in_the_load_report(written, tmp_path):
     assert lines[2]["response"].endswith(f"[assistant]\n{LONG_TRACE - 1}")
     assert lines[0]["reward"] is None and math.isnan(run.samples.sort_values("line")["reward"].iloc[0])
     notes = {(file, line, reason.split(":")[0]) for file, line, _, reason in problems(run, "note")}
-    assert ("messy.db.jsonl", 1, "message 1 has the role 'critic', not one the board knows") in notes
-    assert ("messy.db.jsonl", 2, "message 1") in notes  # the arguments of shell are not valid JSON
-    assert ("messy.db.jsonl", 3, f"{LONG_TRACE} messages") in notes
+    assert ("messy.db", 1, "message 1 has the role 'critic', not one the board knows") in notes
+    assert ("messy.db", 2, "message 1") in notes  # the arguments of shell are not valid JSON
+    assert ("messy.db", 3, f"{LONG_TRACE} messages") in notes
     skipped = {file: reason for file, _, _, reason in problems(run, "skipped")}
     assert skipped["corrupt.db"].startswith("not readable as a SQLite database (file is not a database)")
     assert skipped["foreign.db"].startswith("not trackio's database")
