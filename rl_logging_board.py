@@ -2291,7 +2291,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
     except OSError as error:
         st.warning(read_back_problem(row["path"], row["line"], error))
         return
-    except BadLine as error:  # rewritten, or malformed where the first pass does not look (values, token_rewards)
+    except BadLine as error:  # rewritten since it was indexed (its step changed, or it is no JSON object now)
         st.warning(f"{markdown_literal(Path(row['path']).name)} line {row['line']}: no token area, the line cannot be read in full ({markdown_literal(error)}); if the file was rewritten, press Load & View.")
         return
     if tokens is None:

@@ -612,7 +612,7 @@ WORD_DIFF_BACKGROUNDS = {"removed": "rgba(220,60,60,0.35)", "added": "rgba(60,17
 # and added runs marked.
 def marked_words_html(runs: list[tuple[str, str]]) -> str:
     parts = [f'<span style="background:{WORD_DIFF_BACKGROUNDS[kind]}">{html.escape(text)}</span>' if kind in WORD_DIFF_BACKGROUNDS else html.escape(text) for kind, text in runs]
-    return "<div class='rl-word-diff' style='white-space:break-spaces'>" + ("".join(parts) or "(empty)") + "</div>"
+    return "<div class='rl-word-diff' style='white-space:break-spaces;overflow-wrap:anywhere'>" + ("".join(parts) or "(empty)") + "</div>"  # a long URL wraps in its column
 
 
 # Token colours: red for positive values, blue for negative, stronger the larger |value| is

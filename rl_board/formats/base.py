@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from rl_board.reading.lines import LINE_FIELDS_DECODER, as_text
+from rl_board.reading.lines import LINE_FIELDS_DECODER, as_text, lone_surrogates_replaced
 from rl_board.reading.storage import Entry, FileStatus, is_remote, list_folder, read_range
 from rl_board.text import valid_text
 from rollout_logger.metadata import METRICS_FILES
@@ -132,7 +132,7 @@ def first_line_keys(path: str, status: FileStatus) -> set:
         size *= 2
     line = line.split(b"\n", 1)[0].removeprefix(UTF8_BOM)
     try:
-        return set(LINE_FIELDS_DECODER.decode(line))
+        return set(LINE_FIELDS_DECODER.decode(lone_surrogates_replaced(line) or line))  # with half an emoji too
     except (msgspec.DecodeError, ValueError):
         return set()
 

@@ -19,10 +19,9 @@ ids (as text); logprobs response_rollout_log_probs, missing where the mask is fa
 as slime); ground_truth the label; stop_reason and truncated from status (completed: stop, truncated: length,
 aborted and failed: error); text/split train or eval, text/dataset the evaluation's dataset; the other keys kept as
 fields. A folder of <rollout_id>.jsonl files (train/ or eval/) is a run; so is rollout_result_dir, both its folders."""
-import json
 import re
 
-from rl_board.formats.agent_turns import finite
+from rl_board.formats.agent_turns import encoded, finite
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, json_object, parent_and_name
 from rl_board.reading.storage import FileStatus, joined, list_folder
 from rollout_logger.metadata import FORMAT_KEYS
@@ -121,4 +120,4 @@ def result_line(line: bytes, step: int, split: str) -> bytes:
     others = {key: value for key, value in record.items() if key not in MAPPED}
     board |= {(f"{key} (Relax)" if key in board or key in FORMAT_KEYS else key): value for key, value in others.items()}
     board["relax_status"] = status
-    return json.dumps(board, ensure_ascii=False).encode()
+    return encoded(board)  # a lone surrogate (half an emoji) escaped, not a whole file lost

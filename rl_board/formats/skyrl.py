@@ -22,7 +22,7 @@ as fields, and eval_dump the folder's name. aggregated_results.jsonl is not samp
 import json
 import re
 
-from rl_board.formats.agent_turns import finite
+from rl_board.formats.agent_turns import encoded, finite
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, group_of_prompt, json_object, parent_and_name
 from rl_board.reading.storage import FileStatus, joined, list_folder
 
@@ -109,4 +109,4 @@ def dump_line(line: bytes, step: int, folder_name: str) -> bytes:
         board["reward"] = finite(score)
     prompt = board.get("prompt")
     board |= {"step": step, "group_id": group_of_prompt(prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)), "eval_dump": folder_name}
-    return json.dumps(board, ensure_ascii=False).encode()
+    return encoded(board)  # a lone surrogate (half an emoji) escaped, not a whole file lost

@@ -195,8 +195,9 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     lines = []
     for index, row in enumerate(rows):
         scores = {name: row.pop(name) for name in names}
-        numbers = {name: score for name, score in scores.items() if type(score) in (int, float)}
+        numbers = {name: number for name, score in scores.items() if (number := reward_number(score)) is not None}
         notes += [(index + 1, f"reward function {name}: {shorten(repr(score), 80)} is not a number, the row is skipped") for name, score in scores.items() if score is not None and name not in numbers]
+        scores |= numbers  # a number written as text as the number (the line's reader skips the row for the others)
         finite = [score for score in numbers.values() if not math.isnan(score)]
         line = {
             "step": row.pop("step", None),
@@ -210,6 +211,14 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
         line |= {(f"{name} (log_extra)" if name in line or name in FORMAT_KEYS else name): value for name, value in row.items()}
         lines.append(msgspec.json.encode(line))
     return b"".join(line + b"\n" for line in lines), notes
+
+
+# A reward function's score as the board reads a number (msgspec's lax mode: "0.5" is 0.5), None for one it does not.
+def reward_number(score) -> float | None:
+    try:
+        return msgspec.convert(score, float, strict=False)
+    except msgspec.ValidationError:
+        return None
 
 
 # The group size told from a file's prompts alone: TRL's groups are consecutive, so every run of rows with one prompt

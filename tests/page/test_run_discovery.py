@@ -44,7 +44,6 @@ def test_the_run_list_holds_each_trainer_run_folder_once_and_a_prime_rl_run_fold
     assert prime_rl.NAME.split(" (")[0] in loaded_caption(app)
 
 
-
 def test_a_run_folder_whose_name_is_not_utf8_is_not_listed_and_the_sidebar_says_so(tmp_path, monkeypatch):
     write_lines(tmp_path / "root" / "good" / "r.jsonl", [sample(1)])
     write_lines(tmp_path / "root" / os.fsdecode(b"run_\xff") / "r.jsonl", [sample(1)])

@@ -149,7 +149,7 @@ def test_a_word_diff_shows_each_response_as_written_and_never_as_markup():
     a, b = "Title\n===\n    four spaces\n\tTAB <b>alpha</b>", "Title\n===\n    four spaces\n\tTAB <b>beta</b>"
     runs_a, runs_b, _ = word_diff(a, b)
     shown = marked_words_html(runs_a)
-    assert shown.startswith("<div class='rl-word-diff' style='white-space:break-spaces'>Title\n===\n    four spaces\n\tTAB ")
+    assert shown.startswith("<div class='rl-word-diff' style='white-space:break-spaces;overflow-wrap:anywhere'>Title\n===\n    four spaces\n\tTAB ")
     assert f'<span style="background:{WORD_DIFF_BACKGROUNDS["removed"]}">&lt;b&gt;alpha&lt;/b&gt;</span>' in shown
     assert html.unescape(re.sub(r"<[^>]+>", "", shown)) == a  # every character of the response, nothing else
     assert marked_words_html(word_diff("", "")[0]).endswith(">(empty)</div>")

@@ -493,12 +493,13 @@ def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_pa
 
 def test_a_string_in_a_trl_reward_column_skips_its_row_named_in_the_user_s_file_and_keeps_the_others(tmp_path):
     """A reward function's cell that is not a number skips that row alone, as a wrong-typed reward skips a line of the
-    board's own; the load report names the parquet file (not its conversion) and the row (line N is row N, from 1)."""
+    board's own, and one written as text ("0.75") is read as the number, as the board reads its own lines; the load
+    report names the parquet file (not its conversion) and the row (line N is row N, from 1)."""
     (tmp_path / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["accuracy"], "num_generations": 3}))
     write_completions(tmp_path / "completions", 1, [1.0, 0.5, 0.0])
     path = write_completions(tmp_path / "completions", 2, [0.25, 0.5, 0.75])
     table = pyarrow.parquet.read_table(path)
-    table = table.set_column(table.column_names.index("accuracy"), "accuracy", pyarrow.array([None, "bad", None]))  # a string column
+    table = table.set_column(table.column_names.index("accuracy"), "accuracy", pyarrow.array(["0.75", "bad", None]))  # a string column
     pyarrow.parquet.write_table(table, path)
     bad_row = [row["accuracy"] for row in pyarrow.parquet.read_table(path).to_pylist()].index("bad") + 1
     run = load(tmp_path)
@@ -508,7 +509,7 @@ def test_a_string_in_a_trl_reward_column_skips_its_row_named_in_the_user_s_file_
     assert problem_rows(run, "note") == [[path.name, 2, "note", "reward function accuracy: 'bad' is not a number, the row is skipped"]]
     assert run.steps == [1, 2] and run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0]
     kept = run.step_rows(2)
-    assert kept["line"].tolist() == [1, 3] and kept["reward"].isna().all()  # the other rows kept, without a score
+    assert kept["line"].tolist() == [1, 3] and kept["reward"].tolist()[0] == 0.75 and kept["reward"].isna().tolist()[1]  # a number as text read as one
 
 
 @pytest.mark.parametrize("where", ["completions", "."])

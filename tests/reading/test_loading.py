@@ -909,12 +909,16 @@ def test_a_lone_surrogate_anywhere_costs_one_character_not_the_run(tmp_path):
         sample(1, group_id=lone, rewards_per_func={lone: 1.0}, response_tokens=["a", lone], logprobs=[-1.0, -2.0]),
         sample(1, prompt=lone, response="x" + lone, ref_response=lone, ground_truth=[lone]),
         sample(2, response_tokens=[lone]),
-        sample(3, **{"note" + lone: 5, "nested": {lone: 1}}),  # in a key name too
+        sample(3, **{"note" + lone: 5, "nested": {lone: 1}}),  # in a key name too, and in the keys the views read
+        sample(4, logprobs=[-1.0], response_tokens=["a"], turns=[{"role": "assistant", "text": "a", "k" + lone: 1}],
+               loss_passes=[{"step": 4, "micro_batch": 0, "x" + lone: 1, "update_weight": [0.5]}]),
     ]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
     run = load(tmp_path / "run")
-    assert len(run.samples) == 4 and not problems_of(run)
+    assert len(run.samples) == 5 and not problems_of(run)
     assert run.samples["extra/note\ufffd"].iloc[3] == 5
+    assert run.samples["turns"].iloc[4] == 1 and run.samples["loss_passes"].iloc[4] == 1
+    assert rl_board.open_run(tmp_path / "run").tokens(4, 0)["update_weight"].tolist() == [0.5]
     assert run.samples["group_id"].iloc[0] == "\ufffd" and run.reward_function_columns == ["rewards/\ufffd"]
     assert run.samples["response_tokens_len"].iloc[0] == 2.0 and run.samples["response_tokens_len"].iloc[2] == 1.0
     batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
@@ -1032,7 +1036,6 @@ def test_steps_a_float_cannot_hold_exactly_are_read_back(tmp_path):
     assert not batch.problems and batch.table["prompt"].tolist() == [f"p{2**53 + 1}"] * 2
 
 
-
 def test_a_step_int64_holds_only_before_it_is_a_float_is_skipped_not_shown_negative(tmp_path):
     largest = 2**63 - 1024  # the largest float below 2**63
     write_lines(tmp_path / "run" / "r.jsonl", [sample(2**63 - 1), sample(largest), sample(-(2**63))])
@@ -1040,6 +1043,7 @@ def test_a_step_int64_holds_only_before_it_is_a_float_is_skipped_not_shown_negat
         run = load(tmp_path / "run", parallel=parallel)
         assert run.steps == [-(2**63), largest] and problems_of(run, "skipped") == {("r.jsonl", 1): "step 922337203685… (19 digits) is out of range"}
         shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
+
 
 # The logger's contract with the board (rollout_logger.metadata) is what the board's decoders read: a key added to one
 # and not the other would be read as a field, or never written.

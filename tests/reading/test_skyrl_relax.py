@@ -174,3 +174,19 @@ def test_skyrl_training_dumps_converted_in_the_training_environment(tmp_path):
     tokens = run.tokens(3, 1)
     assert tokens["token"].tolist() == ["12", "13", "14", "15"] and tokens["tool"].tolist() == [False, True, True, False]
     assert tokens["logp"].round(6).tolist()[0] == -0.2 and tokens["sampler_logp"].round(6).tolist()[0] == -0.2
+
+
+def test_a_lone_surrogate_in_a_skyrl_or_relax_line_costs_one_character_not_the_file(tmp_path):
+    export = skyrl_run(tmp_path / "export", steps=(0,), n=2)
+    results = relax_run(tmp_path / "rollout_result", steps=(0,), eval_steps=())
+    for run_dir, path, key in (
+        (export, export / "dumped_evals" / "global_step_0_evals" / "math.jsonl", b'"output_response": "'),
+        (results / "train", results / "train" / "0.jsonl", b'"response": "'),
+    ):
+        lines = path.read_bytes().split(b"\n")
+        assert key in lines[0]
+        lines[0] = lines[0].replace(key, key + b"\\ud800", 1)  # valid JSON: half an emoji
+        path.write_bytes(b"\n".join(lines))
+        run = rl_board.open_run(run_dir)
+        assert not (run.problems["kind"] == "skipped").any()
+        assert run.step(run.steps[0])["response"].str.startswith("\ufffd").sum() == 1
