@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from rl_board.reading.lines import LINE_FIELDS_DECODER, as_text, lone_surrogates_replaced
+from rl_board.reading.lines import as_text, line_fields
 from rl_board.reading.storage import Entry, FileStatus, is_remote, list_folder, read_range
 from rl_board.text import valid_text
 from rollout_logger.metadata import METRICS_FILES
@@ -131,10 +129,7 @@ def first_line_keys(path: str, status: FileStatus) -> set:
         line += bytes(buffer[:got])
         size *= 2
     line = line.split(b"\n", 1)[0].removeprefix(UTF8_BOM)
-    try:
-        return set(LINE_FIELDS_DECODER.decode(lone_surrogates_replaced(line) or line))  # with half an emoji too
-    except (msgspec.DecodeError, ValueError):
-        return set()
+    return set(line_fields(line))  # a line msgspec refuses (half an emoji, NaN) read by Python's json
 
 
 # Completions of one prompt in a step form a group (GRPO's): the prompt's hash names it.

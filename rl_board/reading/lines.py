@@ -370,14 +370,9 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
     fields: dict[str, np.ndarray] = {}
     token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
     problems, parser = [], simdjson.Parser()
-    end = int((offsets + lengths).max() - base) if count else 0
-    surrogate_escapes = data.find(b"\\ud", 0, end) >= 0 or data.find(b"\\uD", 0, end) >= 0  # rare: only then is a line looked at
     for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
-        raw = view[offset : offset + length]
-        if surrogate_escapes:  # a lone one's escape as \ufffd before any decoder, so keys and nested values read alike
-            raw = lone_surrogates_replaced(bytes(raw)) or raw
         try:
-            record, note, line = decode_summary(raw, parser)
+            record, note, line = decode_summary(view[offset : offset + length], parser)
         except BadLine as error:
             problems.append((row, "skipped", str(error)))
             continue
@@ -402,7 +397,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             fields.setdefault(f"rewards/{valid_text(name)}", np.full(count, np.nan))[row] = np.nan if score is None else score
         numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
         for name in ("prompt", "response"):  # where the texts are, for search to read them alone (valid UTF-8: no note)
-            if note is None and isinstance(raw, memoryview) and isinstance(line.get(name), msgspec.Raw):  # a line as it is
+            if note is None and isinstance(line.get(name), msgspec.Raw):
                 numbers[f"{name}_at"][row] = raw_offset(data, bytes(line[name]), offset, offset + length)
                 numbers[f"{name}_bytes"][row] = len(line[name])
         for name, value in extra_fields(line).items():
@@ -455,16 +450,9 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
 
 # A JSON text's escapes of lone surrogates (valid JSON: "\ud83d", half an emoji) as "\ufffd", wherever they are, keys
 # and nested values too: a lone surrogate cannot be UTF-8, which msgspec's matching of keys, Arrow and the caches need.
+# (msgspec refuses such a line, so it comes this way: decode_line, line_fields.)
 # Escaped backslashes are taken first, so "\\ud800" (a backslash, then text) stays as it is.
 JSON_ESCAPE_OF_SURROGATES = re.compile(r"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
-
-
-# A line's bytes with without_lone_surrogates' change, the same length (offsets in the line hold); None where it has no
-# lone surrogate.
-def lone_surrogates_replaced(raw: bytes) -> bytes | None:
-    text = raw.decode("utf-8", "surrogateescape")  # bytes that are not UTF-8 kept, for the decoders' note
-    replaced = without_lone_surrogates(text)
-    return None if replaced == text else replaced.encode("utf-8", "surrogateescape")
 
 
 def without_lone_surrogates(text: str) -> str:
@@ -526,7 +514,7 @@ def line_fields(raw) -> dict:
         return LINE_FIELDS_DECODER.decode(raw)
     except (msgspec.DecodeError, ValueError, RecursionError):
         try:
-            value = json.loads(bytes(raw).decode("utf-8", errors="replace").removeprefix("\ufeff"))
+            value = json.loads(without_lone_surrogates(bytes(raw).decode("utf-8", errors="replace").removeprefix("\ufeff")))
         except (ValueError, RecursionError):
             return {}
         return value if isinstance(value, dict) else {}
