@@ -142,6 +142,7 @@ from rl_board.reading.search import (
     match_snippets,
     search_pattern,
     search_samples,
+    spreadsheet_csv,
 )
 from rl_board.reading.snapshot import (
     RunSnapshot,
@@ -1652,7 +1653,7 @@ def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["
         )
     runs = [(run_label(shown.run_dir), shown.samples) for shown in shown_runs if not shown.samples.empty]
     downloads[2].download_button(
-        "Per-step statistics (CSV)", lambda: step_statistics_table(runs).to_csv(index=False), file_name=f"{name}_step_statistics.csv",
+        "Per-step statistics (CSV)", lambda: spreadsheet_csv(step_statistics_table(runs)), file_name=f"{name}_step_statistics.csv",
         mime="text/csv", on_click="ignore", disabled=not runs, help="The numbers behind the step curves, of every run compared.",
     )
 
@@ -1660,8 +1661,8 @@ def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["
 # A history download: the shown run's frame as read, or with compared runs, every run's rows under a run column.
 def history_csv(frames: list[tuple[str, pd.DataFrame]], by_run: bool) -> str:
     if not by_run:
-        return frames[0][1].to_csv(index=False)
-    return pd.concat([frame.assign(run=name)[["run", *frame.columns]] for name, frame in frames], ignore_index=True).to_csv(index=False)
+        return spreadsheet_csv(frames[0][1])
+    return spreadsheet_csv(pd.concat([frame.assign(run=name)[["run", *frame.columns]] for name, frame in frames], ignore_index=True))
 
 
 # A run's history as seed 004's summary prints it: configuration, entries, final values, best checkpoint.
@@ -1908,7 +1909,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
             | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium")},
         )
         buttons = st.container(horizontal=True)
-        buttons.download_button("Prompts (CSV)", functools.partial(lambda rows: rows.to_csv(index=False), table), file_name=f"changes_{run_a}_{run_b}.csv".replace("/", "_"), mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
+        buttons.download_button("Prompts (CSV)", functools.partial(spreadsheet_csv, table), file_name=f"changes_{run_a}_{run_b}.csv".replace("/", "_"), mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
         buttons.download_button("Prompts (Parquet)", functools.partial(lambda rows: rows.to_parquet(index=False), table), file_name=f"changes_{run_a}_{run_b}.parquet".replace("/", "_"), mime="application/vnd.apache.parquet", on_click="ignore", icon=":material/download:", help="The CSV's table, typed")
         if not picked.selection.rows:
             st.caption("Sorted by change, the worst first; click a column to sort by it. Click a prompt to see its responses on A and B, word by word.")

@@ -71,7 +71,7 @@ def watch_pattern(name, pattern, field: str = "response", regex: bool = True, ma
 def checked_search(watch: WatchPattern) -> WatchPattern:
     if not isinstance(watch.pattern, str) or not watch.pattern:
         raise ValueError("a watch pattern needs a pattern (an empty one matches every sample)")
-    if watch.field not in SEARCH_PLACES:
+    if not isinstance(watch.field, str) or watch.field not in SEARCH_PLACES:  # a list from a hand-edited file too
         raise ValueError(f"field must be one of {', '.join(map(repr, SEARCH_PLACES))}, not {watch.field!r}")
     if not isinstance(watch.regex, bool) or not isinstance(watch.match_case, bool):
         raise ValueError("regex and match_case are true or false")
@@ -146,7 +146,7 @@ def read_watch_file(path: Path) -> tuple[dict, str | None]:
         content = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         return {}, None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:  # the last: nested too deep for json
         return {}, f"{path} could not be read ({error})"
     if not isinstance(content, dict) or content.get("format") != WATCH_FORMAT or not isinstance(content.get("roots"), dict):
         return {}, f"{path} is not a file of watch patterns (format {WATCH_FORMAT})"
@@ -168,6 +168,8 @@ def saved_patterns(root) -> SavedPatterns:
             watch = watch_pattern(entry.get("name"), entry.get("pattern"), entry.get("field", "response"), entry.get("regex", True), entry.get("match_case", True))
             if any(saved.name == watch.name for saved in patterns):
                 raise ValueError(f"a second pattern named {watch.name!r}")
+            if len(patterns) == WATCH_PATTERNS_MAX:
+                raise ValueError(f"more than {WATCH_PATTERNS_MAX} for the root")
         except ValueError as error:
             problems.append(f"saved pattern {position} left out: {error}")
             continue
@@ -175,11 +177,16 @@ def saved_patterns(root) -> SavedPatterns:
     return SavedPatterns(patterns, problems)
 
 
+# Whether a saved entry is the pattern of that name, as saved_patterns names it (a hand-written " a " is a).
+def named(entry, name: str) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("name"), str) and entry["name"].strip() == name
+
+
 # Save a pattern under the root (one of the same name is replaced). Returns a note (a damaged file kept aside), or "".
 # Raises ValueError saying why it was not saved.
 def save_pattern(root, watch: WatchPattern) -> str:
     def change(entries: list) -> list:
-        entries = [entry for entry in entries if not (isinstance(entry, dict) and entry.get("name") == watch.name)]
+        entries = [entry for entry in entries if not named(entry, watch.name)]
         if len(entries) >= WATCH_PATTERNS_MAX:
             raise ValueError(f"at most {WATCH_PATTERNS_MAX} watch patterns per root: remove one first")
         return entries + [asdict(watch)]
@@ -189,7 +196,7 @@ def save_pattern(root, watch: WatchPattern) -> str:
 
 # Remove the root's pattern of that name (none: nothing changes). Returns a note, or "".
 def remove_pattern(root, name: str) -> str:
-    return change_patterns(root, lambda entries: [entry for entry in entries if not (isinstance(entry, dict) and entry.get("name") == name)])
+    return change_patterns(root, lambda entries: [entry for entry in entries if not named(entry, name)])
 
 
 # Read the file, change the root's entries, write it whole to a temporary file of this writer's own and rename it over
@@ -199,15 +206,18 @@ def change_patterns(root, change) -> str:
     path, note = watch_file(), ""
     with WRITING:
         roots, problem = read_watch_file(path)
+        key = root_key(root)
+        if not problem and key in roots and not isinstance(roots[key], list):  # the root's entry damaged: kept aside too
+            problem = f"{path}: the patterns of {key} are not a list"
         if problem:
             aside = path.with_name(path.name + ".damaged")
             try:
                 os.replace(path, aside)
             except OSError as error:
                 raise ValueError(f"{problem}, and it cannot be moved aside ({error}): not saved") from None
-            note = f"{problem}: it was kept as {aside}, and a new file started."
-        key = root_key(root)
-        entries = roots.get(key) if isinstance(roots.get(key), list) else []
+            roots = {name: entries for name, entries in roots.items() if isinstance(entries, list)}  # the other roots go on
+            note = f"{problem}: it was kept as {aside}, and a new file started" + (" with the other roots' patterns." if roots else ".")
+        entries = roots.get(key, [])
         roots = {**roots, key: change(entries)}
         if not roots[key]:
             del roots[key]

@@ -2,6 +2,7 @@
 the index located, held as UTF-8 in one buffer per file), searched with RE2 in linear time under a deadline, with
 snippets of the matches; the found lines exported as CSV, Parquet or the original JSONL bytes."""
 import contextlib
+import csv
 import io
 import threading
 import time
@@ -280,7 +281,21 @@ def export_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def export_csv(rows: pd.DataFrame) -> str:
-    return export_table(rows).to_csv(index=False)
+    return spreadsheet_csv(export_table(rows))
+
+
+# A table as CSV for a spreadsheet. A text (a cell or a column's name) that starts as a formula would (=, +, -, @, a tab
+# or a carriage return) gets a ' in front, so a spreadsheet shows it instead of running it: rollout text is written by
+# a model (=HYPERLINK(...), @SUM(...)). Every text is quoted, so a lone carriage return in one cannot split its row.
+# The Parquet and JSONL downloads keep the texts exactly.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_csv(table: pd.DataFrame) -> str:
+    shown = lambda value: "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value  # noqa: E731
+    safe = pd.DataFrame({position: column if pd.api.types.is_numeric_dtype(column) else column.map(shown) for position, (_, column) in enumerate(table.items())})
+    safe.columns = [shown(str(name)) for name in table.columns]
+    return safe.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)
 
 
 def export_parquet(rows: pd.DataFrame) -> bytes:

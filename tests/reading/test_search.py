@@ -1,5 +1,6 @@
 """Finding samples (issue 17): search, filters, fields outside the format, facets and export, checked against the raw JSONL."""
 
+import csv
 import io
 import json
 import math
@@ -14,6 +15,7 @@ import rl_logging_board as board
 from rl_board.metrics import SampleFilter, facet_table, filter_columns, filter_mask
 from rl_board.reading.lines import FIELD_COLUMNS
 from rl_board.reading.search import (
+    FORMULA_STARTS,
     SNIPPET_AFTER,
     SNIPPET_BEFORE,
     RunTexts,
@@ -233,7 +235,8 @@ def test_csv_and_parquet_exports_read_back_equal_the_table_and_the_lines(needle_
             if pd.api.types.is_numeric_dtype(table[column]):
                 assert pd.to_numeric(read[column].replace("", np.nan)).tolist() == pytest.approx(table[column].astype(float).tolist(), nan_ok=True, rel=1e-15), column
             else:
-                assert read[column].tolist() == ["" if pd.isna(value) else str(value) for value in table[column]], column
+                shown = ["" if pd.isna(value) else str(value) for value in table[column]]
+                assert read[column].tolist() == ["'" + text if text.startswith(FORMULA_STARTS) else text for text in shown], column
         pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(export_parquet(run.samples))), table)
         step = export_table(run.step_rows(2))  # the step in view: its batch, in batch order
         assert step["sample"].tolist() == list(range(len(step))) and list(zip(step["file"], step["line"])) == sorted(p for p, line in lines.items() if line["step"] == 2)
@@ -347,3 +350,17 @@ def test_texts_with_bad_bytes_are_searched_as_shown_with_escapes_and_in_chat_pro
     hit = result.place > 0
     snippets = match_snippets(RunTexts(), run.samples[hit], result.place[hit], result.start[hit], result.end[hit])
     assert sorted(snippets) == ['[{"role": "user", "content": "caf\ufffd ⟦needle⟧"}]', 'caf\ufffd "⟦needle⟧"']
+
+
+# A CSV is opened in spreadsheets: model-written text that starts as a formula is shown, not run, and a lone carriage
+# return stays inside its cell.
+def test_the_csv_download_neither_runs_a_formula_nor_splits_a_row(tmp_path):
+    hostile = ['=HYPERLINK("http://evil.invalid","click")', "+1+1", "-2+3", "@SUM(A1)", "\t=1", "progress 10%\r20%\rdone", "fine"]
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response=text, reward=-1.5, **{"=bad": 1, "note": text}) for text in hostile])
+    text = export_csv(load(tmp_path / "run").samples)
+    rows = list(csv.reader(io.StringIO(text)))
+    header, body = rows[0], rows[1:]
+    assert len(body) == len(hostile) and "'=bad" not in header and "extra/=bad" in header  # a name's start: extra/
+    responses = [row[header.index("response")] for row in body]
+    assert responses == ["'" + text if text[0] in "=+-@\t" else text for text in hostile]
+    assert [row[header.index("reward")] for row in body] == ["-1.5"] * len(hostile)  # numbers stay numbers

@@ -301,3 +301,26 @@ def test_writers_at_once_keep_every_pattern_and_a_reader_never_sees_half_a_file(
         names = {watch.name for watch in saved_patterns(root).patterns}
         assert names == {f"w{number}-{index}" for number in range(parity, 4, 2) for index in range(8)}
     assert sorted(path.name for path in watch_file().parent.iterdir()) == [WATCH_FILE]
+
+
+def test_a_hand_edited_file_s_odd_entries_are_left_out_named_and_kept_when_saving(tmp_path):
+    root = tmp_path / "runs"
+    save_pattern(root, watch_pattern("refusal", "I cannot"))
+    key = next(iter(json.loads(watch_file().read_text())["roots"]))
+    entries = [{"name": "listy", "pattern": "x", "field": ["response"]}, {"name": " padded ", "pattern": "y"}]
+    entries += [{"name": f"p{number}", "pattern": "z"} for number in range(25)]
+    watch_file().write_text(json.dumps({"format": 1, "roots": {key: entries, "other": [{"name": "kept", "pattern": "k"}]}}))
+    saved = saved_patterns(root)
+    assert [watch.name for watch in saved.patterns] == ["padded", *[f"p{number}" for number in range(19)]]
+    assert saved.problems[0] == "saved pattern 1 left out: field must be one of " + ", ".join(map(repr, search.SEARCH_PLACES)) + ", not ['response']"
+    assert saved.problems[1:] == [f"saved pattern {position} left out: more than 20 for the root" for position in range(22, 28)]
+    remove_pattern(root, "padded")  # as listed
+    assert "padded" not in [watch.name for watch in saved_patterns(root).patterns]
+    watch_file().write_text("[" * 100_000)  # nested beyond Python's json
+    assert "could not be read" in saved_patterns(root).problems[0]
+    watch_file().write_text(json.dumps({"format": 1, "roots": {key: {"not": "a list"}, "other": [{"name": "kept", "pattern": "k"}]}}))
+    note = save_pattern(root, watch_pattern("tag", "<answer>"))
+    assert "are not a list" in note and "kept as" in note and "with the other roots' patterns" in note
+    assert json.loads((watch_file().parent / (WATCH_FILE + ".damaged")).read_text())["roots"][key] == {"not": "a list"}
+    assert json.loads(watch_file().read_text())["roots"]["other"] == [{"name": "kept", "pattern": "k"}]
+    assert [watch.name for watch in saved_patterns(root).patterns] == ["tag"]
