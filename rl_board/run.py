@@ -17,6 +17,7 @@
     rl_board.pattern_rate(run, r"I cannot")               # per step, the share of responses the pattern matches
 """
 import functools
+import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ class Run:
         the files (a line that cannot be read back has none, and a warning names it)."""
         rows = self.snapshot.step_rows(step)
         if rows.empty:
-            raise KeyError(f"step {step} is not among the loaded steps ({len(self.snapshot.steps)} steps)")
+            raise KeyError(f"step {step!r} is not among the loaded steps ({len(self.snapshot.steps)} steps, whole numbers)")
         batch = read_step_batch(lines_key(rows), rows)
         for problem in batch.problems:
             warnings.warn(problem, stacklevel=2)
@@ -162,8 +163,10 @@ class Run:
 
     def _row(self, step: int, sample: int) -> pd.Series:
         rows = self.snapshot.step_rows(step)
-        if not 0 <= sample < len(rows):
-            raise IndexError(f"step {step} has {len(rows)} loaded sample(s), no sample {sample}")
+        if rows.empty:
+            raise KeyError(f"step {step!r} is not among the loaded steps ({len(self.snapshot.steps)} steps, whole numbers)")
+        if not whole_number(sample) or not 0 <= sample < len(rows):
+            raise IndexError(f"step {step} has {len(rows)} loaded sample(s), numbered from 0: no sample {sample!r}")
         return rows.iloc[sample]
 
     def staleness_by_step(self) -> pd.DataFrame:
@@ -243,6 +246,11 @@ def list_runs(root) -> list[str]:
     return [root if name == "." else joined(root, name) for name in store.list_runs(root)]
 
 
+# An int or numpy's (run.samples' numbers), not a bool, a float or a text.
+def whole_number(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 # Open a run folder (on disk or s3://...) in any format the board reads; max_samples is Max Samples Each Step (None:
 # every sample). The index cache is the page's: a run the page opened opens at once. parallel indexes a big run on
 # worker processes (spawned: a script that calls this must guard its top level with `if __name__ == "__main__":`).
@@ -250,8 +258,12 @@ def list_runs(root) -> list[str]:
 # folder with one, or a model in the local Hugging Face cache. It is the process's setting, as the page's
 # --tokenizer (the variable RL_LOGGING_BOARD_TOKENIZER): it stays for the runs opened after.
 def open_run(path, max_samples: int | None = None, parallel: bool = False, tokenizer: str | None = None) -> Run:
+    if max_samples is not None and not (whole_number(max_samples) and max_samples >= 1):
+        raise ValueError(f"max_samples is the samples kept of each step: a whole number from 1, or None for all, not {max_samples!r}")
     if tokenizer is not None:
         os.environ[TOKENIZER_VARIABLE] = str(tokenizer)
     path = path if is_remote(str(path)) else str(Path(path).expanduser())
+    if not is_remote(path) and not Path(path).is_dir():
+        raise NotADirectoryError(f"{path} is not a run folder: " + ("it is a file (open the folder that holds it)" if Path(path).exists() else "it does not exist"))
     snapshot = store.RunStore(path).load(ALL_SAMPLES if max_samples is None else max_samples, parallel=parallel)
     return Run(snapshot, read_history(snapshot.history_dir))

@@ -83,6 +83,25 @@ def test_a_step_or_sample_not_loaded_is_an_error_that_says_so():
         run.step(10**9)
     with pytest.raises(IndexError, match="2 loaded sample"):
         run.tokens(run.steps[0], 5)
+    with pytest.raises(KeyError, match="step '1' is not among the loaded steps .* whole numbers"):
+        run.step("1")
+    with pytest.raises(KeyError, match="not among the loaded steps"):  # as step() says, not an IndexError
+        run.tokens(10**9, 0)
+    for sample in (True, 0.5, "0"):
+        with pytest.raises(IndexError, match=f"no sample {sample!r}"):
+            run.tokens(run.steps[0], sample)
+    assert len(run.tokens(run.steps[0], run.samples["sample"].iloc[0])) > 0  # numpy's integers are whole numbers
+
+
+def test_open_run_says_what_is_wrong_with_its_arguments(tmp_path):
+    (tmp_path / "r.jsonl").write_text("{}\n")
+    with pytest.raises(NotADirectoryError, match="is not a run folder: it is a file"):
+        rl_board.open_run(tmp_path / "r.jsonl")
+    with pytest.raises(NotADirectoryError, match="is not a run folder: it does not exist"):
+        rl_board.open_run(tmp_path / "missing")
+    for max_samples in (0, -1, "3", 2.0, True):
+        with pytest.raises(ValueError, match="max_samples is the samples kept of each step"):
+            rl_board.open_run(SAMPLES / "grpo_tiny_example", max_samples=max_samples)
 
 
 def test_importing_the_api_and_opening_a_run_imports_no_streamlit_plotly_or_torch():
