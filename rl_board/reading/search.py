@@ -25,7 +25,7 @@ from rl_board.reading.lines import (
     decode_line,
     raw_value,
 )
-from rl_board.reading.snapshot import read_line, read_step_batch
+from rl_board.reading.snapshot import read_back, read_line, read_step_batch
 from rl_board.reading.storage import read_spans
 from rl_board.reading.summaries import texts_file
 from rl_board.reading.workers import PARALLEL_MIN_BYTES, WORKERS, batches_of_rows, run_tasks
@@ -304,10 +304,13 @@ def export_parquet(rows: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-# The rows' lines as they are in their files, byte for byte, one a line (a line that cannot be read is left out).
+# The rows' lines as they are in their files, byte for byte, one a line. A line that cannot be read, or no longer holds
+# its step (the file rewritten since it was loaded: its bytes there are another line's, or parts of two), is left out.
 def export_jsonl(rows: pd.DataFrame) -> bytes:
     lines = []
-    for path, offset, length in zip(rows["path"], rows["offset"].tolist(), rows["length"].tolist()):
-        with contextlib.suppress(OSError):
-            lines.append(read_line(path, offset, length) + b"\n")
+    for path, offset, length, step in zip(rows["path"], rows["offset"].tolist(), rows["length"].tolist(), rows["step"].tolist()):
+        with contextlib.suppress(OSError, BadLine):
+            raw = read_line(path, offset, length)
+            read_back(raw, step)
+            lines.append(raw + b"\n")
     return b"".join(lines)

@@ -364,3 +364,13 @@ def test_the_csv_download_neither_runs_a_formula_nor_splits_a_row(tmp_path):
     responses = [row[header.index("response")] for row in body]
     assert responses == ["'" + text if text[0] in "=+-@\t" else text for text in hostile]
     assert [row[header.index("reward")] for row in body] == ["-1.5"] * len(hostile)  # numbers stay numbers
+
+
+# A file rewritten since the run was loaded (a relaunch): the JSONL download holds no bytes that are not a line of the
+# step it was loaded as (those where a line was are now parts of others).
+def test_the_jsonl_download_leaves_out_lines_that_changed_since_the_load(tmp_path):
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response="a" * 10), sample(2, response="b" * 10), sample(3)])
+    rows = load(tmp_path / "run").samples
+    assert export_jsonl(rows) == path.read_bytes()
+    write_lines(path, [sample(1, response="a longer response " * 3), sample(2), sample(3, response="c" * 50)])
+    assert export_jsonl(rows) == b""  # each old place now holds part of a longer line, or of two
