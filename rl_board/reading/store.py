@@ -62,6 +62,7 @@ class RunStore:
         self.built_format = RunFormat("")  # the format the snapshots were built with: its notes, skipped files and weights
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
         self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
+        self.gone: dict[str, int] = {}  # a file loaded before and no longer listed -> its lines then (a note says so)
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
     # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
@@ -140,6 +141,8 @@ class RunStore:
             self.snapshots[max_samples] = self.snapshots.pop(max_samples)  # the most recently used is kept longest
             return self.snapshots[max_samples]
         listing, run_format = pending
+        self.gone = {path: lines for path, lines in self.gone.items() if path not in listing}
+        self.gone |= {path: len(index.lines["offset"]) for path, index in self.files.items() if path not in listing}
         same_files = list(listing) == list(self.files) and run_format == self.built_format
         bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
         self.files = {path: self.files.get(path) or bundled.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
@@ -176,7 +179,8 @@ class RunStore:
         if changed or not same_files:
             self.snapshots = {}
         self.built_format = run_format
-        snapshot = build_run(self.run_dir, self.files, selected, max_samples, run_format, self.cache.error, previous)
+        gone = tuple((valid_text(Path(path).name), 0, "note", f"gone since the run was loaded (deleted, or no longer a file): its {lines:,} line(s) are no longer shown") for path, lines in self.gone.items())
+        snapshot = build_run(self.run_dir, self.files, selected, max_samples, dataclasses.replace(run_format, problems=run_format.problems + gone), self.cache.error, previous)
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
         return snapshot

@@ -982,6 +982,24 @@ def test_lists_of_different_lengths_are_cut_to_the_shortest_and_each_note_says_s
     ]  # entropies agree with logprobs: no note
 
 
+def test_a_rank_file_gone_between_loads_is_noted_until_it_is_back(tmp_path):
+    kept = write_lines(tmp_path / "run" / "rollout_data_rank_0_1.jsonl", [sample(1), sample(2)])
+    gone = write_lines(tmp_path / "run" / "rollout_data_rank_1_1.jsonl", [sample(1), sample(2)])
+    store = RunStore(str(tmp_path / "run"))
+    assert len(store.load(128).samples) == 4
+    content = gone.read_bytes()
+    gone.unlink()
+    gone.mkdir()  # no longer a file
+    run = store.load(128)
+    assert len(run.samples) == 2 and problems_of(run, "note") == {(gone.name, 0): "gone since the run was loaded (deleted, or no longer a file): its 2 line(s) are no longer shown"}
+    kept.write_bytes(kept.read_bytes() + json.dumps(sample(3)).encode() + b"\n")
+    assert (gone.name, 0) in problems_of(store.load(128), "note")  # said on every load, not once
+    gone.rmdir()
+    gone.write_bytes(content)
+    run = store.load(128)
+    assert len(run.samples) == 5 and not problems_of(run, "note")
+
+
 def test_a_run_folder_whose_name_is_not_utf8_is_refused_with_its_reason(tmp_path):
     run_dir = tmp_path / "root" / os.fsdecode(b"run_\xff")
     write_lines(run_dir / "r.jsonl", [sample(1)])
