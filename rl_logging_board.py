@@ -1668,16 +1668,17 @@ def history_csv(frames: list[tuple[str, pd.DataFrame]], by_run: bool) -> str:
 # A run's history as seed 004's summary prints it: configuration, entries, final values, best checkpoint.
 def draw_history_summary(name: str, history: "TrainingHistory"):
     st.markdown(f"**{markdown_literal(name)}** · from {', '.join(markdown_literal(source) for source in history.sources)}")
-    config, train, evaluation = st.columns(3)
+    config = st.container()  # its own row: three tables side by side cut the values to a few letters at 1280 px
+    train, evaluation = st.columns(2)
     config.caption("Configuration")
-    config.dataframe(pd.DataFrame({"key": list(history.config), "value": [json.dumps(value) for value in history.config.values()]}), hide_index=True, height=250)
+    config.dataframe(pd.DataFrame({"key": list(history.config), "value": [json.dumps(value) for value in history.config.values()]}), hide_index=True, height=250, width="stretch")
     for column, title, frame in ((train, "Training history", history.train), (evaluation, "Validation history", history.eval)):
         if frame.empty:
             column.caption(f"{title}: no entries")
             continue
         column.caption(f"{title}: {len(frame)} entries, final step {int(frame['step'].iloc[-1])}")
         final = frame.drop(columns="step").ffill().iloc[-1].dropna()
-        column.dataframe(pd.DataFrame({"final": final.index, "value": final.to_numpy()}), hide_index=True, height=250)
+        column.dataframe(pd.DataFrame({"final": final.index, "value": final.to_numpy()}), hide_index=True, height=250, width="stretch")
     best = history.best
     if best:
         metrics = ", ".join(f"{markdown_literal(key)} = {value:.6g}" for key, value in best["metrics"].items())
@@ -1691,7 +1692,7 @@ def draw_history_summary(name: str, history: "TrainingHistory"):
 def draw_search(run: "RunSnapshot", settings: "Settings"):
     rerun_page_if_a_step_was_picked()
     st.subheader("🔎 Find samples")
-    query_column, place_column, option_column = st.columns([4, 1.3, 1.3], vertical_alignment="bottom")
+    query_column, place_column, option_column = st.columns([3, 1.6, 1.6], vertical_alignment="bottom")  # at 1280 px: "prompt and response", "Regular expression" whole
     query = query_column.text_input(
         "Search prompt and response text", key=StateKey.SEARCH_QUERY, placeholder="a phrase, or a regular expression",
         help="Every loaded sample of every step. Case-insensitive unless Match case; a regular expression in RE2 syntax.",
@@ -2060,7 +2061,7 @@ def draw_batch_table(batch: "StepBatch", settings: "Settings"):
     st.container(key=StateKey.BATCH_TABLE).dataframe(
         table,
         width="stretch",
-        height=360,
+        height=min(360, 38 + 35 * len(table)),  # a step of few samples without empty rows below them
         hide_index=True,
         on_select=lambda: pick_sample_from_table(StateKey.BATCH_ROWS),
         selection_mode="single-row",
@@ -2332,7 +2333,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
                 caption += " Tokens a tool wrote (tool ✓) were not sampled by the policy: they have no values."
                 grid.insert(0, "tool", rows.is_tool)
             st.caption(caption)
-            st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config=shaded_columns(grid), key=StateKey.TOKEN_TABLE)  # keyed: refilled, not built anew
+            st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config={"_index": st.column_config.TextColumn(width="medium")} | shaded_columns(grid), key=StateKey.TOKEN_TABLE)  # keyed: refilled, not built anew; tokens such as <|endoftext|> whole
         else:
             st.caption(
                 "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "

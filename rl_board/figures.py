@@ -106,7 +106,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
     x = STEP_AXIS
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
-    y_scale = {"zero": False} | ({"type": "symlog"} if log_scale else {})
+    y_scale = {"zero": False, "padding": 8} | ({"type": "symlog"} if log_scale else {})  # a line at the domain's end (a 0/1 reward) off the frame
     colour = series_colour("colour")
     line = {
         "mark": {"type": "line"},
@@ -161,11 +161,17 @@ def series_name(run_name: str, series: str, runs: int, columns: int) -> str:
     return run_name if columns == 1 else f"{run_name} · {series}"
 
 
+# A legend of many names (a facet's values, runs compared) in rows of LEGEND_COLUMNS, each name cut at
+# LEGEND_LABEL_PIXELS (a point's tooltip names it whole): in one row, ten facet values ran past both edges of a 1280-wide page's
+# chart. Three fit that chart; fewer names stay in one row.
+LEGEND_COLUMNS, LEGEND_LABEL_PIXELS = 3, 240
+
+
 # Each series (or run) its own colour, the same on every layer, in the order of the points' "order" field; the legend
 # names them. The names are in the data, not the spec: adding a run then updates every chart instead of rebuilding it
 # (raw_line_layer).
 def series_colour(field_name: str = "series") -> dict:
-    legend = {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": 0}
+    legend = {"orient": "bottom", "title": None, "symbolOpacity": 1, "labelLimit": LEGEND_LABEL_PIXELS, "columns": LEGEND_COLUMNS}
     return {"field": field_name, "type": "nominal", "sort": {"field": "order", "op": "min"}, "scale": {"range": STEP_PALETTE}, "legend": legend}
 
 
