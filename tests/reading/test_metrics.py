@@ -250,7 +250,7 @@ def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
     chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats per token", median=True, log_scale=True)
     [point] = chart["datasets"]["points"]
     assert (point["centre"], point["low"], point["high"]) == (0.3, 0.2, 0.4) and point["mean"] == pytest.approx(200.2)
-    assert chart["layer"][0]["encoding"]["y"]["scale"] == {"zero": False, "type": "symlog"}
+    assert chart["layer"][0]["encoding"]["y"]["scale"] == {"zero": False, "padding": 8, "type": "symlog"}
 
 
 # A step chart's spec keeps its shape as steps are appended (live mode, Load & View): the browser then swaps its data
