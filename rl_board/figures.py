@@ -164,7 +164,7 @@ def series_name(run_name: str, series: str, runs: int, columns: int) -> str:
 # A legend of many names (a facet's values, runs compared) in rows of LEGEND_COLUMNS, each name cut at
 # LEGEND_LABEL_PIXELS (a point's tooltip names it whole): in one row, ten facet values ran past both edges of a 1280-wide page's
 # chart. Three fit that chart; fewer names stay in one row.
-LEGEND_COLUMNS, LEGEND_LABEL_PIXELS = 3, 240
+LEGEND_COLUMNS, LEGEND_LABEL_PIXELS = 3, 210
 
 
 # Each series (or run) its own colour, the same on every layer, in the order of the points' "order" field; the legend

@@ -7,8 +7,10 @@ import pytest
 from bench.generate_run import write_run
 from tests.support import ARTIFACTS
 from tests.support.browser import CHARTS_DRAWN, VEGA_VIEW, browser, served_board  # noqa: F401  (browser: a fixture)
+from tests.support.runs import sample, write_lines
 
-RUNS = ["alpha", "beta", "gamma"]  # gamma, the last, is the one Load & View opens
+RUNS = ["alpha", "beta", "gamma"]  # gamma, the last, is the one Load & View opens ("facets" sorts before it)
+FACET_VALUES = [f"a data source with a long name, number {k}" for k in range(10)]  # a 0/1 reward each
 LOADED, PICKED = "gamma", ["alpha", "beta"]
 STEPS = 6
 REWARD_SERIES = ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/format_reward"]  # a GRPO run's default
@@ -18,7 +20,7 @@ REWARD_SERIES = ["reward", "ref_reward", "rewards/accuracy_reward", "rewards/for
 # hook of the chart's component: it is found from the chart element's React fiber, upwards.
 STEP_REWARD_SCENE = """() => {
   const chosen = document.querySelector('.st-key-curve_view [role="radio"][aria-checked="true"]');
-  const chart = chosen && chosen.innerText.trim() === 'Step-Reward' && document.querySelector('.st-key-curve_view_shown .vega-embed');
+  const chart = chosen && chosen.innerText.trim() === (window.__curveView || 'Step-Reward') && document.querySelector('.st-key-curve_view_shown .vega-embed');
   if (!chart) return null;
 """ + VEGA_VIEW + """  if (!view) return null;
   const scene = {labels: [], symbols: [], lines: []};
@@ -32,8 +34,9 @@ STEP_REWARD_SCENE = """() => {
     for (const item of items) for (const child of item.items || []) walk(child);
   };
   walk(view.scenegraph().root);
-  // How far its marks and legends reach past the canvas's right edge (positive: cut off).
+  // How far its marks and legends reach past the canvas's right edge, and its left (positive: cut off).
   scene.overflow = view.origin()[0] + view.scenegraph().root.bounds.x2 - chart.querySelector('canvas').getBoundingClientRect().width;
+  scene.left_overflow = -(view.origin()[0] + view.scenegraph().root.bounds.x1);
   return scene;
 }"""
 
@@ -43,6 +46,7 @@ def board_url(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     for seed, name in enumerate(RUNS):
         write_run(root / name, steps=STEPS, samples=8, tokens=10, ranks=1, seed=seed, grpo=True, workers=1)
+    write_lines(root / "facets" / "r.jsonl", [sample(step, reward=float(k % 2), source=FACET_VALUES[k]) for step in (1, 2, 3) for k in range(len(FACET_VALUES))])
     yield from served_board(root)
 
 
@@ -131,3 +135,24 @@ def test_a_run_added_or_a_series_removed_keeps_every_chart_s_view(browser, board
     assert page.evaluate(VIEWS_KEPT) == ["kept"] * len(views)
     assert page.locator('[data-testid="stException"]').count() == 0
     context.close()
+
+
+# Ten facet values, their names long: the legend wraps in rows within the chart at 1280 and 1600 (in one row it ran past
+# both edges), and no line sits on the frame (a 0/1 reward's lines at the domain's ends).
+def test_a_legend_of_many_facet_values_fits_its_chart(browser, board_url):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.add_init_script("window.__curveView = 'Step-Facets'")
+    page.goto(board_url)
+    page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)
+    page.get_by_role("combobox", name="Choose Log Name").click()
+    page.get_by_role("option", name="facets", exact=True).click()
+    page.get_by_role("button", name="Load & View").click()
+    page.get_by_text("Step-Facets", exact=True).click()
+    scene = wait_for_scene(page, f"scene.labels.length >= {len(FACET_VALUES)}")
+    assert [label for label in scene["labels"] if label.startswith("source = ")] == [f"source = {value}" for value in sorted(FACET_VALUES)]
+    for width, height in ((1280, 800), (1600, 1000)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(1000)
+        scene = page.evaluate(f"({STEP_REWARD_SCENE})()")
+        assert scene["overflow"] <= 0 and scene["left_overflow"] <= 0, (width, scene["overflow"], scene["left_overflow"])
+    page.close()
