@@ -12,9 +12,8 @@ import re
 import msgspec
 
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, group_of_prompt
-from rl_board.reading.lines import LINE_FIELDS_DECODER, raw_value, utf8_text
+from rl_board.reading.lines import LINE_FIELDS_DECODER, python_json, raw_value
 from rl_board.reading.storage import FileStatus, run_label
-from rl_board.text import valid_text
 
 DUMP_FILE = re.compile(r"\d+\.jsonl")
 
@@ -73,14 +72,13 @@ def dump_line(line: bytes) -> tuple[bytes, str | None]:
         fields = LINE_FIELDS_DECODER.decode(line)
         encode = msgspec.json.encode
     except (msgspec.DecodeError, ValueError):
-        text, note = utf8_text(line)
         try:
-            fields = json.loads(text)
+            fields, note = python_json(line)
         except (ValueError, RecursionError):
             return line, None
         if not isinstance(fields, dict):
             return line, None
-        encode = lambda value: valid_text(json.dumps(value, ensure_ascii=False)).encode()  # noqa: E731
+        encode = lambda value: json.dumps(value, ensure_ascii=False).encode()  # noqa: E731
     taken = {KEYS[key] for key in fields if key in KEYS}
     renamed = {KEYS.get(key) or (key + EXTRA_SUFFIX if key in taken else key): value for key, value in fields.items()}
     uid = renamed.get("uid")

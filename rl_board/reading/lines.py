@@ -434,9 +434,8 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
     try:
         record = decoder.decode(raw)
     except (msgspec.DecodeError, ValueError, RecursionError):  # malformed, NaN/Infinity, huge numbers, bad UTF-8, BOM, deep nesting
-        text, note = utf8_text(bytes(raw))
         try:
-            value = json.loads(without_lone_surrogates(text.removeprefix("\ufeff")))
+            value, note = python_json(raw)
         except (ValueError, RecursionError) as error:
             raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
         if not isinstance(value, dict):
@@ -461,13 +460,16 @@ def without_lone_surrogates(text: str) -> str:
     return JSON_ESCAPE_OF_SURROGATES.sub(lambda match: "\\ufffd" if match.group(1) else match.group(0), text)
 
 
-# A line's bytes as text, bytes that are not UTF-8 shown as �, and a note saying where (None: all UTF-8). The board's
-# lines and the conversions of other trainers' lines (verl's) say it the same way.
-def utf8_text(raw: bytes) -> tuple[str, str | None]:
+# A line msgspec refuses (the board's, or a verl dump's), read by Python's json: a byte order mark dropped, bytes that are
+# not UTF-8 and lone surrogates as �, with a note where the first bad byte is (None: all UTF-8). Raises ValueError or
+# RecursionError where it is not JSON.
+def python_json(raw) -> tuple[object, str | None]:
+    raw, note = bytes(raw), None
     try:
-        return raw.decode("utf-8"), None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        return raw.decode("utf-8", errors="replace"), f"invalid UTF-8 at byte {error.start} shown as �"
+        text, note = raw.decode("utf-8", errors="replace"), f"invalid UTF-8 at byte {error.start} shown as �"
+    return json.loads(without_lone_surrogates(text.removeprefix("\ufeff"))), note
 
 
 # msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
@@ -514,7 +516,7 @@ def line_fields(raw) -> dict:
         return LINE_FIELDS_DECODER.decode(raw)
     except (msgspec.DecodeError, ValueError, RecursionError):
         try:
-            value = json.loads(without_lone_surrogates(bytes(raw).decode("utf-8", errors="replace").removeprefix("\ufeff")))
+            value, _ = python_json(raw)
         except (ValueError, RecursionError):
             return {}
         return value if isinstance(value, dict) else {}
