@@ -25,7 +25,9 @@ PARALLEL_MIN_BYTES = 48 << 20
 CHUNK_BYTES = 32 << 20
 
 
-WORKERS = os.cpu_count() or 1
+# One worker process for each core this process may run on: its CPU affinity (taskset, a container's cpuset), not the
+# machine's count, which would start 16 workers on 2 cores a scheduler gave the board.
+WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the

@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import threading
 import types
@@ -193,6 +194,15 @@ def test_worker_processes_import_neither_the_page_nor_its_libraries():
     probe = "sorted(name for name in __import__('sys').modules if name.split('.')[0] in ('streamlit', 'plotly', 'rl_logging_board'))"
     assert worker_pool().submit(rl_board.reading.workers.summarize_lines, __file__, np.array([0]), np.array([3])).result(timeout=60).problems
     assert worker_pool().submit(eval, probe).result(timeout=120) == []
+
+
+# A board that a scheduler or taskset gave one core of a bigger machine starts as many workers as it may run on: one
+# (the work is then done in the process itself), not one per core of the machine.
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a machine of two cores or more")
+def test_a_board_limited_to_one_core_counts_one_worker():
+    count = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from rl_board.reading.workers import WORKERS; print(WORKERS)"
+    result = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)
+    assert result.stdout.split() == ["1"]
 
 
 # Sessions opening the page at once (each in a thread of its own) start one pool of workers between them.
