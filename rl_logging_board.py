@@ -148,7 +148,9 @@ from rl_board.reading.snapshot import (
     RunSnapshot,
     SampleTokens,
     StepBatch,
+    holds_prompt,
     lines_key,
+    prompt_lines,
     read_back_problem,
     read_line,
     read_sample_tokens,
@@ -2246,8 +2248,8 @@ PROMPT_SIDE_LINES = 64  # of a prompt's lines on each side of What changed, read
 PROMPT_HISTORY_LINES = 2000  # read back and sent to the page at most: the latest steps'
 
 
-# "This prompt over training": every loaded line of the shown and compared runs whose prompt has the same text as the
-# sample in view's, its rewards per step (a curve) and its responses (a table). Read back only while open.
+# "This prompt over training": every loaded line of the shown and compared runs whose prompt has the same text and the
+# same images as the sample in view's, its rewards per step (a curve) and its responses (a table). Read back only while open.
 def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: pd.Series, settings: "Settings"):
     details = st.expander("This prompt over training", on_change="rerun", key=StateKey.PROMPT_HISTORY)
     if not details.open:
@@ -2256,19 +2258,19 @@ def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: 
         details.info("This sample has no prompt.")
         return
     rows = pd.concat(
-        [shown.samples[shown.samples["prompt_key"] == row["prompt_key"]].assign(run=run_label(shown.run_dir)) for shown in [run, *compared]],
+        [prompt_lines(shown.samples, row).assign(run=run_label(shown.run_dir)) for shown in [run, *compared]],
         ignore_index=True,
     )
     left_out = max(len(rows) - PROMPT_HISTORY_LINES, 0)
     rows = rows.sort_values("step", kind="stable").tail(PROMPT_HISTORY_LINES).reset_index(drop=True)
     # Its own cache key: the same lines read for the step view hold no run column.
     batch = load_step_batch("prompt history " + lines_key(rows), rows)
-    table = batch.table[batch.table["prompt"] == row["prompt"]]  # the same text, not only the same key
+    table = batch.table[holds_prompt(batch.table, row)]  # the same text and images, not only the same key
     runs = table["run"].nunique()
     details.caption(
         f"{len(table)} completion(s) of this prompt at {table['step'].nunique()} step(s)"
         + (f" in {runs} run(s)" if compared else "") + (" (of the loaded samples: Max Samples Each Step)" if any(shown.downsampled for shown in [run, *compared]) else "")
-        + (f"; the {left_out} earliest line(s) with its key are left out: the latest {PROMPT_HISTORY_LINES} are shown" if left_out else "")
+        + (f"; the {left_out} earliest line(s) with its key and images are left out: the latest {PROMPT_HISTORY_LINES} are shown" if left_out else "")
     )
     draw_chart(details, prompt_reward_chart(table))
     shown = table.assign(response=[shorten(clean_text(text, settings.view.pad_token)) for text in table["response"]])

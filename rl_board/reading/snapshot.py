@@ -1,7 +1,8 @@
 """The run snapshot the page draws: which lines each step shows (Max Samples Each Step, round-robin over the rank
 files, a resumed launch replacing older steps), their numbers in one frame with the load report (RunSnapshot, made by
 RunStore.load); and the lines read back on demand: a step's texts (StepBatch), a sample's per-token lists
-(SampleTokens), each checked to still hold its step."""
+(SampleTokens), each checked to still hold its step; the lines of one prompt, its text and images (prompt_lines,
+holds_prompt)."""
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
@@ -393,6 +394,28 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
         key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
     return StepBatch(key=key, table=rows.assign(**texts, images=images, group=group_numbers(rows["group_id"])), problems=problems)
+
+
+NO_IMAGES = "[]"  # the index's image paths of a line whose images are an empty list: the same prompt as one without images
+
+
+# The lines of a run that may hold the prompt of `row` (a row of a snapshot's samples or of a StepBatch's table),
+# found from the index alone, so that a cap on the lines read back counts only these: the same text key and the same
+# images, in order, by their paths as the lines write them (the index keeps a line's first IMAGES_SHOWN). The texts,
+# and any images past those, are compared once read back (holds_prompt).
+def prompt_lines(samples: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    keyed = samples[(samples["prompt_key"] == row["prompt_key"]).to_numpy()]
+    images = NO_IMAGES if pd.isna(row["image_paths"]) else row["image_paths"]
+    return keyed[(keyed["image_paths"].fillna(NO_IMAGES) == images).to_numpy()]
+
+
+# Of lines read back (a StepBatch's table), those holding the prompt of `row`: the same text and the same images, in
+# order, each known by its path as the line writes it (rollout_logger names an image file by its content's hash, so
+# one image has one path in every run it writes), not by the file's bytes, which would cost a read (on object
+# storage a request) of every image of every line with that text.
+def holds_prompt(table: pd.DataFrame, row: pd.Series) -> np.ndarray:
+    paths = [image["path"] for image in row["images"]]
+    return np.array([prompt == row["prompt"] and [image["path"] for image in images] == paths for prompt, images in zip(table["prompt"], table["images"])], dtype=bool)
 
 
 # A line's texts (or its texts record) as read back, checked to hold its step still.

@@ -21,6 +21,7 @@ from bench.generate_run import write_run
 from rl_board.reading.storage import StorageError
 from rl_board.reading.store import RunStore
 from rl_board.text import markdown_literal, one_line
+from rl_logging_board import DEFAULT_ROOT
 from tests.support.page import (
     chart_spec,
     curve_points,
@@ -32,6 +33,7 @@ from tests.support.page import (
     widget,
 )
 from tests.support.runs import sample, write_lines
+from tests.support.vision_tool_runs import QUESTION, write_one_question_runs
 
 # A seed 004 GRPO training_log.json: a few train entries, val_history with val_reward, the best checkpoint's path.
 SEED004_LOG = {
@@ -488,3 +490,49 @@ def test_the_prompt_history_of_a_prompt_that_fills_its_step(tmp_path, monkeypatc
     details = widget(app.expander, "This prompt over training")
     assert details.caption[0].value.startswith("4 completion(s) of this prompt at 1 step(s)")
     assert details.dataframe[0].value["reward"].tolist() == [0.0, 0.25, 0.5, 0.75]
+
+
+def image_paths(line: dict) -> list[str]:
+    return [image["path"] if isinstance(image, dict) else image for image in line.get("images") or []]
+
+
+# One question asked of different pictures (a VLM run): the red picture's history is the lines of the question and
+# that picture, in the shown run and, compared, the other run's red picture at the same path; not the blue picture's,
+# both pictures', none's, nor a copy of the red file under another path (images are known by their paths). Before,
+# every line of the question was listed.
+def test_this_prompt_over_training_tells_one_question_of_different_pictures_apart(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    lines = write_one_question_runs(root / "c_shown", root / "a_compared")
+    app = open_expander(load_and_view(start(root, monkeypatch)), "prompt_history")  # step 1, sample 0: the red picture
+    assert image_paths(lines["c_shown"][0]) == ["images/red.png"]
+
+    def expected(runs: list[str]) -> list[tuple]:
+        return sorted((run, line["step"], line["reward"]) for run in runs for line in lines[run] if line["prompt"] == QUESTION and image_paths(line) == ["images/red.png"])
+
+    details = widget(app.expander, "This prompt over training")
+    assert [c.value for c in details.caption] == ["3 completion(s) of this prompt at 3 step(s)"]
+    assert sorted(("c_shown", step, reward) for step, reward in details.dataframe[0].value[["step", "reward"]].values.tolist()) == expected(["c_shown"])
+    [points, _] = (layer["data"]["values"] for layer in chart_spec(details.get("vega_lite_chart")[0])["layer"])
+    assert sorted(("c_shown", p["step"], p["reward"]) for p in points) == expected(["c_shown"])
+
+    compare(app, ["a_compared"])
+    details = widget(app.expander, "This prompt over training")
+    assert [c.value for c in details.caption] == ["4 completion(s) of this prompt at 3 step(s) in 2 run(s)"]
+    assert sorted(map(tuple, details.dataframe[0].value[["run", "step", "reward"]].values.tolist())) == expected(["c_shown", "a_compared"])
+    assert not app.exception
+
+
+# The bundled VLM run asks one question of 24 pictures, each file named by its content's hash: the history of the
+# sample in view (step 1's first) is the lines of the question and its picture, not the run's 1,600 lines.
+def test_this_prompt_over_training_of_the_bundled_vlm_run_is_its_pictures(monkeypatch):
+    app = open_expander(load_and_view(start(DEFAULT_ROOT, monkeypatch)), "prompt_history")
+    assert widget(app.sidebar.selectbox, "Choose Log Name").value == "grpo_tiny_vlm_example"
+    [run_file] = (DEFAULT_ROOT / "grpo_tiny_vlm_example").glob("rollout_data_rank_*.jsonl")
+    lines = [json.loads(text) for text in run_file.read_text("utf-8").splitlines()]
+    in_view = next(line for line in lines if line["step"] == 1)
+    same = [line for line in lines if line["prompt"] == in_view["prompt"] and image_paths(line) == image_paths(in_view)]
+    assert len(same) < sum(line["prompt"] == in_view["prompt"] for line in lines) == len(lines)
+    details = widget(app.expander, "This prompt over training")
+    assert [c.value for c in details.caption] == [f"{len(same)} completion(s) of this prompt at {len({line['step'] for line in same})} step(s)"]
+    table = details.dataframe[0].value
+    assert sorted(zip(table["step"], table["reward"], table["advantage"])) == sorted((line["step"], line["reward"], line["advantage"]) for line in same)

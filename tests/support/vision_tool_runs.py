@@ -84,6 +84,41 @@ def write_vision_run(run_dir: Path, steps: int = 2, generations: int = 2) -> lis
     return lines
 
 
+QUESTION = "<|vision_start|><|image_pad|><|vision_end|>What is in this picture?"
+
+
+def picture(run_dir: Path, name: str, colour: tuple[int, int, int]) -> str:
+    """A small PNG in the run's images folder; its path as a line names it."""
+    (run_dir / "images").mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), colour).save(run_dir / "images" / name)
+    return f"images/{name}"
+
+
+def question_line(step: int, reward: float, images=None, prompt: str = QUESTION) -> dict:
+    return {"prompt": prompt, "response": f"{reward} at {step}", "reward": reward, "step": step, **({} if images is None else {"images": images})}
+
+
+def write_one_question_runs(shown: Path, compared: Path) -> dict[str, list[dict]]:
+    """Two VLM runs whose lines ask one question of different pictures: in the shown run a red and a blue one, both
+    in order and reversed, none (absent, and an empty list) and another question; in the compared run the red one
+    under the same path, a copy of its file under another path, the blue one and none. The lines by run."""
+    red, blue = picture(shown, "red.png", (255, 0, 0)), picture(shown, "blue.png", (0, 0, 255))
+    picture(compared, "red.png", (255, 0, 0))
+    red_copy = picture(compared, "red_copy.png", (255, 0, 0))
+    lines = {
+        shown.name: [
+            question_line(1, 0.1, [{"path": red, "width": 8, "height": 8}]), question_line(1, 0.2, [{"path": blue, "width": 8, "height": 8}]),
+            question_line(2, 0.3, [red]), question_line(2, 0.4, [blue]), question_line(2, 0.5, [red, blue]), question_line(2, 0.6, [blue, red]),
+            question_line(3, 0.7), question_line(3, 0.8, []), question_line(3, 0.9, [red]), question_line(3, 1.0, [red], prompt="Another question"),
+        ],
+        compared.name: [question_line(2, 0.15, [red]), question_line(3, 0.25, [red_copy]), question_line(4, 0.35, [blue]), question_line(4, 0.45)],
+    }
+    for run_dir in (shown, compared):
+        with open(run_dir / "rollout_data_rank_0.jsonl", "w") as file:
+            file.writelines(json.dumps(line) + "\n" for line in lines[run_dir.name])
+    return lines
+
+
 def write_tool_run(run_dir: Path, steps: int = 2, samples: int = 4) -> list[dict]:
     """A run whose responses call a tool: the tool's result tokens have tool_mask 0 and null per-token values (as the
     logger writes them), except one line of another writer that left values there, which the board must ignore."""
