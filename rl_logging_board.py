@@ -1875,9 +1875,9 @@ def draw_downloads(rows: pd.DataFrame, what: str, name: str, key: str):
         row.caption(f"{len(rows):,} lines, {rows['length'].sum() / 2**20:,.0f} MB: more than a download holds ({EXPORT_ROWS:,} lines, {EXPORT_BYTES >> 20} MB of JSONL); narrow the filter.")
 
 
-# What changed between A and B (two step windows of the shown run, or two runs): every prompt seen on both sides with
-# its numbers on each, counted as regressed, newly solved, improved or unchanged; a click on a prompt shows its
-# responses on each side, word by word. Nothing is computed while it is closed.
+# What changed between A and B (two step windows of the shown run, or two runs): every prompt (its text and images)
+# seen on both sides with its numbers on each, counted as regressed, newly solved, improved or unchanged; a click on a
+# prompt shows its images and its responses on each side, word by word. Nothing is computed while it is closed.
 def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "Settings"):
     details = st.expander("🔀 What changed between A and B: the prompts that regressed or were newly solved", key=StateKey.CHANGES, on_change="rerun")
     if not details.open:
@@ -1897,19 +1897,21 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
             place.metric(status, f"{count:,}", help=f"Prompts whose {STATUSES[status]}")
         unmatched = f"{changes.only_a:,} prompt(s) only on A and {changes.only_b:,} only on B are left out" + (f", and {changes.collisions} whose texts differ under one key" if changes.collisions else "")
         st.caption(
-            f"{len(changes.table):,} prompts on both sides, matched by their text; pass: {markdown_literal(column)} ≥ {threshold:g}. "
+            f"{len(changes.table):,} prompts on both sides, matched by their text{' and images' if 'images' in changes.table else ''}; pass: {markdown_literal(column)} ≥ {threshold:g}. "
             f"change = mean reward on B − on A; length in {changes.length_unit}. {unmatched}."
         )
         if changes.table.empty:
             return
         shown_statuses = st.pills("Show", list(STATUSES), selection_mode="multi", default=list(STATUSES), key=StateKey.CHANGES + ":statuses")
         table = changes.table[changes.table["status"].isin(shown_statuses)]
-        view = table.assign(prompt=[shorten(one_line(text), 120) for text in table["prompt"]]).reset_index(drop=True)[CHANGES_SHOWN]
+        shown_columns = [CHANGES_SHOWN[0], "images", *CHANGES_SHOWN[1:]] if "images" in table else CHANGES_SHOWN
+        view = table.assign(prompt=[shorten(one_line(text), 120) for text in table["prompt"]]).reset_index(drop=True)[shown_columns]
         key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, where_a, run_b, steps_b, where_b, column, threshold, shown_statuses)).encode()).hexdigest()
         picked = st.dataframe(
             view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",
             column_config={name: st.column_config.NumberColumn(format="%.3f") for name in ["reward_a", "reward_b", "pass_a", "pass_b", "change", "pass_change"]}
-            | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium")},
+            | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium"),
+               "images": st.column_config.ListColumn(help="The prompt's images, in order, by their paths as the lines write them: the same text with other images is another prompt")},
         )
         buttons = st.container(horizontal=True)
         buttons.download_button("Prompts (CSV)", functools.partial(spreadsheet_csv, table), file_name=f"changes_{run_a}_{run_b}.csv".replace("/", "_"), mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
@@ -1917,8 +1919,8 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         if not picked.selection.rows:
             st.caption("Sorted by change, the worst first; click a column to sort by it. Click a prompt to see its responses on A and B, word by word.")
             return
-        prompt_key = table.index[picked.selection.rows[0]]
-        draw_prompt_sides(a[a["prompt_key"] == prompt_key], b[b["prompt_key"] == prompt_key], table.loc[prompt_key], functions, settings)
+        prompt = table.reset_index().iloc[picked.selection.rows[0]]  # its numbers, with its text key and images
+        draw_prompt_sides(prompt_lines(a, prompt), prompt_lines(b, prompt), prompt, functions, settings)
 
 
 # A and B: a run each (when runs are compared), a window of its steps and, in a run with facets, optionally one facet's
@@ -1967,6 +1969,7 @@ def draw_pass_rule(columns: list[str], a: pd.DataFrame, b: pd.DataFrame) -> tupl
 # first), its numbers, and its words marked against the other's: removed (A's, not in B's) and added (B's).
 def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, functions: list[str], settings: "Settings"):
     st.markdown(f"**Prompt** · {numbers['status']} · pass {numbers['pass_a']:.2f} → {numbers['pass_b']:.2f} · mean reward {numbers['reward_a']:.3f} → {numbers['reward_b']:.3f}")
+    images = st.container()  # the prompt's images, as A's response's line holds them, once it is read back
     st.text(as_written(clean_text(numbers["prompt"], settings.view.pad_token)))
     responses = []
     for side, rows, place in zip("AB", (a, b), st.columns(2)):
@@ -1975,6 +1978,9 @@ def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, func
         labels = [f"step {step} · sample {sample} · reward {reward:.3f}" for step, sample, reward in zip(batch.table["step"], batch.table["sample"], batch.table["reward"])]
         choice = place.selectbox(f"{side}'s response", range(len(labels)), format_func=distinct_labels(range(len(labels)), labels.__getitem__), key=f"{StateKey.CHANGES}:{side}:response:{lines_key(rows)}")
         row = batch.table.iloc[choice]
+        if side == "A" and row["images"]:
+            with images:
+                draw_images(row, width=150)
         shown = [name for name in ["reward", *functions, "advantage", "response_tokens_len", f"avg_kl_{settings.kl_estimator}"] if name in row.index and pd.notna(row[name])]
         place.caption(" · ".join(f"{markdown_literal(name)} {row[name]:.4g}" for name in shown))
         responses.append((place, clean_text(row["response"] or "", settings.view.pad_token)))

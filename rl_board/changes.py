@@ -1,12 +1,17 @@
 """What changed between two sides, A and B (two step windows of one run, two runs, two evaluation steps of a validation
-run): every prompt seen on both sides, matched by its text, with its samples, mean reward, pass rate (the share of its
-samples whose reward, or a chosen reward function, is at least a threshold) and mean length on each side; whether it
-regressed, was newly solved, improved or stayed unchanged; then one prompt's responses on each side, word by word.
+run): every prompt seen on both sides, matched by its text and its images, with its samples, mean reward, pass rate
+(the share of its samples whose reward, or a chosen reward function, is at least a threshold) and mean length on each
+side; whether it regressed, was newly solved, improved or stayed unchanged; then one prompt's responses on each side,
+word by word.
 
-Matching uses the index alone (its prompt key, a hash of the prompt's text); then one line per prompt and side is read
-back for the prompt's text, which must be the same on both sides (a key shared by two texts is left out and counted).
-A response's words are compared with difflib, as text: nothing of a rollout is ever markup."""
+A prompt is its text and its images, in order, by their paths as the lines write them, as in "This prompt over
+training" (rl_board.reading.snapshot's index_images, prompt_lines): in a vision-language run one question asked of two
+pictures is two prompts. Matching uses the index alone (its prompt key, a hash of the prompt's text, and the paths of
+a line's first IMAGES_SHOWN images, those it keeps: images past them are not compared); then one line per prompt and
+side is read back for the prompt's text, which must be the same on both sides (a key shared by two texts is left out
+and counted). A response's words are compared with difflib, as text: nothing of a rollout is ever markup."""
 import difflib
+import json
 import re
 from dataclasses import dataclass
 
@@ -14,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from rl_board.reading.search import TEXT_SPAN_COLUMNS, read_texts
+from rl_board.reading.snapshot import NO_IMAGES, index_images
 
+PROMPT = ["prompt_key", "image_paths"]  # a prompt in the index: its text's key and its images' paths (index_images)
 CHANGE_COLUMNS = ["prompt", "samples_a", "samples_b", "reward_a", "reward_b", "pass_a", "pass_b", "length_a", "length_b", "change", "pass_change", "status"]
 # A prompt's status from its pass rates on A and B, in the order the counts are shown.
 STATUSES = {
@@ -25,7 +32,8 @@ STATUSES = {
 }
 
 
-# Two sides' prompts, a row each (CHANGE_COLUMNS, indexed by the prompt key), and what could not be compared.
+# Two sides' prompts, a row each (CHANGE_COLUMNS, with `images` after the prompt where a prompt has images: their
+# paths; indexed by PROMPT), and what could not be compared.
 @dataclass(frozen=True)
 class PromptChanges:
     table: pd.DataFrame
@@ -60,37 +68,42 @@ def default_threshold(a: pd.DataFrame, b: pd.DataFrame, column: str = "reward") 
 
 
 def prompt_changes(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: str = "reward") -> PromptChanges:
-    """Every prompt with samples on both sides (snapshot rows: prompt_key, reward, the lines' places), its numbers on
-    each, sorted by the change of mean reward (the worst first). A sample without a value of `column` counts in
-    `samples_*` but not in `pass_*`."""
+    """Every prompt (its text and its images) with samples on both sides (snapshot rows: prompt_key, image_paths,
+    reward, the lines' places), its numbers on each, sorted by the change of mean reward (the worst first). A sample
+    without a value of `column` counts in `samples_*` but not in `pass_*`."""
     length = "response_tokens_len" if a["response_tokens_len"].notna().any() and b["response_tokens_len"].notna().any() else "response_len"
+    a, b = (side.assign(image_paths=index_images(side)) for side in (a, b))
     sides = [side_numbers(side, threshold, column, length) for side in (a, b)]
-    keys = sides[0].index.intersection(sides[1].index)
-    only_a, only_b = len(sides[0].index.difference(keys)), len(sides[1].index.difference(keys))
-    texts = [prompt_texts(first_lines(side, keys)) for side in (a, b)]
-    same = [key for key in keys if texts[0].get(key) is not None and texts[0].get(key) == texts[1].get(key)]
-    collisions = len(keys) - len(same)
-    table = sides[0].loc[same].add_suffix("_a").join(sides[1].loc[same].add_suffix("_b"))
-    table.insert(0, "prompt", [texts[0][key] for key in same])
+    prompts = sides[0].index.intersection(sides[1].index)
+    only_a, only_b = len(sides[0].index.difference(prompts)), len(sides[1].index.difference(prompts))
+    texts = [prompt_texts(first_lines(side, prompts)) for side in (a, b)]
+    same = prompts[[texts[0].get(prompt) is not None and texts[0].get(prompt) == texts[1].get(prompt) for prompt in prompts]]
+    collisions = len(prompts) - len(same)
+    table = sides[0].reindex(same).add_suffix("_a").join(sides[1].reindex(same).add_suffix("_b"))
+    table.insert(0, "prompt", [texts[0][prompt] for prompt in same])
+    with_images = any(images != NO_IMAGES for _, images in same)
+    if with_images:
+        table.insert(1, "images", [json.loads(images) for _, images in same])
     table["change"] = table["reward_b"] - table["reward_a"]
     table["pass_change"] = table["pass_b"] - table["pass_a"]
     table["status"] = statuses(table["pass_a"].to_numpy(), table["pass_b"].to_numpy())
-    table = table[CHANGE_COLUMNS].sort_values(["change", "pass_change"], kind="stable", na_position="last")
-    table.index.name = "prompt_key"
+    columns = [CHANGE_COLUMNS[0], "images", *CHANGE_COLUMNS[1:]] if with_images else CHANGE_COLUMNS
+    table = table[columns].sort_values(["change", "pass_change"], kind="stable", na_position="last")
     return PromptChanges(table=table, only_a=only_a, only_b=only_b, collisions=collisions, length_unit="tokens" if length == "response_tokens_len" else "characters")
 
 
-# Per prompt key of a side: samples, mean reward, pass rate over the samples with a value, mean length.
+# Per prompt of a side (PROMPT): samples, mean reward, pass rate over the samples with a value, mean length.
 def side_numbers(samples: pd.DataFrame, threshold: float, column: str, length: str) -> pd.DataFrame:
     keyed = samples[samples["prompt_key"].notna()]
     valued = keyed[column].notna()
     numbers = pd.DataFrame({
         "prompt_key": keyed["prompt_key"].to_numpy(),
+        "image_paths": keyed["image_paths"].to_numpy(),
         "reward": keyed["reward"].to_numpy(dtype=float),
         "passed": np.where(valued, keyed[column].to_numpy(dtype=float) >= threshold, np.nan),
         "length": keyed[length].to_numpy(dtype=float),
     })
-    grouped = numbers.groupby("prompt_key", sort=False)
+    grouped = numbers.groupby(PROMPT, sort=False)
     return pd.DataFrame({"samples": grouped.size(), "reward": grouped["reward"].mean(), "pass": grouped["passed"].mean(), "length": grouped["length"].mean()})
 
 
@@ -102,23 +115,23 @@ def statuses(pass_a: np.ndarray, pass_b: np.ndarray) -> np.ndarray:
     )
 
 
-# The first line (in the snapshot's order) of each of the prompt keys on a side.
-def first_lines(samples: pd.DataFrame, keys: pd.Index) -> pd.DataFrame:
-    rows = samples[samples["prompt_key"].isin(keys)]
-    return rows.drop_duplicates("prompt_key")
+# The first line (in the snapshot's order) of each of the prompts (PROMPT) on a side.
+def first_lines(samples: pd.DataFrame, prompts: pd.MultiIndex) -> pd.DataFrame:
+    rows = samples[~samples[PROMPT].duplicated().to_numpy()]
+    return rows[pd.MultiIndex.from_arrays([rows[name] for name in PROMPT]).isin(prompts)]
 
 
-# The prompt text of each line, by its prompt key; only the prompt's bytes of each line are read where the index knows
-# them. A line that can no longer be read has none.
-def prompt_texts(rows: pd.DataFrame) -> dict[float, str]:
+# The prompt text of each line, by its prompt (PROMPT); only the prompt's bytes of each line are read where the index
+# knows them. A line that can no longer be read has none.
+def prompt_texts(rows: pd.DataFrame) -> dict[tuple[float, str], str]:
     texts = {}
     for path, part in rows.groupby("path", sort=False):
         data, sizes = read_texts(path, part[TEXT_SPAN_COLUMNS].to_numpy(dtype=float))
         ends = np.cumsum(sizes.ravel())
         starts = ends - sizes.ravel()
-        for row, key in enumerate(part["prompt_key"].tolist()):
+        for row, prompt in enumerate(zip(part["prompt_key"].tolist(), part["image_paths"].tolist())):
             if sizes[row].any():
-                texts[key] = data[starts[2 * row] : ends[2 * row]].decode("utf-8", "replace")
+                texts[prompt] = data[starts[2 * row] : ends[2 * row]].decode("utf-8", "replace")
     return texts
 
 

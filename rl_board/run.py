@@ -222,14 +222,16 @@ class Run:
 def prompt_changes(a: Run, b: Run, steps_a: tuple[int, int] | None = None, steps_b: tuple[int, int] | None = None,
                    pass_threshold: float | None = None, pass_column: str = "reward", where_a: tuple[str, str] | None = None,
                    where_b: tuple[str, str] | None = None) -> pd.DataFrame:
-    """Every prompt with samples on both sides, A (run a, steps_a: a window of steps, both ends included; None: all)
-    and B; where_a and where_b keep a side's samples whose column has a value, e.g. ("text/mode", "val"). Matched by
-    its text: prompt, samples_a/_b, reward_a/_b (mean reward), pass_a/_b (the share of its samples
-    whose pass_column, the reward or a reward function such as "rewards/correct", is at least pass_threshold; None: 1
-    for a 0/1 reward, else the midpoint of the values seen), length_a/_b (mean response length, in tokens where both
-    sides have them), change (reward_b - reward_a), pass_change, and status: "regressed" (pass rate fell), "newly
-    solved" (none passed on A, some on B), "improved", "unchanged". Sorted by change, the worst first. Prompts seen on
-    one side only, and keys whose texts differ, are warned about."""
+    """Every prompt with samples on both sides, A (run a, steps_a: a window of steps, both ends included; None: all) and
+    B; where_a and where_b keep a side's samples whose column has a value, e.g. ("text/mode", "val"). A prompt is its
+    text and its images, in order, by their paths as the lines write them (one question asked of two pictures is two
+    prompts; images past a line's first 16 are not compared): prompt, images (their paths; only where a prompt has
+    images), samples_a/_b, reward_a/_b (mean reward), pass_a/_b (the share of its samples whose pass_column, the reward
+    or a reward function such as "rewards/correct", is at least pass_threshold; None: 1 for a 0/1 reward, else the
+    midpoint of the values seen), length_a/_b (mean response length, in tokens where both sides have them), change
+    (reward_b - reward_a), pass_change, and status: "regressed" (pass rate fell), "newly solved" (none passed on A, some
+    on B), "improved", "unchanged". Sorted by change, the worst first. Prompts seen on one side only, and keys whose
+    texts differ, are warned about."""
     sides = [side_rows(run.snapshot.samples, steps, where) for run, steps, where in ((a, steps_a, where_a), (b, steps_b, where_b))]
     if pass_column not in sides[0] or pass_column not in sides[1]:
         raise ValueError(f"{pass_column!r} is not a number of both runs' samples")

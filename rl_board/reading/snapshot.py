@@ -1,8 +1,8 @@
 """The run snapshot the page draws: which lines each step shows (Max Samples Each Step, round-robin over the rank
 files, a resumed launch replacing older steps), their numbers in one frame with the load report (RunSnapshot, made by
 RunStore.load); and the lines read back on demand: a step's texts (StepBatch), a sample's per-token lists
-(SampleTokens), each checked to still hold its step; the lines of one prompt, its text and images (prompt_lines,
-holds_prompt)."""
+(SampleTokens), each checked to still hold its step; a prompt as its text and images (index_images), and the lines
+of one prompt (prompt_lines, holds_prompt)."""
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
@@ -399,14 +399,20 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
 NO_IMAGES = "[]"  # the index's image paths of a line whose images are an empty list: the same prompt as one without images
 
 
+# Each line's images as the index knows a prompt by them, beside its text key: their paths, in order, as the lines
+# write them (the first IMAGES_SHOWN), one value for a line without images and one whose images are an empty list.
+def index_images(samples: pd.DataFrame) -> pd.Series:
+    return samples["image_paths"].fillna(NO_IMAGES)
+
+
 # The lines of a run that may hold the prompt of `row` (a row of a snapshot's samples or of a StepBatch's table),
 # found from the index alone, so that a cap on the lines read back counts only these: the same text key and the same
-# images, in order, by their paths as the lines write them (the index keeps a line's first IMAGES_SHOWN). The texts,
-# and any images past those, are compared once read back (holds_prompt).
+# images (index_images). The texts, and any images past those the index keeps, are compared once read back
+# (holds_prompt).
 def prompt_lines(samples: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
     keyed = samples[(samples["prompt_key"] == row["prompt_key"]).to_numpy()]
     images = NO_IMAGES if pd.isna(row["image_paths"]) else row["image_paths"]
-    return keyed[(keyed["image_paths"].fillna(NO_IMAGES) == images).to_numpy()]
+    return keyed[(index_images(keyed) == images).to_numpy()]
 
 
 # Of lines read back (a StepBatch's table), those holding the prompt of `row`: the same text and the same images, in

@@ -1,6 +1,7 @@
 """What changed between A and B on the page (AppTest): the counts and the table equal a recount from the raw lines, for
-two halves of one run and for two runs; a click on a prompt shows its responses on each side with the words that
-differ marked, hostile text escaped; nothing is computed while the region is closed."""
+two halves of one run and for two runs, and for two VLM runs asking one question of different pictures (a prompt per
+picture); a click on a prompt shows its images and its responses on each side with the words that differ marked,
+hostile text escaped; nothing is computed while the region is closed."""
 
 import html
 
@@ -12,6 +13,7 @@ from rl_board.figures import WORD_DIFF_BACKGROUNDS
 from tests.page.test_history import downloads  # noqa: F401  (a fixture)
 from tests.support.page import click_row, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
+from tests.support.vision_tool_runs import QUESTION, write_one_question_runs
 
 HOSTILE = "<script>alert(1)</script> :red[x] ] [link](http://example.com)"
 
@@ -65,6 +67,8 @@ def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_r
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected
     [frame] = [frame for frame in details.dataframe]
     table = frame.value
+    assert table.columns.tolist() == board.CHANGES_SHOWN  # a text-only run: no images column
+    assert any(caption.value.startswith("5 prompts on both sides, matched by their text; pass:") for caption in details.caption)
     assert table["prompt"].tolist()[:2] == ["add 2 and 3", "add 5 and 5"]  # the worst change first
     assert table.set_index("prompt")["samples_a"].to_dict() == lines[lines["step"] == 1].groupby("prompt").size().to_dict()
     click_row(app, frame, 0)
@@ -77,7 +81,7 @@ def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_r
     assert html.escape(HOSTILE) in added and "<script>" not in added  # as text: HTML escaped, no Markdown to read it
 
 
-def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):
+def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):  # noqa: F811  (the fixture)
     app = load_and_view(start(root, monkeypatch))
     widget(app.sidebar.multiselect, "Compare with").set_value(["a_other"]).run()
     details = open_changes(app)
@@ -110,3 +114,46 @@ def test_a_side_of_a_facet_s_value(tmp_path, monkeypatch):
     assert expected == {"regressed": 2, "newly solved": 2, "improved": 0, "unchanged": 0}
     details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected
+
+
+def image_paths(line: dict) -> tuple:
+    return tuple(image["path"] if isinstance(image, dict) else image for image in line.get("images") or [])
+
+
+# Two VLM runs asking one question of different pictures, the shown run against the compared one: a prompt per
+# picture (and one for none), each with its own numbers as recounted from the raw lines; the pictures in both orders,
+# another question and a copy of the red file under another path are on one side only. A click on the red picture's
+# row offers only its lines on each side, and shows the picture. Before, the question was one prompt, every picture's.
+def test_one_question_of_different_pictures_is_a_prompt_per_picture(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    lines = write_one_question_runs(root / "c_shown", root / "a_compared")
+    app = load_and_view(start(root, monkeypatch))
+    widget(app.sidebar.multiselect, "Compare with").set_value(["a_compared"]).run()
+    details = open_changes(app)
+    assert widget(details.selectbox, "A: run").value == "c_shown" and widget(details.selectbox, "B: run").value == "a_compared"
+    threshold = (0.1 + 1.0) / 2  # the default: the middle of the rewards seen
+    a, b = (pd.DataFrame({"prompt": [line["prompt"] for line in side], "images": [image_paths(line) for line in side], "reward": [line["reward"] for line in side]})
+            for side in (lines["c_shown"], lines["a_compared"]))
+    rates = pd.concat([side.assign(passed=side["reward"] >= threshold).groupby(["prompt", "images"]).agg(samples=("reward", "size"), reward=("reward", "mean"), passed=("passed", "mean"))
+                       for side in (a, b)], axis=1, keys=["a", "b"]).dropna()
+    assert list(rates.index) == [(QUESTION, ()), (QUESTION, ("images/blue.png",)), (QUESTION, ("images/red.png",))]
+    assert widget(details.number_input, "Pass when at least").value == pytest.approx(threshold)
+    assert {metric.label: int(metric.value) for metric in details.get("metric")} == {
+        "regressed": int((rates["b", "passed"] < rates["a", "passed"]).sum()), "newly solved": 0, "improved": 0, "unchanged": int((rates["b", "passed"] == rates["a", "passed"]).sum())} == {
+        "regressed": 2, "newly solved": 0, "improved": 0, "unchanged": 1}
+    assert any(caption.value.startswith("3 prompts on both sides, matched by their text and images; ") and "3 prompt(s) only on A and 1 only on B" in caption.value for caption in details.caption)
+    [frame] = details.dataframe
+    table = frame.value
+    assert table.columns.tolist() == ["prompt", "images", *board.CHANGES_SHOWN[1:]]
+    found = {(QUESTION, tuple(images)): (samples_a, reward_a, samples_b, reward_b) for images, samples_a, reward_a, samples_b, reward_b in table[["images", "samples_a", "reward_a", "samples_b", "reward_b"]].itertuples(index=False)}
+    assert sorted(found) == list(rates.index)
+    for prompt, row in rates.iterrows():
+        assert found[prompt] == pytest.approx((row["a", "samples"], row["a", "reward"], row["b", "samples"], row["b", "reward"]), rel=1e-12)
+    click_row(app, frame, [tuple(images) for images in table["images"]].index(("images/red.png",)))
+    details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+    for side, run in (("A", "c_shown"), ("B", "a_compared")):
+        offered = widget(details.selectbox, f"{side}'s response").options
+        red = sorted((line for line in lines[run] if line["prompt"] == QUESTION and image_paths(line) == ("images/red.png",)), key=lambda line: -line["reward"])
+        assert [(option.split(" · ")[0], option.split(" · ")[2]) for option in offered] == [(f"step {line['step']}", f"reward {line['reward']:.3f}") for line in red]
+    [picture] = [image for element in details.get("image") for image in element.proto.imgs]
+    assert picture.url

@@ -1,22 +1,29 @@
-"""What changed between two sides (rl_board/changes.py, rl_board.prompt_changes): per prompt matched by its text, the
-samples, mean reward, pass rate and mean length on A and B and the statuses, equal to a pandas recount from the raw
-lines, on the bundled runs (lr 1e-4 against the default, and two windows of one run) and on a run built so that each
-status is known; keys whose texts differ are left out and counted; the word diff gives back both texts."""
+"""What changed between two sides (rl_board/changes.py, rl_board.prompt_changes): per prompt matched by its text and
+its images, the samples, mean reward, pass rate and mean length on A and B and the statuses, equal to a pandas recount
+from the raw lines, on the bundled runs (lr 1e-4 against the default, and two windows of one run), on a run built so
+that each status is known and on VLM runs asking one question of different pictures; text-only runs give the tables
+the engine gave before images counted; keys whose texts differ are left out and counted; the word diff gives back both
+texts."""
 
 import html
+import importlib.util
 import json
 import re
+import subprocess
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import rl_board
-from rl_board.changes import DIFF_WORDS, prompt_changes, word_diff
+from rl_board.changes import CHANGE_COLUMNS, DIFF_WORDS, default_threshold, prompt_changes, side_rows, word_diff
 from rl_board.figures import WORD_DIFF_BACKGROUNDS, marked_words_html
+from tests.conftest import PROJECT
 from tests.support import SAMPLES
 from tests.support.runs import sample, write_lines
+from tests.support.vision_tool_runs import QUESTION, write_one_question_runs
 
 DEFAULT, LOW_LR = SAMPLES / "grpo_tiny_example", SAMPLES / "grpo_tiny_example_lr1e-4"
 
@@ -42,8 +49,9 @@ def recount(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: str = "r
     return table
 
 
-def assert_same(found: pd.DataFrame, expected: pd.DataFrame):
-    found = found.set_index("prompt").sort_index()
+def assert_same(found: pd.DataFrame, expected: pd.DataFrame, prompt: tuple[str, ...] = ("prompt",)):
+    """The table found, indexed by `prompt` (its columns), against a recount indexed alike."""
+    found = found.set_index(list(prompt)).sort_index()
     expected = expected.sort_index()
     assert list(found.index) == list(expected.index)
     for ours, theirs in [("samples_a", "samples_a"), ("samples_b", "samples_b"), ("reward_a", "reward_a"), ("reward_b", "reward_b"),
@@ -153,3 +161,100 @@ def test_a_word_diff_shows_each_response_as_written_and_never_as_markup():
     assert f'<span style="background:{WORD_DIFF_BACKGROUNDS["removed"]}">&lt;b&gt;alpha&lt;/b&gt;</span>' in shown
     assert html.unescape(re.sub(r"<[^>]+>", "", shown)) == a  # every character of the response, nothing else
     assert marked_words_html(word_diff("", "")[0]).endswith(">(empty)</div>")
+
+
+def image_paths(line: dict) -> tuple:
+    """A written line's image paths, in order (none: no images, as "images": [] is)."""
+    return tuple(image["path"] if isinstance(image, dict) else image for image in line.get("images") or [])
+
+
+def recount_by_prompt_and_images(a: list[dict], b: list[dict], threshold: float) -> pd.DataFrame:
+    """The table recomputed here from written lines: per prompt text and image paths on both sides, its numbers
+    (length in characters: the lines have no tokens) and status."""
+    def side(lines):
+        frame = pd.DataFrame({"prompt": [line["prompt"] for line in lines], "images": [image_paths(line) for line in lines],
+                              "reward": [line["reward"] for line in lines], "tokens": [len(line["response"]) for line in lines]})
+        return frame.assign(passed=frame["reward"] >= threshold).groupby(["prompt", "images"]).agg(
+            samples=("reward", "size"), reward=("reward", "mean"), passed=("passed", "mean"), length=("tokens", "mean"))
+    table = side(a).merge(side(b), left_index=True, right_index=True, suffixes=("_a", "_b"))
+    fell, rose = table["passed_b"] < table["passed_a"], table["passed_b"] > table["passed_a"]
+    table["status"] = np.select([fell, rose & (table["passed_a"] == 0), rose], ["regressed", "newly solved", "improved"], "unchanged")
+    return table
+
+
+# One question asked of different pictures (a VLM run) is a prompt per picture: the red picture's lines against the
+# red picture's, the blue's against the blue's, those without images (absent or []) against those without; the two
+# pictures in either order, and a copy of the red file under another path, are prompts of their own (seen on one side).
+# Before, the question was one prompt, its rewards over every picture.
+def test_one_question_asked_of_different_pictures_is_a_prompt_per_picture(tmp_path):
+    lines = write_one_question_runs(tmp_path / "shown", tmp_path / "compared")
+    shown, compared = rl_board.open_run(tmp_path / "shown"), rl_board.open_run(tmp_path / "compared")
+    with pytest.warns(UserWarning) as caught:
+        table = rl_board.prompt_changes(shown, compared)
+    threshold = (0.1 + 1.0) / 2  # the default: the middle of the rewards seen
+    expected = recount_by_prompt_and_images(lines["shown"], lines["compared"], threshold)
+    assert sorted(expected.index) == [(QUESTION, ()), (QUESTION, ("images/blue.png",)), (QUESTION, ("images/red.png",))]
+    assert_same(table.assign(images=[tuple(paths) for paths in table["images"]]), expected, ("prompt", "images"))
+    assert "3 prompt(s) only on A, 1 only on B" in str(caught[0].message)  # red and blue, blue and red, another question; the copy
+    red = table[[paths == ["images/red.png"] for paths in table["images"]]].iloc[0]
+    assert (red["samples_a"], red["reward_a"], red["samples_b"], red["reward_b"], red["status"]) == (3, pytest.approx((0.1 + 0.3 + 0.9) / 3), 1, 0.15, "regressed")
+    assert table.columns.tolist() == ["prompt", "images", *CHANGE_COLUMNS[1:]]
+
+
+def test_two_windows_of_a_vision_run_match_each_picture_alone(tmp_path):
+    lines = write_one_question_runs(tmp_path / "shown", tmp_path / "compared")["shown"]
+    run = rl_board.open_run(tmp_path / "shown")
+    with pytest.warns(UserWarning):
+        table = rl_board.prompt_changes(run, run, steps_a=(1, 2), steps_b=(3, 3), pass_threshold=0.35)
+    expected = recount_by_prompt_and_images([line for line in lines if line["step"] <= 2], [line for line in lines if line["step"] == 3], 0.35)
+    assert list(expected.index) == [(QUESTION, ("images/red.png",))]
+    assert_same(table.assign(images=[tuple(paths) for paths in table["images"]]), expected, ("prompt", "images"))
+
+
+BEFORE_IMAGES = "d258c87"  # the last commit whose What changed matched prompts by their text alone
+
+
+# The engine as it was before a prompt's images counted, read from git into a module of its own (skipped outside a
+# checkout with that commit), to run beside the new one.
+def engine_before_images(folder: Path):
+    shown = subprocess.run(["git", "show", f"{BEFORE_IMAGES}:rl_board/changes.py"], cwd=PROJECT, capture_output=True, text=True, check=False)
+    if shown.returncode:
+        pytest.skip(f"no git history to read the old engine from: {shown.stderr.strip()}")
+    (folder / "changes_before_images.py").write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location("changes_before_images", folder / "changes_before_images.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def text_only_sides(tmp_path) -> list[tuple[pd.DataFrame, pd.DataFrame, float, str]]:
+    """Sides of text-only runs, each pair with a threshold and pass column: two bundled runs, two windows of one by a
+    reward function, two windows of a run without tokens (verl's) and of a tool-use run, a run of ties and a key
+    shared by two texts."""
+    default, low = (rl_board.open_run(run).snapshot.samples for run in (DEFAULT, LOW_LR))
+    verl, tools = (rl_board.open_run(SAMPLES / name).snapshot.samples for name in ("from_verl_rollout_data", "grpo_tiny_tools_example"))
+    write_lines(tmp_path / "ties" / "rollout_data_rank_0.jsonl", [sample(step, prompt=f"p{k % 5}", reward=float((k + step) % 2)) for step in (1, 2, 3) for k in range(20)])
+    ties = rl_board.open_run(tmp_path / "ties").snapshot.samples
+    collided = ties.assign(prompt_key=ties["prompt_key"].replace(ties["prompt_key"].iat[0], ties["prompt_key"].iat[1]))  # p0 under p1's key
+    return [
+        (default, low, 1.0, "reward"), (default, low, 0.5, "reward"),
+        (side_rows(low, (1, 200)), side_rows(low, (201, 400)), 0.5, "rewards/sorted_digits"),
+        (side_rows(verl, (1, 7)), side_rows(verl, (8, 12)), default_threshold(verl, verl), "reward"),
+        (side_rows(tools, (1, 26)), side_rows(tools, (27, 50)), 0.5, "reward"),
+        (ties[ties["step"] == 1], ties[ties["step"] > 1], 1.0, "reward"),
+        (ties[ties["step"] == 1], collided[collided["step"] > 1], 1.0, "reward"),
+    ]
+
+
+# The old engine beside the new one, on text-only runs: the same tables, row for row, the same counts of prompts left
+# out, the same keys.
+def test_text_only_runs_give_the_tables_the_engine_gave_before_images_counted(tmp_path):
+    before = engine_before_images(tmp_path)
+    for a, b, threshold, column in text_only_sides(tmp_path):
+        assert a["image_paths"].isna().all() and b["image_paths"].isna().all()
+        old, new = before.prompt_changes(a, b, threshold, column), prompt_changes(a, b, threshold, column)
+        assert len(new.table) > 0
+        assert new.table.reset_index(drop=True).equals(old.table.reset_index(drop=True))
+        assert new.table.index.get_level_values("prompt_key").equals(old.table.index)
+        assert (new.only_a, new.only_b, new.collisions, new.length_unit, new.counts()) == (old.only_a, old.only_b, old.collisions, old.length_unit, old.counts())
+    assert old.collisions == 1  # the last pair: a key shared by two texts
