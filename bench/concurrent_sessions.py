@@ -47,12 +47,14 @@ from bench.run_bench import (  # noqa: E402
     WATCH_PAGE,
     browser_pids,
     child_pids,
+    cpu_list,
     cpu_seconds,
     done_condition,
     free_port,
     generated_run,
     loaded_condition,
     peak_rss_gib,
+    placement,
     start_server,
     status_gib,
 )
@@ -88,13 +90,13 @@ def stamped(armed: float, condition: str = "true") -> str:
 class Server:
     """A board served by start.sh with an empty index cache; a thread samples its memory and counts cache writes."""
 
-    def __init__(self, root: Path, cache: Path, name: str):
+    def __init__(self, root: Path, cache: Path, name: str, cpus: set[int] | None = None):
         shutil.rmtree(cache, ignore_errors=True)
         self.cache, self.log_path = cache, RUNS / f"concurrent-{name}.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(self.log_path, "wb")
-        self.process = start_server(self.port, root, cache, output=self.log)
+        self.process = start_server(self.port, root, cache, output=self.log, cpus=cpus)
         self.peak_total = self.peak_server = 0.0
         self.cache_versions: set[tuple[str, int, int]] = set()
         self.children: dict[int, str] = {}  # every process seen under the server: pid -> what it runs
@@ -227,9 +229,9 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
 
 # Scenario 1 for `count` sessions on a server of their own: the page opened by all at once (its first screen opens the
 # run), then `rounds` step changes together.
-async def open_and_change_steps(browser, count: int, rounds: int, size: str) -> dict:
+async def open_and_change_steps(browser, count: int, rounds: int, size: str, server_cpus: set[int] | None = None) -> dict:
     steps = SIZES[size][0]
-    server = Server(generated_run(size), RUNS / f"concurrent-cache-{count}", f"{count}-sessions")
+    server = Server(generated_run(size), RUNS / f"concurrent-cache-{count}", f"{count}-sessions", server_cpus)
     sessions = [Session(number) for number in range(count)]
     result = {"sessions": count}
     try:
@@ -306,12 +308,12 @@ def append_steps(run_dir: Path, first_step: int, appends: int, every: float, app
 
 
 # Scenario 2: `count` sessions watch a run in live mode (refresh 2 s) while a step is appended every `every` seconds.
-async def watch_live_run(browser, count: int, appends: int, every: float) -> dict:
+async def watch_live_run(browser, count: int, appends: int, every: float, server_cpus: set[int] | None = None) -> dict:
     steps, samples, tokens, ranks = LIVE_RUN
     root = RUNS / "live"
     shutil.rmtree(root, ignore_errors=True)
     write_run(root / "run", steps, samples, tokens, ranks, workers=1)
-    server = Server(root, RUNS / "concurrent-cache-live", "live")
+    server = Server(root, RUNS / "concurrent-cache-live", "live", server_cpus)
     sessions = [Session(number) for number in range(count)]
     result = {"sessions": count, "appends": appends, "every": every}
     try:
@@ -384,8 +386,8 @@ def field(key: str):
     return lambda result: cell(result.get(key, "-"))
 
 
-def print_tables(opened: list[dict], live: dict | None, size: str):
-    print(f"\n## {', then '.join(str(r['sessions']) for r in opened)} session(s) on the {size} run; {os.cpu_count()} cores, one Chromium, a context per session\n")
+def print_tables(opened: list[dict], live: dict | None, size: str, server_cpus: set[int] | None):
+    print(f"\n## {', then '.join(str(r['sessions']) for r in opened)} session(s) on the {size} run; {os.cpu_count()} cores{placement(server_cpus)}, one Chromium, a context per session\n")
     print("| measure | " + " | ".join(f"{r['sessions']} session(s)" for r in opened) + " |")
     print("|---|" + "---|" * len(opened))
     rows = [
@@ -443,16 +445,16 @@ async def main(options):
             opened = []
             for count in options.sessions:
                 started = time.monotonic()
-                opened.append(await open_and_change_steps(browser, count, options.rounds, options.size))
+                opened.append(await open_and_change_steps(browser, count, options.rounds, options.size, options.server_cpus))
                 print(f"{count} session(s): {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
             live = None
             if options.live_sessions:
                 started = time.monotonic()
-                live = await watch_live_run(browser, options.live_sessions, options.appends, options.append_every)
+                live = await watch_live_run(browser, options.live_sessions, options.appends, options.append_every, options.server_cpus)
                 print(f"live run: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             await browser.close()
-    print_tables(opened, live, options.size)
+    print_tables(opened, live, options.size, options.server_cpus)
 
 
 if __name__ == "__main__":
@@ -463,5 +465,9 @@ if __name__ == "__main__":
     parser.add_argument("--live-sessions", type=int, default=4, help="0 skips the live run")
     parser.add_argument("--appends", type=int, default=6)
     parser.add_argument("--append-every", type=float, default=2.0)
+    parser.add_argument("--server-cpus", type=cpu_list, help="cores for the server and its workers, as taskset writes them (0-1,4); default: the bench's")
+    parser.add_argument("--browser-cpus", type=cpu_list, help="cores for this bench, its Playwright driver and Chromium; default: every core")
     options = parser.parse_args()
+    if options.browser_cpus:
+        os.sched_setaffinity(0, options.browser_cpus)  # Playwright's driver, and the Chromium it starts, inherit them
     asyncio.run(main(options))

@@ -195,14 +195,42 @@ def browser_pids() -> list[int]:
     return pids
 
 
+# Every process below `pid`, read from /proc (a machine without procps has no pgrep).
 def child_pids(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out] + [grandchild for p in out for grandchild in child_pids(int(p))]
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    below, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        below += children
+        frontier = children
+    return below
 
 
-# Keyword arguments of chromium.launch (sync or async API): the system Chromium, headless, offline.
-CHROMIUM = {"executable_path": "/usr/bin/chromium", "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]}
+# Keyword arguments of chromium.launch (sync or async API): the system Chromium (or the one BENCH_CHROMIUM names),
+# headless, offline.
+CHROMIUM = {"executable_path": os.environ.get("BENCH_CHROMIUM", "/usr/bin/chromium"), "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]}
 VIEWPORT = {"width": 1600, "height": 2400}
+
+
+# A set of cores as taskset writes it: "0-1,4" is {0, 1, 4}.
+def cpu_list(text: str) -> set[int]:
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+# Where the server and the browser run, for a table's heading: the browser on this process's cores, the server on its own
+# or the same.
+def placement(server_cpus: set[int] | None) -> str:
+    server, browser = (",".join(str(cpu) for cpu in sorted(cpus)) for cpus in (server_cpus or os.sched_getaffinity(0), os.sched_getaffinity(0)))
+    return f"; server on cores {server}, browser on cores {browser}"
 
 
 def free_port() -> int:
@@ -211,10 +239,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# A board server started with start.sh on 127.0.0.1:port, its index cache in `cache`, once it answers its health check.
-def start_server(port: int, root: Path, cache: Path, output=subprocess.DEVNULL) -> subprocess.Popen:
+# A board server started with start.sh on 127.0.0.1:port, its index cache in `cache`, once it answers its health check;
+# with `cpus`, it and its workers run on those cores alone.
+def start_server(port: int, root: Path, cache: Path, output=subprocess.DEVNULL, cpus: set[int] | None = None) -> subprocess.Popen:
     env = dict(os.environ, RL_LOGGING_BOARD_CACHE=str(cache), RL_LOGGING_BOARD_PYTHON=sys.executable)  # this Python, as it is
-    server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, stdout=output, stderr=output)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    server = subprocess.Popen(["bash", str(PROJECT / "start.sh"), str(port), str(root)], env=env, stdout=output, stderr=output, preexec_fn=pin)
     for _ in range(300):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
@@ -248,9 +278,10 @@ def loaded_condition(steps_expected: int) -> str:
 class Board:
     """A board server started with start.sh, and a Chromium page on it."""
 
-    def __init__(self, root: Path, cache: Path, playwright):
+    def __init__(self, root: Path, cache: Path, playwright, server_cpus: set[int] | None = None):
         self.port = free_port()
         self.root, self.cache, self.url = root, cache, f"http://127.0.0.1:{self.port}"
+        self.server_cpus = server_cpus
         self.start_server()
         self.browser = playwright.chromium.launch(**CHROMIUM)
         self.page = self.browser.new_page(viewport=VIEWPORT)
@@ -260,7 +291,7 @@ class Board:
     # the worker processes started before it serves).
     def start_server(self):
         started = time.perf_counter()
-        self.server = start_server(self.port, self.root, self.cache)
+        self.server = start_server(self.port, self.root, self.cache, cpus=self.server_cpus)
         self.start_seconds = time.perf_counter() - started
 
     # The page opened (its first screen opens the root's run by itself) until it has drawn the run: seconds from the
@@ -365,7 +396,7 @@ def generated_run(size: str, summaries: bool = False) -> Path:
     return root
 
 
-def measure(size: str, repeats: int, max_samples: int | None, summaries: bool = False) -> dict:
+def measure(size: str, repeats: int, max_samples: int | None, summaries: bool = False, server_cpus: set[int] | None = None) -> dict:
     steps, samples, tokens, ranks = SIZES[size]
     root = generated_run(size, summaries)
     run_dir = root / "run"
@@ -379,7 +410,7 @@ def measure(size: str, repeats: int, max_samples: int | None, summaries: bool = 
             rows["byte-read floor (s)"].append(read_floor(run_dir))
             cache = root / "cache"
             shutil.rmtree(cache, ignore_errors=True)
-            board = Board(root, cache, playwright)
+            board = Board(root, cache, playwright, server_cpus)
             first = board.open_page(steps)
             if max_samples:  # the first screen opened the run with 128 samples a step; then the user asks for more
                 first += board.set_max_samples(max_samples, steps)
@@ -448,10 +479,14 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-samples", type=int, default=None, help="Max Samples Each Step (default: the board's 128)")
     parser.add_argument("--summaries", action="store_true", help="runs with the logger's summaries files, as the logger writes them")
+    parser.add_argument("--server-cpus", type=cpu_list, help="cores for the server and its workers, as taskset writes them (0-1,4); default: the bench's")
+    parser.add_argument("--browser-cpus", type=cpu_list, help="cores for this bench, its Playwright driver and Chromium; default: every core")
     options = parser.parse_args()
-    results = {size: measure(size, options.repeats, options.max_samples, options.summaries) for size in options.sizes}
+    if options.browser_cpus:
+        os.sched_setaffinity(0, options.browser_cpus)  # Playwright's driver, and the Chromium it starts, inherit them
+    results = {size: measure(size, options.repeats, options.max_samples, options.summaries, options.server_cpus) for size in options.sizes}
     sizes = list(results)
-    print(f"\nmedian of {options.repeats}; Max Samples Each Step = {options.max_samples or 128}; {os.cpu_count()} cores{'; with the logger summaries files' if options.summaries else ''}")
+    print(f"\nmedian of {options.repeats}; Max Samples Each Step = {options.max_samples or 128}; {os.cpu_count()} cores{placement(options.server_cpus)}{'; with the logger summaries files' if options.summaries else ''}")
     print("| measure | " + " | ".join(f"{s} ({results[s]['size_gb']:.2f} GB)" for s in sizes) + " | target |")
     print("|---|" + "---|" * len(sizes) + "---|")
     for name in list(TARGETS) + EXTRA_ROWS:
