@@ -38,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 import streamlit.components.v1 as components
+from streamlit.dataframe_util import convert_pandas_df_to_arrow_table
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
@@ -2062,12 +2063,12 @@ def draw_step_tables(batch: "StepBatch", settings: "Settings", run_dir: str, ste
 
 # The batch table, sortable by every column; clicking a row shows that sample right below.
 def draw_batch_table(batch: "StepBatch", settings: "Settings"):
-    table = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.view.pad_token, settings.view.system_prompt_end)
-    if any(batch.table["images"]):  # a thumbnail of each prompt's first image, right of the sample index
+    table, shown = cached_table_view(batch.key, batch.table, settings.kl_estimator, settings.view.pad_token, settings.view.system_prompt_end)
+    if any(batch.table["images"]):  # a thumbnail of each prompt's first image, right of the sample index: this session's
         thumbnails = [thumbnail_url(path, images) for path, images in zip(batch.table["path"], batch.table["images"])]
-        table = table.assign(image=thumbnails)[["sample", "image", *table.columns[1:]]]
+        shown = table.assign(image=thumbnails)[["sample", "image", *table.columns[1:]]]
     st.container(key=StateKey.BATCH_TABLE).dataframe(
-        table,
+        shown,
         width="stretch",
         height=min(360, 38 + 35 * len(table)),  # a step of few samples without empty rows below them
         hide_index=True,
@@ -2748,10 +2749,12 @@ def cached_few_reward_values(version, _samples: pd.DataFrame) -> bool:
     return few_reward_values(_samples)
 
 
-# The batch table as shown, built once per set of lines and display setting.
+# The batch table as shown, built once per set of lines and display setting, with the Arrow table Streamlit sends
+# (its own conversion, so the same bytes): given the frame, it converted it again for every session showing the step.
 @st.cache_resource(show_spinner=False, max_entries=16)
-def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end) -> pd.DataFrame:
-    return batch_table_view(_table, kl_estimator, pad_token, system_prompt_end)
+def cached_table_view(lines, _table, kl_estimator, pad_token, system_prompt_end) -> tuple[pd.DataFrame, pa.Table]:
+    view = batch_table_view(_table, kl_estimator, pad_token, system_prompt_end)
+    return view, convert_pandas_df_to_arrow_table(view)
 
 
 # The groups table as shown, built once per set of lines and display setting.

@@ -22,6 +22,7 @@ errors, and tracebacks in the server's output (kept in bench/runs/concurrent-*.l
 
     python bench/concurrent_sessions.py                      # 1, 4, then 8 sessions, 5 rounds of step changes, 4 live watchers
     python bench/concurrent_sessions.py --sessions 4 --rounds 3 --appends 5
+    python bench/concurrent_sessions.py --server-cpus 0,1 --browser-cpus 2-9   # the pages on cores of their own
 """
 
 import argparse

@@ -20,7 +20,7 @@ five times over (--repeats), with an empty index cache:
   - peak memory (VmHWM) of the server process, and of its worker processes;
   - a new step of 128 samples appended to a rank file: time from the board noticing
     (a rerun) until the new step is in the charts.
-It prints medians. Needs Chromium (/usr/bin/chromium) and the test requirements.
+It prints medians. Needs Chromium (/usr/bin/chromium, or the one BENCH_CHROMIUM names) and the test requirements.
 
     python bench/run_bench.py                              # medium and large
     python bench/run_bench.py --sizes medium               # just one
@@ -28,6 +28,7 @@ It prints medians. Needs Chromium (/usr/bin/chromium) and the test requirements.
     python bench/run_bench.py --sizes huge --repeats 1     # 20 GB
     python bench/run_bench.py --sizes wide                 # huge's 880 steps and 112,640 samples in 0.4 GB
     python bench/run_bench.py --summaries                  # runs with the logger's summaries files
+    python bench/run_bench.py --server-cpus 0,1 --browser-cpus 2-7   # the browser on cores of its own, as a user's is
 """
 
 import argparse
