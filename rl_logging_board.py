@@ -2332,23 +2332,28 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
         if view == "Response tokens":
             draw_running_text(rows, chosen)
             return
-        labels = [f"{i} - {visible_whitespace(token)}" for i, token in zip(rows.positions.tolist(), rows.tokens)]
-        grid = pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
         if view == "Token table":
             caption = "A row per token; each bar shades the value within its column's range. Click a header to sort, e.g. by kl."
             if merged_rows:
                 caption += " A run of one image placeholder token is one row (its values: their mean)."
             if rows.is_tool.any():
                 caption += " Tokens a tool wrote (tool ✓) were not sampled by the policy: they have no values."
-                grid.insert(0, "tool", rows.is_tool)
             st.caption(caption)
-            st.dataframe(grid, width="stretch", height=min(420, 38 + 35 * len(grid)), column_config={"_index": st.column_config.TextColumn(width="medium")} | shaded_columns(grid), key=StateKey.TOKEN_TABLE)  # keyed: refilled, not built anew; tokens such as <|endoftext|> whole
+            shown_rows = (row["index_id"], int(row["offset"]), settings.kl_estimator, settings.view.pad_token, span)
+            table, column_config = cached_token_table(shown_rows, rows, tuple(chosen))
+            st.dataframe(table, width="stretch", height=min(420, 38 + 35 * table.num_rows), column_config=column_config, key=StateKey.TOKEN_TABLE)  # keyed: refilled, not built anew
         else:
             st.caption(
                 "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
                 f"its sign); values on hover, and in the cells up to {VALUE_LABELLED_TOKENS} tokens."
             )
-            st.plotly_chart(token_heatmap_figure(grid.T), width="stretch")
+            st.plotly_chart(token_heatmap_figure(token_grid(rows, chosen).T), width="stretch")
+
+
+# The chosen values of a sample's tokens, a row per token labelled by its place and its text (whitespace made visible).
+def token_grid(rows: "TokenRows", chosen: list[str]) -> pd.DataFrame:
+    labels = [f"{i} - {visible_whitespace(token)}" for i, token in zip(rows.positions.tolist(), rows.tokens)]
+    return pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
 
 
 # A region's views, only the chosen one drawn (drawing them all cost the browser about twice what one does on every
@@ -2747,6 +2752,17 @@ def cached_batch_charts(lines, counted, _table) -> tuple:
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_few_reward_values(version, _samples: pd.DataFrame) -> bool:
     return few_reward_values(_samples)
+
+
+# A sample's token table as Streamlit sends it (the tool column first where a tool wrote tokens) and its columns' shading
+# and widths (the token column wide enough for <|endoftext|> whole), made once per sample in view (its line, KL
+# estimator, pad token and turn) and choice of values: each session and rerun showing it sends it as it is.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def cached_token_table(shown_rows, _rows: "TokenRows", chosen: tuple[str, ...]) -> tuple[pa.Table, dict]:
+    grid = token_grid(_rows, list(chosen))
+    if _rows.is_tool.any():
+        grid.insert(0, "tool", _rows.is_tool)
+    return convert_pandas_df_to_arrow_table(grid), {"_index": st.column_config.TextColumn(width="medium")} | shaded_columns(grid)
 
 
 # The batch table as shown, built once per set of lines and display setting, with the Arrow table Streamlit sends

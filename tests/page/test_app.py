@@ -181,6 +181,30 @@ def test_the_kl_estimator_applies_to_the_table_and_the_token_rows(grpo_root, mon
     assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(k3.tolist())
 
 
+# The token table is made once per sample and setting and kept (cached_token_table): each change of the KL estimator,
+# the values shown or the sample brings the table of what is chosen now, never one made for another choice.
+def test_the_token_table_follows_the_estimator_the_values_and_the_sample(grpo_root, monkeypatch):
+    app = load_and_view(start(grpo_root, monkeypatch))
+    shown = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 0]
+
+    def kl(line: dict, estimator: str) -> list[float]:
+        ratio = np.array(line["logprobs"]) - np.array(line["ref_logprobs"])
+        return {"k1": ratio, "k3": np.expm1(-ratio) + ratio}[estimator].tolist()
+
+    widget(app.multiselect, "Select show value(s)").set_value(["kl"]).run()
+    widget(app.selectbox, "KL estimator").set_value("k1").run()
+    assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(kl(shown[0], "k1"))
+    widget(app.selectbox, "KL estimator").set_value("k3").run()
+    assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(kl(shown[0], "k3"))
+    widget(app.multiselect, "Select show value(s)").set_value(["logp", "kl"]).run()
+    assert list(app.dataframe[-1].value.columns) == ["logp", "kl"] and app.dataframe[-1].value["logp"].tolist() == pytest.approx(shown[0]["logprobs"])
+    widget(app.number_input, "Sample index in current step batch").set_value(1).run()
+    assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(kl(shown[1], "k3"))
+    widget(app.number_input, "Sample index in current step batch").set_value(0).run()
+    widget(app.selectbox, "KL estimator").set_value("k1").run()
+    assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(kl(shown[0], "k1"))  # made before, and kept
+
+
 def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)
