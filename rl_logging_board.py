@@ -179,8 +179,10 @@ from rl_board.text import (
     distinct_labels,
     markdown_code_block,
     markdown_literal,
+    number_text,
     one_line,
     shorten,
+    significant_format,
     system_prompt_span,
     valid_text,
     visible_whitespace,
@@ -1182,7 +1184,7 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     if len(summary):
         st.markdown(f"**Tools** of {markdown_literal(run_label(shown.run_dir))}, over its loaded samples")
         st.dataframe(summary, hide_index=True, width="stretch", height=min(300, 38 + 35 * len(summary)),
-                     column_config={"success rate": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="results without an error over results")})
+                     column_config={"success rate": st.column_config.ProgressColumn(format="%.3g", min_value=0.0, max_value=1.0, help="results without an error over results")})
     st.caption("Samples with turns only. A call the trainer did not run (the tool limit, a result that did not fit) counts as a call without a result.")
 
 
@@ -1443,7 +1445,7 @@ def draw_update_drivers(run: "RunSnapshot", passes: "LossPasses"):
         st.warning(f"{len(passes.problems)} line(s) could not be read back for the loss passes, e.g. {markdown_literal(passes.problems[0])}; if the files were rewritten, press Load & View.")
     draw_sample_rows(table, f"{StateKey.UPDATE}:drivers:{run.version}:{step}", {
         "step": st.column_config.NumberColumn(help="The step that generated the sample (its batch in Each Step Response)"),
-        "share of |update|": st.column_config.ProgressColumn(format="%.3f", min_value=0.0, max_value=1.0, help="Σ|update weight| of the sample's tokens in this step's passes, over the step's"),
+        "share of |update|": st.column_config.ProgressColumn(format="%.3g", min_value=0.0, max_value=1.0, help="Σ|update weight| of the sample's tokens in this step's passes, over the step's"),
     })
     st.caption(f"The {len(table)} samples with the largest share of step {step}'s update. Click a row to show the sample below; its token table has update_weight, clipped and policy_ratio per token.")
 
@@ -1511,9 +1513,9 @@ def draw_renormalisation_split(run: "RunSnapshot", tokens: "MismatchTokens"):
     mean, renormalisation, drift = split["mean |Δ|"], split[RENORMALISATION], split[DRIFT]
     share = f" ({100 * renormalisation / mean:.0f} %)" if mean > 0 and math.isfinite(mean) else ""
     st.markdown(
-        f"**Renormalisation:** of mean |Δ| = {mean:.4g} over {markdown_literal(run_label(run.run_dir))}'s {split['tokens']:,} tokens "
-        f"with the sampler's kept mass, {renormalisation:.4g}{share} is the renormalisation of its truncated distribution "
-        f"(mean −log kept mass); the drift, mean |Δ − log kept mass|, is {drift:.4g}. *Per step* draws both."
+        f"**Renormalisation:** of mean |Δ| = {number_text(mean)} over {markdown_literal(run_label(run.run_dir))}'s {split['tokens']:,} tokens "
+        f"with the sampler's kept mass, {number_text(renormalisation)}{share} is the renormalisation of its truncated distribution "
+        f"(mean −log kept mass); the drift, mean |Δ − log kept mass|, is {number_text(drift)}. *Per step* draws both."
     )
 
 
@@ -1910,7 +1912,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, where_a, run_b, steps_b, where_b, column, threshold, shown_statuses)).encode()).hexdigest()
         picked = st.dataframe(
             view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",
-            column_config={name: st.column_config.NumberColumn(format="%.3f") for name in ["reward_a", "reward_b", "pass_a", "pass_b", "change", "pass_change"]}
+            column_config={name: st.column_config.NumberColumn(format=significant_format(changes.table[name], 4)) for name in ["reward_a", "reward_b", "pass_a", "pass_b", "change", "pass_change"]}
             | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium"),
                "images": st.column_config.ListColumn(help="The prompt's images, in order, by their paths as the lines write them: the same text with other images is another prompt")},
         )
@@ -1969,21 +1971,21 @@ def draw_pass_rule(columns: list[str], a: pd.DataFrame, b: pd.DataFrame) -> tupl
 # One prompt's responses on A and B side by side: each side's response picked among its samples (the highest reward
 # first), its numbers, and its words marked against the other's: removed (A's, not in B's) and added (B's).
 def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, functions: list[str], settings: "Settings"):
-    st.markdown(f"**Prompt** · {numbers['status']} · pass {numbers['pass_a']:.2f} → {numbers['pass_b']:.2f} · mean reward {numbers['reward_a']:.3f} → {numbers['reward_b']:.3f}")
+    st.markdown(f"**Prompt** · {numbers['status']} · pass {number_text(numbers['pass_a'], '.3g')} → {number_text(numbers['pass_b'], '.3g')} · mean reward {number_text(numbers['reward_a'])} → {number_text(numbers['reward_b'])}")
     images = st.container()  # the prompt's images, as A's response's line holds them, once it is read back
     st.text(as_written(clean_text(numbers["prompt"], settings.view.pad_token)))
     responses = []
     for side, rows, place in zip("AB", (a, b), st.columns(2)):
         rows = rows.sort_values("reward", ascending=False, kind="stable").head(PROMPT_SIDE_LINES)
         batch = load_step_batch(f"changes {side} " + lines_key(rows), rows)
-        labels = [f"step {step} · sample {sample} · reward {reward:.3f}" for step, sample, reward in zip(batch.table["step"], batch.table["sample"], batch.table["reward"])]
+        labels = [f"step {step} · sample {sample} · reward {number_text(reward)}" for step, sample, reward in zip(batch.table["step"], batch.table["sample"], batch.table["reward"])]
         choice = place.selectbox(f"{side}'s response", range(len(labels)), format_func=distinct_labels(range(len(labels)), labels.__getitem__), key=f"{StateKey.CHANGES}:{side}:response:{lines_key(rows)}")
         row = batch.table.iloc[choice]
         if side == "A" and row["images"]:
             with images:
                 draw_images(row, width=150)
         shown = [name for name in ["reward", *functions, "advantage", "response_tokens_len", f"avg_kl_{settings.kl_estimator}"] if name in row.index and pd.notna(row[name])]
-        place.caption(" · ".join(f"{markdown_literal(name)} {row[name]:.4g}" for name in shown))
+        place.caption(" · ".join(f"{markdown_literal(name)} {number_text(row[name])}" for name in shown))
         responses.append((place, clean_text(row["response"] or "", settings.view.pad_token)))
     runs_a, runs_b, cut = word_diff(responses[0][1], responses[1][1])
     for (place, _), runs in zip(responses, (runs_a, runs_b)):
@@ -2153,10 +2155,10 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
     function_columns = [c for c in members.columns if c.startswith("rewards/")]
     for position, (index, member) in enumerate(members.iterrows()):
         with columns[position % len(columns)]:
-            facts = [f"reward {member['reward']:.4g}"]
-            facts += [f"{markdown_literal(c[8:])} {member[c]:.4g}" for c in function_columns if pd.notna(member[c])]
+            facts = [f"reward {number_text(member['reward'])}"]
+            facts += [f"{markdown_literal(c[8:])} {number_text(member[c])}" for c in function_columns if pd.notna(member[c])]
             if pd.notna(member["advantage"]):
-                facts.append(f"adv {member['advantage']:+.3f}")
+                facts.append(f"adv {number_text(member['advantage'], '+.3g')}")
             if pd.notna(member["response_tokens_len"]):
                 facts.append(f"{member['response_tokens_len']:.0f} tok")
             # A button in every place, keyed by the place: another sample or step relabels it, where a new key or a
@@ -2183,7 +2185,7 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
             column.metric(label, "—")
             continue
         delta = value - by_step[previous_step] if previous_step is not None and previous_step in by_step else None
-        column.metric(label, f"{value:,.2f}".rstrip("0").rstrip("."), None if delta is None else f"{delta:+,.2f}", help="Mean length in characters; the change from the step before.")
+        column.metric(label, f"{value:,.2f}".rstrip("0").rstrip("."), None if delta is None else number_text(delta, "+,.2f"), help="Mean length in characters; the change from the step before.")
     chosen_sample(batch)
     with metric_columns[-1]:
         sample = st.number_input("Sample index in current step batch", min_value=0, max_value=len(table) - 1, key=StateKey.SAMPLE_INDEX)
@@ -2202,7 +2204,7 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
             st.text(as_written(row["ground_truth"]))
     with response_column:
         tools = f" · {row['tool_tokens']:.0f} of {row['response_tokens_len']:.0f} tokens written by a tool" if row["tool_tokens"] > 0 else ""
-        st.markdown(f":green[**Response**] · reward {row['reward']:.4g}{tools}")
+        st.markdown(f":green[**Response**] · reward {number_text(row['reward'])}{tools}")
         st.text(as_written(clean_text(row["response"], settings.view.pad_token)))
     if ref_column:
         with ref_column:
@@ -2215,7 +2217,7 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
         with gap_column:
             st.markdown(":orange[**Reward Gap**]")
             gap = row["reward_gap"]
-            st.markdown(f"### {gap:.4f}" if pd.notna(gap) else "—")  # "-0.8068" on one line at 1280 px
+            st.markdown(f"### {number_text(gap)}" if pd.notna(gap) else "—")  # "-0.8068" on one line at 1280 px
     return int(sample)
 
 
@@ -2400,7 +2402,7 @@ def shaded_columns(grid: pd.DataFrame) -> dict:
         values = grid[name].to_numpy(dtype=float)
         values = values[np.isfinite(values)]
         low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
-        config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format="%.6f", min_value=float(low), max_value=float(high if high > low else low + 1))
+        config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format=significant_format(values), min_value=float(low), max_value=float(high if high > low else low + 1))
     return config
 
 
@@ -2481,7 +2483,7 @@ def draw_largest_changes(run: "RunSnapshot", columns: list[str], median: bool = 
     changes = cached_largest_changes(run.version, columns[0], median, run.samples)
     if changes.empty:
         return
-    labels = {int(step): f"step {step}: {change:+.3g}" for step, change in changes.items()}
+    labels = {int(step): f"step {step}: {number_text(change, '+.3g')}" for step, change in changes.items()}
     st.pills(
         f"Largest changes of {markdown_literal(STEP_CURVE_COLUMNS.get(columns[0], columns[0]))} ({'median' if median else 'mean'}, from the step before)",
         list(labels), format_func=labels.get, key=StateKey.LARGEST_CHANGES, on_change=pick_largest_change, args=(run.steps,),

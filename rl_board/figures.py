@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from rl_board.metrics import TokenRows, finite, normal_curve, smoothed, step_stats
 from rl_board.reading.history import TrainingHistory, metric_name
-from rl_board.text import largest_magnitude, one_line
+from rl_board.text import largest_magnitude, number_text, one_line
 
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
 
@@ -51,6 +51,20 @@ AXIS_TITLE_PIXELS = 200
 
 
 SAMPLE_AXIS = {"field": "sample_index", "type": "ordinal", "title": "sample index", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
+
+
+# The labels of a value axis (or a gradient legend) of a chart's `scale` ("x", "y", "color"), docs/page.md#numbers-as-shown:
+# d3's for the ticks' spacing, without trailing zeros (0, 0.5, 1, 1.5, 1,000: a zero is 0, never 0.0000000); where the
+# scale's domain lies within ±0.001 (a KL of 3e-8, a learning rate of 1e-6), in exponent form (0, 2e-8, −4e-8), as
+# fixed decimals put a row of zeros before the digits there, with as many significant digits as the domain's width
+# needs to tell its ticks apart (1.0002e-4 beside 1.0004e-4; a gradient legend's ends, −1.7e-7 and 8e-7, as d3's fixed
+# labels would round them). Decided in the browser from the domain drawn: a spec whose numbers changed would be built
+# anew instead of having its data swapped (raw_line_layer).
+def value_labels(scale: str) -> dict:
+    first, last = f"domain('{scale}')[0]", f"peek(domain('{scale}'))"
+    size, width = f"max(abs({first}), abs({last}))", f"abs({last} - {first})"
+    digits = f"({width} > 0 ? clamp(floor(log({size}) / LN10) - floor(log({width}) / LN10) + 2, 1, 15) : 6)"
+    return {"format": ",~f", "labelExpr": f"datum.value == 0 ? '0' : {size} < 1e-3 ? format(datum.value, '.' + {digits} + '~e') : datum.label"}
 
 
 # The token grid as a heat map, tokens along x as the original had them. Each metric's row is coloured within
@@ -136,7 +150,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         "data": {"name": POINTS},
         "datasets": {POINTS: points, STEP_EXTENT: step_extent(pd.concat([samples["step"] for _, samples in runs if len(samples)])), "lines": line_points},
         "layer": [
-            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
+            {"mark": {"type": "area", "opacity": 0.2}, "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "title": one_line(unit), "axis": {"titleLimit": AXIS_TITLE_PIXELS, **value_labels("y")}, "scale": y_scale}, "y2": {"field": "high"}, "color": colour, "detail": {"field": "series"}}},
             raw_line_layer(x, colour),
             line,
             {"transform": [{"filter": "datum.single"}], "mark": {"type": "point", "filled": True, "opacity": 1}, "encoding": {"x": x, "y": centre, "color": colour}},
@@ -236,7 +250,7 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
             {
                 "mark": {"type": "line"},
                 "params": ZOOM,
-                "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": one_line(y_title), "axis": {"titleLimit": AXIS_TITLE_PIXELS}}, "color": colour},
+                "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": one_line(y_title), "axis": {"titleLimit": AXIS_TITLE_PIXELS, **value_labels("y")}}, "color": colour},
             },
             nearest_point_layer(x, "value", [{"field": "series"}, {"field": "step"}, {"field": "value", "format": ".4g"}]),
             step_extent_layer(),
@@ -280,7 +294,7 @@ def mismatch_bucket_chart(table: pd.DataFrame, title: str) -> dict:
         "mark": {"type": "bar"},
         "encoding": {
             "x": {"field": by, "type": "ordinal", "sort": {"field": "order"}, "axis": {"labelAngle": 0}},
-            "y": {"field": "mean |Δ|", "type": "quantitative"},
+            "y": {"field": "mean |Δ|", "type": "quantitative", "axis": value_labels("y")},
             "tooltip": [{"field": by}, {"field": "tokens", "format": ","}, {"field": "mean |Δ|", "format": ".4g"}, {"field": "max |Δ|", "format": ".4g"}, {"field": "mismatch KL", "format": ".4g"}],
         },
     }
@@ -307,7 +321,7 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "datasets": {POINTS: points, "means": lines},  # another prompt's: the same spec, its data swapped
         "layer": [
-            {"data": {"name": POINTS}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
+            {"data": {"name": POINTS}, "mark": {"type": "point", "opacity": 0.6}, "encoding": {"x": x, "y": {"field": "reward", "type": "quantitative", "scale": {"zero": False, "padding": 10}, "axis": value_labels("y")}, "color": colour, "tooltip": [{"field": "run"}, {"field": "step"}, {"field": "reward", "format": ".4g"}]}},
             {"data": {"name": "means"}, "mark": {"type": "line"}, "params": ZOOM, "encoding": {"x": x, "y": {"field": "mean reward", "type": "quantitative"}, "color": colour}},
         ],
     }
@@ -369,7 +383,7 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
     layer = [
         raw_line_layer(x, colour),
         {"transform": [{"filter": "datum.split == 'train'"}], "mark": {"type": "line"}, "params": ZOOM,
-         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": None, "scale": {"zero": False}}, "color": colour}},
+         "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": None, "scale": {"zero": False}, "axis": value_labels("y")}, "color": colour}},
         {"transform": [{"filter": "datum.split == 'train' && datum.single"}], "mark": {"type": "point", "filled": True},  # a line of one point draws nothing
          "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": colour, "tooltip": tooltip}},
         {"transform": [{"filter": "datum.split == 'eval'"}], "mark": {"type": "line", "point": True, "strokeDash": [5, 3]},
@@ -447,7 +461,7 @@ def batch_reward_chart(table: pd.DataFrame) -> dict:
         "encoding": {
             "x": SAMPLE_AXIS,
             "xOffset": {"field": "series", "sort": [name for _, name in series]},
-            "y": {"field": "reward", "type": "quantitative", "title": "reward"},
+            "y": {"field": "reward", "type": "quantitative", "title": "reward", "axis": value_labels("y")},
             "color": {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}},
         },
     }
@@ -463,8 +477,8 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
             "x": SAMPLE_AXIS,
-            "y": {"field": "reward_gap", "type": "quantitative", "title": "reward - ref_reward"},
-            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None}},
+            "y": {"field": "reward_gap", "type": "quantitative", "title": "reward - ref_reward", "axis": value_labels("y")},
+            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None, **value_labels("color")}},
         },
     }
 
@@ -504,7 +518,7 @@ def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dic
             {
                 "data": {"name": "bars"},
                 "mark": {"type": "bar", "opacity": 0.6, "tooltip": True},
-                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward"}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative", "title": "density (share per unit of reward)"}, "y2": {"datum": 0}, "color": colour},
+                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward", "axis": value_labels("x")}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative", "title": "density (share per unit of reward)", "axis": value_labels("y")}, "y2": {"datum": 0}, "color": colour},
             },
             {
                 "data": {"name": "curves"},
@@ -555,7 +569,7 @@ def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
             x=labels if labelled else np.arange(len(labels)),
             y=list(grid.index),
             colorscale="balance",
-            text=[[f"{value:.3g}" for value in row] for row in values.tolist()] if valued else None,
+            text=[[number_text(value, ".3g") for value in row] for row in values.tolist()] if valued else None,
             texttemplate="%{text}" if valued else None,
             hovertemplate="%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>",
         )
@@ -598,7 +612,7 @@ def running_text_html(rows: "TokenRows", metric: str, shown: range | None = None
         if rows.is_tool[index]:
             hover, style = f"#{rows.positions[index]} {token!r}  written by a tool, not sampled: no values", TOOL_TOKEN_STYLE
         else:
-            hover = f"#{rows.positions[index]} {token!r}  " + "  ".join(f"{name}={column[index]:.4g}" for name, column in columns.items())
+            hover = f"#{rows.positions[index]} {token!r}  " + "  ".join(f"{name}={number_text(column[index])}" for name, column in columns.items())
             style = f"background:{colours[index]}" + (";opacity:0.35" if rows.is_pad[index] else "")
         text = html.escape(token) or "\u200b"  # tokens are text already (readable_tokens); an empty one stays hoverable
         style += ";padding:0 0.1em" if not token else ""

@@ -17,7 +17,7 @@ from rl_board.reading.lines import (
     segment_sums_and_means,
 )
 from rl_board.reading.snapshot import RunSnapshot, SampleTokens
-from rl_board.text import IMAGE_PLACEHOLDER, clean_text, shorten
+from rl_board.text import IMAGE_PLACEHOLDER, clean_text, number_text, shorten
 from rl_board.update import token_update
 
 # Per-step series of the reward tab, in the original's order.
@@ -267,7 +267,7 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
             "zero signal": rewards.max() == rewards.min() if rewards.notna().any() else pd.NA,
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
             "samples": members.index.tolist(),
-            "rewards": [f"{reward:.4g}" for reward in rewards],  # as the other reward columns show them
+            "rewards": [number_text(reward) for reward in rewards],  # as the page's other texts show a reward
             "group_id": members["group_id"].iloc[0],
         })
     groups = pd.DataFrame(rows).astype({"zero signal": "boolean"})

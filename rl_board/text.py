@@ -1,7 +1,9 @@
 """Text as the page shows it, never as HTML from the data: names escaped for Markdown (markdown_literal) and kept on
 one line (one_line), texts shortened and cleaned (pad tokens, system prompt, image placeholder runs), tokens made
-readable (byte-level and SentencePiece bytes decoded, special tokens kept), invalid UTF-8 shown as U+FFFD."""
+readable (byte-level and SentencePiece bytes decoded, special tokens kept), invalid UTF-8 shown as U+FFFD; numbers
+as shown (number_text, significant_format: docs/page.md#numbers-as-shown)."""
 import codecs
+import math
 import re
 from collections.abc import Callable
 
@@ -12,6 +14,26 @@ import numpy as np
 # in each heat map row.
 def largest_magnitude(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), np.abs(values), 0.0).max(axis=-1, initial=0.0)
+
+
+# A number in the page's text (a caption, a label, a hover) as `spec` writes it (".4g", "+.3g", ",.2f"), without a
+# minus on a zero: -0.0 (a negated zero advantage) or a negative that rounds to zero ("-0.00" reads as a value that is
+# not there). Python 3.11's "z" option does this; the board runs on 3.10 too.
+def number_text(value: float, spec: str = ".4g") -> str:
+    text = format(value, spec)
+    if text[:2] == "-0" and math.isfinite(value) and not re.search("[1-9]", text.partition("e")[0]):
+        return format(0.0, spec)
+    return text
+
+
+# The format (printf's, as Streamlit's table columns take it: sprintf-js in the browser) that shows each of a column's
+# numbers with `digits` significant digits: %g, which writes 3e-8, -1.23457e-7, 0.000123457, 0.999988, -12.3457, 2
+# (never a row of zeros for a small value, nor -0 for a zero). A column with a value of 10^digits or more in size is
+# in exponent form instead (4.85165e+8): JavaScript's %g writes 123456789 as 123457000, digits that were never there.
+def significant_format(values, digits: int = 6) -> str:
+    values = np.asarray(values, dtype=float)
+    sizes = np.abs(values[np.isfinite(values)])
+    return f"%.{digits}g" if not len(sizes) or sizes.max() < 10**digits else f"%.{digits - 1}e"
 
 
 # GPT-2's byte-to-character table, inverted: printable bytes stand for themselves, the others (space, newline...)

@@ -111,6 +111,19 @@ def test_every_area_of_a_grpo_run(grpo_root, monkeypatch):
     assert list(grid.index[:2]) == [f"0 - {chosen['response_tokens'][0]}", f"1 - {chosen['response_tokens'][1]}"]
 
 
+# docs/page.md#numbers-as-shown, on the page: the reward gap of -1e-9 is not "-0.0000", the token table's columns show
+# significant digits (%.6g: a KL of 3e-8 was 0.000000, a log ratio of -1e-9 -0.000000), a zero advantage has no minus.
+def test_tiny_numbers_keep_their_digits_on_the_page(tmp_path, monkeypatch):
+    tokens = {"response_tokens": ["a", "b"], "logprobs": [-0.5, -1e-7], "ref_logprobs": [-0.5 + 1e-9, -1e-7 - 3e-8]}
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, reward=0.5, ref_reward=0.5 + 1e-9, ref_response="x", advantage=-0.0, group_id="g", **tokens)] * 2)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    assert "### -1e-09" in [m.value for m in app.markdown]
+    assert not [m.value for m in app.markdown if "-0.0000" in m.value or "adv -0" in m.value]
+    [table] = [frame for frame in app.dataframe if "log_ratio" in frame.value.columns]
+    formats = {name: column.get("type_config", {}).get("format") for name, column in json.loads(table.proto.columns).items() if name in table.value.columns}
+    assert formats and set(formats.values()) == {"%.6g"}, formats
+
+
 # The values the page keeps for its widgets (a view chosen, a remembered choice, the sample index) are sent with the
 # widget only when the page changes them: Streamlit sends a value the script set as a new value, which the browser
 # draws anew, in every run that sets it.

@@ -154,6 +154,6 @@ def test_one_question_of_different_pictures_is_a_prompt_per_picture(tmp_path, mo
     for side, run in (("A", "c_shown"), ("B", "a_compared")):
         offered = widget(details.selectbox, f"{side}'s response").options
         red = sorted((line for line in lines[run] if line["prompt"] == QUESTION and image_paths(line) == ("images/red.png",)), key=lambda line: -line["reward"])
-        assert [(option.split(" · ")[0], option.split(" · ")[2]) for option in offered] == [(f"step {line['step']}", f"reward {line['reward']:.3f}") for line in red]
+        assert [(option.split(" · ")[0], option.split(" · ")[2]) for option in offered] == [(f"step {line['step']}", f"reward {line['reward']:.4g}") for line in red]
     [picture] = [image for element in details.get("image") for image in element.proto.imgs]
     assert picture.url

@@ -19,6 +19,7 @@ from rl_board.figures import (
     diverging_colours,
     matches_per_step_chart,
     metric_chart,
+    mismatch_bucket_chart,
     prompt_reward_chart,
     reward_distribution_chart,
     reward_gap_chart,
@@ -28,6 +29,7 @@ from rl_board.figures import (
     step_curve_chart,
     step_fraction_chart,
     token_heatmap_figure,
+    value_labels,
 )
 from rl_board.metrics import (
     TokenRows,
@@ -51,8 +53,10 @@ from rl_board.text import (
     clean_text,
     distinct_labels,
     markdown_literal,
+    number_text,
     one_line,
     readable_tokens,
+    significant_format,
     system_prompt_span,
     valid_text,
 )
@@ -225,6 +229,56 @@ def test_clean_text_drops_pads_and_the_system_prompt_only_when_asked():
     text = "<PAD>system rules<endofsystem>question<PAD>"
     assert clean_text(text, "<PAD>", "<endofsystem>") == "question"
     assert clean_text(text) == text
+
+
+# docs/page.md#numbers-as-shown: a number in the page's text keeps its significant digits and has no minus on a zero;
+# a table column's format shows each value with its significant digits (tests/browser/test_numbers.py: as drawn).
+def test_numbers_in_text_keep_their_digits_and_a_zero_has_no_minus():
+    assert [number_text(value) for value in (-0.0, -1e-9, 3e-8, -0.80683, 12345.678, float("-inf"), float("nan"))] == ["0", "-1e-09", "3e-08", "-0.8068", "1.235e+04", "-inf", "nan"]
+    assert number_text(-0.0001, "+.3f") == "+0.000" and number_text(-0.004, "+,.2f") == "+0.00" and number_text(-0.0, "+.3g") == "+0"
+    assert number_text(-0.006, "+,.2f") == "-0.01" and number_text(-1e-30, ".0%") == "0%" and number_text(-0.5, ".3g") == "-0.5"
+    assert significant_format([-1e-9, 0.5, np.nan, np.inf]) == "%.6g" and significant_format([]) == "%.6g"
+    assert significant_format([999_999.0, 1.0]) == "%.6g" and significant_format([-1e6, 1.0]) == "%.5e" and significant_format([12_345.0], 4) == "%.3e"
+    config = board.shaded_columns(pd.DataFrame({"kl": [3e-8, 0.0], "log_ratio": [-1e-9, 2.0], "policy_ratio": [4.8e8, 1.0]}))
+    assert {name: column["type_config"]["format"] for name, column in config.items()} == {"kl": "%.6g", "log_ratio": "%.6g", "policy_ratio": "%.5e"}
+    figure = token_heatmap_figure(pd.DataFrame({"a": [-0.0, 3e-8], "b": [-1e-9, 1.0]}, index=["advantage", "kl"]))
+    assert [list(row) for row in figure.data[0].text] == [["0", "-1e-09"], ["3e-08", "1"]]
+    rows = TokenRows(tokens=["a"], is_pad=np.array([False]), is_tool=np.array([False]), positions=np.array([0]), values={"kl": np.array([3e-8]), "advantage": np.array([-0.0])})
+    assert 'kl=3e-08  advantage=0"' in running_text_html(rows, "kl")  # the hover's values, -0.0 as 0
+
+
+# The value axes (and the reward gap's gradient legend) of every chart label their ticks by the rule of value_labels.
+def test_value_axes_label_their_ticks_as_numbers_read():
+    samples = pd.DataFrame({"step": [1, 1, 2], "reward": [1e-7, 2e-7, 3e-7], "ref_reward": [0.0, 0.0, 0.0], "reward_gap": [1e-7, 2e-7, 3e-7]})
+    history = TrainingHistory([], pd.DataFrame({"step": [1, 2], "learning_rate": [1e-6, 2e-6]}), pd.DataFrame({"step": []}), {}, {}, pd.DataFrame())
+    buckets = pd.DataFrame({"mean |Δ|": [1e-7], "max |Δ|": [2e-7], "mismatch KL": [1e-9], "tokens": [3]}, index=pd.Index(["0-1"], name="entropy"))
+    specs = {
+        "curve": step_curve_chart([("run", samples)], ["reward"], "t", "reward"),
+        "fractions": step_fraction_chart([("run", pd.DataFrame({"zero-signal groups": [0.5], "truncated": [0.0]}, index=pd.Index([1], name="step")))]),
+        "signal": signal_chart([("run", pd.DataFrame({"value": [1e-7], "fired": [False]}, index=pd.Index([1], name="step")))], "kl accelerating", "nats", (1e-7,)),
+        "metric": metric_chart("learning_rate", [("run", history)]),
+        "buckets": mismatch_bucket_chart(buckets, "t"),
+        "prompt": prompt_reward_chart(pd.DataFrame({"run": ["r"], "step": [1], "reward": [1e-7]})),
+        "batch": batch_reward_chart(samples.set_index(pd.RangeIndex(3))),
+        "gap": reward_gap_chart(samples.set_index(pd.RangeIndex(3))),
+        "distribution": reward_distribution_chart(samples),
+    }
+
+    def value_encodings(spec):
+        for layer in [spec, *spec.get("layer", [])]:
+            for channel, encoding in layer.get("encoding", {}).items():
+                if isinstance(encoding, dict) and encoding.get("type") == "quantitative" and encoding.get("field") != "step" and ("axis" in encoding or "legend" in encoding):
+                    yield channel, encoding
+
+    for name, spec in specs.items():
+        labelled = list(value_encodings(spec))
+        assert labelled, name
+        for channel, encoding in labelled:
+            guide = encoding.get("axis", encoding.get("legend"))
+            scale = "color" if channel == "color" else channel
+            assert {key: guide[key] for key in ("format", "labelExpr")} == value_labels(scale), (name, channel)
+    labels = value_labels("y")  # how they read in the browser: tests/browser/test_numbers.py
+    assert labels["format"] == ",~f" and labels["labelExpr"].startswith("datum.value == 0 ? '0' : ") and "domain('y')" in labels["labelExpr"]
 
 
 def test_token_table_shades_each_metric_within_its_range():
