@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from rl_board.reading.lines import BadLine, decode_line, image_references, kl_per_token
+from rl_board.reading.lines import BadLine, as_float, decode_line, image_references, kl_per_token
 from rl_board.reading.snapshot import SampleTokens, ensure_same_step, lines_read_back, read_line
 from rollout_logger.metadata import TURN_ROLES
 
@@ -125,7 +125,7 @@ def text_of(value) -> str | None:
 
 
 def number_of(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
+    return as_float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan  # 10**400: inf
 
 
 # Each turn's numbers from the sample's per-token values over its span (NaN without tokens or a span; a span past the

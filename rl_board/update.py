@@ -20,6 +20,7 @@ from rl_board.reading.lines import (
     LOSS_PASSES_DECODER,
     BadLine,
     LossPassRecord,
+    converted,
     decode_line,
     integer_step,
     loss_pass_records,
@@ -176,7 +177,7 @@ def samples_for_half(shares: pd.Series) -> float:
 # are not the logger's objects (another tool's key of that name).
 def token_update(loss_passes, length: int) -> dict[str, np.ndarray]:
     try:
-        loss_passes = msgspec.convert(loss_passes or [], list[LossPassRecord], strict=False)
+        loss_passes = converted(loss_passes or [], list[LossPassRecord])  # a number beyond a float's range: ±inf
     except msgspec.ValidationError:
         return {}
     if not loss_passes:

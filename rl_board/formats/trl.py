@@ -26,7 +26,7 @@ import pyarrow.parquet
 
 from rl_board.formats.base import Folder, RunFormat, RunLayout
 from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_meta
-from rl_board.reading.lines import FORMAT_KEYS, as_text
+from rl_board.reading.lines import FORMAT_KEYS, as_text, converted
 from rl_board.reading.storage import Entry, FileStatus, is_remote, joined, list_folder, read_file
 from rl_board.text import shorten
 from rollout_logger.metadata import ROLLOUTS_FOLDER
@@ -216,7 +216,7 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
 # A reward function's score as the board reads a number (msgspec's lax mode: "0.5" is 0.5), None for one it does not.
 def reward_number(score) -> float | None:
     try:
-        return msgspec.convert(score, float, strict=False)
+        return converted(score, float)  # beyond a float's range ("1e400"): ±inf
     except msgspec.ValidationError:
         return None
 

@@ -2,6 +2,7 @@
 numbers of a line (rewards, lengths, mean log-prob, entropy, KL per estimator, fields outside the format), the texts
 and the per-token lists read back later, and the KL estimators themselves. The line format's keys are the logger's
 contract (rollout_logger/metadata.py)."""
+import functools
 import hashlib
 import json
 import math
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 import numpy as np
 import simdjson
 
@@ -110,7 +112,7 @@ SUMMARY_NUMBERS = [
 
 # The version of what the first pass gives of a line (its numbers, texts and fields, how they are computed): a logger's
 # summaries file (rl_board.reading.summaries) of another version is not used. Raise it with any change to them.
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3  # 3: numbers beyond a float's range read as ±inf with a note (a line with one was skipped)
 
 
 # Per-line texts of the index besides the numbers: the group id, and the image paths as a JSON list (None: no images).
@@ -249,7 +251,7 @@ LOSS_PASS_FIELDS_DECODER = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
 def loss_pass_records(value, parser: simdjson.Parser) -> list[LossPassRecord]:
     try:
         if not isinstance(value, msgspec.Raw):
-            return msgspec.convert(value, list[LossPassRecord], strict=False)
+            return converted(value, list[LossPassRecord])
         try:
             records = []
             for fields in LOSS_PASS_FIELDS_DECODER.decode(value):
@@ -259,8 +261,11 @@ def loss_pass_records(value, parser: simdjson.Parser) -> list[LossPassRecord]:
                 records.append(record)
             return records
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RuntimeError, AttributeError):  # nulls, a nested list...
-            return LOSS_PASS_LIST_DECODER.decode(value)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
+            try:
+                return LOSS_PASS_LIST_DECODER.decode(value)
+            except msgspec.ValidationError:  # a number beyond a float's range (msgspec refuses it): ±inf, as Python's json reads 1e400
+                return converted(python_json(value)[0], list[LossPassRecord])
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as error:
         raise ValueError(f"loss_passes is not a list of loss-pass objects ({error})") from None
 
 
@@ -379,10 +384,12 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if note:
             problems.append((row, "note", note))
         good[row], steps[row] = True, record.step
+        infinite = False  # a number read is ±inf: perhaps one beyond a float's range, which a note names
         for name in SCALAR_KEYS:
             value = getattr(record, name)
             if value is not None:
                 numbers[name][row] = value
+                infinite = infinite or math.isinf(value)
         numbers["response_len"][row] = text_length(record.response)
         numbers["prompt_key"][row] = prompt_key(record.prompt)
         if type(record.micro_batch) is int and abs(record.micro_batch) < 2**53:
@@ -395,6 +402,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)[:IMAGES_SHOWN]])
         for name, score in (record.rewards_per_func or {}).items():
             fields.setdefault(f"rewards/{valid_text(name)}", np.full(count, np.nan))[row] = np.nan if score is None else score
+            infinite = infinite or (score is not None and math.isinf(score))
         numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
         for name in ("prompt", "response"):  # where the texts are, for search to read them alone (valid UTF-8: no note)
             if note is None and isinstance(line.get(name), msgspec.Raw):
@@ -404,8 +412,13 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             column = (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name
             if column in fields or len(fields) < FIELD_COLUMNS:
                 fields.setdefault(column, missing_values(column, count))[row] = value
+            infinite = infinite or (type(value) is float and math.isinf(value))
         if "loss_passes" in line:
-            add_update_numbers(numbers, row, line["loss_passes"], problems, parser)
+            infinite = add_update_numbers(numbers, row, line["loss_passes"], problems, parser) or infinite
+        if type(record) is RolloutSummary:  # the general way (the fast way's lists hold no infinity: simdjson refuses one)
+            infinite = infinite or any(math.inf in values or -math.inf in values for values in (getattr(record, key) for key in SUMMARY_TOKEN_KEYS) if isinstance(values, list))
+        if infinite and (places := numbers_beyond_range(view[offset : offset + length])):
+            problems.append((row, "note", beyond_range_note(places)))
         if "turns" in line:
             add_turn_numbers(numbers, row, line["turns"], problems)
         if "policy_version" in line:
@@ -441,10 +454,52 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
         if not isinstance(value, dict):
             raise BadLine(f"a JSON {type(value).__name__}, not an object")
         try:
-            record = msgspec.convert(with_raw_fields(value, decoder.type), decoder.type, strict=False)
+            record = converted(with_raw_fields(value, decoder.type), decoder.type)
         except (msgspec.ValidationError, TypeError, OverflowError) as error:
             raise BadLine(str(error)) from None
     return integer_step(record), note
+
+
+# A Python value (Python's json's) as `kind`, as msgspec converts it, but with each number beyond a float's range where
+# `kind` has a float (an integer of 309 digits or more, or such a number written as text: "1e400") read as ±inf, as a
+# float rounds it and as Python's json reads 1e400 written as a number: msgspec refuses them all, which skipped a line
+# whose reward was 10**400 while a reward of 1e400 was read (docs/limits.md). An integer where `kind` has an int (a
+# step) stays as it is. The load report's note on such numbers is numbers_beyond_range's.
+def converted(value, kind):
+    try:
+        return msgspec.convert(value, kind, strict=False)
+    except msgspec.ValidationError as error:
+        if "out of range" not in str(error):
+            raise
+    return msgspec.convert(floats_in_range(value, type_info(kind)), kind, strict=False)
+
+
+@functools.cache
+def type_info(kind) -> msgspec.inspect.Type:
+    return msgspec.inspect.type_info(kind)
+
+
+JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+# floats_in_range of one value of type `info` (msgspec.inspect's): a new value where something changed.
+def floats_in_range(value, info):
+    kinds = info.types if isinstance(info, msgspec.inspect.UnionType) else (info,)
+    if type(value) in (int, str) and any(isinstance(kind, msgspec.inspect.FloatType) for kind in kinds):
+        if type(value) is int and not any(isinstance(kind, msgspec.inspect.IntType) for kind in kinds):
+            return as_float(value)
+        if type(value) is str and JSON_NUMBER.fullmatch(value) and math.isinf(float(value)):
+            return float(value)
+        return value
+    for kind in kinds:
+        if isinstance(value, list) and isinstance(kind, msgspec.inspect.ListType):
+            return [floats_in_range(item, kind.item_type) for item in value]
+        if isinstance(value, dict) and isinstance(kind, msgspec.inspect.DictType):
+            return {key: floats_in_range(item, kind.value_type) for key, item in value.items()}
+        if isinstance(value, dict) and isinstance(kind, msgspec.inspect.StructType):
+            fields = {field.encode_name: field.type for field in kind.fields}
+            return {key: floats_in_range(item, fields[key]) if key in fields else item for key, item in value.items()}
+    return value
 
 
 # A JSON text's escapes of lone surrogates (valid JSON: "\ud83d", half an emoji) as "\ufffd", wherever they are, keys
@@ -461,15 +516,15 @@ def without_lone_surrogates(text: str) -> str:
 
 
 # A line msgspec refuses (the board's, or a verl dump's), read by Python's json: a byte order mark dropped, bytes that are
-# not UTF-8 and lone surrogates as �, with a note where the first bad byte is (None: all UTF-8). Raises ValueError or
-# RecursionError where it is not JSON.
-def python_json(raw) -> tuple[object, str | None]:
+# not UTF-8 and lone surrogates as �, with a note where the first bad byte is (None: all UTF-8); an integer of more than
+# 4,000 digits infinite (json_integer). Raises ValueError or RecursionError where it is not JSON. `options`: json.loads's.
+def python_json(raw, **options) -> tuple[object, str | None]:
     raw, note = bytes(raw), None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         text, note = raw.decode("utf-8", errors="replace"), f"invalid UTF-8 at byte {error.start} shown as �"
-    return json.loads(without_lone_surrogates(text.removeprefix("\ufeff"))), note
+    return json.loads(without_lone_surrogates(text.removeprefix("\ufeff")), **{"parse_int": json_integer, **options}), note
 
 
 # msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
@@ -558,6 +613,8 @@ def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | N
 # A step is an integer (2.0 is 2) within int64 once it is a float, as the index holds it (2**63 - 1 rounds up to 2**63).
 def integer_step(record):
     if isinstance(record.step, float):
+        if math.isinf(record.step):  # 1e400, or an integer of more than 4,000 digits (json_integer)
+            raise BadLine(f"step {record.step} is out of range")
         if not record.step.is_integer():
             raise BadLine(f"step {record.step} is not an integer")
         record.step = int(record.step)
@@ -616,13 +673,14 @@ def tool_flags(raw: msgspec.Raw) -> tuple[np.ndarray | None, list[str]]:
 
 
 # A line's UPDATE_NUMBERS from its loss_passes (raw JSON, or a Python value where the line needed Python's json); a
-# value that is not a list of the logger's pass objects is ignored, with a note.
-def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: simdjson.Parser):
+# value that is not a list of the logger's pass objects is ignored, with a note. Returns whether a per-token value of
+# its passes is ±inf.
+def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: simdjson.Parser) -> bool:
     try:
         passes = loss_pass_records(value, parser)
     except ValueError:
         problems.append((row, "note", "loss_passes is not a list of loss-pass objects: ignored"))
-        return
+        return False
     numbers["loss_passes"][row] = len(passes)
     clipped = [np.asarray(p.clipped, dtype=float) for p in passes if p.clipped is not None]
     if clipped:
@@ -630,6 +688,8 @@ def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: s
     weights = [np.asarray(p.update_weight, dtype=float) for p in passes if p.update_weight is not None]
     if weights:
         numbers["abs_update_weight"][row] = sum(float(np.nansum(np.abs(array))) for array in weights)
+    lists = [getattr(p, key) for p in passes for key in LOSS_PASS_TOKEN_KEYS]
+    return any(np.isinf(np.asarray(values, dtype=float)).any() for values in lists if values is not None)
 
 
 # A line's TURN_NUMBERS from its turns (raw JSON, or a Python value); a value that is not a list of objects is
@@ -759,6 +819,75 @@ def text_length(value) -> int:
     return len(value) if isinstance(value, str) else len(as_text(value) or "")
 
 
+# Numbers beyond a float's range (docs/limits.md): |x| ≥ 2^1024 once rounded, 1e400 or an integer of 309 digits and more,
+# read as ±inf (converted, as_float, float_array), the line kept. The load report notes where each is, for the numbers
+# the index reads: the line format's (NUMBER_KEYS; written as text too: "1e400") and the fields outside the format.
+# Found by a second, slower parse of a line that has a number read as ±inf, which tells 1e400 from Infinity.
+class OutOfRange:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def out_of_range_float(text: str):
+    number = float(text)
+    return OutOfRange(text) if math.isinf(number) else number
+
+
+def out_of_range_integer(digits: str):
+    number = json_integer(digits)
+    return OutOfRange(digits) if math.isinf(as_float(number)) else number
+
+
+NUMBER_KEYS = ("reward", "ref_reward", "valid_reward", "ref_valid_reward", "advantage", "rewards_per_func", *SUMMARY_TOKEN_KEYS, "loss_passes")
+
+
+# Where a line's numbers beyond a float's range are, with each as written: [("reward", "1e400"), ("logprobs[3]", ...)],
+# under `keys` and (`outside_format`) in the fields outside the format.
+def numbers_beyond_range(raw, keys=NUMBER_KEYS, outside_format: bool = True) -> list[tuple[str, str]]:
+    try:
+        value, _ = python_json(raw, parse_float=out_of_range_float, parse_int=out_of_range_integer)
+    except (ValueError, RecursionError):
+        return []
+    places = []
+
+    def walk(item, path: str):
+        if isinstance(item, OutOfRange):
+            places.append((path, item.text))
+        elif isinstance(item, str) and JSON_NUMBER.fullmatch(item) and math.isinf(float(item)):  # read as a number where the format has a float
+            places.append((path, json.dumps(item)))
+        elif isinstance(item, list):
+            for position, element in enumerate(item):
+                walk(element, f"{path}[{position}]")
+        elif isinstance(item, dict):
+            for key, element in item.items():
+                walk(element, f"{path}.{valid_text(key)[:40]}")
+
+    for key, item in value.items() if isinstance(value, dict) else ():
+        if key == "loss_passes" and key in keys and isinstance(item, list):  # their per-token lists: a pass's step is an integer
+            for position, record in enumerate(item):
+                for name in LOSS_PASS_TOKEN_KEYS if isinstance(record, dict) else ():
+                    walk(record.get(name), f"loss_passes[{position}].{name}")
+        elif key in keys:
+            walk(item, key)
+        elif outside_format and key not in FORMAT_KEYS and isinstance(item, OutOfRange):
+            places.append((valid_text(key)[:40], item.text))
+    return places
+
+
+def beyond_range_note(places: list[tuple[str, str]]) -> str:
+    shown = "; ".join(f"{path} = {number_written(text)}" for path, text in places[:3])
+    return f"beyond a float's range (±1.8e308), read as ±inf: {shown}" + (f"; and {len(places) - 3} more" if len(places) > 3 else "")
+
+
+# A number as written, an integer of many digits cut as a step is (never thousands of digits in the load report).
+def number_written(text: str) -> str:
+    if len(text) <= 24:
+        return text
+    return f"{text[:12]}… ({len(text.lstrip('-'))} digits)" if text.lstrip("-").isdigit() else f"{text[:20]}…"
+
+
 # A raw JSON value the first pass kept (it is valid JSON): msgspec refuses a lone surrogate escape, Python's json takes it.
 # An integer of thousands of digits (json_integer) is infinite, as as_float makes any integer too big for a float.
 def raw_value(raw: msgspec.Raw):
@@ -774,8 +903,16 @@ def json_integer(digits: str) -> int | float:
     return int(digits) if len(digits) <= 4000 else float(digits)
 
 
+# A list of numbers (null: NaN) as floats; an integer beyond a float's range is ±inf (as_float).
 def float_array(values) -> np.ndarray | None:
-    return None if values is None else np.asarray(values, dtype=float)
+    if values is None:
+        return None
+    try:
+        return np.asarray(values, dtype=float)
+    except OverflowError:
+        if not isinstance(values, list):
+            raise
+        return np.asarray([as_float(value) if type(value) is int else value for value in values], dtype=float)
 
 
 # A per-token list as floats (null: NaN), or None: absent, or not a flat list of numbers (a note says it is ignored).
@@ -784,7 +921,7 @@ def token_values(key: str, value, notes: list[str]) -> np.ndarray | None:
         array = float_array(value)
         if array is None or array.ndim == 1:
             return array
-    except (TypeError, ValueError, OverflowError):  # text, objects, a ragged list, an integer beyond float
+    except (TypeError, ValueError, OverflowError):  # text, objects, a ragged or nested list
         pass
     notes.append(f"{key} is not a list of numbers: ignored")
     return None
@@ -813,9 +950,15 @@ class IndexedChunk:
     texts_places: tuple[np.ndarray, np.ndarray] | None = None  # each line's texts record in the texts file (a logger's)
 
 
-# A JSON number as a float (a boolean as 0/1); an integer too big for one is infinite.
+# A JSON number as a float (a boolean as 0/1); an integer beyond a float's range is ±inf, as a float rounds it (float()
+# raises instead).
 def as_float(value: int | float) -> float:
-    return value if type(value) is float else float(value) if abs(value) < 1e308 else math.inf if value > 0 else -math.inf
+    if type(value) is float:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 IMAGES_SHOWN = 16  # of a line's images, beside its prompt (and kept in the index, for the load report's check)

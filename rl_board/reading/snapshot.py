@@ -24,12 +24,15 @@ from rl_board.reading.lines import (
     SUMMARY_TEXTS,
     TEXT_PREFIX,
     TEXTS_DECODER,
+    TOKEN_KEYS,
     BadLine,
     aligned_token_arrays,
     as_text,
+    beyond_range_note,
     decode_line,
     image_references,
     missing_values,
+    numbers_beyond_range,
     token_list,
 )
 from rl_board.reading.storage import list_folder, read_spans
@@ -452,9 +455,14 @@ class SampleTokens:
 
 # The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
 def read_sample_tokens(path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
-    record, _ = decode_line(read_line(path, offset, length), ROLLOUT_DECODER)
+    raw = read_line(path, offset, length)
+    record, _ = decode_line(raw, ROLLOUT_DECODER)
     ensure_same_step(record, step)
-    return token_detail(record)
+    detail = token_detail(record)
+    lists = (getattr(detail, key) for key in TOKEN_KEYS) if detail is not None else ()
+    if any(array is not None and np.isinf(array).any() for array in lists) and (places := numbers_beyond_range(raw, TOKEN_KEYS, outside_format=False)):
+        detail.notes.append(beyond_range_note(places))  # values, token_rewards and sampler_kept_logmass are in no load report
+    return detail
 
 
 # The aligned per-token arrays of one sample, or None without logprobs.

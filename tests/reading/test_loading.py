@@ -160,6 +160,7 @@ FAST_AND_GENERAL = [
 RAW_ONLY = [
     b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [NaN, -Infinity, 1e999]}',
     b'{"prompt": "\xff\xfe", "response": "r", "reward": 1, "step": 1, "logprobs": [-1.0]}',
+    b'{"prompt": "p", "response": "r", "reward": 1' + b"0" * 400 + b', "step": 1, "logprobs": [-1' + b"0" * 400 + b', -1.0], "rewards_per_func": {"f": "1e400"}}',
 ]
 
 
@@ -272,7 +273,7 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1e300}\n', "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b"}\n", "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b', "extra": {"step": 1}}\n', "step"),
-        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 5000 + b"}\n", "not valid JSON"),
+        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 5000 + b"}\n", "step inf is out of range"),
         (b'[1, 2, 3]\n', "not an object"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": "oops"}\n', "logprobs"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [1, {"a": 2}]}\n', "logprobs"),
@@ -309,6 +310,45 @@ def test_nan_infinity_and_null_are_accepted(tmp_path):
     assert run.samples["response_tokens_len"].tolist()[4:] == [2.0, 3.0]
     tokens = sample_tokens(run, 1, 4)
     assert tokens.response_tokens == ["a", "b"] and tokens.logprobs.tolist() == [-np.inf, -1.0]
+
+
+# docs/limits.md: a number beyond a float's range, however JSON writes it (1e400, an integer of 401 or 5,001 digits,
+# "1e400" as text), is ±inf with a note naming where, the line kept, as Infinity is (without a note). A reward of
+# 10**400 skipped its whole line while 1e400 was read as inf.
+def test_a_number_beyond_a_floats_range_is_infinite_with_a_note_however_it_is_written(tmp_path):
+    written = {"@huge": "1" + "0" * 400, "@-huge": "-1" + "0" * 400, "@huger": "1" + "0" * 5000, "@1e400": "1e400", "@-1e400": "-1e400", "@inf": "Infinity"}
+    tokens = dict(response_tokens=["a", "b"], logprobs=[-1.0, -2.0], ref_logprobs=[-1.5, -2.5])
+    everything = sample(
+        1, reward=0.5, ref_reward="@-1e400", advantage="@huge", rewards_per_func={"f": "@huge"}, score="@huge",
+        response_tokens=["a", "b"], logprobs=[-1.0, "@-huge"], ref_logprobs=[-1.5, -2.5], token_rewards=[1, "@huge"],
+        loss_passes=[{"step": 1, "policy_ratio": ["@huge", 1.0], "clipped": [0, 0], "update_weight": [0.5, "@huge"]}],
+        turns=[{"role": "assistant", "text": "ab", "reward": "@huge", "token_start": 0, "token_end": 2}],
+    )
+    records = [sample(1, reward=reward, **tokens) for reward in ("@1e400", "@huge", "@-huge", "1e400", "@huger", "@inf")] + [everything, sample(1, **tokens)]
+    lines = [functools.reduce(lambda line, name: line.replace(f'"{name}"', written[name]), written, json.dumps(record)) for record in records]
+    write_lines(tmp_path / "run" / "r.jsonl", [line.encode() + b"\n" for line in lines])
+    run = load(tmp_path / "run")
+    assert len(run.samples) == len(lines) and not problems_of(run, "skipped")
+    recomputed = [float(json.loads(line, parse_int=float)["reward"]) for line in lines]  # Python's float of each as written
+    assert run.samples.sort_values("line")["reward"].tolist() == recomputed == [math.inf, math.inf, -math.inf, math.inf, math.inf, math.inf, 0.5, 1.0]
+    beyond = "beyond a float's range (±1.8e308), read as ±inf: "
+    assert problems_of(run, "note") == {
+        ("r.jsonl", 1): beyond + "reward = 1e400",
+        ("r.jsonl", 2): beyond + "reward = 100000000000… (401 digits)",
+        ("r.jsonl", 3): beyond + "reward = -10000000000… (401 digits)",
+        ("r.jsonl", 4): beyond + 'reward = "1e400"',
+        ("r.jsonl", 5): beyond + "reward = 100000000000… (5001 digits)",  # Infinity, line 6, is no number beyond the range
+        ("r.jsonl", 7): beyond + "ref_reward = -1e400; advantage = 100000000000… (401 digits); rewards_per_func.f = 100000000000… (401 digits); and 4 more",
+    }
+    row = run.samples.sort_values("line").iloc[6]
+    assert (row["ref_reward"], row["advantage"], row["rewards/f"], row["extra/score"], row["avg_logp"], row["loss_passes"]) == (-math.inf, math.inf, math.inf, math.inf, -math.inf, 1.0)
+    tokens = sample_tokens(run, 1, 6)
+    assert tokens.logprobs.tolist() == [-1.0, -math.inf] and tokens.token_rewards.tolist() == [1.0, math.inf]
+    assert tokens.notes == [beyond + "logprobs[1] = -10000000000… (401 digits); token_rewards[1] = 100000000000… (401 digits)"]
+    opened = rl_board.open_run(tmp_path / "run")
+    assert opened.turns(1, 6)["reward"].tolist() == [math.inf]
+    with pytest.warns(UserWarning, match="beyond a float's range"):  # the sample's notes, as Run.tokens gives them
+        assert opened.tokens(1, 6)["update_weight"].tolist() == [0.5, math.inf]
 
 
 def test_a_file_that_starts_with_a_byte_order_mark_loses_no_line(tmp_path):
@@ -962,7 +1002,7 @@ def test_a_per_token_list_of_the_wrong_type_is_left_out_with_a_note_not_the_samp
     lines = [
         sample(1, response_tokens=["a", "b"], values="bad", **tokens),
         sample(1, response_tokens="ab", token_rewards=[[1.0], [2.0]], **tokens),
-        sample(1, response_tokens=["a", "b"], sampler_kept_logmass={"x": 1}, token_rewards=[1, 10**400], **tokens),
+        sample(1, response_tokens=["a", "b"], sampler_kept_logmass={"x": 1}, token_rewards=[1, "x"], **tokens),
     ]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
     run = load(tmp_path / "run")
