@@ -1914,7 +1914,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
             view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",
             column_config={name: st.column_config.NumberColumn(format=significant_format(changes.table[name], 4)) for name in ["reward_a", "reward_b", "pass_a", "pass_b", "change", "pass_change"]}
             | {"length_a": st.column_config.NumberColumn(format="%.1f"), "length_b": st.column_config.NumberColumn(format="%.1f"), "prompt": st.column_config.TextColumn(width="medium"),
-               "images": st.column_config.ListColumn(help="The prompt's images, in order, by their paths as the lines write them: the same text with other images is another prompt")},
+               "images": st.column_config.ListColumn(width="small", help="The prompt's images, in order, by their paths as the lines write them: the same text with other images is another prompt; click the row to see them")},
         )
         buttons = st.container(horizontal=True)
         buttons.download_button("Prompts (CSV)", functools.partial(spreadsheet_csv, table), file_name=f"changes_{run_a}_{run_b}.csv".replace("/", "_"), mime="text/csv", on_click="ignore", icon=":material/download:", help="The table as shown (its statuses), the prompts whole")
