@@ -4,6 +4,7 @@ snippets of the matches; the found lines exported as CSV, Parquet or the origina
 import contextlib
 import csv
 import io
+import json
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -292,10 +293,19 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def spreadsheet_csv(table: pd.DataFrame) -> str:
-    shown = lambda value: "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value  # noqa: E731
-    safe = pd.DataFrame({position: column if pd.api.types.is_numeric_dtype(column) else column.map(shown) for position, (_, column) in enumerate(table.items())})
-    safe.columns = [shown(str(name)) for name in table.columns]
+    safe = pd.DataFrame({position: column if pd.api.types.is_numeric_dtype(column) else column.map(spreadsheet_cell) for position, (_, column) in enumerate(table.items())})
+    safe.columns = [spreadsheet_cell(str(name)) for name in table.columns]
     return safe.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)
+
+
+# A cell as a spreadsheet gets it: a list or a mapping (a prompt's image paths, a chat) as JSON, not Python's repr, and a
+# text that starts as a formula with a ' in front, so that it is shown, not run.
+def spreadsheet_cell(value):
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple, dict)):
+        value = json.dumps(value, ensure_ascii=False, default=str)
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def export_parquet(rows: pd.DataFrame) -> bytes:

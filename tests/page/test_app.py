@@ -218,6 +218,25 @@ def test_the_token_table_follows_the_estimator_the_values_and_the_sample(grpo_ro
     assert app.dataframe[-1].value["kl"].tolist() == pytest.approx(kl(shown[0], "k1"))  # made before, and kept
 
 
+# ... and Drop Padding Token: the trailing pads leave the table and come back with it (the pad token is in its key).
+def test_the_token_table_follows_drop_padding_token(tmp_path, monkeypatch):
+    tokens = ["a", "b", "<PAD>", "<PAD>"]
+    write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", [
+        sample(1, reward=i / 2, response_tokens=tokens, logprobs=[-0.1 * (k + 1) for k in range(4)], ref_logprobs=[-0.2] * 4) for i in range(2)
+    ])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+
+    def token_rows() -> int:
+        return len(next(frame.value for frame in app.dataframe if frame.value.index.name == "token"))
+
+    dropping = widget(app.sidebar.checkbox, "Drop Padding Token").value
+    assert token_rows() == (2 if dropping else 4)
+    widget(app.sidebar.checkbox, "Drop Padding Token").set_value(not dropping).run()
+    assert token_rows() == (4 if dropping else 2)
+    widget(app.sidebar.checkbox, "Drop Padding Token").set_value(dropping).run()
+    assert token_rows() == (2 if dropping else 4)
+
+
 def test_a_run_with_only_the_required_keys(tmp_path, monkeypatch):
     lines = [sample(step, reward=i / 4, ref_response=f"ref {step} {i}", ref_reward=0.5) for step in (1, 2) for i in range(4)]
     write_lines(tmp_path / "runs" / "minimal" / "r.jsonl", lines)

@@ -199,7 +199,7 @@ def test_worker_processes_import_neither_the_page_nor_its_libraries():
 
 # A board that a scheduler or taskset gave one core of a bigger machine starts as many workers as it may run on: one
 # (the work is then done in the process itself), not one per core of the machine.
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a machine of two cores or more")
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity (Linux) and two cores or more")
 def test_a_board_limited_to_one_core_counts_one_worker():
     count = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from rl_board.reading.workers import WORKERS; print(WORKERS)"
     result = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)

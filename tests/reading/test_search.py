@@ -26,6 +26,7 @@ from rl_board.reading.search import (
     match_snippets,
     search_pattern,
     search_samples,
+    spreadsheet_csv,
 )
 
 # Each test loads runs it wrote under tmp_path (bundled runs are copied there first); conftest's private_index_cache
@@ -364,6 +365,23 @@ def test_the_csv_download_neither_runs_a_formula_nor_splits_a_row(tmp_path):
     responses = [row[header.index("response")] for row in body]
     assert responses == ["'" + text if text[0] in "=+-@\t" else text for text in hostile]
     assert [row[header.index("reward")] for row in body] == ["-1.5"] * len(hostile)  # numbers stay numbers
+
+
+# A list or mapping in a cell (What changed's image paths, a chat prompt) is written as JSON that a spreadsheet or a
+# script reads back, not as Python's repr.
+def test_the_csv_download_writes_lists_and_mappings_as_json():
+    table = pd.DataFrame({
+        "images": [["images/ä.png", None], [], np.array(["x.png"], dtype=object)],
+        "prompt": [[{"role": "user", "content": "=1+1"}], {"k": 1.5}, "plain"],
+        "reward": [1.0, 0.5, 0.0],
+    })
+    rows = list(csv.reader(io.StringIO(spreadsheet_csv(table))))
+    assert rows[1:] == [
+        ['["images/ä.png", null]', '[{"role": "user", "content": "=1+1"}]', "1.0"],
+        ["[]", '{"k": 1.5}', "0.5"],
+        ['["x.png"]', "plain", "0.0"],
+    ]
+    assert [json.loads(row[0]) for row in rows[1:]] == [["images/ä.png", None], [], ["x.png"]]
 
 
 # A file rewritten since the run was loaded (a relaunch): the JSONL download holds no bytes that are not a line of the
