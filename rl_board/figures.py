@@ -478,7 +478,7 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
         "encoding": {
             "x": SAMPLE_AXIS,
             "y": {"field": "reward_gap", "type": "quantitative", "title": "reward - ref_reward", "axis": value_labels("y")},
-            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None, **value_labels("color")}},
+            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None, "gradientLength": {"expr": "min(200, width - 20)"}, **value_labels("color")}},
         },
     }
 
@@ -488,7 +488,7 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
 # browser swaps the data in the chart it has instead of building a new one.
 def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dict:
     shown = []
-    for column, name, colour in (("reward", "Rewards", "#e67e22"), ("ref_reward", "Ref Rewards", "#2e86c1")):
+    for column, name, colour in (("reward", "Reward", "#e67e22"), ("ref_reward", "Ref Reward", "#2e86c1")):
         values = finite(table[column])
         with np.errstate(over="ignore"):
             if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
@@ -508,7 +508,9 @@ def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dic
         "field": "series",
         "type": "nominal",
         "scale": {"domain": names, "range": colours},
-        "legend": {"orient": "top", "title": None, "columns": 2, "labelLimit": 0},  # in one row, a third of the page cut it
+        # The bars' series alone, each in its colour (the fit's line is drawn in it too, and its tooltip names it): four
+        # names in one row or two ran past a 1280-wide page's third; each cut within half the chart's width.
+        "legend": {"orient": "top", "title": None, "values": [name for name, _, _ in shown], "labelLimit": 0},
     }
     return {
         "title": "Reward Distribution in current batch",
@@ -518,11 +520,11 @@ def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dic
             {
                 "data": {"name": "bars"},
                 "mark": {"type": "bar", "opacity": 0.6, "tooltip": True},
-                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward", "axis": value_labels("x")}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative", "title": "density (share per unit of reward)", "axis": value_labels("y")}, "y2": {"datum": 0}, "color": colour},
+                "encoding": {"x": {"field": "start", "type": "quantitative", "title": "reward", "axis": {**value_labels("x"), "labelFlush": True}}, "x2": {"field": "end"}, "y": {"field": "density", "type": "quantitative", "title": "density (share per unit of reward)", "axis": value_labels("y")}, "y2": {"datum": 0}, "color": colour},
             },
             {
                 "data": {"name": "curves"},
-                "mark": {"type": "line"},
+                "mark": {"type": "line", "tooltip": True},
                 "encoding": {"x": {"field": "x", "type": "quantitative"}, "y": {"field": "density", "type": "quantitative"}, "color": colour},
             },
         ],

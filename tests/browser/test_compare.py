@@ -156,3 +156,36 @@ def test_a_legend_of_many_facet_values_fits_its_chart(browser, board_url):  # no
         scene = page.evaluate(f"({STEP_REWARD_SCENE})()")
         assert scene["overflow"] <= 0 and scene["left_overflow"] <= 0, (width, scene["overflow"], scene["left_overflow"])
     page.close()
+
+
+# The step's batch charts, a third of the page each: how far each one's legends reach past its canvas, right and left
+# (positive: cut off), in the page's order; null for one not drawn yet.
+BATCH_CHARTS_OVERFLOW = """() => [...document.querySelectorAll('.vega-embed')].filter(chart => !chart.closest('.st-key-curve_view_shown')).map(chart => {
+""" + VEGA_VIEW + """  if (!view) return null;
+  const width = chart.querySelector('canvas').getBoundingClientRect().width, x = view.origin()[0];
+  let right = -Infinity, left = -Infinity;
+  const walk = node => {
+    for (const item of node.items || []) {
+      if (node.role === 'legend' && item.bounds) { right = Math.max(right, x + item.bounds.x2 - width); left = Math.max(left, -(x + item.bounds.x1)); }
+      walk(item);
+    }
+  };
+  walk(view.scenegraph().root);
+  return [right, left];
+})"""
+
+
+# The reward gap's colour legend and the reward distribution's two columns of series fit their charts at 1280 and 1600
+# (at 1280 the gradient's end label and the second column were cut at the chart's right edge).
+def test_the_batch_charts_legends_fit_their_charts(browser, board_url):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(board_url)
+    page.get_by_role("button", name="Load & View").wait_for(timeout=60_000)
+    page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
+    for width, height in ((1280, 800), (1600, 1000)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(1000)
+        overflow = page.evaluate(BATCH_CHARTS_OVERFLOW)
+        assert len(overflow) == 3 and None not in overflow, overflow  # reward, reward gap, distribution
+        assert all(right <= 0 and left <= 0 for right, left in overflow), (width, overflow)
+    page.close()

@@ -420,8 +420,8 @@ def test_rewards_of_a_few_values_are_counted_per_value():
     assert not few_reward_values(pd.DataFrame({"reward": np.linspace(0, 1, 200)}))
     bars = reward_distribution_chart(table, counted=True)["data"]["values"]
     assert bars == [
-        {"series": "Rewards", "reward": 0.0, "samples": 1}, {"series": "Rewards", "reward": 0.5, "samples": 1},
-        {"series": "Rewards", "reward": 1.0, "samples": 2}, {"series": "Ref Rewards", "reward": 1.0, "samples": 4},
+        {"series": "Reward", "reward": 0.0, "samples": 1}, {"series": "Reward", "reward": 0.5, "samples": 1},
+        {"series": "Reward", "reward": 1.0, "samples": 2}, {"series": "Ref Reward", "reward": 1.0, "samples": 4},
     ]
 
 
@@ -434,7 +434,7 @@ def test_reward_distribution_is_a_numpy_histogram_with_a_normal_fit():
     density, edges = np.histogram(rewards, bins="auto", density=True)
     assert [bar["density"] for bar in bars] == pytest.approx(density.tolist())
     assert [(bar["start"], bar["end"]) for bar in bars] == pytest.approx(list(zip(edges[:-1], edges[1:])))
-    assert {point["series"] for point in curve} == {"Rewards normal fit"}
+    assert {point["series"] for point in curve} == {"Reward normal fit"}
     mean, std = np.mean(rewards), np.std(rewards)
     for point in curve[::50]:
         assert point["density"] == pytest.approx(np.exp(-0.5 * ((point["x"] - mean) / std) ** 2) / (std * np.sqrt(2 * np.pi)))
@@ -582,7 +582,7 @@ def test_rewards_spread_beyond_float_range_leave_the_distribution_out_instead_of
     for counted in (False, True):
         chart = reward_distribution_chart(pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0]}), counted)
         bars = chart["data"]["values"] if counted else chart["datasets"]["bars"]
-        assert {bar["series"] for bar in bars} == {"Ref Rewards"}
+        assert {bar["series"] for bar in bars} == {"Ref Reward"}
 
 
 def test_running_text_isolates_each_token_and_keeps_empty_ones_hoverable():
