@@ -54,6 +54,7 @@ from rl_board.changes import (
 from rl_board.figures import (
     PICK_STEP,
     VALUE_LABELLED_TOKENS,
+    batch_infinities,
     batch_reward_chart,
     marked_words_html,
     matches_per_step_chart,
@@ -1755,7 +1756,8 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
                 continue
             fit_range(key, low, high)
             step = (high - low) / 200
-            ranges.append((name, *st.slider(label, low, high, (low, high), step=step if 0 < step < np.inf else None, format="%.4g", key=key)))
+            chosen_low, chosen_high = st.slider(label, low, high, (low, high), step=step if 0 < step < np.inf else None, format="%.4g", key=key, help="At an end, the range goes on past it: ±inf values are in it")
+            ranges.append((name, -np.inf if chosen_low <= low else chosen_low, np.inf if chosen_high >= high else chosen_high))  # the ends: the finite extremes
         elif name in run.facets:
             values = sorted(samples[name].dropna().unique().tolist())
             fit_state(key, values)
@@ -2043,9 +2045,13 @@ def show_step(step: int):
 # The step's batch charts: reward (and ref_reward) per sample, their gap where the run has ref_reward, the distribution.
 def draw_batch_charts(run: "RunSnapshot", batch: "StepBatch"):
     counted = cached_few_reward_values(run.version, run.samples)
-    charts = [chart for chart in cached_batch_charts(batch.key, counted, batch.table) if chart is not None]  # no gap without ref_reward
+    *charts, left_out = cached_batch_charts(batch.key, counted, batch.table)
+    charts = [chart for chart in charts if chart is not None]  # no gap without ref_reward
     for column, chart in zip(st.columns(len(charts)), charts):
         draw_chart(column, chart)
+    note = st.empty()  # always there (STABLE_LAYOUT)
+    if left_out:
+        note.caption(left_out)
 
 
 # The step's tables as views, only the chosen one drawn, right above the sample they pick: the batch (a row per sample)
@@ -2393,6 +2399,8 @@ def draw_running_text(rows: "TokenRows", chosen: list[str]):
 
 
 # Shade each metric column by where a value sits in that column's range (bars drawn by the grid: no Styler, no matplotlib).
+# A column holding ±inf (a token the trainer gives no probability: logp -inf, its KL inf) is not shaded: the grid's bar
+# cells leave a value they cannot format blank, its number cells write Infinity.
 def shaded_columns(grid: pd.DataFrame) -> dict:
     config = {}
     for name in grid.columns:
@@ -2400,6 +2408,9 @@ def shaded_columns(grid: pd.DataFrame) -> dict:
             config[name] = st.column_config.CheckboxColumn("tool", help="Written by a tool (tool_mask 0), not sampled by the policy", pinned=True)
             continue
         values = grid[name].to_numpy(dtype=float)
+        if np.isinf(values).any():
+            config[name] = st.column_config.NumberColumn(name, help=f"{TOKEN_ROWS[name]}. Not shaded: it holds ±inf (Infinity)", format=significant_format(values))
+            continue
         values = values[np.isfinite(values)]
         low, high = (values.min(), values.max()) if len(values) else (0.0, 1.0)
         config[name] = st.column_config.ProgressColumn(name, help=TOKEN_ROWS[name], format=significant_format(values), min_value=float(low), max_value=float(high if high > low else low + 1))
@@ -2743,11 +2754,11 @@ def cached_fraction_chart(versions, smoothing, _runs) -> dict:
     return arrow_data(step_fraction_chart([(name, group_signal_by_step(samples)) for name, samples in _runs], smoothing))
 
 
-# The step's three batch charts, built once per set of lines.
+# The step's three batch charts and their note of the ±inf values they leave out, built once per set of lines.
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_batch_charts(lines, counted, _table) -> tuple:
     gap = arrow_data(reward_gap_chart(_table)) if _table["ref_reward"].notna().any() else None
-    return arrow_data(batch_reward_chart(_table)), gap, arrow_data(reward_distribution_chart(_table, counted))
+    return arrow_data(batch_reward_chart(_table)), gap, arrow_data(reward_distribution_chart(_table, counted)), batch_infinities(_table)
 
 
 # Whether the run's rewards take a few values (counted per value in the batch's distribution), once per run version.

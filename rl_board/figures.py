@@ -80,13 +80,16 @@ LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
 # numeric order; smoothed, the raw centre line stays faint behind.
 def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
-    points, shown, line_points = [], [], []
+    points, shown, line_points, infinite = [], [], [], []
     by_run = len(runs) > 1  # several runs: colour by run, dashes by series (so a series chosen or not keeps the spec)
     for run_name, samples in runs:
         for column in columns:
             if column not in samples:
                 continue
             stats = step_stats(samples, column)
+            label = (names or {}).get(column, column)
+            name = series_name(run_name, label, len(runs), len(columns))
+            infinite.append((name, samples["step"].to_numpy(), samples[column].to_numpy(dtype=float, na_value=np.nan)))
             if stats.empty:
                 continue
             if median:
@@ -99,8 +102,6 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             raw = centre
             change = np.diff(raw, prepend=np.nan)  # from the step before, unsmoothed
             centre, low, high = (smoothed(values, smoothing) for values in (centre, low, high))
-            label = (names or {}).get(column, column)
-            name = series_name(run_name, label, len(runs), len(columns))
             shown.append(run_name if by_run else name)
             order = list(dict.fromkeys(shown)).index(shown[-1])
             faint_raw = json_numbers(raw) if smoothing else [None] * len(raw)
@@ -120,6 +121,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
     x = STEP_AXIS
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
+    left_out = infinities_left_out(infinite)  # below the band's line
     y_scale = {"zero": False, "padding": 8} | ({"type": "symlog"} if log_scale else {})  # a line at the domain's end (a 0/1 reward) off the frame
     colour = series_colour("colour")
     line = {
@@ -143,7 +145,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
     # The band is said under the title: an axis title longer than the plot is tall shrinks the plot and pushes the
     # chart's title off its canvas.
     return {
-        "title": {"text": one_line(title), "subtitle": band, **SUBTITLE_STYLE},
+        "title": {"text": one_line(title), "subtitle": [band, *left_out] if left_out else band, **SUBTITLE_STYLE},
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "config": STACKED_LEGENDS,
@@ -161,6 +163,33 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             {"data": {"name": "lines"}, "transform": [{"filter": "datum.marked"}], "mark": {"type": "point", "filled": True, "opacity": 1}, "encoding": {"x": x, "y": centre, "color": colour, "tooltip": line_tooltip}},
         ],
     }
+
+
+# Where values are ±inf, which no chart can draw and every mean, spread, histogram and bar leaves out (a reward
+# function's overflow, a token the trainer gives no probability): the places of the first `listed`, each with its sign,
+# and how many more ("3 (+inf), 4 (−inf) and 2 more"); None where there are none. A chart says where they are, so that
+# the samples a run most needs looked at do not vanish from it.
+def infinite_places(places, values, listed: int = 5) -> str | None:
+    values = np.asarray(values, dtype=float)
+    at = np.flatnonzero(np.isinf(values))
+    if not len(at):
+        return None
+    text = ", ".join(f"{places[i]} ({'+' if values[i] > 0 else '−'}inf)" for i in at[:listed].tolist())
+    return text + (f" and {len(at) - listed} more" if len(at) > listed else "")
+
+
+# A step curve's notes of the ±inf values its means, spreads and bands leave out, a line per series holding any:
+# "reward: 6 values ±inf, left out (steps 1, 2, 3)".
+def infinities_left_out(series: list[tuple[str, np.ndarray, np.ndarray]], listed: int = 5) -> list[str]:
+    notes = []
+    for name, steps, values in series:
+        infinite = np.isinf(values)
+        if infinite.any():
+            at = np.unique(steps[infinite])
+            shown = ", ".join(str(step) for step in at[:listed].tolist()) + (", …" if len(at) > listed else "")
+            count = int(infinite.sum())
+            notes.append(one_line(f"{name}: {count} value{'s' if count > 1 else ''} ±inf, left out (step{'s' if len(at) > 1 else ''} {shown})"))
+    return notes
 
 
 # Legends below a chart one above the other, centred: side by side, the runs' colours and the series' dashes ran past
@@ -445,6 +474,15 @@ def staleness_colours(labels: list[str]) -> list[str]:
     return colours
 
 
+# The batch charts' note of the ±inf rewards, ref_rewards and gaps they leave out, by sample; None where there are none.
+def batch_infinities(table: pd.DataFrame) -> str | None:
+    samples, notes = table.index.tolist(), []
+    for column in ("reward", "ref_reward", "reward_gap"):
+        if places := infinite_places(samples, table[column]):
+            notes.append(f"{column} at sample{'s' if np.isinf(table[column].to_numpy(dtype=float)).sum() > 1 else ''} {places}")
+    return "Not in the charts, which cannot draw ±inf: " + "; ".join(notes) + "." if notes else None
+
+
 # Grouped bars of reward and ref_reward for each sample of the step.
 def batch_reward_chart(table: pd.DataFrame) -> dict:
     series = [(column, name) for column, name in (("reward", "Reward"), ("ref_reward", "Ref Reward")) if table[column].notna().any()]
@@ -563,7 +601,7 @@ def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
     labelled, valued = len(labels) <= LABELLED_TOKENS, len(labels) <= VALUE_LABELLED_TOKENS
     figure = go.Figure(
         go.Heatmap(
-            z=np.where(np.isfinite(values), values / np.where(bounds > 0, bounds, 1.0)[:, None], np.nan),
+            z=scaled_to_largest(values, bounds[:, None]),
             customdata=values,
             zmin=-1,
             zmax=1,
@@ -637,14 +675,18 @@ def marked_words_html(runs: list[tuple[str, str]]) -> str:
     return "<div class='rl-word-diff' style='white-space:break-spaces;overflow-wrap:anywhere'>" + ("".join(parts) or "(empty)") + "</div>"  # a long URL wraps in its column
 
 
+# Values over the largest finite magnitude (`bounds`; where it is 0, the values as they are), -1 to 1 for colouring: ±inf
+# at the ends, beyond every finite value; NaN (no value) stays NaN.
+def scaled_to_largest(values: np.ndarray, bounds) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.clip(values / np.where(bounds > 0, bounds, 1.0), -1.0, 1.0)
+
+
 # Token colours: red for positive values, blue for negative, stronger the larger |value| is
 # relative to the response's largest (so a KL spike or a very unlikely token stands out).
 def diverging_colours(values: np.ndarray) -> list[str]:
     values = np.asarray(values, dtype=float)
-    bound = largest_magnitude(values)
-    if bound == 0:
-        return ["transparent"] * len(values)
-    scaled = values / bound
+    scaled = scaled_to_largest(values, largest_magnitude(values))
     colours = []
     for level in scaled:
         if not np.isfinite(level):

@@ -124,6 +124,24 @@ def test_tiny_numbers_keep_their_digits_on_the_page(tmp_path, monkeypatch):
     assert formats and set(formats.values()) == {"%.6g"}, formats
 
 
+# A reward of ±inf and a token given no probability: the step curve's subtitle and the batch charts' note say where
+# the values the charts cannot draw are, the token table writes them out (Infinity) in an unshaded column.
+def test_infinite_values_are_named_where_the_charts_leave_them_out(tmp_path, monkeypatch):
+    tokens = {"response_tokens": ["a", "b"], "ref_logprobs": [-0.5, -0.7]}
+    lines = [sample(1, reward=reward, ref_reward=0.0, logprobs=[-0.5, -0.6], **tokens) for reward in (0.5, float("inf"), 1.0)]
+    lines.append(sample(2, reward=float("-inf"), ref_reward=0.0, logprobs=[float("-inf"), -0.6], **tokens))
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", lines)
+    app = start(tmp_path / "runs", monkeypatch)
+    assert chart_spec(app.get("vega_lite_chart")[0])["title"]["subtitle"][1] == "reward: 2 values ±inf, left out (steps 1, 2)"
+    assert "Not in the charts, which cannot draw ±inf: reward at sample 1 (+inf); reward_gap at sample 1 (+inf)." in [c.value for c in app.caption]
+    widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
+    assert [c.value for c in app.caption if "cannot draw" in c.value] == ["Not in the charts, which cannot draw ±inf: reward at sample 0 (−inf); reward_gap at sample 0 (−inf)."]
+    [table] = [frame for frame in app.dataframe if "logp" in frame.value.columns]
+    columns = json.loads(table.proto.columns)
+    assert columns["logp"]["type_config"]["type"] == "number" and columns["ref_logp"]["type_config"]["type"] == "progress"
+    assert table.value["logp"].tolist()[0] == float("-inf")
+
+
 # The values the page keeps for its widgets (a view chosen, a remembered choice, the sample index) are sent with the
 # widget only when the page changes them: Streamlit sends a value the script set as a new value, which the browser
 # draws anew, in every run that sets it.

@@ -455,6 +455,22 @@ def test_tiny_and_huge_ranges_draw_a_slider(tmp_path, monkeypatch):
     assert not app.exception and found_on_page(app) == {(RANK_FILES[0], n) for n, line in enumerate(lines, 1) if line["x"] == 1e-323 and line["y"] >= 0.0}
 
 
+# A range's slider spans the finite values; at an end it goes on past it, so a reward of ±inf (the sample a reward
+# function's overflow made, which the curves leave out) is found with the range as it opens, and left out only once
+# that end is moved. A sample without the number is left out whatever the range.
+def test_a_range_at_an_end_takes_the_infinities_beyond_it(tmp_path, monkeypatch):
+    rewards = [0.0, 0.25, 0.5, float("inf"), float("-inf"), float("nan")]
+    write_run_lines(tmp_path / "runs", "run", [sample(1 + n % 2, reward=reward) for n, reward in enumerate(rewards)])
+    app = choose_filters(load_and_view(start(tmp_path / "runs", monkeypatch)), ["reward"])
+    slider = widget(app.slider, "reward")
+    assert (slider.min, slider.max) == (0.0, 0.5)
+    assert found_on_page(app) == {(RANK_FILES[0], n) for n in (1, 2, 3, 4, 5)}
+    slider.set_value((0.0, 0.25)).run()
+    assert found_on_page(app) == {(RANK_FILES[0], n) for n in (1, 2, 5)}  # 0, 0.25 and -inf, below the range's open end
+    widget(app.slider, "reward").set_value((0.25, 0.5)).run()
+    assert found_on_page(app) == {(RANK_FILES[0], n) for n in (2, 3, 4)}
+
+
 # Steps beyond 2**53 (more than JavaScript holds exactly) made the Steps slider raise: it is a select slider over the
 # run's steps.
 def test_steps_beyond_2_to_the_53_are_filtered_with_a_select_slider(tmp_path, monkeypatch):

@@ -15,8 +15,10 @@ from rl_board.figures import (
     LABELLED_TOKENS,
     STEP_EXTENT,
     VALUE_LABELLED_TOKENS,
+    batch_infinities,
     batch_reward_chart,
     diverging_colours,
+    infinite_places,
     matches_per_step_chart,
     metric_chart,
     mismatch_bucket_chart,
@@ -289,6 +291,36 @@ def test_token_table_shades_each_metric_within_its_range():
     assert config["logp"]["type_config"]["type"] == "progress"
 
 
+# A ±inf value (a reward function's overflow, a token given no probability) cannot be drawn, and the means, spreads,
+# bars and histograms leave it out: each view says where, so that the samples a run most needs looked at do not vanish.
+def test_infinities_left_out_of_the_charts_are_named_where_they_are():
+    samples = pd.DataFrame({"step": [1, 1, 1, 2, 2, 2, 3, 3], "reward": [0.0, np.inf, 1.0, -np.inf, 0.5, np.inf, 0.2, np.nan], "ref_reward": [0.0] * 8})
+    chart = step_curve_chart([("run", samples)], ["reward", "ref_reward"], "t", "reward")
+    assert chart["title"]["subtitle"] == ["mean, band ± std × 0.2", "reward: 3 values ±inf, left out (steps 1, 2)"]
+    assert [(p["step"], p["mean"], p["n"]) for p in chart["datasets"]["points"] if p["series"] == "reward"] == [(1, 0.5, 2), (2, 0.5, 1), (3, 0.2, 1)]
+    many = pd.DataFrame({"step": list(range(1, 8)), "kl": [np.inf] * 7})  # steps of nothing finite: no points, still named
+    compared = step_curve_chart([("a", many), ("b", samples.rename(columns={"reward": "kl"}))], ["kl"], "t", "nats")
+    assert compared["title"]["subtitle"][1:] == ["a: 7 values ±inf, left out (steps 1, 2, 3, 4, 5, …)", "b: 3 values ±inf, left out (steps 1, 2)"]
+    assert step_curve_chart([("run", samples)], ["ref_reward"], "t", "reward")["title"]["subtitle"] == "mean, band ± std × 0.2"  # none: the band alone
+    table = pd.DataFrame({"reward": [0.0, np.inf, -np.inf, 1.0], "ref_reward": [0.0, 0.0, 0.0, np.nan]})
+    table["reward_gap"] = table["reward"] - table["ref_reward"]
+    assert batch_infinities(table) == "Not in the charts, which cannot draw ±inf: reward at samples 1 (+inf), 2 (−inf); reward_gap at samples 1 (+inf), 2 (−inf)."
+    assert batch_infinities(table.iloc[[0, 3]]) is None
+    assert infinite_places(list("abcdefg"), [np.inf] * 7) == "a (+inf), b (+inf), c (+inf), d (+inf), e (+inf) and 2 more"
+
+
+# Coloured by value, a token whose value is ±inf is at the colour's end (beyond every finite value), not uncoloured
+# as a token without a value (NaN) is; the token table writes it in a number column (its bar cells leave it blank).
+def test_infinite_token_values_are_coloured_at_the_ends_and_written_out():
+    assert diverging_colours(np.array([0.5, -np.inf, np.nan, 1.0, np.inf])) == ["rgba(220,60,60,0.42)", "rgba(60,110,230,0.85)", "transparent", "rgba(220,60,60,0.85)", "rgba(220,60,60,0.85)"]
+    assert diverging_colours(np.array([0.0, np.inf]))[1] == "rgba(220,60,60,0.85)"  # no finite magnitude to scale by
+    figure = token_heatmap_figure(pd.DataFrame([[0.5, np.inf, np.nan], [-1.0, -np.inf, 0.25]], index=["kl", "logp"], columns=["a", "b", "c"]))
+    assert np.array_equal(np.asarray(figure.data[0].z, dtype=float), [[1.0, 1.0, np.nan], [-1.0, -1.0, 0.25]], equal_nan=True)
+    config = board.shaded_columns(pd.DataFrame({"logp": [-0.5, -np.inf], "kl": [0.1, np.nan]}))
+    assert config["logp"]["type_config"]["type"] == "number" and config["logp"]["type_config"]["format"] == "%.6g" and "±inf" in config["logp"]["help"]
+    assert config["kl"]["type_config"]["type"] == "progress"
+
+
 def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
     samples = pd.DataFrame({"step": [2, 2, 1, 1, 10], "reward": [1.0, 3.0, 0.0, 2.0, np.nan]})
     chart = step_curve_chart([("run", samples)], ["reward"], "t", "reward", variance_scale=0.5, zero_shift=True)
@@ -494,7 +526,7 @@ def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
     trace = token_heatmap_figure(grid).data[0]
     z = np.asarray(trace.z)
     assert np.allclose(z[0, :3], [-1.0, -0.25, -0.5]) and np.isnan(z[0, 3])  # logp's own largest |value| is 12
-    assert np.allclose(z[1, :3], [1.0, -0.5, 0.0]) and np.isnan(z[1, 3])  # infinity is no bound, and no colour
+    assert np.allclose(z[1], [1.0, -0.5, 0.0, 1.0])  # infinity is no bound, and at the colour's end
     assert np.array_equal(z[2], np.zeros(4))  # an all-zero row stays neutral
     assert (trace.zmin, trace.zmax, trace.showscale) == (-1, 1, False)
     assert np.array_equal(np.asarray(trace.customdata), grid.to_numpy(), equal_nan=True)  # hover: raw values
