@@ -54,7 +54,7 @@ from rl_board.changes import (
 from rl_board.figures import (
     PICK_STEP,
     VALUE_LABELLED_TOKENS,
-    batch_infinities,
+    batch_charts_left_out,
     batch_reward_chart,
     marked_words_html,
     matches_per_step_chart,
@@ -1752,7 +1752,9 @@ def draw_search_filters(run: "RunSnapshot", settings: "Settings") -> tuple["Samp
             values = finite(samples[name])
             low, high = (float(values.min()), float(values.max())) if values.size else (np.nan, np.nan)
             if not low < high:
-                st.caption(f"{label}: " + (f"every finite value is {low:.6g}" if values.size else "no finite value") + ", nothing to filter.")
+                infinite = int(np.isinf(samples[name].to_numpy(dtype=float, na_value=np.nan)).sum())
+                beyond = f" and {infinite} ±inf (sort by it to find them)" if infinite else ""
+                st.caption(f"{label}: " + (f"every finite value is {low:.6g}" if values.size else "no finite value") + beyond + ", nothing to filter.")
                 continue
             fit_range(key, low, high)
             step = (high - low) / 200
@@ -2758,7 +2760,7 @@ def cached_fraction_chart(versions, smoothing, _runs) -> dict:
 @st.cache_resource(show_spinner=False, max_entries=16)
 def cached_batch_charts(lines, counted, _table) -> tuple:
     gap = arrow_data(reward_gap_chart(_table)) if _table["ref_reward"].notna().any() else None
-    return arrow_data(batch_reward_chart(_table)), gap, arrow_data(reward_distribution_chart(_table, counted)), batch_infinities(_table)
+    return arrow_data(batch_reward_chart(_table)), gap, arrow_data(reward_distribution_chart(_table, counted)), batch_charts_left_out(_table)
 
 
 # Whether the run's rewards take a few values (counted per value in the batch's distribution), once per run version.

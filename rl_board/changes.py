@@ -57,14 +57,13 @@ def side_rows(samples: pd.DataFrame, steps: tuple[int, int] | None = None, where
 
 
 # A threshold to start from: 1 when every reward of the column is 0 or 1 (a correctness reward), else the midpoint of
-# the values seen on both sides.
+# the finite values seen on both sides (a reward of ±inf made it ±inf or NaN, which the page's number box refuses).
 def default_threshold(a: pd.DataFrame, b: pd.DataFrame, column: str = "reward") -> float:
-    values = pd.concat([a[column], b[column]]).dropna()
-    if values.empty:
+    values = pd.concat([a[column], b[column]]).to_numpy(dtype=float, na_value=np.nan)
+    values = values[np.isfinite(values)]
+    if not len(values) or np.isin(values, [0, 1]).all():
         return 1.0
-    if values.isin([0, 1]).all():
-        return 1.0
-    return float((values.min() + values.max()) / 2)
+    return float(values.min() / 2 + values.max() / 2)  # halves first: 1e308 + 1e308 is inf
 
 
 def prompt_changes(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: str = "reward") -> PromptChanges:

@@ -80,7 +80,7 @@ LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
 # numeric order; smoothed, the raw centre line stays faint behind.
 def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
-    points, shown, line_points, infinite = [], [], [], []
+    points, shown, line_points, left_out_series = [], [], [], []
     by_run = len(runs) > 1  # several runs: colour by run, dashes by series (so a series chosen or not keeps the spec)
     for run_name, samples in runs:
         for column in columns:
@@ -89,7 +89,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             stats = step_stats(samples, column)
             label = (names or {}).get(column, column)
             name = series_name(run_name, label, len(runs), len(columns))
-            infinite.append((name, samples["step"].to_numpy(), samples[column].to_numpy(dtype=float, na_value=np.nan)))
+            left_out_series.append((name, samples["step"].to_numpy(), samples[column].to_numpy(dtype=float, na_value=np.nan), column == "reward"))
             if stats.empty:
                 continue
             if median:
@@ -116,12 +116,14 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
     marked = sum(len(steps) for _, steps, _ in lines) < LINE_POINTS_MARKED
     for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
-        raw = raw - raw[0] if zero_shift and len(raw) else raw
+        left_out_series.append((name, np.asarray(steps), raw, False))
+        first = raw[np.isfinite(raw)][:1]  # shifted by its first finite value: a first inf or None would blank the line
+        raw = raw - first[0] if zero_shift and len(first) else raw
         shown.append(name)
         line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)} for step, c, r in zip(steps, smoothed(raw, smoothing), raw)]
     x = STEP_AXIS
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
-    left_out = infinities_left_out(infinite)  # below the band's line
+    left_out = left_out_notes(left_out_series)  # below the band's line
     y_scale = {"zero": False, "padding": 8} | ({"type": "symlog"} if log_scale else {})  # a line at the domain's end (a 0/1 reward) off the frame
     colour = series_colour("colour")
     line = {
@@ -171,24 +173,36 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
 # the samples a run most needs looked at do not vanish from it.
 def infinite_places(places, values, listed: int = 5) -> str | None:
     values = np.asarray(values, dtype=float)
-    at = np.flatnonzero(np.isinf(values))
-    if not len(at):
+    return listed_places([f"{places[i]} ({'+' if values[i] > 0 else '−'}inf)" for i in np.flatnonzero(np.isinf(values)).tolist()], listed)
+
+
+# The first `listed` of some places, and how many more ("3, 4 and 2 more"); None for none.
+def listed_places(places: list, listed: int = 5) -> str | None:
+    if not places:
         return None
-    text = ", ".join(f"{places[i]} ({'+' if values[i] > 0 else '−'}inf)" for i in at[:listed].tolist())
-    return text + (f" and {len(at) - listed} more" if len(at) > listed else "")
+    return ", ".join(str(place) for place in places[:listed]) + (f" and {len(places) - listed} more" if len(places) > listed else "")
 
 
-# A step curve's notes of the ±inf values its means, spreads and bands leave out, a line per series holding any:
-# "reward: 6 values ±inf, left out (steps 1, 2, 3)".
-def infinities_left_out(series: list[tuple[str, np.ndarray, np.ndarray]], listed: int = 5) -> list[str]:
+# A step chart's notes of the values its means, spreads, bands and lines leave out, a line per series holding any (up
+# to `series_listed`, then how many more): ±inf, and where the series is one every line must give a number for (the
+# reward, which the format requires), the samples without one (NaN or null written, or no reward function scoring it):
+# "reward: 6 values ±inf and 2 without a number, left out (steps 1, 2, 3)". Each series: (name, steps, values, required).
+def left_out_notes(series: list[tuple[str, np.ndarray, np.ndarray, bool]], listed: int = 5, series_listed: int = 3) -> list[str]:
     notes = []
-    for name, steps, values in series:
-        infinite = np.isinf(values)
+    for name, steps, values, required in series:
+        infinite, numberless = np.isinf(values), np.isnan(values) if required else np.zeros(len(values), dtype=bool)
+        if not (infinite.any() or numberless.any()):
+            continue
+        at = np.unique(steps[infinite | numberless])
+        shown = ", ".join(str(step) for step in at[:listed].tolist()) + (", …" if len(at) > listed else "")
+        counts = []
         if infinite.any():
-            at = np.unique(steps[infinite])
-            shown = ", ".join(str(step) for step in at[:listed].tolist()) + (", …" if len(at) > listed else "")
-            count = int(infinite.sum())
-            notes.append(one_line(f"{name}: {count} value{'s' if count > 1 else ''} ±inf, left out (step{'s' if len(at) > 1 else ''} {shown})"))
+            counts.append(f"{int(infinite.sum())} value{'s' if infinite.sum() > 1 else ''} ±inf")
+        if numberless.any():
+            counts.append(f"{int(numberless.sum())} without a number")
+        notes.append(one_line(f"{name}: {' and '.join(counts)}, left out (step{'s' if len(at) > 1 else ''} {shown})"))
+    if len(notes) > series_listed:
+        return notes[:series_listed] + [f"and {len(notes) - series_listed} more series with values left out"]
     return notes
 
 
@@ -255,21 +269,24 @@ def step_extent(steps: pd.Series) -> list[dict]:
 
 # Numbers already reduced per step (a table indexed by step, a column per series), one line per series and run.
 def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], title: str, y_title: str, smoothing: float = 0.0) -> dict:
-    points, order = [], itertools.count()
+    points, order, left_out_series = [], itertools.count(), []
     for run_name, table in runs:
         for column in columns:
             if column not in table or not table[column].notna().any():
                 continue
             name, position = series_name(run_name, column, len(runs), len(columns)), next(order)
             raw = table[column].to_numpy(dtype=float)
+            left_out_series.append((name, table.index.to_numpy(), raw, False))
             points += [
                 {"series": name, "order": position, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing)}
                 for step, value, r in zip(table.index, smoothed(raw, smoothing), raw)
             ]
     x = STEP_AXIS
     colour = series_colour()
+    left_out = left_out_notes(left_out_series)
+    title = one_line(title)  # names from the data in it (a tool, a run folder): a line break stops Vega
     return {
-        "title": one_line(title),  # names from the data in it (a tool, a run folder): a line break stops Vega
+        "title": {"text": title, "subtitle": left_out, **SUBTITLE_STYLE} if left_out else title,
         "height": STEP_CURVE_HEIGHT,
         "padding": {"top": 12},
         "data": {"name": POINTS},
@@ -340,12 +357,16 @@ def step_fraction_chart(runs: list[tuple[str, pd.DataFrame]], smoothing: float =
 def prompt_reward_chart(table: pd.DataFrame) -> dict:
     order = {run: position for position, run in enumerate(dict.fromkeys(table["run"]))}
     points = [{"run": run, "order": order[run], "step": int(step), "reward": json_number(reward)} for run, step, reward in zip(table["run"], table["step"], table["reward"])]
-    means = table.groupby(["run", "step"])["reward"].mean().reset_index()
+    rewards = table["reward"].to_numpy(dtype=float, na_value=np.nan)
+    finite_rewards = table.assign(reward=np.where(np.isfinite(rewards), rewards, np.nan))  # the means, as the step curves', of the finite
+    means = finite_rewards.groupby(["run", "step"])["reward"].mean().reset_index()
     lines = [{"run": run, "order": order[run], "step": int(step), "mean reward": json_number(reward)} for run, step, reward in zip(means["run"], means["step"], means["reward"])]
+    left_out = left_out_notes([(run, part["step"].to_numpy(), part["reward"].to_numpy(dtype=float, na_value=np.nan), True) for run, part in table.groupby("run", sort=False)])
     x = STEP_AXIS
     colour = series_colour("run")
+    title = "Rewards of this prompt's completions, per step"
     return {
-        "title": "Rewards of this prompt's completions, per step",
+        "title": {"text": title, "subtitle": left_out, **SUBTITLE_STYLE} if left_out else title,
         "height": 320,
         "padding": {"top": 12},  # a layered chart's title otherwise starts above its canvas, cut in half
         "datasets": {POINTS: points, "means": lines},  # another prompt's: the same spec, its data swapped
@@ -474,13 +495,22 @@ def staleness_colours(labels: list[str]) -> list[str]:
     return colours
 
 
-# The batch charts' note of the ±inf rewards, ref_rewards and gaps they leave out, by sample; None where there are none.
-def batch_infinities(table: pd.DataFrame) -> str | None:
+# The batch charts' note of what they leave out; None where they draw everything: the samples without a reward (NaN
+# or null written), the ±inf rewards, ref_rewards and gaps, by sample, and a series whose values lie too far apart for
+# the distribution (distribution_values).
+def batch_charts_left_out(table: pd.DataFrame) -> str | None:
     samples, notes = table.index.tolist(), []
+    rewards = table["reward"].to_numpy(dtype=float, na_value=np.nan)
+    if places := listed_places([samples[i] for i in np.flatnonzero(np.isnan(rewards)).tolist()]):  # a reward the format requires
+        notes.append(f"reward without a number at sample{'s' if np.isnan(rewards).sum() > 1 else ''} {places}")
     for column in ("reward", "ref_reward", "reward_gap"):
         if places := infinite_places(samples, table[column]):
             notes.append(f"{column} at sample{'s' if np.isinf(table[column].to_numpy(dtype=float)).sum() > 1 else ''} {places}")
-    return "Not in the charts, which cannot draw ±inf: " + "; ".join(notes) + "." if notes else None
+    for column in ("reward", "ref_reward"):
+        values = finite(table[column])
+        if len(values) and distribution_values(table[column]) is None:
+            notes.append(f"{column}'s distribution: its values, {number_text(values.min())} to {number_text(values.max())}, span more than a float holds")
+    return "Not in the charts: " + "; ".join(notes) + "." if notes else None
 
 
 # Grouped bars of reward and ref_reward for each sample of the step.
@@ -527,11 +557,9 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
 def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dict:
     shown = []
     for column, name, colour in (("reward", "Reward", "#e67e22"), ("ref_reward", "Ref Reward", "#2e86c1")):
-        values = finite(table[column])
-        with np.errstate(over="ignore"):
-            if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
-                continue  # no finite values, or a spread beyond float range (1e308 and -1e308)
-        shown.append((name, colour, values))
+        values = distribution_values(table[column])
+        if values is not None:
+            shown.append((name, colour, values))
     if counted:
         return reward_count_chart(shown)
     bars, curves, names, colours = [], [], [], []
@@ -567,6 +595,16 @@ def reward_distribution_chart(table: pd.DataFrame, counted: bool = False) -> dic
             },
         ],
     }
+
+
+# A series' values for the batch's distribution: its finite ones; None where it has none or they span more than a
+# float holds (1e308 and -1e308), which no histogram or normal fit can.
+def distribution_values(series: pd.Series) -> np.ndarray | None:
+    values = finite(series)
+    with np.errstate(over="ignore"):
+        if not len(values) or not np.isfinite(values.max() - values.min()) or not np.isfinite(values.std()):
+            return None
+    return values
 
 
 # Rewards of a few values (0/1 correctness, a sum of such scores): how many samples got each, side by side per series.

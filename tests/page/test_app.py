@@ -124,18 +124,30 @@ def test_tiny_numbers_keep_their_digits_on_the_page(tmp_path, monkeypatch):
     assert formats and set(formats.values()) == {"%.6g"}, formats
 
 
-# A reward of ±inf and a token given no probability: the step curve's subtitle and the batch charts' note say where
-# the values the charts cannot draw are, the token table writes them out (Infinity) in an unshaded column.
+# A step whose samples have a reference only in part: with pandas 3 a column of texts and None became a string column
+# of NaN, and the batch table's view failed on the NaN (the step area was not drawn).
+def test_a_reference_in_some_samples_only(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, reward=0.0), sample(1, reward=1.0, ref_response="the reference")])
+    app = start(tmp_path / "runs", monkeypatch)
+    assert batch_table(app)["ref_response"].tolist()[1] == "the reference" and not isinstance(batch_table(app)["ref_response"].tolist()[0], str)
+    assert "No `ref_response` in this sample." in [info.value for info in app.info]
+    app.number_input(key=board.StateKey.SAMPLE_INDEX).set_value(1).run()
+    assert not app.exception and "the reference" in [text.value for text in app.text]
+
+
+# A reward of ±inf or null and a token given no probability: the step curve's subtitle and the batch charts' note say
+# where the values the charts cannot draw are, the token table writes them out (Infinity) in an unshaded column.
 def test_infinite_values_are_named_where_the_charts_leave_them_out(tmp_path, monkeypatch):
     tokens = {"response_tokens": ["a", "b"], "ref_logprobs": [-0.5, -0.7]}
     lines = [sample(1, reward=reward, ref_reward=0.0, logprobs=[-0.5, -0.6], **tokens) for reward in (0.5, float("inf"), 1.0)]
     lines.append(sample(2, reward=float("-inf"), ref_reward=0.0, logprobs=[float("-inf"), -0.6], **tokens))
+    lines.append(sample(2, reward=None, ref_reward=0.0, logprobs=[-0.5, -0.6], **tokens))  # null: a reward function's None
     write_lines(tmp_path / "runs" / "run" / "r.jsonl", lines)
     app = start(tmp_path / "runs", monkeypatch)
-    assert chart_spec(app.get("vega_lite_chart")[0])["title"]["subtitle"][1] == "reward: 2 values ±inf, left out (steps 1, 2)"
-    assert "Not in the charts, which cannot draw ±inf: reward at sample 1 (+inf); reward_gap at sample 1 (+inf)." in [c.value for c in app.caption]
+    assert chart_spec(app.get("vega_lite_chart")[0])["title"]["subtitle"][1] == "reward: 2 values ±inf and 1 without a number, left out (steps 1, 2)"
+    assert "Not in the charts: reward at sample 1 (+inf); reward_gap at sample 1 (+inf)." in [c.value for c in app.caption]
     widget(app.slider, "Step Index(2 total steps)").set_value(2).run()
-    assert [c.value for c in app.caption if "cannot draw" in c.value] == ["Not in the charts, which cannot draw ±inf: reward at sample 0 (−inf); reward_gap at sample 0 (−inf)."]
+    assert [c.value for c in app.caption if c.value.startswith("Not in the charts")] == ["Not in the charts: reward without a number at sample 1; reward at sample 0 (−inf); reward_gap at sample 0 (−inf)."]
     [table] = [frame for frame in app.dataframe if "logp" in frame.value.columns]
     columns = json.loads(table.proto.columns)
     assert columns["logp"]["type_config"]["type"] == "number" and columns["ref_logp"]["type_config"]["type"] == "progress"

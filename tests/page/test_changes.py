@@ -5,10 +5,12 @@ hostile text escaped; nothing is computed while the region is closed."""
 
 import html
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import rl_logging_board as board
+from rl_board.changes import default_threshold
 from rl_board.figures import WORD_DIFF_BACKGROUNDS
 from tests.page.test_history import downloads  # noqa: F401  (a fixture)
 from tests.support.page import click_row, lines_of, load_and_view, start, widget
@@ -114,6 +116,17 @@ def test_a_side_of_a_facet_s_value(tmp_path, monkeypatch):
     assert expected == {"regressed": 2, "newly solved": 2, "improved": 0, "unchanged": 0}
     details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected
+
+
+# A reward of +inf (an overflowing reward function) made the pass threshold's first value inf, which Streamlit's number
+# box refuses: the section failed. Its first value is the midpoint of the finite rewards.
+def test_infinite_rewards_leave_a_finite_pass_threshold(tmp_path, monkeypatch):
+    lines = [sample(step, prompt=f"q{k}", reward=reward) for step in (1, 2) for k, reward in enumerate([0.2, 0.6, float("inf")])]
+    write_lines(tmp_path / "runs" / "overflow" / "rollout_data_rank_0.jsonl", lines)
+    details = open_changes(load_and_view(start(tmp_path / "runs", monkeypatch)))
+    assert widget(details.number_input, "Pass when at least").value == pytest.approx(0.4)
+    assert default_threshold(pd.DataFrame({"reward": [np.inf, -np.inf]}), pd.DataFrame({"reward": [np.nan]})) == 1.0  # nothing finite
+    assert default_threshold(pd.DataFrame({"reward": [1e308]}), pd.DataFrame({"reward": [1e308, 0.0, 1.0, np.inf]})) == 5e307
 
 
 def image_paths(line: dict) -> tuple:

@@ -432,7 +432,7 @@ def test_a_number_without_two_finite_values_has_nothing_to_filter(tmp_path, monk
     assert {"extra/inf", "extra/one"} <= set(widget(app.selectbox, "Sort by").options)
     assert {"extra/inf", "extra/one"} <= set(widget(app.multiselect, "Filter by").options) and "extra/nan" not in widget(app.multiselect, "Filter by").options
     captions = [caption.value for caption in app.caption]
-    assert "extra/inf: no finite value, nothing to filter." in captions and "extra/one: every finite value is 3, nothing to filter." in captions
+    assert "extra/inf: no finite value and 4 ±inf (sort by it to find them), nothing to filter." in captions and "extra/one: every finite value is 3, nothing to filter." in captions
     assert [slider.label for slider in app.slider if slider.label.startswith(("extra/", "reward"))] == ["reward"]
     widget(app.selectbox, "Sort by").set_value("extra/inf").run()
     assert not app.exception and results_line(app).startswith("**4** of 4 loaded samples found")

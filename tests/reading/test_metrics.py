@@ -15,7 +15,7 @@ from rl_board.figures import (
     LABELLED_TOKENS,
     STEP_EXTENT,
     VALUE_LABELLED_TOKENS,
-    batch_infinities,
+    batch_charts_left_out,
     batch_reward_chart,
     diverging_colours,
     infinite_places,
@@ -30,6 +30,7 @@ from rl_board.figures import (
     staleness_share_chart,
     step_curve_chart,
     step_fraction_chart,
+    step_table_chart,
     token_heatmap_figure,
     value_labels,
 )
@@ -296,16 +297,33 @@ def test_token_table_shades_each_metric_within_its_range():
 def test_infinities_left_out_of_the_charts_are_named_where_they_are():
     samples = pd.DataFrame({"step": [1, 1, 1, 2, 2, 2, 3, 3], "reward": [0.0, np.inf, 1.0, -np.inf, 0.5, np.inf, 0.2, np.nan], "ref_reward": [0.0] * 8})
     chart = step_curve_chart([("run", samples)], ["reward", "ref_reward"], "t", "reward")
-    assert chart["title"]["subtitle"] == ["mean, band ± std × 0.2", "reward: 3 values ±inf, left out (steps 1, 2)"]
+    assert chart["title"]["subtitle"] == ["mean, band ± std × 0.2", "reward: 3 values ±inf and 1 without a number, left out (steps 1, 2, 3)"]
     assert [(p["step"], p["mean"], p["n"]) for p in chart["datasets"]["points"] if p["series"] == "reward"] == [(1, 0.5, 2), (2, 0.5, 1), (3, 0.2, 1)]
+    numberless = samples.assign(ref_reward=np.nan, reward=[0.0, np.nan, 1.0, np.nan, 0.5, np.inf, 0.2, 0.3])  # the reward is required: NaN is named
+    assert step_curve_chart([("run", numberless)], ["reward", "ref_reward"], "t", "reward")["title"]["subtitle"][1:] == ["reward: 1 value ±inf and 2 without a number, left out (steps 1, 2)"]
     many = pd.DataFrame({"step": list(range(1, 8)), "kl": [np.inf] * 7})  # steps of nothing finite: no points, still named
     compared = step_curve_chart([("a", many), ("b", samples.rename(columns={"reward": "kl"}))], ["kl"], "t", "nats")
     assert compared["title"]["subtitle"][1:] == ["a: 7 values ±inf, left out (steps 1, 2, 3, 4, 5, …)", "b: 3 values ±inf, left out (steps 1, 2)"]
     assert step_curve_chart([("run", samples)], ["ref_reward"], "t", "reward")["title"]["subtitle"] == "mean, band ± std × 0.2"  # none: the band alone
+    kl = step_curve_chart([("run", samples)], ["ref_reward"], "t", "nats", zero_shift=True, lines=[("trl kl", [1, 2, 3], [np.inf, 0.1, 0.25])])
+    assert kl["title"]["subtitle"][1] == "trl kl: 1 value ±inf, left out (step 1)"  # a dashed line's too
+    assert [point["centre"] for point in kl["datasets"]["lines"]] == [None, 0.0, 0.15]  # shifted by its first finite value
+    prompt = prompt_reward_chart(pd.DataFrame({"run": ["a", "a", "a", "b"], "step": [1, 1, 2, 1], "reward": [0.5, np.inf, 0.2, 0.1]}))
+    assert prompt["title"]["subtitle"] == ["a: 1 value ±inf, left out (step 1)"]  # one prompt's completions over training
+    assert [(line["run"], line["step"], line["mean reward"]) for line in prompt["datasets"]["means"]] == [("a", 1, 0.5), ("a", 2, 0.2), ("b", 1, 0.1)]
+    per_step = pd.DataFrame({"mean |Δ|": [0.1, np.inf, 0.2]}, index=pd.Index([1, 2, 3], name="step"))  # Step-Mismatch, -Tools, ...
+    assert step_table_chart([("run", per_step)], ["mean |Δ|"], "t", "nats")["title"]["subtitle"] == ["mean |Δ|: 1 value ±inf, left out (step 2)"]
+    assert step_table_chart([("run", per_step.iloc[[0, 2]])], ["mean |Δ|"], "t", "nats")["title"] == "t"
+    five = step_curve_chart([(f"run {n}", many) for n in range(5)], ["kl"], "t", "nats")["title"]["subtitle"]
+    assert five[1:] == [f"run {n}: 7 values ±inf, left out (steps 1, 2, 3, 4, 5, …)" for n in range(3)] + ["and 2 more series with values left out"]
     table = pd.DataFrame({"reward": [0.0, np.inf, -np.inf, 1.0], "ref_reward": [0.0, 0.0, 0.0, np.nan]})
     table["reward_gap"] = table["reward"] - table["ref_reward"]
-    assert batch_infinities(table) == "Not in the charts, which cannot draw ±inf: reward at samples 1 (+inf), 2 (−inf); reward_gap at samples 1 (+inf), 2 (−inf)."
-    assert batch_infinities(table.iloc[[0, 3]]) is None
+    assert batch_charts_left_out(table) == "Not in the charts: reward at samples 1 (+inf), 2 (−inf); reward_gap at samples 1 (+inf), 2 (−inf)."
+    assert batch_charts_left_out(table.iloc[[0, 3]]) is None
+    numberless_batch = pd.DataFrame({"reward": [np.nan, 0.0, np.nan, 1.0], "ref_reward": [0.0] * 4, "reward_gap": [np.nan, 0.0, np.nan, 1.0]})
+    assert batch_charts_left_out(numberless_batch) == "Not in the charts: reward without a number at samples 0, 2."
+    apart = pd.DataFrame({"reward": [1e308, -1e308], "ref_reward": [0.0, 1.0], "reward_gap": [1e308, -1e308]})  # no histogram spans them
+    assert batch_charts_left_out(apart) == "Not in the charts: reward's distribution: its values, -1e+308 to 1e+308, span more than a float holds."
     assert infinite_places(list("abcdefg"), [np.inf] * 7) == "a (+inf), b (+inf), c (+inf), d (+inf), e (+inf) and 2 more"
 
 
@@ -328,7 +346,7 @@ def test_step_curve_band_is_mean_plus_minus_scaled_std_with_zero_shift():
     assert [(p["step"], p["centre"], p["low"], p["high"], p["std"], p["n"]) for p in points] == [(1, 0.0, -0.5, 0.5, 1.0, 2), (2, 1.0, 0.5, 1.5, 1.0, 2)]
     assert [p["mean"] for p in points] == [1.0, 2.0]  # the hover keeps the unshifted mean
     assert chart["datasets"][STEP_EXTENT] == [{"step": 1}, {"step": 10}]  # the axis ends at the last step
-    assert chart["layer"][0]["encoding"]["y"]["title"] == "reward" and chart["title"]["subtitle"] == "mean, band ± std × 0.5"
+    assert chart["layer"][0]["encoding"]["y"]["title"] == "reward" and chart["title"]["subtitle"] == ["mean, band ± std × 0.5", "reward: 1 without a number, left out (step 10)"]
 
 
 def test_step_curve_median_view_is_robust_to_a_spike_and_log_scale_is_symlog():
