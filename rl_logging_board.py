@@ -2328,6 +2328,9 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
         st.caption(span[2])
     for note in tokens.notes:
         st.warning(note)
+    if not len(rows.tokens):
+        st.info("No tokens to show: the response (or the turn picked) has none, or only the pad tokens Drop Padding Token drops.")
+        return
     available = [name for name in TOKEN_ROWS if name in rows.values]
     chosen = st.multiselect(
         "Select show value(s)",
@@ -2335,7 +2338,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
         default=[name for name in available if name != "advantage"] or available,
         help="; ".join(f"{name}: {TOKEN_ROWS[name]}" for name in available),
     )
-    if not chosen or not len(rows.tokens):
+    if not chosen:
         return
     view, shown = draw_view_choice("Token view", [name for name in TOKEN_VIEWS if settings.view.show_heat_map or name != "Heat map"], StateKey.TOKEN_VIEW)
     with shown:

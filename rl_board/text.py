@@ -26,6 +26,12 @@ def number_text(value: float, spec: str = ".4g") -> str:
     return text
 
 
+# A decoded JSON value's kind as JSON names it, for a message about a line or file that holds the wrong one: "a JSON
+# null", not Python's "NoneType".
+def json_kind(value) -> str:
+    return {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
 # The format (printf's, as Streamlit's table columns take it: sprintf-js in the browser) that shows each of a column's
 # numbers with `digits` significant digits: %g, which writes 3e-8, -1.23457e-7, 0.000123457, 0.999988, -12.3457, 2
 # (never a row of zeros for a small value, nor -0 for a zero). A column with a value of 10^digits or more in size is

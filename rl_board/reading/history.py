@@ -31,7 +31,7 @@ from rl_board.reading.storage import (
     remote_storage,
     storage_errors,
 )
-from rl_board.text import shorten, valid_text
+from rl_board.text import json_kind, shorten, valid_text
 from rollout_logger.metadata import META_FILES, METRICS_FILES
 
 
@@ -78,7 +78,7 @@ def read_meta_noted(run_dir: str) -> tuple[dict | None, list[str]]:
             notes.append(f"{name} could not be read as JSON ({shorten(valid_text(str(error)), 200)}): passed over")
             continue
         if not isinstance(value, dict):
-            notes.append(f"{name} holds a JSON {type(value).__name__}, not an object: passed over")
+            notes.append(f"{name} holds a JSON {json_kind(value)}, not an object: passed over")
             continue
         return typed_meta(value, META_TYPES, name, notes), notes
     return None, notes
@@ -207,7 +207,7 @@ def read_json_file(path: Path, folder: Path, problems: list):
         problems.append([name, 0, "skipped", f"not readable as JSON ({error}): nothing taken from it"])
         return None
     if not isinstance(value, dict):
-        problems.append([name, 0, "skipped", f"holds a JSON {type(value).__name__}, not an object: nothing taken from it"])
+        problems.append([name, 0, "skipped", f"holds a JSON {json_kind(value)}, not an object: nothing taken from it"])
         return None
     return value
 

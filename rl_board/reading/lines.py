@@ -15,7 +15,7 @@ import msgspec.inspect
 import numpy as np
 import simdjson
 
-from rl_board.text import valid_text
+from rl_board.text import json_kind, valid_text
 from rollout_logger.metadata import FORMAT_KEYS, LOSS_PASS_TOKEN_KEYS
 
 # KL estimators over log_ratio r = logp - ref_logp; the first is the original's, k3 the one TRL logs as kl.
@@ -452,7 +452,7 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
         except (ValueError, RecursionError) as error:
             raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
         if not isinstance(value, dict):
-            raise BadLine(f"a JSON {type(value).__name__}, not an object")
+            raise BadLine(f"a JSON {json_kind(value)}, not an object")
         try:
             record = converted(with_raw_fields(value, decoder.type), decoder.type)
         except (msgspec.ValidationError, TypeError, OverflowError) as error:
@@ -642,7 +642,7 @@ def aligned_token_arrays(record, keys=TOKEN_KEYS) -> tuple[dict, float, list[str
     for key in keys[1:]:
         if arrays[key] is not None and len(arrays[key]) != len(arrays["logprobs"]):
             notes.append(f"{key} has {len(arrays[key])} values, logprobs {len(arrays['logprobs'])}: token values use the first {length}")
-    if tokens is not None and len(tokens) > length:
+    if tokens is not None and len(tokens) > length + 1:  # one more is the format's trailing pad (docs/data-format.md)
         notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: tokens clipped to {length}")
     elif tokens is not None and len(tokens) < length:
         notes.append(f"response_tokens has {len(tokens)} entries, log-probs {length}: missing tokens shown as '?'")

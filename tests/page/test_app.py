@@ -124,6 +124,18 @@ def test_tiny_numbers_keep_their_digits_on_the_page(tmp_path, monkeypatch):
     assert formats and set(formats.values()) == {"%.6g"}, formats
 
 
+# An empty response with empty token lists, and one of pad tokens only with Drop Padding Token on: a line saying there
+# are no tokens, not a value picker with nothing under it.
+def test_a_response_without_tokens_says_so(tmp_path, monkeypatch):
+    pads = {"response_tokens": ["<PAD>", "<PAD>"], "logprobs": [-0.1, -0.2], "ref_logprobs": [-0.1, -0.2]}
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, response="", response_tokens=[], logprobs=[], ref_logprobs=[]), sample(1, response="<PAD><PAD>", **pads)])
+    app = start(tmp_path / "runs", monkeypatch)
+    for index in (0, 1):
+        app.number_input(key=board.StateKey.SAMPLE_INDEX).set_value(index).run()
+        assert not app.exception and not [widget for widget in app.multiselect if widget.label == "Select show value(s)"]
+        assert [info.value for info in app.info if info.value.startswith(("No tokens to show", "No token area"))], index
+
+
 # A step whose samples have a reference only in part: with pandas 3 a column of texts and None became a string column
 # of NaN, and the batch table's view failed on the NaN (the step area was not drawn).
 def test_a_reference_in_some_samples_only(tmp_path, monkeypatch):

@@ -274,7 +274,9 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b"}\n", "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b', "extra": {"step": 1}}\n', "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 5000 + b"}\n", "step inf is out of range"),
-        (b'[1, 2, 3]\n', "not an object"),
+        (b'[1, 2, 3]\n', "a JSON array, not an object"),
+        (b'null\n', "a JSON null, not an object"),  # JSON's names, not Python's (NoneType)
+        (b'"text"\n', "a JSON string, not an object"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": "oops"}\n', "logprobs"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [1, {"a": 2}]}\n', "logprobs"),
     ],
@@ -310,6 +312,17 @@ def test_nan_infinity_and_null_are_accepted(tmp_path):
     assert run.samples["response_tokens_len"].tolist()[4:] == [2.0, 3.0]
     tokens = sample_tokens(run, 1, 4)
     assert tokens.response_tokens == ["a", "b"] and tokens.logprobs.tolist() == [-np.inf, -1.0]
+
+
+# docs/data-format.md: response_tokens may be one longer than logprobs (a trailing pad), which the token area drops
+# without a note; two or more longer are clipped with one.
+def test_one_token_past_the_log_probs_is_a_trailing_pad_more_are_clipped_with_a_note(tmp_path):
+    tokens = {"logprobs": [-1.0, -2.0], "ref_logprobs": [-1.0, -2.5]}
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response_tokens=["a", "b", "<pad>"], **tokens), sample(1, response_tokens=["a", "b", "c", "<pad>"], **tokens)])
+    run = load(tmp_path / "run")
+    padded, longer = sample_tokens(run, 1, 0), sample_tokens(run, 1, 1)
+    assert padded.response_tokens == ["a", "b"] and not padded.notes
+    assert longer.response_tokens == ["a", "b"] and longer.notes == ["response_tokens has 4 entries, log-probs 2: tokens clipped to 2"]
 
 
 # docs/limits.md: a number beyond a float's range, however JSON writes it (1e400, an integer of 401 or 5,001 digits,
