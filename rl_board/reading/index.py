@@ -58,7 +58,7 @@ from rl_board.reading.summaries import (
 )
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
-CACHE_FORMAT = 8  # 8: numbers beyond a float's range read as ±inf with a note (a line with one was skipped)
+CACHE_FORMAT = 9  # 9: an optional key of the wrong type is left out with a note (its line was skipped); 8: numbers beyond a float's range read as ±inf with a note
 
 
 # Each line's place (its texts' too, in the logger's texts file: -1 where there are none), step and parse status.

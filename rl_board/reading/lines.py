@@ -453,11 +453,34 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
             raise BadLine(f"not valid JSON: {getattr(error, 'msg', error)} (column {getattr(error, 'colno', '?')})") from None
         if not isinstance(value, dict):
             raise BadLine(f"a JSON {json_kind(value)}, not an object")
-        try:
-            record = converted(with_raw_fields(value, decoder.type), decoder.type)
-        except (msgspec.ValidationError, TypeError, OverflowError) as error:
-            raise BadLine(str(error)) from None
+        record, ignored = without_wrong_optional_keys(with_raw_fields(value, decoder.type), decoder.type)
+        note = "; ".join(part for part in (note, *ignored) if part) or None
     return integer_step(record), note
+
+
+# A line's record with each optional key of the wrong type (an advantage given as a list, a truncated of "yes") left
+# out, and a note for each: the rest of the line (its reward, its texts, its tokens) is kept, where the whole line was
+# skipped. A required key (reward, step) of the wrong type, or a value that is wrong deeper than a top-level key can
+# say, still makes the line bad.
+def without_wrong_optional_keys(value: dict, kind) -> tuple:
+    ignored = []
+    for _ in range(len(value) + 1):
+        try:
+            return converted(value, kind), ignored
+        except (msgspec.ValidationError, TypeError, OverflowError) as error:
+            wrong = WRONG_KEY.search(str(error))
+            key = wrong.group(1) if wrong else None
+            if key not in value or key in REQUIRED_KEYS:
+                raise BadLine(str(error)) from None
+            value = {name: item for name, item in value.items() if name != key}
+            ignored.append(f"{key} left out: {WRONG_KEY.sub('', str(error))}")
+    raise BadLine("too many keys of the wrong type")
+
+
+WRONG_KEY = re.compile(r" - at `\$\.([A-Za-z_][A-Za-z0-9_]*)\b[^`]*`")  # msgspec's "... - at `$.advantage`" / "`$.rewards_per_func[...]`"
+
+
+REQUIRED_KEYS = {"prompt", "response", "reward", "step"}  # docs/data-format.md: a line without them is no sample
 
 
 # A Python value (Python's json's) as `kind`, as msgspec converts it, but with each number beyond a float's range where

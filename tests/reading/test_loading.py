@@ -277,8 +277,6 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
         (b'[1, 2, 3]\n', "a JSON array, not an object"),
         (b'null\n', "a JSON null, not an object"),  # JSON's names, not Python's (NoneType)
         (b'"text"\n', "a JSON string, not an object"),
-        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": "oops"}\n', "logprobs"),
-        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1, "logprobs": [1, {"a": 2}]}\n', "logprobs"),
     ],
 )
 def test_a_bad_line_is_skipped_and_reported_with_its_number(tmp_path, bad_line, reason):
@@ -312,6 +310,36 @@ def test_nan_infinity_and_null_are_accepted(tmp_path):
     assert run.samples["response_tokens_len"].tolist()[4:] == [2.0, 3.0]
     tokens = sample_tokens(run, 1, 4)
     assert tokens.response_tokens == ["a", "b"] and tokens.logprobs.tolist() == [-np.inf, -1.0]
+
+
+# An optional key of the wrong type is left out of its line with a note naming it, and the rest of the line is kept
+# (its reward, texts and other keys): the whole line was skipped, its valid reward with it. A required key of the
+# wrong type still makes the line bad (test_a_bad_line_is_skipped_and_reported_with_its_number).
+@pytest.mark.parametrize(
+    "wrong, key",
+    [
+        ({"advantage": [0.1, 0.2]}, "advantage"),
+        ({"ref_reward": "abc"}, "ref_reward"),
+        ({"group_id": [1, 2]}, "group_id"),
+        ({"truncated": "yes"}, "truncated"),
+        ({"valid_reward": [1]}, "valid_reward"),
+        ({"rewards_per_func": {"a": "x"}}, "rewards_per_func"),
+        ({"logprobs": "oops", "response_tokens": ["a"]}, "logprobs"),
+        ({"logprobs": [1, {"a": 2}], "ref_logprobs": [-1.0, -1.0]}, "logprobs"),
+        ({"entropies": ["x"], "logprobs": [-1.0], "ref_logprobs": [-1.5]}, "entropies"),
+    ],
+)
+def test_an_optional_key_of_the_wrong_type_is_left_out_and_its_line_kept(tmp_path, wrong, key):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1), sample(1, reward=0.25, **({"advantage": 0.5} | wrong)), sample(2)])
+    run = load(tmp_path / "run")
+    assert run.samples["reward"].tolist() == [1.0, 0.25, 1.0] and not problems_of(run, "skipped")
+    notes = problems_of(run, "note")
+    assert list(notes) == [("rollout_data_rank_0.jsonl", 2)] and notes[("rollout_data_rank_0.jsonl", 2)].startswith(f"{key} left out: Expected")
+    advantage = run.samples["advantage"].tolist()[1]
+    assert np.isnan(advantage) if key == "advantage" else advantage == 0.5  # the line's other keys kept
+    batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
+    assert batch.table["response"].tolist() == ["r1", "r1"] and not batch.problems
+    sample_tokens(run, 1, 1)  # the sample view reads the line as the index did
 
 
 # docs/data-format.md: response_tokens may be one longer than logprobs (a trailing pad), which the token area drops
