@@ -396,8 +396,8 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
         images.append(image_references(record.images) if record and record.images is not None else [])
     if problems:  # the tables drawn from this batch are kept apart from those of a batch read in full
         key = hashlib.sha1(repr((key, problems)).encode()).hexdigest()
-    # Object columns: a text a line lacks stays None (pandas 3 makes a column of strings and None a string column of NaN).
-    texts = {name: pd.Series(values, index=rows.index, dtype=object) for name, values in texts.items()}
+    # A text a line lacks stays None: pandas 3 makes a column of strings and None a string column of NaN.
+    texts = {name: pd.Series(values, index=rows.index, dtype=object) if None in values else values for name, values in texts.items()}
     return StepBatch(key=key, table=rows.assign(**texts, images=images, group=group_numbers(rows["group_id"])), problems=problems)
 
 
