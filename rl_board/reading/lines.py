@@ -633,8 +633,7 @@ def flat_float_list(raw: msgspec.Raw, parser: simdjson.Parser) -> np.ndarray | N
     return np.frombuffer(value.as_buffer(of_type="d"))
 
 
-# A step is an integer (2.0 is 2) within int64 once it is a float, as the index holds it (2**63 - 1 rounds up to 2**63),
-# and one a float holds exactly: past 2**53 two steps a float cannot tell apart (2**60 and 2**60 + 1) were shown as one.
+# A step is an integer (2.0 is 2) within int64 once it is a float, as the index holds it (2**63 - 1 rounds up to 2**63).
 def integer_step(record):
     if isinstance(record.step, float):
         if math.isinf(record.step):  # 1e400, or an integer of more than 4,000 digits (json_integer)
@@ -644,8 +643,6 @@ def integer_step(record):
         record.step = int(record.step)
     if not -(2**63) <= record.step < 2**63 or float(record.step) >= 2**63:
         raise BadLine(f"step {str(record.step)[:12]}… ({len(str(abs(record.step)))} digits) is out of range")
-    if int(float(record.step)) != record.step:
-        raise BadLine(f"step {record.step} is past 2^53, where the index's floats cannot tell it from step {int(float(record.step))}")
     return record
 
 

@@ -274,7 +274,6 @@ def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b"}\n", "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 400 + b', "extra": {"step": 1}}\n', "step"),
         (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1' + b"0" * 5000 + b"}\n", "step inf is out of range"),
-        (b'{"prompt": "p", "response": "r", "reward": 1, "step": 1152921504606846977}\n', "cannot tell it from step 1152921504606846976"),  # 2**60 + 1
         (b'[1, 2, 3]\n', "a JSON array, not an object"),
         (b'null\n', "a JSON null, not an object"),  # JSON's names, not Python's (NoneType)
         (b'"text"\n', "a JSON string, not an object"),
