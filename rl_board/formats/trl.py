@@ -177,8 +177,9 @@ def rows_digest(path: str, status: FileStatus) -> str | None:
 # log_extra columns, advantage) as the board's lines, a line per row in order (line N is row N, from 1): the reward
 # functions' scores in rewards_per_func, their plain sum (NaN-skipping, as TRL sums; the weights are applied when the
 # run loads) as reward, each run of group_size rows (num_generations; told from the prompts without it) a group, the
-# other columns fields. A score that is not a number (a string in a reward column) stays as it is: the board skips
-# its row, as it skips such a line of its own, and keeps the others; a note names the function and the value.
+# other columns fields. A score that is not a number (a string in a reward column) is left out of its row, and so is the
+# row's reward, which a sum without it would understate: the row is kept, its reward without a number (which the
+# charts name), and a note names the function and the value.
 def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     table = pyarrow.parquet.read_table(io.BytesIO(data))
     columns = table.column_names
@@ -195,16 +196,16 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     lines = []
     for index, row in enumerate(rows):
         scores = {name: row.pop(name) for name in names}
-        numbers = {name: number for name, score in scores.items() if (number := reward_number(score)) is not None}
-        notes += [(index + 1, f"reward function {name}: {shorten(repr(score), 80)} is not a number, the row is skipped") for name, score in scores.items() if score is not None and name not in numbers]
-        scores |= numbers  # a number written as text as the number (the line's reader skips the row for the others)
+        numbers = {name: number for name, score in scores.items() if (number := reward_number(score)) is not None}  # "0.75" too
+        wrong = {name: score for name, score in scores.items() if score is not None and name not in numbers}
+        notes += [(index + 1, f"reward function {name}: {shorten(repr(score), 80)} is not a number, left out with the row's reward") for name, score in wrong.items()]
         finite = [score for score in numbers.values() if not math.isnan(score)]
         line = {
             "step": row.pop("step", None),
             "prompt": row.pop("prompt", None),
             "response": completion_text(row.pop("completion", None)),
-            "reward": math.fsum(finite) if finite else None,
-            "rewards_per_func": scores,
+            "reward": math.fsum(finite) if finite and not wrong else None,
+            "rewards_per_func": {name: numbers.get(name) for name in scores if name not in wrong},
             "advantage": row.pop("advantage", None),
         }
         line["group_id"] = f"{line['step']}-{index // group_size}"

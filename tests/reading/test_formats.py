@@ -491,10 +491,11 @@ def test_a_parquet_that_cannot_be_read_is_not_read_again_until_it_changes(tmp_pa
     assert store.load(MAX_SAMPLES).step_rows(2)["reward"].tolist() == [0.5, 0.25]
 
 
-def test_a_string_in_a_trl_reward_column_skips_its_row_named_in_the_user_s_file_and_keeps_the_others(tmp_path):
-    """A reward function's cell that is not a number skips that row alone, as a wrong-typed reward skips a line of the
-    board's own, and one written as text ("0.75") is read as the number, as the board reads its own lines; the load
-    report names the parquet file (not its conversion) and the row (line N is row N, from 1)."""
+def test_a_string_in_a_trl_reward_column_is_left_out_with_the_row_s_reward_named_in_the_user_s_file(tmp_path):
+    """A reward function's cell that is not a number is left out of its row, with the row's reward (a sum without it
+    would understate it), as the board leaves out an optional key of the wrong type in a line of its own: the row is
+    kept, its reward without a number. One written as text ("0.75") is read as the number, as the board reads its own
+    lines; the load report names the parquet file (not its conversion) and the row (line N is row N, from 1)."""
     (tmp_path / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["accuracy"], "num_generations": 3}))
     write_completions(tmp_path / "completions", 1, [1.0, 0.5, 0.0])
     path = write_completions(tmp_path / "completions", 2, [0.25, 0.5, 0.75])
@@ -503,13 +504,12 @@ def test_a_string_in_a_trl_reward_column_skips_its_row_named_in_the_user_s_file_
     pyarrow.parquet.write_table(table, path)
     bad_row = [row["accuracy"] for row in pyarrow.parquet.read_table(path).to_pylist()].index("bad") + 1
     run = load(tmp_path)
-    [[name, line, _, reason]] = problem_rows(run, "skipped")
-    assert (name, line) == ("completions_00002.parquet", bad_row) == (path.name, 2)
-    assert reason.startswith("Expected `float | null`, got `str`")
-    assert problem_rows(run, "note") == [[path.name, 2, "note", "reward function accuracy: 'bad' is not a number, the row is skipped"]]
+    assert not problem_rows(run, "skipped") and bad_row == 2
+    assert problem_rows(run, "note") == [[path.name, 2, "note", "reward function accuracy: 'bad' is not a number, left out with the row's reward"]]
     assert run.steps == [1, 2] and run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0]
     kept = run.step_rows(2)
-    assert kept["line"].tolist() == [1, 3] and kept["reward"].tolist()[0] == 0.75 and kept["reward"].isna().tolist()[1]  # a number as text read as one
+    assert kept["line"].tolist() == [1, 2, 3] and kept["reward"].tolist()[0] == 0.75  # a number as text read as one
+    assert kept["reward"].isna().tolist() == [False, True, True] and kept["rewards/accuracy"].isna().tolist() == [False, True, True]
 
 
 @pytest.mark.parametrize("where", ["completions", "."])
