@@ -41,13 +41,15 @@ from rl_board.text import markdown_literal, readable_tokens, valid_text
 
 
 # TRL's reward of a sample: the reward functions' scores times their weights (1 where none is given), summed
-# skipping NaN (a function that did not score the sample); NaN where no function scored it.
+# skipping NaN (a function that did not score the sample); NaN where no function scored it, and where the line's own
+# reward is NaN (a score that was not a number, left out: the sum of the others would understate the reward).
 def total_reward(samples: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
     columns = [column for column in samples.columns if column.startswith("rewards/")]
+    rewards = samples["reward"].to_numpy(dtype=float)
     if not columns:
-        return samples["reward"].to_numpy(dtype=float)
+        return rewards
     scores = samples[columns].to_numpy(dtype=float) * np.array([weights.get(column[len("rewards/") :], 1.0) for column in columns])
-    return np.where(np.isnan(scores).all(axis=1), np.nan, np.nansum(scores, axis=1))
+    return np.where(np.isnan(scores).all(axis=1) | np.isnan(rewards), np.nan, np.nansum(scores, axis=1))
 
 
 # What reward is, in words, for the page: the weighted sum and where the weights came from, or the plain sum.

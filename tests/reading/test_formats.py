@@ -510,6 +510,12 @@ def test_a_string_in_a_trl_reward_column_is_left_out_with_the_row_s_reward_named
     kept = run.step_rows(2)
     assert kept["line"].tolist() == [1, 2, 3] and kept["reward"].tolist()[0] == 0.75  # a number as text read as one
     assert kept["reward"].isna().tolist() == [False, True, True] and kept["rewards/accuracy"].isna().tolist() == [False, True, True]
+    # With two functions, the row's reward is not the other's score: the weighted sum at load keeps it without a number.
+    (tmp_path / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["accuracy", "format"], "reward_weights": [1.0, 2.0], "num_generations": 3}))
+    table = table.append_column("format", pyarrow.array([0.5, 0.5, None]))
+    pyarrow.parquet.write_table(table, path)
+    two = load(tmp_path).step_rows(2)
+    assert two["reward"].tolist()[0] == 0.75 + 2 * 0.5 and two["reward"].isna().tolist() == [False, True, True] and two["rewards/format"].tolist()[1] == 0.5
 
 
 @pytest.mark.parametrize("where", ["completions", "."])
