@@ -458,13 +458,13 @@ def decode_line(raw: bytes, decoder: msgspec.json.Decoder):
     return integer_step(record), note
 
 
-# A line's record with each optional key of the wrong type (an advantage given as a list, a truncated of "yes") left
-# out, and a note for each: the rest of the line (its reward, its texts, its tokens) is kept, where the whole line was
-# skipped. A required key (reward, step) of the wrong type, or a value that is wrong deeper than a top-level key can
-# say, still makes the line bad.
+# A line's record with each optional key of the wrong type (an advantage given as a list, a truncated of "yes", a
+# rewards_per_func holding a string) left out, and a note for each: the rest of the line (its reward, its texts, its
+# tokens) is kept, where the whole line was skipped. A required key (reward, step) of the wrong type, or an error that
+# names no key of the line, still makes the line bad. Each pass leaves out one key, so the loop ends.
 def without_wrong_optional_keys(value: dict, kind) -> tuple:
     ignored = []
-    for _ in range(len(value) + 1):
+    while True:
         try:
             return converted(value, kind), ignored
         except (msgspec.ValidationError, TypeError, OverflowError) as error:
@@ -474,7 +474,6 @@ def without_wrong_optional_keys(value: dict, kind) -> tuple:
                 raise BadLine(str(error)) from None
             value = {name: item for name, item in value.items() if name != key}
             ignored.append(f"{key} left out: {WRONG_KEY.sub('', str(error))}")
-    raise BadLine("too many keys of the wrong type")
 
 
 WRONG_KEY = re.compile(r" - at `\$\.([A-Za-z_][A-Za-z0-9_]*)\b[^`]*`")  # msgspec's "... - at `$.advantage`" / "`$.rewards_per_func[...]`"
