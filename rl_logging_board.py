@@ -171,7 +171,7 @@ from rl_board.reading.storage import (
     storage_errors,
 )
 from rl_board.reading.store import RunStore, list_runs
-from rl_board.reading.workers import WORKERS, LatestJobThread, worker_pool
+from rl_board.reading.workers import WORKERS, LatestJobThread, Turns, worker_pool
 from rl_board.signals import DEFAULT_WINDOW, EXAMPLES_PER_STEP, SIGNALS, firing_examples, signals_by_step
 from rl_board.staleness import STALENESS_SERIES, staleness_by_step, staleness_distribution
 from rl_board.text import (
@@ -250,6 +250,17 @@ PAGE_STYLE = (
     " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] img"
     " {width: 100% !important; height: calc(100vh - 6rem); object-fit: contain}</style>"
 )
+
+
+# The step area's fragments are drawn in the server's turns (session_turns): under one interpreter, sessions that
+# change the step together are otherwise all drawn at the end (bench/server_sessions.py).
+def in_turn(draw):
+    @functools.wraps(draw)
+    def drawn_in_turn(*args, **kwargs):
+        with session_turns().turn():
+            return draw(*args, **kwargs)
+
+    return drawn_in_turn
 
 
 # The page outline: sidebar choices, then each area of the loaded run.
@@ -372,6 +383,7 @@ def guard_network_access(options: argparse.Namespace) -> str | None:
 # The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
 # of the page, not the sidebar, the load and the step curves above.
 @st.fragment
+@in_turn
 def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "Settings"):
     step = draw_step_selector(run, settings.live and settings.follow_latest)
     rows = run.step_rows(step)
@@ -422,6 +434,7 @@ def read_ahead(run: "RunSnapshot", step: int, settings: "Settings"):
 # A fragment inside the step's: picking another sample or token metric redraws only this part, not the step's charts
 # and tables above it.
 @st.fragment
+@in_turn
 def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "StepBatch", step: int, settings: "Settings"):
     sample = draw_samples_pair(run, batch, step, settings) if settings.view.show_samples_pair else chosen_sample(batch)
     draw_other_fields(batch.table.iloc[sample])
@@ -2305,6 +2318,7 @@ def chosen_sample(batch: "StepBatch") -> int:
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text. A fragment
 # inside the sample view's: choosing values or a view redraws only the token area.
 @st.fragment
+@in_turn
 def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span: tuple[int, int, str] | None = None):
     row = batch.table.iloc[sample]
     try:
@@ -2605,6 +2619,13 @@ def run_store(run_dir: str) -> "RunStore":
 @st.cache_resource(show_spinner=False, max_entries=16)
 def load_step_batch(key: str, _rows: pd.DataFrame) -> "StepBatch":
     return read_step_batch(key, _rows)
+
+
+# The turns the server's sessions take to draw their step areas, one at a time (rl_board.reading.workers.Turns); a
+# session waits for its turn at most about five cached step changes' time (0.05 s each on 2 cores), then goes ahead.
+@st.cache_resource(show_spinner=False)
+def session_turns() -> "Turns":
+    return Turns(wait=0.25)
 
 
 # One read-ahead thread per server, shared by the sessions: it starts the latest job once the user has stayed on a

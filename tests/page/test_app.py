@@ -1,5 +1,6 @@
 """The board driven through Streamlit's AppTest: sidebar, views, step selector, batch table, samples pair, token area."""
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -11,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 import rl_logging_board as board
 from bench.generate_run import write_run
-from rl_board.reading.workers import WORKERS
+from rl_board.reading.workers import WORKERS, Turns
 from rl_board.text import BYTE_OF_CHARACTER, clean_text, markdown_literal
 from tests.support import PROJECT
 from tests.support.page import (
@@ -28,6 +29,7 @@ from tests.support.page import (
     widget,
 )
 from tests.support.runs import sample, write_lines
+from tests.support.threads import turn_held_elsewhere
 
 # The original's sidebar, less its two curve settings, which are above the curves (a slider there moved with the
 # keyboard reruns only the curves).
@@ -745,6 +747,38 @@ def test_reruns_and_loads_share_one_pool_of_worker_processes(grpo_root, monkeypa
         load_and_view(app)
         app.run()
     assert set(multiprocessing.active_children()) == workers and len(workers) >= WORKERS > 1
+
+
+# Sessions draw their step areas in the server's turns (rl_board.reading.workers.Turns), one at a time: a step change,
+# a sample change and the token area inside them take the one turn the server has, which another session's work can
+# hold; a session whose wait runs out is drawn all the same.
+def test_the_step_area_is_drawn_in_the_servers_turns(grpo_root, monkeypatch):
+    taken, turn = [], Turns.turn
+
+    @contextlib.contextmanager
+    def recorded(self):
+        with turn(self) as had:
+            taken.append((self, had))
+            yield had
+
+    monkeypatch.setattr(Turns, "turn", recorded)
+    app = start(grpo_root, monkeypatch)
+    turns = taken[0][0]
+    assert taken == [(turns, True)] * 3  # the step area, its sample view, the token area
+
+    def taken_by(change) -> list:
+        taken.clear()
+        change()
+        assert not app.exception
+        return taken[:]
+
+    assert taken_by(lambda: widget(app.slider, "Step Index(5 total steps)").set_value(2).run()) == [(turns, True)] * 3
+    assert taken_by(lambda: widget(app.number_input, "Sample index in current step batch").set_value(3).run()) == [(turns, True)] * 3  # AppTest reruns the page
+    with turn_held_elsewhere(turns):  # another session's work holds it
+        assert taken_by(lambda: widget(app.slider, "Step Index(5 total steps)").set_value(3).run()) == [(turns, False)] * 3
+    step_lines = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 3]
+    assert sorted(batch_table(app)["reward"]) == sorted(line["reward"] for line in step_lines)  # drawn all the same
+    assert taken_by(lambda: widget(app.slider, "Step Index(5 total steps)").set_value(4).run()) == [(turns, True)] * 3
 
 
 # The token in the link (start.sh prints ?token=...) is accepted and then dropped from the address, so it does not

@@ -14,6 +14,7 @@ logger/ (rollout_logger in a real GRPOTrainer), project/ (set-up and the import 
 - logger_two_ranks.py: one rank of the two-process run (torchrun runs it as a script).
 - progress_bars_app.py: a page of progress bars (AppTest runs it as a page).
 - worker_faults.py: a worker task that kills its own process once (worker processes import it by name).
+- threads.py: a server's turn held by another thread, as another session's work holds it.
 """
 
 from pathlib import Path
