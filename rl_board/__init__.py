@@ -16,7 +16,8 @@ The map, by the data path (each module's docstring says more; only the page impo
     where each line is                         reading/index.py     FileIndex (offset, step, numbers), IndexCache on disk
     the logger's index beside each rank file   reading/summaries.py a batch's summaries record (the logger writes
                                                                     it), read back as the chunk a parse gives
-    indexed on worker processes                reading/workers.py   the spawned pool, index_chunk, run_tasks
+    indexed on worker processes                reading/workers.py   the spawned pool, index_chunk, run_tasks; the
+                                                                    read-ahead thread, the sessions' Turns
     a run folder kept up to date               reading/store.py     RunStore.load -> RunSnapshot; list_runs
     the samples the page draws, read back      reading/snapshot.py  RunSnapshot, StepBatch (a step's texts),
                                                                     SampleTokens (a sample's per-token lists)

@@ -1,7 +1,7 @@
 """The worker processes that index big runs: one spawned pool per server, started before Load & View; tasks are this
 package's functions (index_chunk, summarize_lines, read_texts), pickled by name, so a worker imports only the reading
-layer. Also how files are cut into line-aligned chunks and rows into batches for them, and the thread that reads ahead
-what the page will likely show next."""
+layer. Also how files are cut into line-aligned chunks and rows into batches for them, the thread that reads ahead
+what the page will likely show next, and the turns the server's sessions take to draw."""
 import contextlib
 import functools
 import gc
