@@ -252,15 +252,16 @@ PAGE_STYLE = (
 )
 
 
-# The step area's fragments are drawn in the server's turns (session_turns): under one interpreter, sessions that
-# change the step together are otherwise all drawn at the end (bench/server_sessions.py).
-def in_turn(draw):
+# A fragment of the step area, drawn in the server's turns (session_turns): under one interpreter, sessions that change
+# the step together are otherwise all drawn at the end (bench/server_sessions.py). The turn is taken inside the
+# fragment, so that its own reruns (a step or a sample change) take it too, not only the page's.
+def step_area_fragment(draw):
     @functools.wraps(draw)
     def drawn_in_turn(*args, **kwargs):
         with session_turns().turn():
             return draw(*args, **kwargs)
 
-    return drawn_in_turn
+    return st.fragment(drawn_in_turn)
 
 
 # The page outline: sidebar choices, then each area of the loaded run.
@@ -382,8 +383,7 @@ def guard_network_access(options: argparse.Namespace) -> str | None:
 
 # The step in view and its samples. A fragment: picking a step, a table row or a group reruns only this part
 # of the page, not the sidebar, the load and the step curves above.
-@st.fragment
-@in_turn
+@step_area_fragment
 def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "Settings"):
     step = draw_step_selector(run, settings.live and settings.follow_latest)
     rows = run.step_rows(step)
@@ -433,8 +433,7 @@ def read_ahead(run: "RunSnapshot", step: int, settings: "Settings"):
 # The sample in view, right under the table it is picked in, with its tokens and then its group's other completions.
 # A fragment inside the step's: picking another sample or token metric redraws only this part, not the step's charts
 # and tables above it.
-@st.fragment
-@in_turn
+@step_area_fragment
 def draw_sample_view(run: "RunSnapshot", compared: list["RunSnapshot"], batch: "StepBatch", step: int, settings: "Settings"):
     sample = draw_samples_pair(run, batch, step, settings) if settings.view.show_samples_pair else chosen_sample(batch)
     draw_other_fields(batch.table.iloc[sample])
@@ -2317,8 +2316,7 @@ def chosen_sample(batch: "StepBatch") -> int:
 
 # Every token of the chosen response: rows of metrics as a shaded table, a heat map and running text. A fragment
 # inside the sample view's: choosing values or a view redraws only the token area.
-@st.fragment
-@in_turn
+@step_area_fragment
 def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span: tuple[int, int, str] | None = None):
     row = batch.table.iloc[sample]
     try:

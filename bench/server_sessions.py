@@ -6,8 +6,9 @@ makes each session wait, on any machine: a real page (Chromium) opens the medium
 the step twice and the sample twice, and the messages it sent the server are kept. Then SESSIONS websocket clients, in
 one asyncio process and without a browser, each open a session of their own with the page's first message; ROUNDS
 times they all send the same step change at the same moment (the two steps in turn), then the same for the sample. A
-session's time runs from its message sent until the server's message that the rerun finished: the server's part. The
-first round of each change is not counted (the first session to ask reads the step). The clients' own CPU is a few
+session's time runs from its message sent until the server's message that the rerun finished: the server's part. A
+rerun that ended otherwise, drew an exception or drew nothing stops the bench. The first round of each change is not
+counted (the first session to ask reads the step), in the times or in the server's CPU. The clients' own CPU is a few
 milliseconds a round; with --server-cpus the server and its workers run on cores of their own.
 
     python bench/server_sessions.py                                 # 1, 4 and 8 sessions, 10 rounds each change
@@ -94,20 +95,29 @@ def reruns(messages: list[bytes]) -> list[bytes]:
     return asked
 
 
-# Reads the server's messages until the rerun's end; returns the bytes received.
-async def until_finished(socket) -> int:
-    received = 0
+FINISHED = {ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY}
+
+
+# Reads the server's messages until the rerun's end. A rerun that ended otherwise (stopped early, a compile error), drew
+# an exception, or drew nothing (a fragment the session does not have) stops the bench: its time would not be a rerun's.
+async def until_finished(socket):
+    drawn = 0
     while True:
-        raw = await socket.recv()
-        received += len(raw)
         message = ForwardMsg()
-        message.ParseFromString(raw)
-        if message.WhichOneof("type") == "script_finished":
-            return received
+        message.ParseFromString(await socket.recv())
+        kind = message.WhichOneof("type")
+        if kind == "delta" and message.delta.WhichOneof("type") == "new_element":
+            if message.delta.new_element.WhichOneof("type") == "exception":
+                raise SystemExit(f"the rerun drew an exception: {message.delta.new_element.exception.message}")
+            drawn += 1
+        if kind == "script_finished":
+            if message.script_finished not in FINISHED or not drawn:
+                raise SystemExit(f"the rerun ended as {ForwardMsg.ScriptFinishedStatus.Name(message.script_finished)}, {drawn} element(s) drawn")
+            return
 
 
 # SESSIONS sessions, each opened with the page's first run, then ROUNDS rounds of each change, all sessions sending it
-# together. Returns, per change, each counted round's times and the server's CPU for all its reruns.
+# together. Returns, per change, each counted round's times and the server's CPU a session and counted round.
 async def sessions_together(url: str, messages: dict, count: int, rounds: int, server_pids: list[int]) -> dict:
     times = {change: [] for change in ("step", "sample")}
     cpu = {}
@@ -133,14 +143,15 @@ async def sessions_together(url: str, messages: dict, count: int, rounds: int, s
     async def conductor():
         await opened.wait()
         for change in times:
-            before = cpu_seconds(server_pids)
             for round_ in range(rounds):
                 await ready[change, round_].wait()
+                if round_ == 1:  # the first round, not counted, answered
+                    before = cpu_seconds(server_pids)
                 await asyncio.sleep(PAUSE_S)
                 go[change, round_].set()
             while len(times[change]) < count * (rounds - 1):  # the last round answered
                 await asyncio.sleep(0.01)
-            cpu[change] = cpu_since(before, server_pids) / (count * rounds)
+            cpu[change] = cpu_since(before, server_pids) / (count * (rounds - 1))
 
     await asyncio.gather(conductor(), *(session() for _ in range(count)))
     return {change: (times[change], cpu[change]) for change in times}

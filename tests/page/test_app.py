@@ -750,8 +750,8 @@ def test_reruns_and_loads_share_one_pool_of_worker_processes(grpo_root, monkeypa
 
 
 # Sessions draw their step areas in the server's turns (rl_board.reading.workers.Turns), one at a time: a step change,
-# a sample change and the token area inside them take the one turn the server has, which another session's work can
-# hold; a session whose wait runs out is drawn all the same.
+# a sample change and the token area inside them take the one turn the server has, whichever the session, which another
+# session's work can hold; a session whose wait runs out is drawn all the same.
 def test_the_step_area_is_drawn_in_the_servers_turns(grpo_root, monkeypatch):
     taken, turn = [], Turns.turn
 
@@ -779,6 +779,7 @@ def test_the_step_area_is_drawn_in_the_servers_turns(grpo_root, monkeypatch):
     step_lines = [line for line in lines_of(grpo_root / "grpo_run") if line["step"] == 3]
     assert sorted(batch_table(app)["reward"]) == sorted(line["reward"] for line in step_lines)  # drawn all the same
     assert taken_by(lambda: widget(app.slider, "Step Index(5 total steps)").set_value(4).run()) == [(turns, True)] * 3
+    assert taken_by(lambda: start(grpo_root, monkeypatch)) == [(turns, True)] * 3  # another session: the same turns
 
 
 # The token in the link (start.sh prints ?token=...) is accepted and then dropped from the address, so it does not
