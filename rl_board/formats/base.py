@@ -1,10 +1,12 @@
 """What every format module gives the registry, and what detectors share: RunFormat (how a run folder's files are
 read), RunLayout (which folders are one run of the format, from a listing), Folder (one listing of a run folder) and
-first_line_keys (the keys a JSONL file's first line has)."""
+first_line_keys (the keys a JSONL file's first line has); and what converters share: a group id from a prompt, a sum of
+scores that cannot fail."""
 import fnmatch
 import functools
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,3 +137,15 @@ def first_line_keys(path: str, status: FileStatus) -> set:
 # Completions of one prompt in a step form a group (GRPO's): the prompt's hash names it.
 def group_of_prompt(prompt) -> str:
     return hashlib.blake2b((as_text(prompt) or "").encode(), digest_size=8).hexdigest()
+
+
+# A sum of scores, exact where it can be (fsum): ±inf where they hold one or where the finite ones' sum goes beyond a
+# float's range, NaN where +inf meets −inf. fsum raises in those two cases, which stopped a whole file's conversion.
+def summed(values) -> float:
+    values = list(values)
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return sum(values)
+    except ValueError:
+        return math.nan

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import json
 import math
 import os
 import re
@@ -24,7 +25,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet
 
-from rl_board.formats.base import Folder, RunFormat, RunLayout
+from rl_board.formats.base import Folder, RunFormat, RunLayout, summed
 from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_meta
 from rl_board.reading.lines import FORMAT_KEYS, as_text, converted
 from rl_board.reading.storage import Entry, FileStatus, is_remote, joined, list_folder, read_file
@@ -199,19 +200,52 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
         numbers = {name: number for name, score in scores.items() if (number := reward_number(score)) is not None}  # "0.75" too
         wrong = {name: score for name, score in scores.items() if score is not None and name not in numbers}
         notes += [(index + 1, f"reward function {name}: {shorten(repr(score), 80)} is not a number, left out with the row's reward") for name, score in wrong.items()]
-        finite = [score for score in numbers.values() if not math.isnan(score)]
+        scored = [score for score in numbers.values() if not math.isnan(score)]  # NaN: TRL's "did not score"
+        reward = summed(scored) if scored and not wrong else None
+        if reward is not None and math.isnan(reward):
+            notes.append((index + 1, "reward functions scored +inf and −inf: the row's reward has no number"))
+            reward = None
         line = {
             "step": row.pop("step", None),
             "prompt": row.pop("prompt", None),
             "response": completion_text(row.pop("completion", None)),
-            "reward": math.fsum(finite) if finite and not wrong else None,
+            "reward": reward,
             "rewards_per_func": {name: numbers.get(name) for name in scores if name not in wrong},
             "advantage": row.pop("advantage", None),
         }
         line["group_id"] = f"{line['step']}-{index // group_size}"
         line |= {(f"{name} (log_extra)" if name in line or name in FORMAT_KEYS else name): value for name, value in row.items()}
-        lines.append(msgspec.json.encode(line))
+        lines.append(encoded_line(line))
     return b"".join(line + b"\n" for line in lines), notes
+
+
+# A converted line as JSON. msgspec writes ±inf as null, which the board reads as a reward without a number (or a
+# function that did not score): a line holding ±inf is written by Python's json instead, as Infinity, which the board
+# reads back as ±inf. NaN stays null, as msgspec writes it; other values (a timestamp column's) as msgspec writes them.
+def encoded_line(line: dict) -> bytes:
+    if not holds_infinity(line):
+        return msgspec.json.encode(line)
+    return json.dumps(nan_as_null(msgspec.to_builtins(line))).encode()
+
+
+def holds_infinity(value) -> bool:
+    if isinstance(value, float):
+        return math.isinf(value)
+    if isinstance(value, dict):
+        return any(map(holds_infinity, value.values()))
+    if isinstance(value, list | tuple):
+        return any(map(holds_infinity, value))
+    return False
+
+
+def nan_as_null(value):
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, dict):
+        return {key: nan_as_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [nan_as_null(item) for item in value]
+    return value
 
 
 # A reward function's score as the board reads a number (msgspec's lax mode: "0.5" is 0.5), None for one it does not.

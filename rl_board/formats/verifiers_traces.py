@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rl_board.formats.agent_turns import LineNotes, finite, kept_turns, message_turn, messages_value
-from rl_board.formats.base import group_of_prompt
+from rl_board.formats.base import group_of_prompt, summed
 from rl_board.reading.storage import read_file
 from rl_board.tokenizer import tokens_of
 from rollout_logger.metadata import FORMAT_KEYS
@@ -122,7 +122,7 @@ class Branch:
 # Trace.reward: the rewards' score times weight, summed (None ones skipped); None when none was scored.
 def trace_reward(rewards: dict) -> float | None:
     scored = [(reward["score"], reward.get("weight", 1.0)) for reward in rewards.values() if isinstance(reward, dict) and finite(reward.get("score")) is not None]
-    return math.fsum(score * (weight if finite(weight) is not None else 1.0) for score, weight in scored) if scored else None
+    return summed(score * (weight if finite(weight) is not None else 1.0) for score, weight in scored) if scored else None
 
 
 def reward_scores(rewards: dict) -> dict | None:

@@ -37,10 +37,8 @@ import math
 import re
 from dataclasses import dataclass
 
-import msgspec
-
-from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
-from rl_board.formats.trl import completion_text
+from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt, summed
+from rl_board.formats.trl import completion_text, encoded_line
 from rl_board.reading.lines import FORMAT_KEYS
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
 from rl_board.reading.wandb_log import read_log
@@ -198,7 +196,7 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
             line |= {
                 "prompt": cells.pop("prompt"),
                 "response": completion_text(cells.pop("completion")),
-                "reward": math.fsum(found) if found else None,
+                "reward": summed(found) if found else None,
                 "rewards_per_func": scores,
             }
             if "advantage" in cells:
@@ -210,7 +208,7 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
                 cells.pop("step")
         line["wandb_table"] = table["key"]
         line |= {(f"{name} (table)" if name in line or name in FORMAT_KEYS or name in OWN_FIELDS else name): cell for name, cell in cells.items()}
-        lines.append(msgspec.json.encode(line))
+        lines.append(encoded_line(line))
     return b"".join(line + b"\n" for line in lines), notes
 
 

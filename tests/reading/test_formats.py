@@ -21,7 +21,9 @@ import rl_board.formats.conversion
 import rl_board.formats.verl
 import rl_board.reading.storage
 import rl_logging_board as board
+from rl_board.formats.base import summed
 from rl_board.formats.conversion import KNOWN_CONVERSIONS, conversions_folder
+from rl_board.formats.verifiers_traces import trace_reward
 from rl_board.reading.history import read_history
 from rl_board.reading.index import BUNDLED_FILES, IndexCache
 from rl_board.reading.search import export_jsonl
@@ -516,6 +518,35 @@ def test_a_string_in_a_trl_reward_column_is_left_out_with_the_row_s_reward_named
     pyarrow.parquet.write_table(table, path)
     two = load(tmp_path).step_rows(2)
     assert two["reward"].tolist()[0] == 0.75 + 2 * 0.5 and two["reward"].isna().tolist() == [False, True, True] and two["rewards/format"].tolist()[1] == 0.5
+
+
+def test_infinite_trl_scores_are_kept_and_opposite_ones_leave_the_reward_without_a_number(tmp_path):
+    """A reward function that overflows scores ±inf, which TRL writes into its parquet as it is. The converted line keeps
+    it (as Infinity: msgspec would write null, a reward without a number), so the board shows and names it as in a line
+    of its own. A row scored +inf by one function and −inf by another has no reward (their sum is no number), with a
+    note; finite scores whose sum is beyond a float's range sum to +inf. Neither stops the file's conversion."""
+    (tmp_path / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["accuracy", "format"], "num_generations": 2}))
+    path = write_completions(tmp_path / "completions", 1, [math.inf, math.inf, 1e308, 0.5])
+    table = pyarrow.parquet.read_table(path).append_column("format", pyarrow.array([1.0, -math.inf, 1e308, math.nan]))
+    pyarrow.parquet.write_table(table, path)
+    run = load(tmp_path)
+    assert not problem_rows(run, "skipped")
+    assert problem_rows(run, "note") == [[path.name, 2, "note", "reward functions scored +inf and −inf: the row's reward has no number"]]
+    rows = run.step_rows(1)
+    assert rows["reward"].tolist()[0] == math.inf and math.isnan(rows["reward"].tolist()[1]) and rows["reward"].tolist()[2:] == [math.inf, 0.5]
+    assert rows["rewards/format"].tolist()[:3] == [1.0, -math.inf, 1e308] and math.isnan(rows["rewards/format"].tolist()[3])  # NaN: did not score
+    assert rows["rewards/accuracy"].tolist() == [math.inf, math.inf, 1e308, 0.5]
+
+
+def test_a_sum_of_scores_never_stops_a_conversion():
+    """fsum raises where +inf meets −inf and where finite scores sum beyond a float's range, which stopped a whole file's
+    conversion: summed gives NaN and ±inf there, and fsum's exact sum elsewhere. A verifiers trace's weighted reward
+    (prime-rl's traces) is one such sum."""
+    assert summed([0.1] * 10) == 1.0  # exact: a plain sum gives 0.9999999999999999
+    assert summed([1e308, 1e308]) == math.inf and summed(score for score in [-1e308, -1e308]) == -math.inf  # a generator read once
+    assert summed([math.inf, 1.0]) == math.inf and math.isnan(summed([math.inf, -math.inf]))
+    assert trace_reward({"a": {"score": 1e308, "weight": 10}, "b": {"score": 2.0}}) == math.inf
+    assert math.isnan(trace_reward({"a": {"score": 1e308, "weight": 10}, "b": {"score": -1e308, "weight": 10}}))
 
 
 @pytest.mark.parametrize("where", ["completions", "."])

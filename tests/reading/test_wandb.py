@@ -150,6 +150,24 @@ def test_without_reward_metrics_the_float_columns_are_the_functions(written):
     assert run.history.empty
 
 
+def test_scores_whose_sum_is_beyond_a_float_s_range_give_an_infinite_reward(written, tmp_path):
+    """Two scores of 1e308 sum to +inf: the row's reward is +inf, kept as such in its converted line (msgspec writes
+    ±inf as null, a reward without a number), where fsum's overflow stopped the whole table's conversion."""
+    run_folder = shutil.copytree(written["bare"], tmp_path / "run")
+    path = sorted((run_folder / "files" / "media" / "table").glob("completions_*.table.json"))[0]
+    table = json.loads(path.read_text())
+    columns = table["columns"]
+    functions = range(columns.index("completion") + 1, columns.index("advantage"))
+    assert len(functions) == len(REWARD_FUNCTIONS)
+    for position in functions:
+        table["data"][0][position] = 1e308
+    path.write_text(json.dumps(table))
+    run = rl_board.open_run(run_folder)
+    assert not (run.problems["kind"] == "skipped").any()
+    rewards = board_samples(run).query(f"step == {table['data'][0][columns.index('step')]}")["reward"].tolist()
+    assert len(rewards) == len(table["data"]) and rewards[0] == math.inf and all(math.isfinite(reward) for reward in rewards[1:])
+
+
 def test_bad_input_is_counted_in_the_load_report(written, tmp_path):
     """A table file being written (cut short) is named and its rows wait; a row of another length is left out and
     counted; a log cut mid-record is read up to there; a corrupt log is read up to the corrupt record, with a note."""
