@@ -25,9 +25,61 @@ PARALLEL_MIN_BYTES = 48 << 20
 CHUNK_BYTES = 32 << 20
 
 
-# One worker process for each core this process may run on: its CPU affinity (taskset, a container's cpuset), not the
-# machine's count, which would start 16 workers on 2 cores a scheduler gave the board.
-WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+# The CPU time this process's cgroups allow it, in cores: the tightest quota over period of its cgroup and those above
+# it (cgroup v2's cpu.max, v1's cpu.cfs_quota_us), found through the cgroup mounts it sees; None where none is set
+# or none can be read (not Linux, no cgroup file system mounted).
+def cgroup_cpu_quota(proc: str = "/proc/self") -> float | None:
+    try:
+        with open(f"{proc}/cgroup") as file:
+            groups = [line.rstrip("\n").split(":", 2) for line in file if line.count(":") >= 2]
+        with open(f"{proc}/mountinfo") as file:
+            mounts = [line.split() for line in file if " - " in line]
+    except OSError:
+        return None
+    quotas = []
+    for fields in mounts:
+        root, mount_point = fields[3], fields[4]
+        file_system, options = fields[fields.index("-") + 1], fields[fields.index("-") + 3].split(",")
+        if file_system == "cgroup2":
+            paths = [path for hierarchy, _, path in groups if hierarchy == "0"]
+        elif file_system == "cgroup" and "cpu" in options:
+            paths = [path for _, controllers, path in groups if "cpu" in controllers.split(",")]
+        else:
+            continue
+        for path in paths:  # the cgroup's place under the mount: a container may have its own cgroup mounted as the root
+            below = path if root == "/" else path[len(root):] if path.startswith(root) else ""
+            quotas += cpu_quotas_up_to(mount_point, [part for part in below.split("/") if part], v2=file_system == "cgroup2")
+    return min(quotas, default=None)
+
+
+# The CPU quotas, in cores, set on a cgroup (a mount point and the folders below it) and on each cgroup above it.
+def cpu_quotas_up_to(mount_point: str, parts: list[str], v2: bool) -> list[float]:
+    quotas = []
+    for depth in range(len(parts), -1, -1):
+        folder = os.path.join(mount_point, *parts[:depth])
+        with contextlib.suppress(OSError, ValueError):
+            if v2:
+                with open(f"{folder}/cpu.max") as file:
+                    quota, period = file.read().split()
+            else:
+                with open(f"{folder}/cpu.cfs_quota_us") as quota_file, open(f"{folder}/cpu.cfs_period_us") as period_file:
+                    quota, period = quota_file.read().strip(), period_file.read().strip()
+            if quota not in ("max", "-1") and int(quota) > 0 and int(period) > 0:
+                quotas.append(int(quota) / int(period))
+    return quotas
+
+
+# The cores this process may use: its CPU affinity (taskset, a container's cpuset) and, rounded up, its cgroups' CPU
+# quota (docker --cpus, a Kubernetes pod's CPU limit, systemd's CPUQuota), not the machine's count of cores.
+def usable_cores() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+# One worker process for each core this process may use, not one per core of the machine: a pod limited to 2 CPUs of
+# a 64-core node would otherwise start 64 workers, each with its own memory, to share 2 cores' time.
+WORKERS = usable_cores()
 
 
 # Worker: index bytes [start, end) of a file: every line's place and step, and the numbers of the

@@ -206,6 +206,52 @@ def test_a_board_limited_to_one_core_counts_one_worker():
     assert result.stdout.split() == ["1"]
 
 
+# A board in a container or a systemd unit with a CPU quota (docker --cpus, a pod's CPU limit, CPUQuota) starts as many
+# workers as its quota's cores, rounded up: here a real cgroup of this machine, allowed one core's time, around a
+# process that may run on every core.
+def test_a_board_given_one_cores_time_by_its_cgroup_counts_one_worker(tmp_path):
+    folder = next((Path(f"/sys/fs/cgroup/{name}") for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu") if Path(f"/sys/fs/cgroup/{name}/cpu.cfs_quota_us").exists()), None)
+    if folder is None or not os.access(folder, os.W_OK) or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs a writable cgroup v1 cpu controller (root) and two cores or more")
+    group = folder / f"rl_board_test_{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("100000")
+        count = f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); from rl_board.reading.workers import WORKERS; print(WORKERS)"
+        result = subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)
+        assert result.stdout.split() == ["1"]
+    finally:
+        group.rmdir()
+
+
+# The quota is the tightest of the process's cgroup and those above it, read through the mounts the process sees:
+# cgroup v2's cpu.max below a shared root, v1's cfs files in a container whose own cgroup is mounted as the root.
+def test_the_cpu_quota_is_the_tightest_of_a_cgroup_and_those_above_it(tmp_path):
+    proc, v2, v1 = tmp_path / "proc", tmp_path / "v2", tmp_path / "v1"
+    proc.mkdir()
+    for folder, quota in ((v2, "max 100000"), (v2 / "kubepods", "max 100000"), (v2 / "kubepods/pod", "250000 100000"), (v2 / "kubepods/pod/container", "max 100000")):
+        folder.mkdir()
+        (folder / "cpu.max").write_text(quota + "\n")
+    (proc / "cgroup").write_text("0::/kubepods/pod/container\n")
+    (proc / "mountinfo").write_text(f"30 25 0:26 / {v2} rw,nosuid,nodev shared:4 - cgroup2 cgroup2 rw,nsdelegate\n")
+    assert rl_board.reading.workers.cgroup_cpu_quota(str(proc)) == 2.5
+
+    v1.mkdir()
+    (v1 / "cpu.cfs_quota_us").write_text("150000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    (proc / "cgroup").write_text("5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n")
+    (proc / "mountinfo").write_text(
+        f"40 35 0:30 /docker/abc {tmp_path / 'memory'} ro - cgroup cgroup rw,memory\n"
+        f"41 35 0:31 /docker/abc {v1} ro,nosuid master:12 - cgroup cgroup rw,cpu,cpuacct\n"
+    )
+    assert rl_board.reading.workers.cgroup_cpu_quota(str(proc)) == 1.5
+
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert rl_board.reading.workers.cgroup_cpu_quota(str(proc)) is None
+    assert rl_board.reading.workers.cgroup_cpu_quota(str(tmp_path / "no proc")) is None
+
+
 # Sessions opening the page at once (each in a thread of its own) start one pool of workers between them.
 def test_sessions_opening_at_once_start_one_pool_of_workers():
     worker_pool().shutdown()
