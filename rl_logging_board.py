@@ -878,12 +878,13 @@ def draw_run_metadata(run: "RunSnapshot"):
             shown = shown.rstrip("/").rsplit("/", 1)[-1] or shown
         column.metric(label, markdown_literal(shown), help=None if value is None else markdown_literal(value))
     names, weights = meta.get("reward_funcs"), meta.get("reward_weights")
-    if isinstance(names, list) and names:
+    if isinstance(names, list) and names:  # the weights as the logger writes them (GRPOConfig's, 1 each by default)
         terms = [markdown_literal(name) for name in names]
-        weights = [1.0] * len(names) if weights is None else weights  # TRL's default
         if isinstance(weights, list) and len(weights) == len(names) and all(type(w) in (int, float) and abs(w) < 1e300 for w in weights):
-            terms = [f"{w:g} × {term}" for w, term in zip(weights, terms)]
-        st.caption("Reward = " + " + ".join(terms))
+            st.caption("Reward = " + " + ".join(f"{w:g} × {term}" for w, term in zip(weights, terms)))
+        else:
+            unknown = "gives no weights" if weights is None else "gives no finite weight for each"
+            st.caption(f"Reward functions: {', '.join(terms)} (the run's metadata {unknown})")
     details = st.expander("Run metadata", on_change="rerun", key=StateKey.METADATA_DETAILS)
     if details.open:
         details.json(meta)

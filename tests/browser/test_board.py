@@ -45,7 +45,7 @@ def board_url(tmp_path_factory):
     )
     with open(root / "grpo_run" / "rollout_data_rank_0.jsonl", "a") as file:
         file.write(json.dumps(hostile) + "\n")
-    (root / "grpo_run" / "rollout_meta_hostile.json").write_text(json.dumps({"model_name": HOSTILE_NAME, "reward_funcs": [HOSTILE_NAME]}))
+    (root / "grpo_run" / "rollout_meta_hostile.json").write_text(json.dumps({"model_name": HOSTILE_NAME, "reward_funcs": [HOSTILE_NAME], "reward_weights": [1]}))
     # Big enough for the server to index it in its worker processes (board.PARALLEL_MIN_BYTES).
     write_run(root / "a_big_run", steps=12, samples=128, tokens=500, ranks=4)
     yield from served_board(root)

@@ -41,7 +41,7 @@ def board_url(tmp_path_factory):
                 fields = {name: step * 10 + index for name in HOSTILE_NAMES[3:5]} | {"source": HOSTILE_NAMES[index % 2]}
                 line = sample(step, reward=float(index), response=f"answer {index}", group_id=HOSTILE_NAMES[index // 2], rewards_per_func=rewards, **fields)
                 file.write(json.dumps(line) + "\n")
-    (run / "rollout_meta_hostile.json").write_text(json.dumps({"model_name": "m", "reward_funcs": HOSTILE_NAMES[4:]}))
+    (run / "rollout_meta_hostile.json").write_text(json.dumps({"model_name": "m", "reward_funcs": HOSTILE_NAMES[4:], "reward_weights": [1.0] * len(HOSTILE_NAMES[4:])}))
     with open(run / "rollout_metrics_hostile.jsonl", "w") as file:
         for step in range(STEPS):
             file.write(json.dumps({"step": step, "kind": "train", **{name: step + position for position, name in enumerate(HOSTILE_NAMES)}}) + "\n")

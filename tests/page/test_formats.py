@@ -1,6 +1,9 @@
 """The page on the bundled runs of other trainers: TRL's completion logs with typed reward weights, verl's dumps compared."""
 
 
+import json
+import shutil
+
 import pytest
 
 from tests.support import SAMPLES
@@ -40,6 +43,24 @@ def test_page_opens_the_bundled_trl_run_and_applies_typed_reward_weights(monkeyp
     widget(app.text_input, "Reward weights").input("nope=2").run()
     assert not app.exception
     assert any(warning.value.startswith("Reward weights") and "nope=2" in warning.value for warning in app.warning)
+
+
+@pytest.mark.parametrize("weights", [None, [1, 0.5]], ids=["no weights", "weights"])
+def test_a_trl_runs_metadata_and_its_reward_note_agree_on_the_weights(tmp_path, monkeypatch, weights):
+    """Metadata naming the reward functions without their weights says so, as the reward note does (the plain sum), rather
+    than a weighted sum with TRL's default weights; with weights, both give the same sum."""
+    shutil.copytree(SAMPLES / "from_trl_log_completions", tmp_path / "runs" / "trl_run")
+    meta = {"model_name": "m", "reward_funcs": ["sorted_digits", "same_digits"]} | ({"reward_weights": weights} if weights else {})
+    (tmp_path / "runs" / "trl_run" / "rollout_meta_0.json").write_text(json.dumps(meta))
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    captions = [caption.value for caption in app.caption if caption.value.startswith(("Reward =", "Reward functions:", "reward ="))]
+    if weights is None:
+        assert captions == [
+            "Reward functions: sorted\\_digits, same\\_digits (the run's metadata gives no weights)",
+            "reward = the plain sum of the reward functions' scores \\(their weights are not known\\: type them in Reward weights\\)",
+        ]
+    else:
+        assert captions == ["Reward = 1 × sorted\\_digits + 0.5 × same\\_digits", "reward = 1 × sorted\\_digits + 0.5 × same\\_digits \\(weights from the logger's metadata\\)"]
 
 
 def test_page_opens_the_bundled_verl_runs_and_compares_them(monkeypatch):
