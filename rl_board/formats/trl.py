@@ -196,27 +196,35 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
         notes.append((len(rows), f"{len(rows)} rows are not groups of {group_size} (num_generations): the last group has {len(rows) % group_size}"))
     lines = []
     for index, row in enumerate(rows):
-        scores = {name: row.pop(name) for name in names}
-        numbers = {name: number for name, score in scores.items() if (number := reward_number(score)) is not None}  # "0.75" too
-        wrong = {name: score for name, score in scores.items() if score is not None and name not in numbers}
-        notes += [(index + 1, f"reward function {name}: {shorten(repr(score), 80)} is not a number, left out with the row's reward") for name, score in wrong.items()]
-        scored = [score for score in numbers.values() if not math.isnan(score)]  # NaN: TRL's "did not score"
-        reward = summed(scored) if scored and not wrong else None
-        if reward is not None and math.isnan(reward):
-            notes.append((index + 1, "reward functions scored +inf and −inf: the row's reward has no number"))
-            reward = None
+        reward, scores, row_notes = scored_row({name: row.pop(name) for name in names}, index + 1)
+        notes += row_notes
         line = {
             "step": row.pop("step", None),
             "prompt": row.pop("prompt", None),
             "response": completion_text(row.pop("completion", None)),
             "reward": reward,
-            "rewards_per_func": {name: numbers.get(name) for name in scores if name not in wrong},
+            "rewards_per_func": scores,
             "advantage": row.pop("advantage", None),
         }
         line["group_id"] = f"{line['step']}-{index // group_size}"
         line |= {(f"{name} (log_extra)" if name in line or name in FORMAT_KEYS else name): value for name, value in row.items()}
         lines.append(encoded_line(line))
     return b"".join(line + b"\n" for line in lines), notes
+
+
+# A row's reward functions' scores as its line keeps them, its reward (their plain sum, NaN-skipping as TRL sums: NaN is
+# TRL's "did not score"), and notes for the row, line `line`: a score that is not a number is left out, and so is the
+# reward, which a sum without it would understate; scores of +inf and −inf leave the reward without a number.
+def scored_row(scores: dict, line: int) -> tuple[float | None, dict, list]:
+    numbers = {name: number for name, score in scores.items() if (number := reward_number(score)) is not None}  # "0.75" too
+    wrong = {name: score for name, score in scores.items() if score is not None and name not in numbers}
+    notes = [(line, f"reward function {name}: {shorten(repr(score), 80)} is not a number, left out with the row's reward") for name, score in wrong.items()]
+    scored = [score for score in numbers.values() if not math.isnan(score)]
+    reward = summed(scored) if scored and not wrong else None
+    if reward is not None and math.isnan(reward):
+        notes.append((line, "reward functions scored +inf and −inf: the row's reward has no number"))
+        reward = None
+    return reward, {name: numbers.get(name) for name in scores if name not in wrong}, notes
 
 
 # A converted line as JSON. msgspec writes ±inf as null, which the board reads as a reward without a number (or a

@@ -37,8 +37,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt, summed
-from rl_board.formats.trl import completion_text, encoded_line
+from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
+from rl_board.formats.trl import completion_text, encoded_line, scored_row
 from rl_board.reading.lines import FORMAT_KEYS
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
 from rl_board.reading.wandb_log import read_log
@@ -185,22 +185,17 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     trl = TRL_COLUMNS <= set(columns)
     functions = (list(names) if names else float_columns(columns, rows)) if trl else []
     lines = []
-    for row in rows:
+    for index, row in enumerate(rows):
         cells = dict(zip(columns, row))
         step = cells.get("step")
         line = {"step": step if type(step) is int else table["step"]}
         if trl:
             cells.pop("step")
-            scores = {name: number(cells.pop(name)) for name in functions if name in cells}
-            found = [score for score in scores.values() if score is not None]
-            line |= {
-                "prompt": cells.pop("prompt"),
-                "response": completion_text(cells.pop("completion")),
-                "reward": summed(found) if found else None,
-                "rewards_per_func": scores,
-            }
+            reward, scores, row_notes = scored_row({name: cells.pop(name) for name in functions if name in cells}, index + 1)
+            notes += row_notes
+            line |= {"prompt": cells.pop("prompt"), "response": completion_text(cells.pop("completion")), "reward": reward, "rewards_per_func": scores}
             if "advantage" in cells:
-                line["advantage"] = number(cells.pop("advantage"))
+                line["advantage"] = cells.pop("advantage")
             line["group_id"] = group_of_prompt(line["prompt"])
         else:
             line |= {"prompt": "", "response": row_text(cells), "reward": None}
@@ -222,9 +217,3 @@ def float_columns(columns: list, rows: list) -> list:
 # Another table's row as the text the board shows for it: a line per column, "name: value" (JSON for what is not text).
 def row_text(cells: dict) -> str:
     return "\n".join(f"{name}: {cell if isinstance(cell, str) else json.dumps(cell, ensure_ascii=False)}" for name, cell in cells.items())
-
-
-def number(value) -> float | None:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        return None
-    return float(value)

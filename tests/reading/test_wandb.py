@@ -168,6 +168,32 @@ def test_scores_whose_sum_is_beyond_a_float_s_range_give_an_infinite_reward(writ
     assert len(rewards) == len(table["data"]) and rewards[0] == math.inf and all(math.isfinite(reward) for reward in rewards[1:])
 
 
+def test_infinite_scores_are_kept_as_w_and_b_wrote_them(written, tmp_path):
+    """W&B writes ±inf as Infinity (Python's json), which were read as "did not score": a score of +inf makes the row's
+    reward +inf, +inf beside −inf leaves it without a number with a note naming the row, NaN is still "did not score",
+    and an advantage of −inf is kept."""
+    run_folder = shutil.copytree(written["bare"], tmp_path / "run")
+    path = sorted((run_folder / "files" / "media" / "table").glob("completions_*.table.json"))[0]
+    table = json.loads(path.read_text())
+    columns = table["columns"]
+    first, second = (columns.index(name) for name in columns[columns.index("completion") + 1 : columns.index("completion") + 3])
+    table["data"][0][first], table["data"][0][second] = math.inf, 0.5
+    table["data"][1][first], table["data"][1][second] = math.inf, -math.inf
+    table["data"][2][first], table["data"][2][second] = math.nan, 0.25
+    table["data"][2][columns.index("advantage")] = -math.inf
+    path.write_text(json.dumps(table))
+    assert "Infinity" in path.read_text() and "NaN" in path.read_text()  # as W&B writes them
+    run = rl_board.open_run(run_folder)
+    step = table["data"][0][columns.index("step")]
+    samples = board_samples(run).query(f"step == {step}")
+    first_name, second_name = f"rewards/{columns[first]}", f"rewards/{columns[second]}"
+    assert samples["reward"].iloc[0] == math.inf and samples[first_name].iloc[0] == math.inf
+    assert math.isnan(samples["reward"].iloc[1]) and samples[first_name].iloc[1] == math.inf and samples[second_name].iloc[1] == -math.inf
+    assert samples["reward"].iloc[2] == 0.25 and math.isnan(samples[first_name].iloc[2]) and samples["advantage"].iloc[2] == -math.inf
+    notes = run.problems[run.problems["reason"].str.contains("scored +inf and −inf", regex=False)]
+    assert len(notes) == 1 and notes["file"].iloc[0].startswith(path.name) and notes["line"].iloc[0] == 2
+
+
 def test_bad_input_is_counted_in_the_load_report(written, tmp_path):
     """A table file being written (cut short) is named and its rows wait; a row of another length is left out and
     counted; a log cut mid-record is read up to there; a corrupt log is read up to the corrupt record, with a note."""
