@@ -25,6 +25,7 @@ It prints medians. Needs Chromium (/usr/bin/chromium, or the one BENCH_CHROMIUM 
     python bench/run_bench.py                              # medium and large
     python bench/run_bench.py --sizes medium               # just one
     python bench/run_bench.py --sizes long                 # 4,000-token responses
+    python bench/run_bench.py --sizes batch --max-samples 8192   # steps of 8,192 samples, all shown
     python bench/run_bench.py --sizes huge --repeats 1     # 20 GB
     python bench/run_bench.py --sizes wide                 # huge's 880 steps and 112,640 samples in 0.4 GB
     python bench/run_bench.py --summaries                  # runs with the logger's summaries files
@@ -56,6 +57,7 @@ SIZES = {  # steps, samples per step, mean tokens, rank files
     "huge": (880, 256, 1000, 4),  # 20 GB
     "wide": (880, 128, 30, 4),  # huge's 112,640 samples and 880 steps in 0.4 GB: the page's costs that grow with them
     "long": (10, 16, 4000, 2),  # 4,000-token responses: the token area's worst case
+    "batch": (20, 8192, 30, 4),  # verl's batches (1,024 prompts × 8): a step's charts and table at 8,192 samples
 }
 TARGETS = {  # issue 35's goals for the medium run (the large run's from the scale issue)
     "first open / orjson floor": {"medium": "<= 0.75", "large": "<= 0.75"},

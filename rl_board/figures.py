@@ -513,9 +513,20 @@ def batch_charts_left_out(table: pd.DataFrame) -> str | None:
     return "Not in the charts: " + "; ".join(notes) + "." if notes else None
 
 
-# Grouped bars of reward and ref_reward for each sample of the step.
+# Up to SAMPLE_BARS samples a step, the batch's reward and gap charts draw a bar per sample; beyond, a bar per bin of
+# consecutive samples (at most SAMPLE_BINS bins, a few pixels wide each), the mean of their finite values. A bar per
+# sample of a step of 8,192 samples cost the browser about 2 s of CPU a step change (bench/README.md, "Steps of many
+# samples"), and drew bars a tenth of a pixel wide.
+SAMPLE_BARS, SAMPLE_BINS = 256, 64
+
+
+# Grouped bars of reward and ref_reward for each sample of the step (each bin of samples, in a step of many).
 def batch_reward_chart(table: pd.DataFrame) -> dict:
     series = [(column, name) for column, name in (("reward", "Reward"), ("ref_reward", "Ref Reward")) if table[column].notna().any()]
+    colour = {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}}
+    if len(table) > SAMPLE_BARS:
+        bins = [row | {"series": name} for position, (column, name) in enumerate(series) for row in sample_bins(table[column], position, len(series))]
+        return binned_samples_chart("Reward in current batch samples", bins, len(table), "reward", colour)
     values = [
         {"sample_index": int(index), "series": name, "reward": json_number(value)}
         for column, name in series
@@ -530,13 +541,16 @@ def batch_reward_chart(table: pd.DataFrame) -> dict:
             "x": SAMPLE_AXIS,
             "xOffset": {"field": "series", "sort": [name for _, name in series]},
             "y": {"field": "reward", "type": "quantitative", "title": "reward", "axis": value_labels("y")},
-            "color": {"field": "series", "type": "nominal", "scale": {"domain": ["Reward", "Ref Reward"][: len(series)], "range": ["#1f4e9c", "#5fa8d3"]}, "legend": {"orient": "top", "title": None}},
+            "color": colour,
         },
     }
 
 
-# Bars of reward - ref_reward per sample, coloured by the gap.
+# Bars of reward - ref_reward per sample (each bin of samples, in a step of many), coloured by the gap.
 def reward_gap_chart(table: pd.DataFrame) -> dict:
+    colour = {"type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None, "gradientLength": {"expr": "min(200, width - 20)"}, **value_labels("color")}}
+    if len(table) > SAMPLE_BARS:
+        return binned_samples_chart("Reward Gap (r - ref_r) in current batch", sample_bins(table["reward_gap"]), len(table), "reward - ref_reward", {"field": "mean", **colour})
     values = [{"sample_index": int(index), "reward_gap": json_number(gap)} for index, gap in zip(table.index, table["reward_gap"])]
     return {
         "title": "Reward Gap (r - ref_r) in current batch",
@@ -546,7 +560,57 @@ def reward_gap_chart(table: pd.DataFrame) -> dict:
         "encoding": {
             "x": SAMPLE_AXIS,
             "y": {"field": "reward_gap", "type": "quantitative", "title": "reward - ref_reward", "axis": value_labels("y")},
-            "color": {"field": "reward_gap", "type": "quantitative", "scale": {"scheme": "blues"}, "legend": {"orient": "top", "title": None, "gradientLength": {"expr": "min(200, width - 20)"}, **value_labels("color")}},
+            "color": {"field": "reward_gap", **colour},
+        },
+    }
+
+
+# How many consecutive samples make a bin of the batch charts in a step of `count` samples: at most SAMPLE_BINS bins.
+def samples_per_bin(count: int) -> int:
+    return max(1, math.ceil(count / SAMPLE_BINS))
+
+
+# A series of a step's samples in bins of samples_per_bin: each bin's first and last sample, how many of its values are
+# finite, their mean, least and largest (None where none is), and where the series' bar lies in the bin (its place
+# among `of` series side by side, `start` to `end`, in samples).
+def sample_bins(values: pd.Series, place: int = 0, of: int = 1) -> list[dict]:
+    size, numbers = samples_per_bin(len(values)), values.to_numpy(dtype=float)
+    rows = []
+    for first in range(0, len(numbers), size):
+        count = min(size, len(numbers) - first)
+        shown = numbers[first : first + count]
+        shown = shown[np.isfinite(shown)]
+        rows.append({
+            "samples": f"{first}–{first + count - 1}",
+            "start": first + place * count / of, "end": first + (place + 1) * count / of,
+            "finite": len(shown),
+            "mean": math.fsum(shown / len(shown)) if len(shown) else None,  # divided first: a sum of 1e308s overflows
+            "least": float(shown.min()) if len(shown) else None,
+            "largest": float(shown.max()) if len(shown) else None,
+        })
+    return rows
+
+
+# A chart of sample_bins over a step of `count` samples: a bar to each bin's mean; its count, least and largest on hover.
+def binned_samples_chart(title: str, bins: list[dict], count: int, value_title: str, colour: dict) -> dict:
+    tooltip = [
+        {"field": "samples", "type": "nominal", "title": "samples"},
+        *([{"field": "series", "type": "nominal"}] if colour.get("field") == "series" else []),
+        {"field": "finite", "type": "quantitative", "title": "finite values"},
+        *({"field": field, "type": "quantitative", "format": ",.6~g"} for field in ("mean", "least", "largest")),
+    ]
+    return {
+        "title": {"text": title, "subtitle": f"each bar the mean of {samples_per_bin(count)} samples", **SUBTITLE_STYLE},
+        "height": 320,
+        "data": {"values": bins},
+        "mark": {"type": "bar"},
+        "encoding": {
+            "x": {"field": "start", "type": "quantitative", "title": "sample index", "scale": {"nice": False, "zero": False}, "axis": {"tickMinStep": 1, "format": "d"}},
+            "x2": {"field": "end"},
+            "y": {"field": "mean", "type": "quantitative", "title": value_title, "axis": value_labels("y")},
+            "y2": {"datum": 0},  # from 0, as a bar per sample is (with x and x2 both given, Vega-Lite would draw it across)
+            "color": colour,
+            "tooltip": tooltip,
         },
     }
 

@@ -13,6 +13,8 @@ import pytest
 import rl_logging_board as board
 from rl_board.figures import (
     LABELLED_TOKENS,
+    SAMPLE_BARS,
+    SAMPLE_BINS,
     STEP_EXTENT,
     VALUE_LABELLED_TOKENS,
     batch_charts_left_out,
@@ -499,6 +501,47 @@ def test_batch_charts_of_two_steps_differ_only_in_data():
         specs = [{key: value for key, value in make(table).items() if key not in ("data", "datasets")} for table in (first, second)]
         assert specs[0] == specs[1], make.__name__
         assert make(first) != make(second)
+
+
+# A step of more samples than SAMPLE_BARS is charted in bins of consecutive samples: each bin's bar is the mean of its
+# finite values, with their count, least and largest, recomputed here from the table with numpy.
+@pytest.mark.parametrize("count", [SAMPLE_BARS + 1, 1000, 8192])
+def test_a_step_of_many_samples_is_charted_in_bins_of_samples(count):
+    rng = np.random.default_rng(count)
+    reward = rng.normal(size=count)
+    reward[rng.choice(count, count // 10, replace=False)] = np.nan
+    reward[3], reward[count - 1] = np.inf, -np.inf
+    ref = np.round(rng.normal(size=count), 2)
+    table = pd.DataFrame({"reward": reward, "ref_reward": ref, "reward_gap": reward - ref})
+    size = math.ceil(count / SAMPLE_BINS)
+    assert math.ceil(count / size) <= SAMPLE_BINS
+    reward_chart, gap_chart = batch_reward_chart(table), reward_gap_chart(table)
+    assert reward_chart["title"]["subtitle"] == gap_chart["title"]["subtitle"] == f"each bar the mean of {size} samples"
+    bins = reward_chart["data"]["values"]
+    assert [row["series"] for row in bins] == ["Reward"] * math.ceil(count / size) + ["Ref Reward"] * math.ceil(count / size)
+    for column, name, place, rows in (("reward", "Reward", 0, bins), ("ref_reward", "Ref Reward", 1, bins), ("reward_gap", None, 0, gap_chart["data"]["values"])):
+        rows = [row for row in rows if row.get("series") == name]
+        places = 2 if name else 1
+        for row, first in zip(rows, range(0, count, size), strict=True):
+            values = table[column].to_numpy()[first : first + size]
+            finite = values[np.isfinite(values)]
+            assert row["samples"] == f"{first}–{first + len(values) - 1}" and row["finite"] == len(finite)
+            assert (row["start"], row["end"]) == pytest.approx((first + place * len(values) / places, first + (place + 1) * len(values) / places))
+            if len(finite):
+                assert row["mean"] == pytest.approx(finite.mean(), rel=1e-12, abs=1e-15)
+                assert (row["least"], row["largest"]) == (finite.min(), finite.max())
+            else:
+                assert row["mean"] is row["least"] is row["largest"] is None
+    json.dumps([reward_chart, gap_chart], allow_nan=False)
+
+
+def test_a_step_of_at_most_sample_bars_samples_has_a_bar_each_and_bins_keep_their_spec():
+    table = pd.DataFrame({"reward": np.arange(SAMPLE_BARS, dtype=float), "ref_reward": 0.0, "reward_gap": np.arange(SAMPLE_BARS, dtype=float)})
+    assert len(batch_reward_chart(table)["data"]["values"]) == 2 * SAMPLE_BARS and batch_reward_chart(table)["encoding"]["x"]["type"] == "ordinal"
+    first, second = (pd.DataFrame({"reward": np.arange(count) % 7, "ref_reward": 1.0, "reward_gap": np.arange(count) % 7 - 1.0}) for count in (5000, 5050))
+    for make in (batch_reward_chart, reward_gap_chart):  # 79 samples a bin in both: the browser swaps the data in
+        specs = [{key: value for key, value in make(table).items() if key != "data"} for table in (first, second)]
+        assert specs[0] == specs[1] and make(first) != make(second)
 
 
 def test_batch_charts_hold_the_table_and_json_has_no_nan():
