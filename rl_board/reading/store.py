@@ -162,9 +162,8 @@ class RunStore:
         for index in changed:
             size = listing[index.path].size
             jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
-        if parallel is None:
-            parallel = WORKERS > 1 and sum(size - index.indexed_to for index, size, _ in jobs) > PARALLEL_MIN_BYTES
-        self.index_files(jobs, max_samples, parallel, files_progress, samples_progress)
+        new_bytes = sum(size - index.indexed_to for index, size, _ in jobs)
+        self.index_files(jobs, max_samples, (WORKERS > 1 and new_bytes > PARALLEL_MIN_BYTES) if parallel is None else parallel, files_progress, samples_progress)
         selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = len(self.files) >= BUNDLED_FILES and sum(len(index.lines["offset"]) for index in self.files.values()) <= BUNDLED_ROWS
         self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
@@ -226,7 +225,7 @@ class RunStore:
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
     # (a line that turns out bad makes room for the next one of its step); returns the selection and the paths of the
     # files of which lines were parsed.
-    def parse_selected(self, max_samples: int, parallel: bool, progress) -> tuple["Selection", set[str]]:
+    def parse_selected(self, max_samples: int, parallel: "bool | Executor | None", progress) -> tuple["Selection", set[str]]:
         unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
         parsed = self.parse_rows(unknown, parallel, progress)
         while True:
@@ -236,8 +235,12 @@ class RunStore:
                 return wanted, parsed
             parsed |= self.parse_rows(todo, parallel, progress)
 
-    # Parse the rows of each file in todo; returns the paths of the files of which rows were parsed.
-    def parse_rows(self, todo: dict, parallel: bool, progress) -> set[str]:
+    # Parse the rows of each file in todo; returns the paths of the files of which rows were parsed. parallel None: on
+    # the workers when the rows are big enough (a raised Max Samples Each Step parses many lines of files already
+    # indexed, which have no new bytes).
+    def parse_rows(self, todo: dict, parallel: "bool | Executor | None", progress) -> set[str]:
+        if parallel is None:
+            parallel = WORKERS > 1 and sum(int(self.files[path].lines["length"][rows].sum()) for path, rows in todo.items()) > PARALLEL_MIN_BYTES
         tasks, owners = [], []
         for path, rows in todo.items():
             lines = self.files[path].lines
