@@ -552,6 +552,7 @@ class ViewSettings:
     show_batch_samples: bool
     show_samples_pair: bool
     show_heat_map: bool
+    whole_texts: bool  # Show Whole Texts: texts over TEXT_SHOWN characters drawn whole (draw_text)
 
 
 KL_ESTIMATOR_LABELS = {"kl": "kl (original board)", "k1": "k1 (log ratio)", "k2": "k2 (r²/2)", "k3": "k3 (TRL's kl)"}
@@ -722,6 +723,12 @@ def draw_view_settings(view_box: DeltaGenerator) -> "ViewSettings":
             show_batch_samples=st.checkbox("Show Batch Samples", value=True),
             show_samples_pair=st.checkbox("Show Samples Pair", value=True),
             show_heat_map=st.checkbox("Show Heat Map", value=True),
+            whole_texts=st.checkbox(
+                "Show Whole Texts",
+                value=False,
+                help=f"A prompt, response or reference over {TEXT_SHOWN:,} characters shows its first and last {TEXT_SHOWN // 2:,}, "
+                "and how many lie between; on, every text is shown whole (the page then takes longer to draw).",
+            ),
         )
 
 
@@ -1374,16 +1381,16 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
             return 0, LONG_TRAJECTORY_TOKENS, f"The first {LONG_TRAJECTORY_TOKENS:,} of this trajectory's {length:,} tokens: click a turn above to see its own."
         return None
     turn = table.iloc[chosen[0]]
-    draw_turn(turn, row["path"])
+    draw_turn(turn, row["path"], settings.view.whole_texts)
     start, end = turn["token_start"], turn["token_end"]
     if pd.isna(start) or int(start) >= length:
         return None
     return int(start), min(int(end), length), f"The tokens of the turn picked in the trajectory above: positions {int(start)} to {min(int(end), length) - 1}."
 
 
-# One turn whole: its role, text, the tool call (name and arguments as JSON), the result or the error, all as text;
+# One turn: its role, text (a long one cut unless whole_texts: draw_text), the tool call (name and arguments as JSON), the result or the error, all as text;
 # its images (a tool's, a prompt message's), read from the folder of its line's file.
-def draw_turn(turn: pd.Series, line_path: str):
+def draw_turn(turn: pd.Series, line_path: str, whole_texts: bool):
     tool = f" · {markdown_literal(turn['tool_name'])}" if turn["tool_name"] else ""
     st.markdown(f"**Turn {int(turn['turn'])}** · {markdown_literal(turn['role'])}{tool}")
     if turn["tool_arguments"] is not None:
@@ -1392,7 +1399,7 @@ def draw_turn(turn: pd.Series, line_path: str):
     if turn["error"] is not None:
         st.error("Tool error:\n" + markdown_code_block(turn["error"]))  # a traceback's lines as written
     if turn["text"]:
-        st.text(as_written(turn["text"]))
+        draw_text(turn["text"], whole_texts)
     elif turn["tool_arguments"] is None and not turn["images"]:
         st.caption("(no text)")
     if turn["images"]:
@@ -1990,7 +1997,7 @@ def draw_pass_rule(columns: list[str], a: pd.DataFrame, b: pd.DataFrame) -> tupl
 def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, functions: list[str], settings: "Settings"):
     st.markdown(f"**Prompt** · {numbers['status']} · pass {number_text(numbers['pass_a'], '.3g')} → {number_text(numbers['pass_b'], '.3g')} · mean reward {number_text(numbers['reward_a'])} → {number_text(numbers['reward_b'])}")
     images = st.container()  # the prompt's images, as A's response's line holds them, once it is read back
-    st.text(as_written(clean_text(numbers["prompt"], settings.view.pad_token)))
+    draw_text(clean_text(numbers["prompt"], settings.view.pad_token), settings.view.whole_texts)
     responses = []
     for side, rows, place in zip("AB", (a, b), st.columns(2)):
         rows = rows.sort_values("reward", ascending=False, kind="stable").head(PROMPT_SIDE_LINES)
@@ -2188,7 +2195,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
             st.button(f"#{index} (shown above)" if shown else f"#{index}", key=f"{StateKey.GROUP_MEMBER}:{position}", on_click=open_sample, args=(int(index),),
                       disabled=shown, help="Show this completion in the samples pair")
             st.caption(" · ".join(facts))
-            st.text(as_written(clean_text(member["response"], settings.view.pad_token)))
+            draw_text(clean_text(member["response"], settings.view.pad_token), settings.view.whole_texts)
 
 
 # The original's samples pair: length metrics, the sample index, then prompt | response | ref | gap.
@@ -2217,21 +2224,21 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
     with prompt_column:
         st.markdown("**Prompt**")
         draw_images(row, width=150)
-        st.text(as_written(clean_text(row["prompt"], settings.view.pad_token, settings.view.system_prompt_end)))
+        draw_text(clean_text(row["prompt"], settings.view.pad_token, settings.view.system_prompt_end), settings.view.whole_texts)
         if settings.view.system_prompt_end is not None and system_prompt_span(row["prompt"], settings.view.system_prompt_end) is None:
             st.caption("No system prompt to drop: no End Token of System Prompt, ChatML or Llama 3 system turn.")
         if isinstance(row["ground_truth"], str):
             st.caption("ground_truth")
-            st.text(as_written(row["ground_truth"]))
+            draw_text(row["ground_truth"], settings.view.whole_texts)
     with response_column:
         tools = f" · {row['tool_tokens']:.0f} of {row['response_tokens_len']:.0f} tokens written by a tool" if row["tool_tokens"] > 0 else ""
         st.markdown(f":green[**Response**] · reward {number_text(row['reward'])}{tools}")
-        st.text(as_written(clean_text(row["response"], settings.view.pad_token)))
+        draw_text(clean_text(row["response"], settings.view.pad_token), settings.view.whole_texts)
     if ref_column:
         with ref_column:
             st.markdown(":blue[**Ref Response**]")
             if isinstance(row["ref_response"], str):
-                st.text(as_written(clean_text(row["ref_response"], settings.view.pad_token)))
+                draw_text(clean_text(row["ref_response"], settings.view.pad_token), settings.view.whole_texts)
             else:
                 st.info("No `ref_response` in this sample.")
     if gap_column:
@@ -2240,6 +2247,24 @@ def draw_samples_pair(run: "RunSnapshot", batch: "StepBatch", step: int, setting
             gap = row["reward_gap"]
             st.markdown(f"### {number_text(gap)}" if pd.notna(gap) else "—")  # "-0.8068" on one line at 1280 px
     return int(sample)
+
+
+TEXT_SHOWN = 20_000  # characters of a text of the data drawn whole; a longer one shows its start and its end (draw_text)
+
+
+# A text of the data, as written. One over TEXT_SHOWN characters shows its first and last TEXT_SHOWN / 2 and how many lie
+# between, unless Show Whole Texts is on: the browser lays a text out again whenever the page around it changes, many
+# times while a rerun arrives, so its time grows with the texts' length times the page's changes (a step of 8
+# 32,000-token responses: the page took 221 s to open, 8.6 s with them cut; docs/speed.md, "Long texts"). Always two
+# elements, so that the elements below keep their places whichever a text is.
+def draw_text(text: str, whole: bool):
+    cut = not whole and len(text) > TEXT_SHOWN
+    st.text(as_written(text[: TEXT_SHOWN // 2] if cut else text))
+    rest = st.empty()
+    if cut:
+        with rest.container():
+            st.caption(f"… {len(text) - TEXT_SHOWN:,} of its {len(text):,} characters not shown here: Show Whole Texts, in the sidebar, shows them …")
+            st.text(as_written(text[-(TEXT_SHOWN // 2) :]))
 
 
 NESTED_SHOWN_BYTES = 50_000  # of a nested value's JSON: a larger one is shown cut, as text

@@ -35,7 +35,7 @@ from tests.support.threads import turn_held_elsewhere
 # keyboard reruns only the curves).
 SIDEBAR_LABELS = [
     "Log(s) Root Path", "Choose Log Name", "Max Samples Each Step", "Reward 曲线图", "Response 对比", "Use LogP as KL", "Drop Padding Token", "Pad Token", "Drop System Prompt",
-    "End Token of System Prompt", "Show Charts", "Show Batch Samples", "Show Samples Pair", "Show Heat Map",
+    "End Token of System Prompt", "Show Charts", "Show Batch Samples", "Show Samples Pair", "Show Heat Map", "Show Whole Texts",
 ]
 
 
@@ -531,6 +531,26 @@ def test_byte_level_tokens_show_as_text(tmp_path, monkeypatch):
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     assert app.dataframe[-1].value.index.tolist() == ["0 -  ", "1 - ", "2 - 你", "3 - 好\\n"]
     assert ">你</span>" in running_text(open_token_view(app, "Response tokens"))
+
+
+# A text over TEXT_SHOWN characters shows its start and its end, and how many characters lie between; Show Whole Texts
+# shows it whole. Short texts are drawn whole either way.
+def test_a_long_text_shows_its_start_and_end_until_whole_texts_are_asked_for(tmp_path, monkeypatch):
+    response = "".join(f"line {i}: {'ab' * (i % 40)}\n" for i in range(2000))  # about 100,000 characters
+    assert len(response) > board.TEXT_SHOWN
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(1, prompt="a short prompt", response=response)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    texts = [text.value.strip("\u200b") for text in app.text]  # as_written marks a text's leading or trailing space
+    half = board.TEXT_SHOWN // 2
+    assert "a short prompt" in texts and response not in texts
+    assert response[:half] in texts and response[-half:] in texts
+    assert [caption.value for caption in app.caption if "characters not shown here" in caption.value] == [
+        f"… {len(response) - board.TEXT_SHOWN:,} of its {len(response):,} characters not shown here: Show Whole Texts, in the sidebar, shows them …"
+    ]
+    widget(app.checkbox, "Show Whole Texts").check().run()
+    texts = [text.value.strip("\u200b") for text in app.text]
+    assert response in texts and response[:half] not in texts
+    assert not [caption.value for caption in app.caption if "characters not shown here" in caption.value]
 
 
 def test_odd_run_metadata_and_folders_do_not_stop_the_page(tmp_path, monkeypatch):
