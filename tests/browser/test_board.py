@@ -227,7 +227,7 @@ def test_each_part_of_the_page_reruns_alone(page):
         page.wait_for_timeout(2500)
         settings_change = elements_sent(page)
         in_sidebar = [kind for path, kind in settings_change.items() if path[0] == 1 and kind]  # and the block they are in
-        assert sorted(in_sidebar) == ["checkbox"] * 6 + ["text_input"] * 2, in_sidebar
+        assert sorted(in_sidebar) == ["checkbox"] * 7 + ["text_input"] * 2, in_sidebar
         assert shown or "vega_lite_chart" not in settings_change.values()  # the batch charts gone, the curves not sent
         assert "slider" in settings_change.values() and not set(curves_change) & set(settings_change)
     page.wait_for_function("document.querySelectorAll('.vega-embed .marks').length >= 4", timeout=20_000)  # the batch charts back
