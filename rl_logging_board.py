@@ -1388,8 +1388,8 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
     return int(start), min(int(end), length), f"The tokens of the turn picked in the trajectory above: positions {int(start)} to {min(int(end), length) - 1}."
 
 
-# One turn: its role, text (a long one cut unless whole_texts: draw_text), the tool call (name and arguments as JSON), the result or the error, all as text;
-# its images (a tool's, a prompt message's), read from the folder of its line's file.
+# One turn: its role, text (a long one cut unless whole_texts: draw_text), the tool call (name and arguments as JSON),
+# the result or the error, all as text; its images (a tool's, a prompt message's), read from the folder of its line's file.
 def draw_turn(turn: pd.Series, line_path: str, whole_texts: bool):
     tool = f" · {markdown_literal(turn['tool_name'])}" if turn["tool_name"] else ""
     st.markdown(f"**Turn {int(turn['turn'])}** · {markdown_literal(turn['role'])}{tool}")
