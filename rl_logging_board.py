@@ -48,6 +48,7 @@ from rl_board.changes import (
     PromptChanges,
     default_threshold,
     prompt_changes,
+    runs_between,
     side_rows,
     word_diff,
 )
@@ -2013,7 +2014,8 @@ def draw_prompt_sides(a: pd.DataFrame, b: pd.DataFrame, numbers: pd.Series, func
         responses.append((place, clean_text(row["response"] or "", settings.view.pad_token)))
     runs_a, runs_b, cut = word_diff(responses[0][1], responses[1][1])
     for (place, _), runs in zip(responses, (runs_a, runs_b)):
-        place.html(marked_words_html(runs))
+        with place:
+            draw_marked_words(runs, settings.view.whole_texts)
     st.caption("Words of A's response not in B's are marked red, B's not in A's green." + (f" Only the first {DIFF_WORDS:,} words of each are compared." if cut else ""))
 
 
@@ -2258,13 +2260,23 @@ TEXT_SHOWN = 20_000  # characters of a text of the data drawn whole; a longer on
 # 32,000-token responses: the page took 221 s to open, 8.6 s with them cut; docs/speed.md, "Long texts"). Always two
 # elements, so that the elements below keep their places whichever a text is.
 def draw_text(text: str, whole: bool):
-    cut = not whole and len(text) > TEXT_SHOWN
-    st.text(as_written(text[: TEXT_SHOWN // 2] if cut else text))
+    draw_start_and_end(len(text), whole, lambda start, end: st.text(as_written(text[start:end])))
+
+
+# A response with its words marked against the other side's (What changed), cut as draw_text cuts a text.
+def draw_marked_words(runs: list[tuple[str, str]], whole: bool):
+    draw_start_and_end(sum(len(text) for _, text in runs), whole, lambda start, end: st.html(marked_words_html(runs_between(runs, start, end))))
+
+
+# Draw a text of `length` characters whole, or its first and last TEXT_SHOWN / 2 (draw_part(start, end) draws a part).
+def draw_start_and_end(length: int, whole: bool, draw_part):
+    cut = not whole and length > TEXT_SHOWN
+    draw_part(0, TEXT_SHOWN // 2 if cut else length)
     rest = st.empty()
     if cut:
         with rest.container():
-            st.caption(f"… {len(text) - TEXT_SHOWN:,} of its {len(text):,} characters not shown here: Show Whole Texts, in the sidebar, shows them …")
-            st.text(as_written(text[-(TEXT_SHOWN // 2) :]))
+            st.caption(f"… {length - TEXT_SHOWN:,} of its {length:,} characters not shown here: Show Whole Texts, in the sidebar, shows them …")
+            draw_part(length - TEXT_SHOWN // 2, length)
 
 
 NESTED_SHOWN_BYTES = 50_000  # of a nested value's JSON: a larger one is shown cut, as text

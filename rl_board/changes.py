@@ -9,14 +9,17 @@ training" (rl_board.reading.snapshot's index_images, prompt_lines): in a vision-
 pictures is two prompts. Matching uses the index alone (its prompt key, a hash of the prompt's text, and the paths of
 a line's first IMAGES_SHOWN images, those it keeps: images past them are not compared); then one line per prompt and
 side is read back for the prompt's text, which must be the same on both sides (a key shared by two texts is left out
-and counted). A response's words are compared with difflib, as text: nothing of a rollout is ever markup."""
-import difflib
+and counted). A response's words are compared as text (nothing of a rollout is ever markup): their longest common
+subsequence, by rapidfuzz's bit-parallel LCS, whose time and memory grow with the words of both responses multiplied,
+so only each response's first DIFF_WORDS words are compared."""
+import itertools
 import json
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from rapidfuzz.distance import Indel
 
 from rl_board.reading.search import TEXT_SPAN_COLUMNS, read_texts
 from rl_board.reading.snapshot import NO_IMAGES, index_images
@@ -134,27 +137,57 @@ def prompt_texts(rows: pd.DataFrame) -> dict[tuple[float, str], str]:
     return texts
 
 
-WORDS = re.compile(r"\s+|[^\s]+")
-DIFF_WORDS = 20_000  # words of each response compared; the rest is shown unmarked, with a note
+WORDS = re.compile(r"\s+|[^\s]+")  # a text as its words and the whitespace between them, each a run of its own
+WORD = re.compile(r"\S+")
+# Words of each response compared; the rest is shown unmarked, with a note. The LCS of two responses of 10,000 words
+# (about 20,000 runs of words and whitespace each) takes about 0.1 s and 50 MB; difflib took 54 s on two of 43,000
+# runs (a reasoning model's 32,000 tokens: docs/speed.md, "Long texts").
+DIFF_WORDS = 10_000
 
 
 def word_diff(a: str, b: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]], bool]:
     """A's and B's text as runs of (kind, text): kind "same", "removed" (A's words B does not have) or "added" (B's
-    words A does not have); whitespace stays with the words around it. True when a response was longer than DIFF_WORDS
-    words, whose rest is "same"."""
-    words_a, words_b = WORDS.findall(a), WORDS.findall(b)
-    cut = len(words_a) > DIFF_WORDS or len(words_b) > DIFF_WORDS
-    head_a, head_b = words_a[:DIFF_WORDS], words_b[:DIFF_WORDS]
+    words A does not have), as their longest common subsequence of words and whitespace has them. True when a response
+    was longer than DIFF_WORDS words, whose rest is "same"."""
+    (head_a, rest_a), (head_b, rest_b) = compared_words(a), compared_words(b)
+    codes = {}  # each distinct word a number, so that words are compared by their text, never by a hash
+    codes_a, codes_b = [codes.setdefault(word, len(codes)) for word in head_a], [codes.setdefault(word, len(codes)) for word in head_b]
     runs_a, runs_b = [], []
-    for kind, start_a, end_a, start_b, end_b in difflib.SequenceMatcher(None, head_a, head_b, autojunk=False).get_opcodes():
+    for kind, start_a, end_a, start_b, end_b in Indel.opcodes(codes_a, codes_b):
         if kind == "equal":
-            runs_a.append(("same", "".join(head_a[start_a:end_a])))
-            runs_b.append(("same", "".join(head_b[start_b:end_b])))
-            continue
-        if end_a > start_a:
-            runs_a.append(("removed", "".join(head_a[start_a:end_a])))
-        if end_b > start_b:
-            runs_b.append(("added", "".join(head_b[start_b:end_b])))
-    runs_a += [("same", "".join(words_a[DIFF_WORDS:]))] if len(words_a) > DIFF_WORDS else []
-    runs_b += [("same", "".join(words_b[DIFF_WORDS:]))] if len(words_b) > DIFF_WORDS else []
-    return runs_a, runs_b, cut
+            add_run(runs_a, "same", "".join(head_a[start_a:end_a]))
+            add_run(runs_b, "same", "".join(head_b[start_b:end_b]))
+        else:  # rapidfuzz's Indel gives "delete" and "insert" alone
+            add_run(runs_a, "removed", "".join(head_a[start_a:end_a]))
+            add_run(runs_b, "added", "".join(head_b[start_b:end_b]))
+    add_run(runs_a, "same", rest_a)
+    add_run(runs_b, "same", rest_b)
+    return runs_a, runs_b, bool(rest_a or rest_b)
+
+
+def compared_words(text: str) -> tuple[list[str], str]:
+    """A text's first DIFF_WORDS words and the whitespace around them as runs (WORDS), and the rest of the text."""
+    past = next(itertools.islice(WORD.finditer(text), DIFF_WORDS, None), None)  # the first word not compared
+    end = past.start() if past else len(text)
+    return WORDS.findall(text[:end]), text[end:]
+
+
+def add_run(runs: list[tuple[str, str]], kind: str, text: str):
+    """A run of text after the others: joined to the last one when it is of the same kind; nothing when it is empty."""
+    if not text:
+        return
+    if runs and runs[-1][0] == kind:
+        runs[-1] = (kind, runs[-1][1] + text)
+    else:
+        runs.append((kind, text))
+
+
+def runs_between(runs: list[tuple[str, str]], start: int, end: int) -> list[tuple[str, str]]:
+    """The runs' characters from start to end (a part of a long response to draw), each piece keeping its kind."""
+    pieces, offset = [], 0
+    for kind, text in runs:
+        piece = text[max(start - offset, 0) : max(end - offset, 0)]
+        offset += len(text)
+        if piece:
+            pieces.append((kind, piece))
+    return pieces

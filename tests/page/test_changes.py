@@ -4,6 +4,7 @@ picture); a click on a prompt shows its images and its responses on each side wi
 hostile text escaped; nothing is computed while the region is closed."""
 
 import html
+import re
 
 import numpy as np
 import pandas as pd
@@ -81,6 +82,28 @@ def test_the_halves_of_a_run_counted_as_a_recount_and_a_click_shows_the_marked_r
     removed, added = marked
     assert f'<span style="background:{WORD_DIFF_BACKGROUNDS["removed"]}">1' in removed and f'<span style="background:{WORD_DIFF_BACKGROUNDS["added"]}">0' in added
     assert html.escape(HOSTILE) in added and "<script>" not in added  # as text: HTML escaped, no Markdown to read it
+
+
+def test_long_responses_show_their_marked_start_and_end_until_whole_texts_are_asked_for(tmp_path, monkeypatch):
+    responses = {step: "".join(f"line {i}: {'ab' * (i % 40)} {step if i % 7 == 0 else 'x'}\n" for i in range(1000)) for step in (1, 2)}
+    assert all(len(text) > board.TEXT_SHOWN for text in responses.values())
+    write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", [sample(step, prompt="p", reward=2 - step, response=text) for step, text in responses.items()])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    details = open_changes(app)
+    click_row(app, details.dataframe[0], 0)
+
+    def shown():
+        details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+        parts = [html.unescape(re.sub(r"<[^>]+>", "", element.proto.body)) for element in details.get("html") if "class='rl-word-diff'" in element.proto.body]
+        return parts, [caption.value for caption in details.caption if "characters not shown here" in caption.value]
+
+    half = board.TEXT_SHOWN // 2
+    parts, captions = shown()
+    assert parts == [responses[1][:half], responses[1][-half:], responses[2][:half], responses[2][-half:]]
+    assert captions == [f"… {len(text) - board.TEXT_SHOWN:,} of its {len(text):,} characters not shown here: Show Whole Texts, in the sidebar, shows them …" for text in responses.values()]
+    widget(app.checkbox, "Show Whole Texts").check().run()
+    parts, captions = shown()
+    assert parts == [responses[1], responses[2]] and not captions
 
 
 def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):  # noqa: F811  (the fixture)

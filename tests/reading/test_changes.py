@@ -3,13 +3,15 @@ its images, the samples, mean reward, pass rate and mean length on A and B and t
 from the raw lines, on the bundled runs (lr 1e-4 against the default, and two windows of one run), on a run built so
 that each status is known and on VLM runs asking one question of different pictures; text-only runs give the tables
 the engine gave before images counted; keys whose texts differ are left out and counted; the word diff gives back both
-texts."""
+texts and marks no more than a longest common subsequence of their words leaves, in a fraction of a second for two
+reasoning-length responses of few distinct words."""
 
 import html
 import importlib.util
 import json
 import re
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -18,7 +20,16 @@ import pandas as pd
 import pytest
 
 import rl_board
-from rl_board.changes import CHANGE_COLUMNS, DIFF_WORDS, default_threshold, prompt_changes, side_rows, word_diff
+from rl_board.changes import (
+    CHANGE_COLUMNS,
+    DIFF_WORDS,
+    WORDS,
+    default_threshold,
+    prompt_changes,
+    runs_between,
+    side_rows,
+    word_diff,
+)
 from rl_board.figures import WORD_DIFF_BACKGROUNDS, marked_words_html
 from tests.conftest import PROJECT
 from tests.support import SAMPLES
@@ -151,6 +162,62 @@ def test_the_word_diff_gives_back_both_texts_and_marks_what_differs():
     long = " ".join(f"w{k}" for k in range(DIFF_WORDS))
     runs_a, runs_b, cut = word_diff(long, long + " more")
     assert cut and "".join(text for _, text in runs_b) == long + " more"
+
+
+def common_subsequence_length(a: list[str], b: list[str]) -> int:
+    """The length of the longest common subsequence of a and b, by the textbook dynamic programme."""
+    previous = [0] * (len(b) + 1)
+    for item in a:
+        current = [0]
+        for j, other in enumerate(b):
+            current.append(previous[j] + 1 if item == other else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
+def test_the_word_diff_keeps_a_longest_common_subsequence_of_words_and_whitespace():
+    rng = np.random.default_rng(5)
+    words, spaces = ["the", "answer", "is", "42.", "证明", "<b>x</b>", "x"], [" ", "\n", "  ", "\t "]
+    for _ in range(30):
+        a, b = ("".join(f"{rng.choice(words)}{rng.choice(spaces)}" for _ in range(rng.integers(0, 60))).strip() for _ in range(2))
+        runs_a, runs_b, cut = word_diff(a, b)
+        assert "".join(text for _, text in runs_a) == a and "".join(text for _, text in runs_b) == b and not cut
+        assert {kind for kind, _ in runs_a} <= {"same", "removed"} and {kind for kind, _ in runs_b} <= {"same", "added"}
+        assert all(first[0] != second[0] for runs in (runs_a, runs_b) for first, second in zip(runs, runs[1:]))  # runs joined
+        same_a, same_b = ("".join(text for kind, text in runs if kind == "same") for runs in (runs_a, runs_b))
+        assert same_a == same_b  # the unmarked words are common to both, in order
+        common = common_subsequence_length(WORDS.findall(a), WORDS.findall(b))
+        for text, runs in ((a, runs_a), (b, runs_b)):  # a marked run is whole words and whitespace of its text
+            marked = sum(len(WORDS.findall(part)) for kind, part in runs if kind != "same")
+            assert len(WORDS.findall(text)) - marked == common  # no more marked than the longest common subsequence leaves
+
+
+def test_two_responses_of_a_reasoning_models_length_are_compared_in_a_fraction_of_a_second():
+    rng = np.random.default_rng(0)
+    vocabulary = ["the", "model", "reward", "policy", "answer", "therefore", "因此", "步骤"]  # few words: difflib took a minute
+    a, b = (" ".join(rng.choice(vocabulary, size=DIFF_WORDS + 2000)) for _ in range(2))
+    start = time.perf_counter()
+    runs_a, runs_b, cut = word_diff(a, b)
+    assert time.perf_counter() - start < 5  # about 0.07 s; difflib's SequenceMatcher took 54 s
+    assert cut and "".join(text for _, text in runs_a) == a and "".join(text for _, text in runs_b) == b
+    compared = len(" ".join(a.split(" ")[:DIFF_WORDS]) + " ")  # characters of A's first DIFF_WORDS words
+    marks, offset = [], 0
+    for kind, text in runs_a:
+        marks += [(offset, offset + len(text))] if kind != "same" else []
+        offset += len(text)
+    assert marks and marks[-1][1] <= compared  # the rest is not compared, so not marked
+    assert sum(end - start for start, end in marks) < compared / 2  # most words of few distinct ones are common
+
+
+def test_a_part_of_marked_runs_keeps_each_characters_mark():
+    runs = [("same", "The answer is "), ("removed", "42."), ("same", "\nDone"), ("removed", " now")]
+    text = "".join(part for _, part in runs)
+    kinds = "".join(kind[0] * len(part) for kind, part in runs)
+    for start in range(len(text) + 1):
+        for end in range(start, len(text) + 2):
+            part = runs_between(runs, start, end)
+            assert "".join(piece for _, piece in part) == text[start:end] and all(piece for _, piece in part)
+            assert "".join(kind[0] * len(piece) for kind, piece in part) == kinds[start:end]
 
 
 def test_a_word_diff_shows_each_response_as_written_and_never_as_markup():
