@@ -2,6 +2,7 @@
 package's functions (index_chunk, summarize_lines, read_texts), pickled by name, so a worker imports only the reading
 layer. Also how files are cut into line-aligned chunks and rows into batches for them, the thread that reads ahead
 what the page will likely show next, and the turns the server's sessions take to draw."""
+import collections
 import contextlib
 import functools
 import gc
@@ -154,9 +155,9 @@ def run_tasks(tasks: list, parallel: "bool | Executor"):
         return
     pool = parallel if isinstance(parallel, Executor) else worker_pool()
     try:
-        futures = [pool.submit(function, *args) for function, args in tasks]
-        for future in futures:
-            yield future.result()
+        futures = collections.deque(pool.submit(function, *args) for function, args in tasks)
+        while futures:
+            yield futures.popleft().result()  # and let go of it: the caller keeps what it needs
     except BrokenProcessPool:
         replace_broken_pool(pool)
         raise

@@ -5,6 +5,7 @@ Numbers are checked against `plain_parse`, an independent slow reading of the fi
 
 import dataclasses
 import functools
+import gc
 import hashlib
 import json
 import math
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import types
+import weakref
 from pathlib import Path
 
 import msgspec
@@ -307,6 +309,17 @@ def test_lines_a_raised_max_samples_needs_are_parsed_on_the_workers(tmp_path, mo
     shutil.rmtree(os.environ["RL_LOGGING_BOARD_CACHE"])
     whole = RunStore(str(tmp_path / "run")).load(32, parallel=False).samples
     assert raised.drop(columns=["group_id", "index_id"]).equals(whole.drop(columns=["group_id", "index_id"]))
+
+
+# The workers' results are let go as the caller takes them: kept until the last task was done, they raised the server's
+# peak memory by all of a load's parsed lines (a raise to 8,192 samples a step: 528 MB peak RSS, 469 MB let go).
+@pytest.mark.skipif(rl_board.reading.workers.WORKERS < 2, reason="needs two cores or more for worker processes")
+def test_a_workers_result_is_let_go_once_the_caller_has_taken_it():
+    results = rl_board.reading.workers.run_tasks([(np.full, (1000, task)) for task in range(4)], True)
+    taken = [weakref.ref(next(results)) for _ in range(2)]
+    gc.collect()
+    assert all(result() is None for result in taken)  # neither held on to, though two tasks remain
+    assert [int(result[0]) for result in results] == [2, 3]
 
 
 def test_max_samples_is_applied_evenly_over_rank_files_without_parsing_the_rest(tmp_path):
