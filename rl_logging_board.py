@@ -471,6 +471,8 @@ class StateKey:
     BATCH_ROWS = "batch_rows"  # the batch table; its selection, the row picked (of the step in view or one before)
     GROUP_TABLE = "group_table"
     GROUP_MEMBER = "group_member"  # prefix: a button per place in the sample's group
+    GROUP_PART = "group_part"  # which GROUP_SHOWN of a large group's completions are drawn
+    GROUP_PART_FOR = "group_part_for"  # the step batch and sample GROUP_PART was last set for
     CURVE_VIEW = "curve_view"
     REWARD_SERIES = "reward_series"  # prefix: one choice per set of options
     REWARD_WEIGHTS = "reward_weights"  # prefix: one per run
@@ -2172,7 +2174,12 @@ def draw_groups(batch: "StepBatch", settings: "Settings"):
     )
 
 
-# The other completions of the sample's prompt, side by side, each a click away from the samples pair above.
+GROUP_SHOWN = 16  # completions of a group drawn at once: each costs the browser about 10 ms of every step change
+
+
+# The other completions of the sample's prompt, side by side, each a click away from the samples pair above. Of a group
+# over GROUP_SHOWN (a run of 256 generations a prompt, or one whose group id is the step: 1,024 completions took 11 s a
+# step change), GROUP_SHOWN at a time, those holding the sample first.
 def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
     table = batch.table
     group = table["group"].iloc[sample]
@@ -2180,6 +2187,17 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
         return
     members = table[table["group"] == group]
     st.markdown(f"**Group {int(group)} of this step**: {len(members)} completion(s) of the prompt of sample #{sample}.")
+    part, size = st.empty(), len(members)  # the part's place always there (STABLE_LAYOUT)
+    if size > GROUP_SHOWN:
+        if st.session_state.get(StateKey.GROUP_PART_FOR) != (batch.key, sample):  # another sample: the part holding it
+            st.session_state[StateKey.GROUP_PART] = members.index.get_loc(sample) // GROUP_SHOWN * GROUP_SHOWN
+            st.session_state[StateKey.GROUP_PART_FOR] = (batch.key, sample)
+        start = part.selectbox(
+            "Completions shown", range(0, size, GROUP_SHOWN), key=StateKey.GROUP_PART, format_func=lambda start: f"{start + 1}-{min(start + GROUP_SHOWN, size)} of {size:,}",
+            help=f"A group's completions are drawn {GROUP_SHOWN} at a time, in batch order; the Groups table lists the group's samples and rewards",
+            width=240,
+        )
+        members = members.iloc[start : start + GROUP_SHOWN]
     draw_images(table.iloc[sample], width=96, details=False)  # the samples pair above has the captions and notes
     columns = st.columns(min(len(members), 4))
     function_columns = [c for c in members.columns if c.startswith("rewards/")]

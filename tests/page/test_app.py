@@ -652,6 +652,37 @@ def test_the_sample_view_shows_the_samples_group_and_opens_its_other_completions
     assert not app.exception
 
 
+# A group of more than GROUP_SHOWN completions (many generations a prompt, or a group id that is the step) is drawn
+# GROUP_SHOWN at a time: the part holding the sample first, any other part on request, its buttons opening its samples.
+def test_a_large_group_is_drawn_a_part_at_a_time(tmp_path, monkeypatch):
+    count = 2 * board.GROUP_SHOWN + 5
+    lines = [sample(1, prompt="one prompt", response=f"completion {i}", reward=i / count, group_id="g") for i in range(count)]
+    lines.insert(3, sample(1, prompt="another", response="alone", group_id="h"))  # batch order, not group order
+    write_lines(tmp_path / "runs" / "run" / "r.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    members = [i for i, line in enumerate(lines) if line["group_id"] == "g"]
+    sample_index = widget(app.number_input, "Sample index in current step batch")
+    sample_index.set_value(members[board.GROUP_SHOWN + 2]).run()
+
+    def drawn() -> list[int]:  # the samples whose buttons are drawn (the tree lists the four columns one by one)
+        return sorted(int(b.label.removesuffix(" (shown above)")[1:]) for b in app.button if b.label.startswith("#"))
+
+    part = widget(app.selectbox, "Completions shown")
+    assert part.options == [f"{start + 1}-{min(start + board.GROUP_SHOWN, count)} of {count}" for start in range(0, count, board.GROUP_SHOWN)]
+    assert part.value == board.GROUP_SHOWN and drawn() == members[board.GROUP_SHOWN : 2 * board.GROUP_SHOWN]
+    assert f"completion {members[board.GROUP_SHOWN]}" in [t.value for t in app.text] and "completion 0" not in [t.value for t in app.text]
+    part.set_value(2 * board.GROUP_SHOWN).run()
+    assert drawn() == members[2 * board.GROUP_SHOWN :]
+    next(b for b in app.button if b.label == f"#{members[-1]}").click().run()  # a completion of this part opened
+    assert widget(app.number_input, "Sample index in current step batch").value == members[-1]
+    assert widget(app.selectbox, "Completions shown").value == 2 * board.GROUP_SHOWN and drawn() == members[2 * board.GROUP_SHOWN :]
+    widget(app.number_input, "Sample index in current step batch").set_value(members[1]).run()  # another sample: its part
+    assert widget(app.selectbox, "Completions shown").value == 0 and drawn() == members[: board.GROUP_SHOWN]
+    widget(app.number_input, "Sample index in current step batch").set_value(3).run()  # a group of one: no parts
+    assert not [box for box in app.selectbox if box.label == "Completions shown"] and drawn() == [3]
+    assert not app.exception
+
+
 def test_step_kl_names_what_it_plots_and_offers_a_robust_view(grpo_root, monkeypatch):
     app = load_and_view(start(grpo_root, monkeypatch))
     app.session_state["curve_view"] = "Step-KL"
