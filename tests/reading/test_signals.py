@@ -5,13 +5,16 @@ too short or without the columns."""
 
 import itertools
 import json
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import rl_board
-from rl_board.signals import SIGNALS
+from bench.generate_run import write_run
+from rl_board.metrics import zero_signal_members
+from rl_board.signals import EXAMPLES_PER_STEP, SIGNALS, firing_examples, response_length_column, signals_by_step
 from tests.support.runs import sample, write_lines
 
 STEPS, SHIFT, WINDOW = 30, 21, 5
@@ -335,6 +338,83 @@ def test_a_window_with_half_its_steps_or_fewer_numbered_has_no_value(tmp_path):
     # of the 5 steps of the windows ending at 25, 26 and 29, 3, 2 and 3 have an entropy (steps 24-26 have none)
     assert rows.loc[25, "value"] == pytest.approx(0.4) and np.isnan(rows.loc[26, "value"]) and np.isnan(rows.loc[28, "value"])
     assert rows.loc[29, "value"] == pytest.approx(0.4) and rows.loc[29, "fired"] and not rows.loc[26, "fired"]
+
+
+# ---- example samples at scale ---------------------------------------------------------------------------------------
+
+
+# The examples as the board took them before they were taken from arrays (a table per firing step, 16 s for 4,926
+# firings): what firing_examples must give, row for row.
+def examples_step_by_step(samples: pd.DataFrame, table: pd.DataFrame, signal: str, kl_column: str = "avg_kl_k3", per_step: int = EXAMPLES_PER_STEP) -> pd.DataFrame:
+    fired = table[(table["signal"] == signal) & table["fired"]]
+    steps = dict(tuple(samples[samples["step"].isin(fired["step"])].groupby("step")))
+    length_column = response_length_column(samples)
+    frames = []
+    for row in fired.itertuples():
+        shown, columns = step_pattern_rows(steps[row.step], signal, row, kl_column, length_column)
+        shown = shown.sort_values(["reward", "sample"], ascending=[False, True], kind="stable", na_position="last").head(per_step)
+        frames.append(pd.DataFrame({"step": shown["step"].to_numpy(), "sample": shown["sample"].to_numpy(), "reward": shown["reward"].to_numpy(), "value": row.value, **{column: shown[column].to_numpy() for column in columns}}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "sample", "reward", "value"])
+
+
+# A step's samples that show the signal's pattern, and the columns that show it.
+def step_pattern_rows(rows: pd.DataFrame, signal: str, fired, kl_column: str, length_column: str | None) -> tuple[pd.DataFrame, list[str]]:
+    def quarter(column, top):
+        values = rows[column].to_numpy(dtype=float)
+        if not np.isfinite(values).any():
+            return rows.iloc[:0], [column]
+        cut = np.nanquantile(values[np.isfinite(values)], 0.75 if top else 0.25)
+        return rows[values >= cut if top else values <= cut], [column]
+
+    if signal == "reward functions diverging":
+        up, down = rows[fired.rising], rows[fired.falling]
+        return rows[(up > up.mean()) & (down < down.mean())], [fired.rising, fired.falling]
+    if signal == "length drifting with reward":
+        return quarter(length_column, top=True)
+    if signal == "zero-signal groups rising":
+        grouped = rows.dropna(subset=["group_id"])
+        return grouped[zero_signal_members(grouped)], ["group_id"]
+    if signal == "entropy falling":
+        return quarter("avg_entropy", top=False)
+    if signal == "KL accelerating":
+        return quarter(kl_column, top=True)
+    advantages = rows["advantage"].to_numpy(dtype=float)
+    finite_advantages = advantages[np.isfinite(advantages)]
+    if len(finite_advantages) < 2:
+        return rows.iloc[:0], ["advantage"]
+    centre, spread = finite_advantages.mean(), finite_advantages.std(ddof=1)
+    tail = advantages >= centre + spread if fired.value > 0 else advantages <= centre - spread
+    return rows[tail], ["advantage"]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in reduce:RuntimeWarning")  # the reference's pandas mean of +inf and -inf
+def test_the_examples_of_thousands_of_firings_are_those_of_each_step_taken_alone(tmp_path):
+    write_run(tmp_path / "run", steps=400, samples=12, tokens=8, ranks=1, grpo=True, workers=1)
+    run = rl_board.open_run(str(tmp_path / "run"))
+    samples = run.samples.copy()
+    rng = np.random.default_rng(1)
+    for column in ("reward", "rewards/accuracy_reward", "avg_entropy", "advantage", "avg_kl_k3", "response_tokens_len"):
+        values = samples[column].to_numpy(dtype=float).copy()
+        values[rng.random(len(values)) < 0.05] = np.nan
+        values[rng.random(len(values)) < 0.01] = np.inf
+        values[rng.random(len(values)) < 0.01] = -np.inf
+        samples[column] = values
+    samples.loc[samples["step"] == 200, "avg_entropy"] = np.nan  # a firing step of no number: no example
+    samples.loc[rng.random(len(samples)) < 0.05, "group_id"] = None
+    table = signals_by_step(samples, run.snapshot.reward_function_columns, window=3)
+    table["fired"] = table["value"].notna() | (table["step"] == 200)  # every step with a value fires, and one without
+    for signal in SIGNALS:
+        fired = int(((table["signal"] == signal) & table["fired"]).sum())
+        expected = examples_step_by_step(samples, table, signal)
+        examples = firing_examples(samples, table, signal)
+        assert fired > 40 and len(examples) > 40, signal
+        pd.testing.assert_frame_equal(examples, expected, check_dtype=False)
+    seconds = []
+    for examples in (firing_examples, examples_step_by_step):  # 400 firings: 0.016 s against 1.35 s
+        start = time.perf_counter()
+        examples(samples, table.assign(fired=True), "advantage skew")
+        seconds.append(time.perf_counter() - start)
+    assert seconds[0] < seconds[1] / 10
 
 
 def test_every_signal_states_its_rule_with_its_thresholds():
