@@ -58,6 +58,7 @@ SIZES = {  # steps, samples per step, mean tokens, rank files
     "wide": (880, 128, 30, 4),  # huge's 112,640 samples and 880 steps in 0.4 GB: the page's costs that grow with them
     "long": (10, 16, 4000, 2),  # 4,000-token responses: the token area's worst case
     "batch": (20, 8192, 30, 4),  # verl's batches (1,024 prompts × 8): a step's charts and table at 8,192 samples
+    "steps": (20_000, 12, 20, 1),  # a long run logged every step: the step charts at 20,000 steps
 }
 TARGETS = {  # issue 35's goals for the medium run (the large run's from the scale issue)
     "first open / orjson floor": {"medium": "<= 0.75", "large": "<= 0.75"},

@@ -15,6 +15,7 @@ from rl_board.figures import (
     LABELLED_TOKENS,
     SAMPLE_BARS,
     SAMPLE_BINS,
+    STEP_BINS,
     STEP_EXTENT,
     VALUE_LABELLED_TOKENS,
     batch_charts_left_out,
@@ -33,6 +34,7 @@ from rl_board.figures import (
     step_curve_chart,
     step_fraction_chart,
     step_table_chart,
+    steps_drawn,
     token_heatmap_figure,
     value_labels,
 )
@@ -284,6 +286,55 @@ def test_value_axes_label_their_ticks_as_numbers_read():
             assert {key: guide[key] for key in ("format", "labelExpr")} == value_labels(scale), (name, channel)
     labels = value_labels("y")  # how they read in the browser: tests/browser/test_numbers.py
     assert labels["format"] == ",~f" and labels["labelExpr"].startswith("datum.value == 0 ? '0' : ") and "domain('y')" in labels["labelExpr"]
+
+
+# A series of more than 2 × STEP_BINS steps is drawn by the steps holding each stretch's least and largest values: a
+# spike stays at its step, each point drawn is its step's own numbers, and the chart says how it was drawn.
+def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps():
+    rng = np.random.default_rng(3)
+    steps = 20_000
+    values = rng.normal(size=steps)
+    values[rng.integers(0, steps, 300)] = np.nan
+    values[[7, 19_999]] = np.inf, -np.inf
+    values[12_345] = 40.0  # a spike
+    size = math.ceil(steps / STEP_BINS)
+    drawn = steps_drawn(steps, [values], steps)
+    expected = {0, steps - 1}
+    for start in range(0, steps, size):
+        stretch = values[start : start + size]
+        finite_places = [start + k for k, value in enumerate(stretch) if np.isfinite(value)]
+        if finite_places:
+            expected |= {min(finite_places, key=lambda k: (values[k], k)), max(finite_places, key=lambda k: (values[k], -k))}
+    assert set(drawn.tolist()) == expected and 12_345 in expected and len(drawn) <= 2 * STEP_BINS + 2
+    assert (steps_drawn(2 * STEP_BINS, [values[: 2 * STEP_BINS]], 2 * STEP_BINS) == np.arange(2 * STEP_BINS)).all()  # a stretch of 2: all
+    samples = pd.DataFrame({"step": np.repeat(np.arange(steps) * 10, 2), "reward": np.repeat(values, 2) + np.tile([-0.5, 0.5], steps), "ref_reward": 0.0})
+    samples.loc[samples["step"] == 123_450, "reward"] = 40.0
+    chart = step_curve_chart([("run", samples)], ["reward"], "t", "reward")
+    assert chart["title"]["subtitle"][:2] == ["mean, band ± std × 0.2", f"{steps:,} steps: each stretch of {size} drawn by its steps of least and largest value"]
+    points = pd.DataFrame(chart["datasets"]["points"]).set_index("step")
+    stats = step_stats(samples, "reward")
+    assert len(points) < 3 * 2 * STEP_BINS + 2 and points.loc[123_450, "mean"] == 40.0
+    assert np.allclose(points["mean"].astype(float), stats.loc[points.index, "mean"], equal_nan=True)  # each step's own numbers
+    assert points["n"].tolist() == stats.loc[points.index, "count"].tolist()
+    means = stats["mean"].to_numpy()
+    finite_means = np.where(np.isfinite(means), means, np.nan)
+    for start in range(0, len(stats), size):  # each stretch of the steps with a mean: its least and largest drawn
+        stretch, first, last = finite_means[start : start + size], stats.index[start], stats.index[min(start + size, len(stats)) - 1]
+        if np.isfinite(stretch).any():
+            in_stretch = points.loc[(points.index >= first) & (points.index <= last), "mean"].astype(float)
+            assert in_stretch.max() == np.nanmax(stretch) and in_stretch.min() == np.nanmin(stretch)
+    shifted = step_curve_chart([("run", samples)], ["reward"], "t", "reward", zero_shift=True, smoothing=0.9)
+    assert max(point["raw"] for point in shifted["datasets"]["points"] if point["raw"] is not None) == pytest.approx(40.0 - means[0])  # the faint raw line keeps its spike
+    table = pd.DataFrame({"value": values}, index=pd.Index(np.arange(steps), name="step"))
+    spec = step_table_chart([("run", table)], ["value"], "t", "unit")
+    assert {point["step"] for point in spec["datasets"]["points"]} == expected and spec["title"]["subtitle"][0].startswith("20,000 steps: each stretch of 80")
+    history = TrainingHistory([], pd.DataFrame({"step": np.arange(steps), "loss": values}), pd.DataFrame({"step": []}), {}, {}, pd.DataFrame())
+    metric = metric_chart("loss", [("run", history)])
+    finite_steps = np.flatnonzero(~np.isnan(values))  # the history drops a step without the metric
+    assert {point["step"] for point in metric["datasets"]["points"]} == set(finite_steps[steps_drawn(len(finite_steps), [values[finite_steps]], len(finite_steps))].tolist())
+    assert metric["title"]["subtitle"].startswith(f"{len(finite_steps):,} steps: each stretch of")
+    few = step_curve_chart([("run", samples[samples["step"] < 10 * 2 * STEP_BINS].assign(reward=1.0))], ["reward"], "t", "reward")
+    assert few["title"]["subtitle"] == "mean, band ± std × 0.2" and len(few["datasets"]["points"]) == 2 * STEP_BINS  # every step
 
 
 def test_token_table_shades_each_metric_within_its_range():
