@@ -436,16 +436,28 @@ STEP_BAR_AXIS = {
 }
 
 
-# How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie.
+# How many samples a search found at each step: where in training a phrase appears, or a filter's samples lie. Past
+# 2 × STEP_BINS steps, a bar per stretch of steps_per_bin consecutive steps, the samples found in it (20,000 bars of a
+# 20,000-step run were each a tenth of a pixel, and a search's page took 3 s).
 def matches_per_step_chart(per_step: pd.Series) -> dict:
+    size = steps_per_bin(len(per_step))
+    if size <= 2:
+        values = [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]
+        title, tooltip = "Samples found per step", True
+    else:
+        steps, counts = per_step.index.to_numpy(), per_step.to_numpy()
+        values = [{"step": int(steps[first]), "steps": f"{steps[first]}–{steps[min(first + size, len(steps)) - 1]}", "samples": int(counts[first : first + size].sum())} for first in range(0, len(steps), size)]
+        title = {"text": f"Samples found per {size:,} steps", "subtitle": f"{len(steps):,} steps: a bar for each {size:,}, at its first step", **SUBTITLE_STYLE}
+        tooltip = [{"field": "steps", "type": "nominal"}, {"field": "samples", "type": "quantitative"}]
     return {
-        "title": "Samples found per step",
+        "title": title,
         "height": 200,  # the title and axes included
-        "data": {"values": [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]},
+        "data": {"values": values},
         "mark": {"type": "bar", "color": STEP_PALETTE[1], "tooltip": True},
         "encoding": {
-            "x": STEP_BAR_AXIS,  # a bar for every step, none found or not
+            "x": STEP_BAR_AXIS,  # a bar for every step (or stretch of steps), none found or not
             "y": {"field": "samples", "type": "quantitative", "title": "samples", "axis": {"tickMinStep": 1}},
+            **({} if tooltip is True else {"tooltip": tooltip}),
         },
     }
 

@@ -333,6 +333,11 @@ def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps()
     finite_steps = np.flatnonzero(~np.isnan(values))  # the history drops a step without the metric
     assert {point["step"] for point in metric["datasets"]["points"]} == set(finite_steps[steps_drawn(len(finite_steps), [values[finite_steps]], len(finite_steps))].tolist())
     assert metric["title"]["subtitle"].startswith(f"{len(finite_steps):,} steps: each stretch of")
+    found = pd.Series(rng.integers(0, 5, steps), index=np.arange(steps) * 10)  # a search's samples found per step
+    bars = matches_per_step_chart(found)["data"]["values"]
+    assert len(bars) == STEP_BINS and sum(bar["samples"] for bar in bars) == found.sum()
+    assert bars[1] == {"step": size * 10, "steps": f"{size * 10}–{(2 * size - 1) * 10}", "samples": int(found.iloc[size : 2 * size].sum())}
+    assert len(matches_per_step_chart(found.iloc[: 2 * STEP_BINS])["data"]["values"]) == 2 * STEP_BINS  # a bar per step
     few = step_curve_chart([("run", samples[samples["step"] < 10 * 2 * STEP_BINS].assign(reward=1.0))], ["reward"], "t", "reward")
     assert few["title"]["subtitle"] == "mean, band ± std × 0.2" and len(few["datasets"]["points"]) == 2 * STEP_BINS  # every step
 
