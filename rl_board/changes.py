@@ -153,16 +153,10 @@ def word_diff(a: str, b: str) -> tuple[list[tuple[str, str]], list[tuple[str, st
     codes = {}  # each distinct word a number, so that words are compared by their text, never by a hash
     codes_a, codes_b = [codes.setdefault(word, len(codes)) for word in head_a], [codes.setdefault(word, len(codes)) for word in head_b]
     runs_a, runs_b = [], []
-    for kind, start_a, end_a, start_b, end_b in Indel.opcodes(codes_a, codes_b):
-        if kind == "equal":
-            add_run(runs_a, "same", "".join(head_a[start_a:end_a]))
-            add_run(runs_b, "same", "".join(head_b[start_b:end_b]))
-        else:  # rapidfuzz's Indel gives "delete" and "insert" alone
-            add_run(runs_a, "removed", "".join(head_a[start_a:end_a]))
-            add_run(runs_b, "added", "".join(head_b[start_b:end_b]))
-    add_run(runs_a, "same", rest_a)
-    add_run(runs_b, "same", rest_b)
-    return runs_a, runs_b, bool(rest_a or rest_b)
+    for kind, start_a, end_a, start_b, end_b in Indel.opcodes(codes_a, codes_b):  # "equal", "delete" or "insert"
+        runs_a.append(("same" if kind == "equal" else "removed", "".join(head_a[start_a:end_a])))
+        runs_b.append(("same" if kind == "equal" else "added", "".join(head_b[start_b:end_b])))
+    return joined_runs(runs_a + [("same", rest_a)]), joined_runs(runs_b + [("same", rest_b)]), bool(rest_a or rest_b)
 
 
 def compared_words(text: str) -> tuple[list[str], str]:
@@ -172,14 +166,9 @@ def compared_words(text: str) -> tuple[list[str], str]:
     return WORDS.findall(text[:end]), text[end:]
 
 
-def add_run(runs: list[tuple[str, str]], kind: str, text: str):
-    """A run of text after the others: joined to the last one when it is of the same kind; nothing when it is empty."""
-    if not text:
-        return
-    if runs and runs[-1][0] == kind:
-        runs[-1] = (kind, runs[-1][1] + text)
-    else:
-        runs.append((kind, text))
+def joined_runs(runs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The runs without the empty ones, each joined to those of the same kind next to it."""
+    return [(kind, "".join(text for _, text in same)) for kind, same in itertools.groupby((run for run in runs if run[1]), key=lambda run: run[0])]
 
 
 def runs_between(runs: list[tuple[str, str]], start: int, end: int) -> list[tuple[str, str]]:
