@@ -520,17 +520,33 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
 STALENESS_SHADES = 8
 
 
+# Past 2 × STEP_BINS steps, a bar per stretch of steps_per_bin consecutive steps (at its first step; the share of the
+# stretch's samples), as the search's chart of samples found.
 def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
     lumped = distribution.assign(staleness=distribution["staleness"].clip(upper=STALENESS_SHADES))
-    parts = lumped.groupby(["step", "staleness"])[["samples", "share"]].sum().reset_index()
+    steps = np.sort(lumped["step"].unique())
+    size = steps_per_bin(len(steps))
+    if size > 2:
+        first_steps = steps[np.arange(len(steps)) // size * size]  # each step's stretch, by its first step
+        last_steps = steps[np.minimum(np.arange(len(steps)) // size * size + size, len(steps)) - 1]
+        stretch = pd.Series(np.searchsorted(steps, lumped["step"]), index=lumped.index)
+        lumped = lumped.assign(step=first_steps[stretch], steps=[f"{first}–{last}" for first, last in zip(first_steps[stretch], last_steps[stretch])])
+        title = {"text": one_line(title), "subtitle": f"{len(steps):,} steps: a bar for each {size:,}, at its first step", **SUBTITLE_STYLE}
+        share_title = "share of the steps' samples"
+    else:
+        lumped = lumped.assign(steps=lumped["step"].astype(str))
+        title = one_line(title)  # names from the data in it (a tool, a run folder): a line break stops Vega
+        share_title = "share of the step's samples"
+    parts = lumped.groupby(["step", "steps", "staleness"])["samples"].sum().reset_index()
+    parts["share"] = parts["samples"] / parts.groupby("step")["samples"].transform("sum")
     label = lambda staleness: f"≥ {STALENESS_SHADES}" if staleness == STALENESS_SHADES else str(staleness)  # noqa: E731
     values = [
-        {"step": int(step), "staleness": label(int(staleness)), "order": int(staleness), "samples": int(samples), "share": json_number(share)}
-        for step, staleness, samples, share in zip(parts["step"], parts["staleness"], parts["samples"], parts["share"])
+        {"step": int(step), "steps": stretch, "staleness": label(int(staleness)), "order": int(staleness), "samples": int(samples), "share": json_number(share)}
+        for step, stretch, staleness, samples, share in zip(parts["step"], parts["steps"], parts["staleness"], parts["samples"], parts["share"])
     ]
     labels = [label(staleness) for staleness in sorted(parts["staleness"].unique().tolist())]
     return {
-        "title": one_line(title),  # names from the data in it (a tool, a run folder): a line break stops Vega
+        "title": title,
         "height": 300,
         "padding": {"top": 24},  # a title otherwise starts above its canvas, cut in half
         "data": {"values": values},
@@ -538,10 +554,10 @@ def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
         "params": [{"name": PICK_STEP, "select": {"type": "point", "encodings": ["x"], "on": "click"}}],
         "encoding": {
             "x": STEP_BAR_AXIS,
-            "y": {"field": "share", "type": "quantitative", "title": "share of the step's samples", "scale": {"domain": [0, 1]}, "axis": {"format": ".0%"}},
+            "y": {"field": "share", "type": "quantitative", "title": share_title, "scale": {"domain": [0, 1]}, "axis": {"format": ".0%"}},
             "color": {"field": "staleness", "type": "ordinal", "title": "staleness", "sort": labels, "scale": {"domain": labels, "range": staleness_colours(labels)}},
             "order": {"field": "order", "type": "quantitative"},
-            "tooltip": [{"field": "step"}, {"field": "staleness"}, {"field": "samples", "format": ","}, {"field": "share", "format": ".1%"}],
+            "tooltip": [{"field": "steps", "title": "step"}, {"field": "staleness"}, {"field": "samples", "format": ","}, {"field": "share", "format": ".1%"}],
         },
     }
 

@@ -338,6 +338,14 @@ def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps()
     assert len(bars) == STEP_BINS and sum(bar["samples"] for bar in bars) == found.sum()
     assert bars[1] == {"step": size * 10, "steps": f"{size * 10}–{(2 * size - 1) * 10}", "samples": int(found.iloc[size : 2 * size].sum())}
     assert len(matches_per_step_chart(found.iloc[: 2 * STEP_BINS])["data"]["values"]) == 2 * STEP_BINS  # a bar per step
+    staleness = pd.DataFrame({"step": np.repeat(np.arange(steps) * 10, 3), "staleness": np.tile([0, 1, 9], steps), "samples": rng.integers(1, 5, 3 * steps)})
+    shares = pd.DataFrame(staleness_share_chart(staleness.assign(share=0.0), "t")["data"]["values"])  # share: recomputed per stretch
+    assert shares["step"].nunique() == STEP_BINS and shares["samples"].sum() == staleness["samples"].sum()
+    second = staleness[(staleness["step"] >= size * 10) & (staleness["step"] < 2 * size * 10)]
+    expected = second.assign(staleness=second["staleness"].clip(upper=8)).groupby("staleness")["samples"].sum()
+    got = shares[shares["step"] == size * 10].set_index("order")
+    assert got["samples"].to_dict() == expected.to_dict() and got["share"].to_numpy() == pytest.approx((expected / expected.sum()).to_numpy())
+    assert set(got["steps"]) == {f"{size * 10}–{(2 * size - 1) * 10}"} and set(got["staleness"]) == {"0", "1", "≥ 8"}
     few = step_curve_chart([("run", samples[samples["step"] < 10 * 2 * STEP_BINS].assign(reward=1.0))], ["reward"], "t", "reward")
     assert few["title"]["subtitle"] == "mean, band ± std × 0.2" and len(few["datasets"]["points"]) == 2 * STEP_BINS  # every step
 
