@@ -2049,7 +2049,8 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     if step != st.session_state.get(StateKey.SELECTED_STEP) or StateKey.LAST_STEP_WHEN_CHOSEN not in st.session_state:
         st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = steps[-1]
     st.session_state[StateKey.SELECTED_STEP] = step
-    newer = [s for s in steps if s > st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN]]
+    chosen_at = st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN]  # read once: a session state lookup a step took 0.2 s at 20,000 steps
+    newer = [s for s in steps if s > chosen_at]
     notice = st.empty()  # always there, so the elements below keep their places (STABLE_LAYOUT)
     if newer and step != steps[-1]:
         message, button = notice.container().columns([4, 1], vertical_alignment="center")
