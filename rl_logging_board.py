@@ -2190,7 +2190,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
     st.markdown(f"**Group {int(group)} of this step**: {len(members)} completion(s) of the prompt of sample #{sample}.")
     part, size = st.empty(), len(members)  # the part's place always there (STABLE_LAYOUT)
     if size > GROUP_SHOWN:
-        if st.session_state.get(StateKey.GROUP_PART_FOR) != (batch.key, sample):  # another sample: the part holding it
+        if st.session_state.get(StateKey.GROUP_PART_FOR) != (batch.key, sample) or StateKey.GROUP_PART not in st.session_state:  # another sample, or back from a part not drawn: the part holding it
             st.session_state[StateKey.GROUP_PART] = members.index.get_loc(sample) // GROUP_SHOWN * GROUP_SHOWN
             st.session_state[StateKey.GROUP_PART_FOR] = (batch.key, sample)
         start = part.selectbox(

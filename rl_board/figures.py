@@ -82,7 +82,7 @@ LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
     points, shown, line_points, left_out_series = [], [], [], []
     by_run = len(runs) > 1  # several runs: colour by run, dashes by series (so a series chosen or not keeps the spec)
-    longest = max([samples["step"].nunique() for _, samples in runs] + [len(steps) for _, steps, _ in lines], default=0)
+    longest = max([samples["step"].nunique() for _, samples in runs] + [len(steps) for _, steps, _ in lines], default=0)  # for the note
     for run_name, samples in runs:
         for column in columns:
             if column not in samples:
@@ -105,7 +105,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             centre, low, high = (smoothed(values, smoothing) for values in (centre, low, high))
             shown.append(run_name if by_run else name)
             order = list(dict.fromkeys(shown)).index(shown[-1])
-            drawn = steps_drawn(len(stats), [centre, low, high] + ([raw] if smoothing else []), longest)
+            drawn = steps_drawn(len(stats), [centre, low, high] + ([raw] if smoothing else []))
             faint_raw = json_numbers(raw[drawn]) if smoothing else [None] * len(drawn)
             single = len(stats) == 1  # a line of one point draws nothing: the point is marked instead
             points += [
@@ -123,7 +123,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         raw = raw - first[0] if zero_shift and len(first) else raw
         shown.append(name)
         line = smoothed(raw, smoothing)
-        drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []), longest)
+        drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []))
         line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)}
                         for step, c, r in zip(np.asarray(steps)[drawn], line[drawn], raw[drawn])]
     x = STEP_AXIS
@@ -273,23 +273,26 @@ def step_extent(steps: pd.Series) -> list[dict]:
 
 
 # A step chart draws a series of many steps by some of them: every point is a browser's work on each change of the
-# chart, and a run of 20,000 steps took 37 s to open in Chromium and 25 s to turn Zero Shift on. Past 2 × STEP_BINS
-# steps, a series' steps are cut into at most STEP_BINS stretches of consecutive steps, and each stretch is drawn by
-# the steps holding the least and the largest finite value of each line drawn (the series' first and last step too).
-# A spike stays, at its step, every point drawn is a step's own numbers (its tooltip true), and the line's envelope is
-# the whole series' at the chart's width; the chart says so.
+# chart, and a run of 20,000 steps took 37 s to open in Chromium and 25 s to turn Zero Shift on. A series of more than
+# 2 × STEP_BINS steps is cut into at most STEP_BINS stretches of its consecutive steps, and each stretch is drawn by
+# the steps holding the least and the largest finite value of each line drawn (the series' first and last step too);
+# a shorter series in the same chart (an eval line, a run compared that has just begun) is drawn whole. A spike stays,
+# at its step, every point drawn is a step's own numbers (its tooltip true), and the line's envelope is the whole
+# series' at the chart's width; the chart says so, in words that stay the same as steps are added (a changed spec is
+# built anew by the browser, where a new step's data are swapped in).
 STEP_BINS = 250
+STEPS_DRAWN_NOTE = f"a series of more than {2 * STEP_BINS} steps: drawn by the steps of least and largest value of each of {STEP_BINS} stretches"
 
 
 def steps_per_bin(count: int) -> int:
     return max(1, math.ceil(count / STEP_BINS))
 
 
-# The positions of the points a series of `count` steps draws (steps_per_bin(`of`) steps a stretch, `of` the chart's
-# longest series), given the lines drawn from it (arrays of `count` values): all of them while a stretch is 2 steps.
-def steps_drawn(count: int, lines: list[np.ndarray], of: int) -> np.ndarray:
-    size = steps_per_bin(of)
-    if size <= 2 or count <= 2:
+# The positions of the points a series of `count` steps draws (steps_per_bin(count) steps a stretch), given the lines
+# drawn from it (arrays of `count` values): all of them while a stretch is 2 steps.
+def steps_drawn(count: int, lines: list[np.ndarray]) -> np.ndarray:
+    size = steps_per_bin(count)
+    if size <= 2:
         return np.arange(count)
     stretches = math.ceil(count / size)
     kept = [np.array([0, count - 1])]
@@ -304,10 +307,9 @@ def steps_drawn(count: int, lines: list[np.ndarray], of: int) -> np.ndarray:
     return np.unique(np.concatenate(kept))
 
 
-# The chart's note of its drawn steps (steps_drawn), or None while every step is drawn.
-def steps_drawn_note(of: int) -> str | None:
-    size = steps_per_bin(of)
-    return f"{of:,} steps: each stretch of {size:,} drawn by its steps of least and largest value" if size > 2 else None
+# The chart's note of its drawn steps (steps_drawn), its longest series `longest` steps; None while every step is drawn.
+def steps_drawn_note(longest: int) -> str | None:
+    return STEPS_DRAWN_NOTE if steps_per_bin(longest) > 2 else None
 
 
 # Numbers already reduced per step (a table indexed by step, a column per series), one line per series and run.
@@ -322,7 +324,7 @@ def step_table_chart(runs: list[tuple[str, pd.DataFrame]], columns: list[str], t
             raw = table[column].to_numpy(dtype=float)
             left_out_series.append((name, table.index.to_numpy(), raw, False))
             line = smoothed(raw, smoothing)
-            drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []), longest)
+            drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []))
             points += [
                 {"series": name, "order": position, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing)}
                 for step, value, r in zip(table.index[drawn], line[drawn], raw[drawn])
@@ -447,7 +449,7 @@ def matches_per_step_chart(per_step: pd.Series) -> dict:
     else:
         steps, counts = per_step.index.to_numpy(), per_step.to_numpy()
         values = [{"step": int(steps[first]), "steps": f"{steps[first]}–{steps[min(first + size, len(steps)) - 1]}", "samples": int(counts[first : first + size].sum())} for first in range(0, len(steps), size)]
-        title = {"text": f"Samples found per {size:,} steps", "subtitle": f"{len(steps):,} steps: a bar for each {size:,}, at its first step", **SUBTITLE_STYLE}
+        title = {"text": f"Samples found per {size:,} steps", "subtitle": f"a bar for each stretch of {size:,} steps, at its first step", **SUBTITLE_STYLE}
         tooltip = [{"field": "steps", "type": "nominal"}, {"field": "samples", "type": "quantitative"}]
     return {
         "title": title,
@@ -480,7 +482,7 @@ def metric_chart(name: str, histories: list[tuple[str, "TrainingHistory"]], smoo
             column += " (eval)"
         series = f"{run_name} · {column}" if len(histories) > 1 else column
         line = smoothed(raw, smoothing)
-        drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []), longest)
+        drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []))
         points += [
             {"series": series, "run": run_name, "order": position, "split": split, "single": len(raw) == 1, "step": int(step), "value": json_number(value), "raw": faint(r, smoothing), "logged": json_number(r)}
             for step, value, r in zip(values["step"].to_numpy()[drawn], line[drawn], raw[drawn])
@@ -531,7 +533,7 @@ def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
         last_steps = steps[np.minimum(np.arange(len(steps)) // size * size + size, len(steps)) - 1]
         stretch = pd.Series(np.searchsorted(steps, lumped["step"]), index=lumped.index)
         lumped = lumped.assign(step=first_steps[stretch], steps=[f"{first}–{last}" for first, last in zip(first_steps[stretch], last_steps[stretch])])
-        title = {"text": one_line(title), "subtitle": f"{len(steps):,} steps: a bar for each {size:,}, at its first step", **SUBTITLE_STYLE}
+        title = {"text": one_line(title), "subtitle": f"a bar for each stretch of {size:,} steps, at its first step", **SUBTITLE_STYLE}
         share_title = "share of the steps' samples"
     else:
         lumped = lumped.assign(steps=lumped["step"].astype(str))

@@ -678,8 +678,11 @@ def test_a_large_group_is_drawn_a_part_at_a_time(tmp_path, monkeypatch):
     assert widget(app.selectbox, "Completions shown").value == 2 * board.GROUP_SHOWN and drawn() == members[2 * board.GROUP_SHOWN :]
     widget(app.number_input, "Sample index in current step batch").set_value(members[1]).run()  # another sample: its part
     assert widget(app.selectbox, "Completions shown").value == 0 and drawn() == members[: board.GROUP_SHOWN]
+    widget(app.number_input, "Sample index in current step batch").set_value(members[-1]).run()
     widget(app.number_input, "Sample index in current step batch").set_value(3).run()  # a group of one: no parts
     assert not [box for box in app.selectbox if box.label == "Completions shown"] and drawn() == [3]
+    widget(app.number_input, "Sample index in current step batch").set_value(members[-1]).run()  # back: its part again
+    assert widget(app.selectbox, "Completions shown").value == 2 * board.GROUP_SHOWN and drawn() == members[2 * board.GROUP_SHOWN :]
     assert not app.exception
 
 

@@ -16,6 +16,7 @@ from rl_board.figures import (
     SAMPLE_BARS,
     SAMPLE_BINS,
     STEP_BINS,
+    STEPS_DRAWN_NOTE,
     STEP_EXTENT,
     VALUE_LABELLED_TOKENS,
     batch_charts_left_out,
@@ -298,7 +299,7 @@ def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps()
     values[[7, 19_999]] = np.inf, -np.inf
     values[12_345] = 40.0  # a spike
     size = math.ceil(steps / STEP_BINS)
-    drawn = steps_drawn(steps, [values], steps)
+    drawn = steps_drawn(steps, [values])
     expected = {0, steps - 1}
     for start in range(0, steps, size):
         stretch = values[start : start + size]
@@ -306,11 +307,11 @@ def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps()
         if finite_places:
             expected |= {min(finite_places, key=lambda k: (values[k], k)), max(finite_places, key=lambda k: (values[k], -k))}
     assert set(drawn.tolist()) == expected and 12_345 in expected and len(drawn) <= 2 * STEP_BINS + 2
-    assert (steps_drawn(2 * STEP_BINS, [values[: 2 * STEP_BINS]], 2 * STEP_BINS) == np.arange(2 * STEP_BINS)).all()  # a stretch of 2: all
+    assert (steps_drawn(2 * STEP_BINS, [values[: 2 * STEP_BINS]]) == np.arange(2 * STEP_BINS)).all()  # a stretch of 2: all
     samples = pd.DataFrame({"step": np.repeat(np.arange(steps) * 10, 2), "reward": np.repeat(values, 2) + np.tile([-0.5, 0.5], steps), "ref_reward": 0.0})
     samples.loc[samples["step"] == 123_450, "reward"] = 40.0
     chart = step_curve_chart([("run", samples)], ["reward"], "t", "reward")
-    assert chart["title"]["subtitle"][:2] == ["mean, band ± std × 0.2", f"{steps:,} steps: each stretch of {size} drawn by its steps of least and largest value"]
+    assert chart["title"]["subtitle"][:2] == ["mean, band ± std × 0.2", STEPS_DRAWN_NOTE]
     points = pd.DataFrame(chart["datasets"]["points"]).set_index("step")
     stats = step_stats(samples, "reward")
     assert len(points) < 3 * 2 * STEP_BINS + 2 and points.loc[123_450, "mean"] == 40.0
@@ -318,8 +319,9 @@ def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps()
     assert points["n"].tolist() == stats.loc[points.index, "count"].tolist()
     means = stats["mean"].to_numpy()
     finite_means = np.where(np.isfinite(means), means, np.nan)
-    for start in range(0, len(stats), size):  # each stretch of the steps with a mean: its least and largest drawn
-        stretch, first, last = finite_means[start : start + size], stats.index[start], stats.index[min(start + size, len(stats)) - 1]
+    stretch_size = math.ceil(len(stats) / STEP_BINS)  # the series' own steps, those with a mean
+    for start in range(0, len(stats), stretch_size):  # each stretch of them: its least and largest drawn
+        stretch, first, last = finite_means[start : start + stretch_size], stats.index[start], stats.index[min(start + stretch_size, len(stats)) - 1]
         if np.isfinite(stretch).any():
             in_stretch = points.loc[(points.index >= first) & (points.index <= last), "mean"].astype(float)
             assert in_stretch.max() == np.nanmax(stretch) and in_stretch.min() == np.nanmin(stretch)
@@ -327,12 +329,17 @@ def test_a_run_of_many_steps_is_drawn_by_each_stretchs_least_and_largest_steps()
     assert max(point["raw"] for point in shifted["datasets"]["points"] if point["raw"] is not None) == pytest.approx(40.0 - means[0])  # the faint raw line keeps its spike
     table = pd.DataFrame({"value": values}, index=pd.Index(np.arange(steps), name="step"))
     spec = step_table_chart([("run", table)], ["value"], "t", "unit")
-    assert {point["step"] for point in spec["datasets"]["points"]} == expected and spec["title"]["subtitle"][0].startswith("20,000 steps: each stretch of 80")
+    assert {point["step"] for point in spec["datasets"]["points"]} == expected and spec["title"]["subtitle"][0] == STEPS_DRAWN_NOTE
     history = TrainingHistory([], pd.DataFrame({"step": np.arange(steps), "loss": values}), pd.DataFrame({"step": []}), {}, {}, pd.DataFrame())
     metric = metric_chart("loss", [("run", history)])
     finite_steps = np.flatnonzero(~np.isnan(values))  # the history drops a step without the metric
-    assert {point["step"] for point in metric["datasets"]["points"]} == set(finite_steps[steps_drawn(len(finite_steps), [values[finite_steps]], len(finite_steps))].tolist())
-    assert metric["title"]["subtitle"].startswith(f"{len(finite_steps):,} steps: each stretch of")
+    assert {point["step"] for point in metric["datasets"]["points"]} == set(finite_steps[steps_drawn(len(finite_steps), [values[finite_steps]])].tolist())
+    assert metric["title"]["subtitle"] == STEPS_DRAWN_NOTE
+    evaluated = TrainingHistory([], history.train, pd.DataFrame({"step": np.arange(0, steps, 100), "loss": 1.0}), {}, {}, pd.DataFrame())
+    eval_points = [point for point in metric_chart("loss", [("run", evaluated)])["datasets"]["points"] if point["split"] == "eval"]
+    assert len(eval_points) == steps // 100  # a short series beside a long one: every point
+    compared = step_table_chart([("long", table), ("begun", table.iloc[:300])], ["value"], "t", "unit")["datasets"]["points"]
+    assert {point["step"] for point in compared if point["series"] == "begun"} == set(range(300))
     found = pd.Series(rng.integers(0, 5, steps), index=np.arange(steps) * 10)  # a search's samples found per step
     bars = matches_per_step_chart(found)["data"]["values"]
     assert len(bars) == STEP_BINS and sum(bar["samples"] for bar in bars) == found.sum()
