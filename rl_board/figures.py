@@ -307,6 +307,15 @@ def steps_drawn(count: int, lines: list[np.ndarray]) -> np.ndarray:
     return np.unique(np.concatenate(kept))
 
 
+# Each of a bar chart's steps (sorted, distinct) as the stretch of steps_per_bin consecutive steps it lies in: the
+# stretch's first step and its "first–last" label.
+def step_stretches(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    size = steps_per_bin(len(steps))
+    starts = np.arange(len(steps)) // size * size
+    first, last = steps[starts], steps[np.minimum(starts + size, len(steps)) - 1]
+    return first, np.array([f"{a}–{b}" for a, b in zip(first.tolist(), last.tolist())])
+
+
 # The chart's note of its drawn steps (steps_drawn), its longest series `longest` steps; None while every step is drawn.
 def steps_drawn_note(longest: int) -> str | None:
     return STEPS_DRAWN_NOTE if steps_per_bin(longest) > 2 else None
@@ -447,8 +456,9 @@ def matches_per_step_chart(per_step: pd.Series) -> dict:
         values = [{"step": int(step), "samples": int(count)} for step, count in per_step.items()]
         title, tooltip = "Samples found per step", True
     else:
-        steps, counts = per_step.index.to_numpy(), per_step.to_numpy()
-        values = [{"step": int(steps[first]), "steps": f"{steps[first]}–{steps[min(first + size, len(steps)) - 1]}", "samples": int(counts[first : first + size].sum())} for first in range(0, len(steps), size)]
+        first, labels = step_stretches(per_step.index.to_numpy())
+        stretches = pd.Series(per_step.to_numpy()).groupby([first, labels], sort=False).sum()
+        values = [{"step": int(step), "steps": label, "samples": int(count)} for (step, label), count in stretches.items()]
         title = {"text": f"Samples found per {size:,} steps", "subtitle": f"a bar for each stretch of {size:,} steps, at its first step", **SUBTITLE_STYLE}
         tooltip = [{"field": "steps", "type": "nominal"}, {"field": "samples", "type": "quantitative"}]
     return {
@@ -529,10 +539,9 @@ def staleness_share_chart(distribution: pd.DataFrame, title: str) -> dict:
     steps = np.sort(lumped["step"].unique())
     size = steps_per_bin(len(steps))
     if size > 2:
-        first_steps = steps[np.arange(len(steps)) // size * size]  # each step's stretch, by its first step
-        last_steps = steps[np.minimum(np.arange(len(steps)) // size * size + size, len(steps)) - 1]
-        stretch = pd.Series(np.searchsorted(steps, lumped["step"]), index=lumped.index)
-        lumped = lumped.assign(step=first_steps[stretch], steps=[f"{first}–{last}" for first, last in zip(first_steps[stretch], last_steps[stretch])])
+        first, labels = step_stretches(steps)
+        place = np.searchsorted(steps, lumped["step"])
+        lumped = lumped.assign(step=first[place], steps=labels[place])
         title = {"text": one_line(title), "subtitle": f"a bar for each stretch of {size:,} steps, at its first step", **SUBTITLE_STYLE}
         share_title = "share of the steps' samples"
     else:
