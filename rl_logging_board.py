@@ -53,6 +53,7 @@ from rl_board.changes import (
     word_diff,
 )
 from rl_board.figures import (
+    HEAT_MAP_COLUMNS,
     PICK_STEP,
     VALUE_LABELLED_TOKENS,
     batch_charts_left_out,
@@ -71,6 +72,7 @@ from rl_board.figures import (
     step_fraction_chart,
     step_table_chart,
     token_heatmap_figure,
+    tokens_per_column,
 )
 from rl_board.metrics import (
     REWARD_SERIES,
@@ -186,6 +188,7 @@ from rl_board.text import (
     shorten,
     significant_format,
     system_prompt_span,
+    token_label,
     valid_text,
     visible_whitespace,
 )
@@ -2425,16 +2428,19 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
             table, column_config = cached_token_table(shown_rows, rows, tuple(chosen))
             st.dataframe(table, width="stretch", height=min(420, 38 + 35 * table.num_rows), column_config=column_config, key=StateKey.TOKEN_TABLE)  # keyed: refilled, not built anew
         else:
-            st.caption(
+            caption = (
                 "Heat map: each row coloured within its own range (red above 0, blue below; a row of one value shows only "
                 f"its sign); values on hover, and in the cells up to {VALUE_LABELLED_TOKENS} tokens."
             )
-            st.plotly_chart(token_heatmap_figure(token_grid(rows, chosen).T), width="stretch")
+            if (size := tokens_per_column(len(rows.tokens))) > 1:
+                caption += f" Over {HEAT_MAP_COLUMNS} tokens, a cell is a stretch of {size} tokens, shown by its value of largest size (its token on hover); the table has them all."
+            st.caption(caption)
+            st.plotly_chart(token_heatmap_figure(rows, chosen), width="stretch")
 
 
 # The chosen values of a sample's tokens, a row per token labelled by its place and its text (whitespace made visible).
 def token_grid(rows: "TokenRows", chosen: list[str]) -> pd.DataFrame:
-    labels = [f"{i} - {visible_whitespace(token)}" for i, token in zip(rows.positions.tolist(), rows.tokens)]
+    labels = [token_label(i, token) for i, token in zip(rows.positions.tolist(), rows.tokens)]
     return pd.DataFrame({name: rows.values[name] for name in chosen}, index=pd.Index(labels, name="token"))
 
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from rl_board.metrics import TokenRows, finite, normal_curve, smoothed, step_stats
 from rl_board.reading.history import TrainingHistory, metric_name
-from rl_board.text import largest_magnitude, number_text, one_line
+from rl_board.text import largest_magnitude, number_text, one_line, token_label
 
 STEP_PALETTE = ["#e8927c", "#5fa8d3", "#b8de6f", "#f3c969", "#c39bd3", "#76d7c4", "#f1948a", "#85c1e9"]
 
@@ -72,9 +72,15 @@ def value_labels(scale: str) -> dict:
 # largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
 # Up to LABELLED_TOKENS tokens every column is labelled with its token, and up to VALUE_LABELLED_TOKENS each cell with
 # its value; past those a label is too narrow to read (the axis shows token indices instead, the same "#index" as the
-# table and the running text), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
+# table and the running text, from `positions`), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
 # then lays the chart out once per redraw instead of measuring and placing its labels again.
 LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
+
+# Past this many tokens, each of the heat map's columns is a stretch of consecutive tokens, coloured by the value of
+# largest magnitude of each row in it (its token on hover): plotly draws a cell narrower than a pixel over its
+# neighbours, so a heat map of 4,000 tokens about 1,000 pixels wide showed one KL spike of four, and one of 1,000,000
+# tokens nothing at all (after 8 s). 500 columns are at least 1.5 pixels each on a 1280-pixel screen.
+HEAT_MAP_COLUMNS = 500
 
 
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
@@ -784,35 +790,72 @@ def reward_count_chart(shown: list[tuple[str, str, np.ndarray]]) -> dict:
     }
 
 
-def token_heatmap_figure(grid: pd.DataFrame) -> go.Figure:
-    # Plotly reads its labels as a little HTML: < > & escaped, its tags stay text; quotes left as they are (Plotly knows
-    # no &quot;, which it would show as written).
-    labels = [html.escape(label if len(label) <= 24 else label[:23] + "…", quote=False) for label in grid.columns]
-    values = grid.to_numpy(dtype=float)
-    bounds = largest_magnitude(values)
-    labelled, valued = len(labels) <= LABELLED_TOKENS, len(labels) <= VALUE_LABELLED_TOKENS
+def token_heatmap_figure(rows: TokenRows, chosen: list[str]) -> go.Figure:
+    values = np.array([rows.values[name] for name in chosen], dtype=float).reshape(len(chosen), len(rows.tokens))
+    labelled, valued = len(rows.tokens) <= LABELLED_TOKENS, len(rows.tokens) <= VALUE_LABELLED_TOKENS
+    if tokens_per_column(len(rows.tokens)) > 1:
+        x, values, hover = token_stretches(values, rows)
+        hovertemplate = "%{y}, tokens %{customdata[1]}: %{customdata[0]:.4g} at %{customdata[2]} (the stretch's largest in size)<extra></extra>"
+    else:
+        x = [heat_map_label(rows, place) for place in range(len(rows.tokens))] if labelled else rows.positions
+        hover, hovertemplate = values, "%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>"
     figure = go.Figure(
         go.Heatmap(
-            z=scaled_to_largest(values, bounds[:, None]),
-            customdata=values,
+            z=scaled_to_largest(values, largest_magnitude(values)[:, None]),
+            customdata=hover,
             zmin=-1,
             zmax=1,
             showscale=False,
-            x=labels if labelled else np.arange(len(labels)),
-            y=list(grid.index),
+            x=x,
+            y=list(chosen),
             colorscale="balance",
             text=[[number_text(value, ".3g") for value in row] for row in values.tolist()] if valued else None,
             texttemplate="%{text}" if valued else None,
-            hovertemplate="%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>",
+            hovertemplate=hovertemplate,
         )
     )
     figure.update_layout(
-        height=(180 if labelled else 70) + 36 * len(grid.index),
+        height=(180 if labelled else 70) + 36 * len(chosen),
         margin=dict(l=110, r=20, t=20, b=160 if labelled else 50),
         xaxis=dict(tickangle=-60, automargin=False) if labelled else dict(title="token index", automargin=False),
         yaxis=dict(autorange="reversed", automargin=False),
     )
     return figure
+
+
+# The heat map's label of the token in row `place`: its token_label, cut to 24 characters, escaped for plotly, which
+# reads its labels as a little HTML (< > & escaped, its tags stay text; quotes left as they are: plotly knows no
+# &quot;, which it would show as written).
+def heat_map_label(rows: TokenRows, place: int) -> str:
+    label = token_label(int(rows.positions[place]), rows.tokens[place])
+    return html.escape(label if len(label) <= 24 else label[:23] + "…", quote=False)
+
+
+# How many tokens each of the heat map's columns shows, of `count`.
+def tokens_per_column(count: int) -> int:
+    return max(1, -(-count // HEAT_MAP_COLUMNS))
+
+
+# The heat map's columns past HEAT_MAP_COLUMNS tokens: stretches of consecutive tokens (the last may be shorter), each
+# row's cell the value of largest magnitude in it (±inf the largest; NaN where the stretch has no value), placed at the
+# stretch's middle token position. Returns those places, the values, and each cell's hover data: the value, the
+# stretch's token positions and the label of the token it is from.
+def token_stretches(values: np.ndarray, rows: TokenRows) -> tuple[np.ndarray, np.ndarray, list]:
+    size = tokens_per_column(values.shape[1])
+    starts = np.arange(0, values.shape[1], size)
+    padded = np.pad(values, ((0, 0), (0, len(starts) * size - values.shape[1])), constant_values=np.nan)
+    stretches = padded.reshape(len(values), len(starts), size)
+    magnitude = np.abs(stretches)
+    largest = np.where(np.isnan(magnitude), -1.0, magnitude).argmax(axis=2)  # the first of equals
+    kept = np.take_along_axis(stretches, largest[..., None], axis=2)[..., 0]
+    ends = np.minimum(starts + size, values.shape[1]) - 1
+    positions = rows.positions
+    spans = [f"#{first}–#{last}" for first, last in zip(positions[starts].tolist(), positions[ends].tolist())]
+    hover = [
+        [[value, span, "no value" if math.isnan(value) else heat_map_label(rows, start + offset)] for value, span, start, offset in zip(row, spans, starts.tolist(), offsets)]
+        for row, offsets in zip(kept.tolist(), largest.tolist())
+    ]
+    return (positions[starts] + positions[ends]) / 2, kept, hover
 
 
 # JSON has no NaN: a missing number is null, which Vega leaves out.

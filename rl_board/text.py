@@ -197,6 +197,11 @@ def visible_whitespace(token: str) -> str:
     return token.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
+# A token as the token table and the heat map label it: its place in the response and its text.
+def token_label(position: int, token: str) -> str:
+    return f"{position} - {visible_whitespace(token)}"
+
+
 # Tokens as the text they stand for. What tokenizer.convert_ids_to_tokens returns is often not text: byte-level BPE
 # (GPT-2, Llama 3, Qwen) writes each byte as a printable character (a space as Ġ, é as Ã©, 你 as ä½ł), SentencePiece
 # a space as ▁ and a byte as <0xE4>. The scheme is decided once per response, from its ordinary tokens (special ones

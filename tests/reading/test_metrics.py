@@ -12,12 +12,13 @@ import pytest
 
 import rl_logging_board as board
 from rl_board.figures import (
+    HEAT_MAP_COLUMNS,
     LABELLED_TOKENS,
     SAMPLE_BARS,
     SAMPLE_BINS,
     STEP_BINS,
-    STEPS_DRAWN_NOTE,
     STEP_EXTENT,
+    STEPS_DRAWN_NOTE,
     VALUE_LABELLED_TOKENS,
     batch_charts_left_out,
     batch_reward_chart,
@@ -30,6 +31,7 @@ from rl_board.figures import (
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
+    scaled_to_largest,
     signal_chart,
     staleness_share_chart,
     step_curve_chart,
@@ -37,6 +39,7 @@ from rl_board.figures import (
     step_table_chart,
     steps_drawn,
     token_heatmap_figure,
+    tokens_per_column,
     value_labels,
 )
 from rl_board.metrics import (
@@ -60,6 +63,7 @@ from rl_board.reading.store import RunStore
 from rl_board.text import (
     clean_text,
     distinct_labels,
+    largest_magnitude,
     markdown_literal,
     number_text,
     one_line,
@@ -249,7 +253,7 @@ def test_numbers_in_text_keep_their_digits_and_a_zero_has_no_minus():
     assert significant_format([999_999.0, 1.0]) == "%.6g" and significant_format([-1e6, 1.0]) == "%.5e" and significant_format([12_345.0], 4) == "%.3e"
     config = board.shaded_columns(pd.DataFrame({"kl": [3e-8, 0.0], "log_ratio": [-1e-9, 2.0], "policy_ratio": [4.8e8, 1.0]}))
     assert {name: column["type_config"]["format"] for name, column in config.items()} == {"kl": "%.6g", "log_ratio": "%.6g", "policy_ratio": "%.5e"}
-    figure = token_heatmap_figure(pd.DataFrame({"a": [-0.0, 3e-8], "b": [-1e-9, 1.0]}, index=["advantage", "kl"]))
+    figure = token_heatmap_figure(*heat_map_rows({"advantage": [-0.0, -1e-9], "kl": [3e-8, 1.0]}))
     assert [list(row) for row in figure.data[0].text] == [["0", "-1e-09"], ["3e-08", "1"]]
     rows = TokenRows(tokens=["a"], is_pad=np.array([False]), is_tool=np.array([False]), positions=np.array([0]), values={"kl": np.array([3e-8]), "advantage": np.array([-0.0])})
     assert 'kl=3e-08  advantage=0"' in running_text_html(rows, "kl")  # the hover's values, -0.0 as 0
@@ -405,7 +409,7 @@ def test_infinities_left_out_of_the_charts_are_named_where_they_are():
 def test_infinite_token_values_are_coloured_at_the_ends_and_written_out():
     assert diverging_colours(np.array([0.5, -np.inf, np.nan, 1.0, np.inf])) == ["rgba(220,60,60,0.42)", "rgba(60,110,230,0.85)", "transparent", "rgba(220,60,60,0.85)", "rgba(220,60,60,0.85)"]
     assert diverging_colours(np.array([0.0, np.inf]))[1] == "rgba(220,60,60,0.85)"  # no finite magnitude to scale by
-    figure = token_heatmap_figure(pd.DataFrame([[0.5, np.inf, np.nan], [-1.0, -np.inf, 0.25]], index=["kl", "logp"], columns=["a", "b", "c"]))
+    figure = token_heatmap_figure(*heat_map_rows({"kl": [0.5, np.inf, np.nan], "logp": [-1.0, -np.inf, 0.25]}))
     assert np.array_equal(np.asarray(figure.data[0].z, dtype=float), [[1.0, 1.0, np.nan], [-1.0, -1.0, 0.25]], equal_nan=True)
     config = board.shaded_columns(pd.DataFrame({"logp": [-0.5, -np.inf], "kl": [0.1, np.nan]}))
     assert config["logp"]["type_config"]["type"] == "number" and config["logp"]["type_config"]["format"] == "%.6g" and "±inf" in config["logp"]["help"]
@@ -623,45 +627,90 @@ def test_batch_charts_hold_the_table_and_json_has_no_nan():
     json.dumps(batch_reward_chart(table), allow_nan=False)
 
 
+# Token rows of these values (a list each, by name) and tokens (default: "t"), as the token area gives them to the heat
+# map, with the names to draw.
+def heat_map_rows(values: dict, tokens: list[str] | None = None, positions=None) -> tuple[TokenRows, list[str]]:
+    count = len(next(iter(values.values())))
+    rows = TokenRows(
+        tokens=tokens or ["t"] * count, is_pad=np.zeros(count, dtype=bool), is_tool=np.zeros(count, dtype=bool),
+        positions=np.arange(count) if positions is None else np.asarray(positions), values={name: np.asarray(column, dtype=float) for name, column in values.items()},
+    )
+    return rows, list(values)
+
+
 def test_heat_map_labels_are_escaped_for_plotly():
-    grid = pd.DataFrame([[1.0]], index=["logp"], columns=['0 - <a href="x">t</a>'])
-    figure = token_heatmap_figure(grid)
+    figure = token_heatmap_figure(*heat_map_rows({"logp": [1.0]}, tokens=['<a href="x">t</a>']))
     assert list(figure.data[0].x) == ['0 - &lt;a href="x"&gt;t&lt;/a&gt;']  # tags as text; quotes as written (Plotly shows &quot; as written)
     assert json.loads(figure.to_json())["data"][0]["colorscale"][0][1] == "rgb(23, 28, 66)"  # balance
 
 
 def test_long_heat_maps_index_tokens_instead_of_labelling_each():
-    def grid(tokens: int) -> pd.DataFrame:
-        return pd.DataFrame(np.ones((2, tokens)), index=["logp", "kl"], columns=[f"{i} - t" for i in range(tokens)])
+    def rows(tokens: int, start: int = 0) -> tuple[TokenRows, list[str]]:
+        return heat_map_rows({"logp": np.arange(tokens) - 5.0, "kl": np.ones(tokens)}, positions=np.arange(start, start + tokens))
 
-    short = grid(VALUE_LABELLED_TOKENS)
-    figure = token_heatmap_figure(short)
-    assert list(figure.data[0].x) == list(short.columns) and figure.data[0].texttemplate == "%{text}"
-    medium = grid(VALUE_LABELLED_TOKENS + 1)  # too narrow for values in the cells, wide enough for tokens
-    figure = token_heatmap_figure(medium)
-    assert list(figure.data[0].x) == list(medium.columns) and figure.data[0].text is None and figure.data[0].texttemplate is None
-    assert list(token_heatmap_figure(grid(LABELLED_TOKENS + 1)).data[0].x) == list(range(LABELLED_TOKENS + 1))
-    long = pd.DataFrame(np.arange(2.0 * 4000).reshape(2, 4000), index=["logp", "kl"], columns=[f"{i} - t" for i in range(4000)])
-    figure = token_heatmap_figure(long)
-    assert list(figure.data[0].x) == list(range(4000)) and figure.data[0].text is None
-    assert np.asarray(figure.data[0].z).shape == long.shape  # every value still drawn
-    assert np.array_equal(np.asarray(figure.data[0].customdata), long.to_numpy())  # and shown on hover
+    figure = token_heatmap_figure(*rows(VALUE_LABELLED_TOKENS))
+    assert list(figure.data[0].x) == [f"{i} - t" for i in range(VALUE_LABELLED_TOKENS)] and figure.data[0].texttemplate == "%{text}"
+    figure = token_heatmap_figure(*rows(VALUE_LABELLED_TOKENS + 1))  # too narrow for values in the cells, wide enough for tokens
+    assert list(figure.data[0].x) == [f"{i} - t" for i in range(VALUE_LABELLED_TOKENS + 1)] and figure.data[0].text is None and figure.data[0].texttemplate is None
+    assert list(token_heatmap_figure(*rows(LABELLED_TOKENS + 1, start=7)).data[0].x) == list(range(7, LABELLED_TOKENS + 8))  # the tokens' places
+    long, names = rows(HEAT_MAP_COLUMNS)
+    figure = token_heatmap_figure(long, names)
+    assert list(figure.data[0].x) == list(range(HEAT_MAP_COLUMNS)) and figure.data[0].text is None
+    assert np.asarray(figure.data[0].z).shape == (2, HEAT_MAP_COLUMNS)  # every token a cell of its own, up to HEAT_MAP_COLUMNS
+    assert np.array_equal(np.asarray(figure.data[0].customdata), np.array([long.values[name] for name in names]))  # its value on hover
     assert "token #%{x}" in figure.data[0].hovertemplate
 
 
+# Past HEAT_MAP_COLUMNS tokens a column is a stretch of tokens, drawn by each row's value of largest size in it: drawn a
+# token a cell, plotly painted cells narrower than a pixel over each other and showed one KL spike of four (4,000 tokens
+# about 1,000 pixels wide; tests/browser/test_heat_map.py looks at the pixels). Checked against a plain loop.
+def test_a_long_heat_map_draws_each_stretch_of_tokens_by_its_value_of_largest_size():
+    rng = np.random.default_rng(3)
+    for count in (HEAT_MAP_COLUMNS + 1, 1_999, 4_000, 30_011):
+        kl, logp = rng.normal(0, 0.01, count), -rng.exponential(1.0, count)
+        kl[[count // 7, count // 3, count // 2 + 1, 5 * count // 7, count - 1]] = [3.0, -4.0, 2.5, np.inf, -np.inf]  # in stretches of their own
+        kl[: min(count, 37)] = np.nan  # a tool's tokens: stretches with no value at all, then one with a few
+        logp[count // 2] = -50.0
+        positions = np.arange(count) + 11  # a response's tokens after those a turn left out, say
+        rows, names = heat_map_rows({"kl": kl, "logp": logp}, tokens=[f"w{i}" for i in range(count)], positions=positions)
+        trace = token_heatmap_figure(rows, names).data[0]
+        size = math.ceil(count / HEAT_MAP_COLUMNS)
+        stretches = [range(start, min(start + size, count)) for start in range(0, count, size)]
+        assert size == tokens_per_column(count) > 1 and len(stretches) <= HEAT_MAP_COLUMNS
+        expected, hover = [], []
+        for values in (kl, logp):
+            kept, cells = [], []
+            for stretch in stretches:
+                finite = [i for i in stretch if not math.isnan(values[i])]
+                if not finite:
+                    kept.append(math.nan)
+                    cells.append([math.nan, f"#{positions[stretch[0]]}–#{positions[stretch[-1]]}", "no value"])
+                    continue
+                largest = max(finite, key=lambda i: abs(values[i]))  # the first of equals, as max gives it
+                kept.append(values[largest])
+                cells.append([values[largest], f"#{positions[stretch[0]]}–#{positions[stretch[-1]]}", f"{positions[largest]} - w{largest}"])
+            expected.append(kept)
+            hover.append(cells)
+        expected = np.array(expected)
+        assert np.array_equal(np.asarray(trace.x), [(positions[s[0]] + positions[s[-1]]) / 2 for s in stretches])
+        assert np.array_equal(np.asarray(trace.z), scaled_to_largest(expected, largest_magnitude(expected)[:, None]), equal_nan=True)
+        got = [[[float(cell[0]), cell[1], cell[2]] for cell in row] for row in trace.customdata]
+        assert json.dumps(got) == json.dumps(hover)  # NaN compares equal in JSON's text
+        for spike in (3.0, -4.0, 2.5, np.inf, -np.inf):  # every spike is a cell's value, at the colour's end or near it
+            assert spike in expected[0]
+        assert -50.0 in expected[1] and trace.text is None and "customdata[2]" in trace.hovertemplate
+
+
 def test_heat_map_colours_each_row_within_its_own_range_and_shows_raw_values():
-    grid = pd.DataFrame(
-        [[-12.0, -3.0, -6.0, np.nan], [0.02, -0.01, 0.0, np.inf], [0.0, 0.0, 0.0, 0.0]],
-        index=["logp", "log_ratio", "advantage"],
-        columns=["0 - a", "1 - b", "2 - c", "3 - d"],
-    )
-    trace = token_heatmap_figure(grid).data[0]
+    rows, names = heat_map_rows({"logp": [-12.0, -3.0, -6.0, np.nan], "log_ratio": [0.02, -0.01, 0.0, np.inf], "advantage": [0.0, 0.0, 0.0, 0.0]}, tokens=list("abcd"))
+    grid = np.array([rows.values[name] for name in names])
+    trace = token_heatmap_figure(rows, names).data[0]
     z = np.asarray(trace.z)
     assert np.allclose(z[0, :3], [-1.0, -0.25, -0.5]) and np.isnan(z[0, 3])  # logp's own largest |value| is 12
     assert np.allclose(z[1], [1.0, -0.5, 0.0, 1.0])  # infinity is no bound, and at the colour's end
     assert np.array_equal(z[2], np.zeros(4))  # an all-zero row stays neutral
     assert (trace.zmin, trace.zmax, trace.showscale) == (-1, 1, False)
-    assert np.array_equal(np.asarray(trace.customdata), grid.to_numpy(), equal_nan=True)  # hover: raw values
+    assert np.array_equal(np.asarray(trace.customdata), grid, equal_nan=True)  # hover: raw values
     assert [list(row) for row in trace.text] == [["-12", "-3", "-6", "nan"], ["0.02", "-0.01", "0", "inf"], ["0", "0", "0", "0"]]  # cells: raw values
     assert "%{customdata" in trace.hovertemplate
 
