@@ -337,7 +337,10 @@ class BadLine(ValueError):
     """A line that cannot be loaded; the message says why."""
 
 
-# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it once, its step.
+# Every newline-terminated line in data[:size]: offset, length and, where the line holds one "step" key, its step (found
+# from the end: most lines write it after their texts). A line with more, the logger's with loss passes (each names its
+# own optimizer step) or one with a nested object that has a "step", gets no hint: the last one may not be the line's,
+# and a wrong hint would leave the line out of its step's lines unparsed. Lines without a hint are parsed at once.
 def scan_lines(data, size: int, base: int) -> "ScannedLines":
     newlines = []
     position = data.find(b"\n", 0, size)
@@ -350,7 +353,7 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
     step_hints = np.full(len(newlines), np.nan)
     for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
         key = data.rfind(b'"step"', start, end)
-        match = STEP_PATTERN.match(data, key, end) if key >= 0 else None
+        match = STEP_PATTERN.match(data, key, end) if key >= 0 and data.find(b'"step"', start, key) < 0 else None
         if match and match.group(1):
             step_hints[i] = float(match.group(1).strip().rstrip(b",}"))  # a step too big for int64 becomes inf
     blank = np.zeros(len(newlines), dtype=bool)

@@ -1278,3 +1278,19 @@ def test_only_the_broken_pool_is_replaced():
     assert fresh is not broken
     rl_board.reading.workers.replace_broken_pool(broken)  # the second session's late call
     assert worker_pool() is fresh and fresh.submit(int).result(timeout=120) == 0
+
+
+# A line's step is hinted, before it is parsed, from its "step" key, so that only Max Samples Each Step lines a step are
+# parsed; the logger's line with loss passes names each pass's optimizer step after the line's own (with
+# num_iterations > 1, a step's lines are written after later steps' lines), and an object of a field can hold a "step".
+# Hinted by the last "step", the line counted as a later step's, was never parsed, and its own step was missing.
+@pytest.mark.parametrize("max_samples", [1, 2, 10])
+def test_a_line_naming_other_steps_inside_it_is_loaded_at_its_own_step(tmp_path, max_samples):
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    late = sample(0, reward=0.25, micro_batch=0, loss_passes=[{"step": 0, "micro_batch": 0}, {"step": 1, "micro_batch": 0}])
+    nested = sample(2, reward=0.75, meta={"source": "eval", "step": 1})
+    write_lines(path, [sample(1, reward=1.0), sample(1, reward=0.5), late, sample(1, reward=0.0), nested])
+    run = load(path.parent, max_samples=max_samples)
+    assert run.steps == [0, 1, 2]
+    assert run.step_rows(0)["reward"].tolist() == [0.25] and run.step_rows(2)["reward"].tolist() == [0.75]
+    assert run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0][:max_samples]
