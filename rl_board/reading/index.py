@@ -149,6 +149,7 @@ class FileIndex:
         index.incomplete_tail = int(meta["incomplete_tail"])
         index.problems = [tuple(problem) for problem in meta["problems"]]
         index.summaries_end = int(meta["summaries_end"])
+        index.summaries_refused = bool(meta.get("summaries_refused", not index.summaries_end))  # a cache before the flag: as then
         index.texts_identity = FileIdentity(**meta["texts_identity"]) if meta["texts_identity"] else None
         index.lines = lines
         index.cached = None
@@ -159,7 +160,7 @@ class FileIndex:
     def facts(self) -> dict:
         return dict(
             identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems,
-            summaries_end=self.summaries_end, texts_identity=self.texts_identity and self.texts_identity.__dict__,
+            summaries_end=self.summaries_end, summaries_refused=self.summaries_refused, texts_identity=self.texts_identity and self.texts_identity.__dict__,
         )
 
     def reset(self):
@@ -172,6 +173,7 @@ class FileIndex:
         self.problems: list[tuple[int, str, str]] = []
         self.first_changed_row = 0  # the first of the rows its cache holds that changed since (rows past them are new)
         self.summaries_end = 0  # where the records of its summaries file taken so far end (0: none are taken)
+        self.summaries_refused = False  # its summaries file disagreed with it: its lines are read from it from then on
         self.texts_identity: FileIdentity | None = None  # its texts file's, up to the end of the records taken (None: none)
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
@@ -247,19 +249,25 @@ class FileIndex:
     # it holds. Otherwise it is not used (a note says why) and the lines are read from the file. The lines past it are
     # read as any file's.
     # Its texts file (rl_board.reading.summaries.texts_file) is checked the same way, and not used where it disagrees.
+    # A file indexed in part already (its summaries file seen only now: the board opened the run before the logger wrote
+    # a batch, or while it was writing the header) has the records of its lines up to there passed over.
     def take_summaries(self, summaries: "Entry", size: int):
+        start = self.scan_start()
         try:
             raw, got = read_range(summaries.path, 0, summaries.status.size)
-            chunks, end = read_summaries(bytes(raw[:got]), Path(self.path).name, size)
+            chunks, end = read_summaries(bytes(raw[:got]), Path(self.path).name, size, start)
         except (OSError, RejectedSummaries) as error:
-            self.summaries_rejected(summaries, error, 0)
+            self.summaries_rejected(summaries, error, self.physical_lines)
             return
         self.take_checked(summaries, chunks, end)
 
     # The records its summaries file gained since (a live run's steps), taken as at the first: a record of lines parsed
     # meanwhile (written before their record) is passed over. One that disagrees ends their use, with a note.
     def take_more_summaries(self, summaries: "Entry", size: int):
-        if not self.summaries_end or summaries.status.size <= self.summaries_end:
+        if self.summaries_refused or summaries.status.size <= self.summaries_end:
+            return
+        if not self.summaries_end:  # none taken yet
+            self.take_summaries(summaries, size)
             return
         try:
             raw, got = read_range(summaries.path, self.summaries_end, summaries.status.size)
@@ -298,7 +306,7 @@ class FileIndex:
         reason = error if isinstance(error, RejectedSummaries) else f"it cannot be read: {error}"
         past = f" past line {line}" if line else ""
         self.problems.append((line, "note", f"{summaries.name} not used ({reason}): the lines{past} were read from the file"))
-        self.summaries_end = 0
+        self.summaries_end, self.summaries_refused = 0, True
 
     # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
     def take_tail(self, size: int):

@@ -130,15 +130,19 @@ class SummariesHeader(msgspec.Struct):
 
 # The chunk a summaries file's records give (none without records), for the rank file named data_file of size bytes:
 # of the records that end within it (one written after the listing is not), in one piece, as a parse of their bytes
-# in one piece gives it; and the byte of the file where the records used end. Its last record cut short is ignored;
+# in one piece gives it; and the byte of the file where the records used end (0 while the logger is still writing its
+# header: nothing is taken). For a rank file indexed to byte start already (the summaries file first seen after
+# lines were parsed), the records of lines before start are passed over. Its last record cut short is ignored;
 # anything else wrong raises RejectedSummaries.
-def read_summaries(raw, data_file: str, size: int) -> tuple[list[IndexedChunk], int]:
+def read_summaries(raw, data_file: str, size: int, start: int = 0) -> tuple[list[IndexedChunk], int]:
     view = memoryview(raw)
+    if len(view) < len(SUMMARIES_MAGIC) and SUMMARIES_MAGIC.startswith(bytes(view)):
+        return [], 0  # the logger has just created it: nothing to take yet
     if bytes(view[: len(SUMMARIES_MAGIC)]) != SUMMARIES_MAGIC:
         raise RejectedSummaries("it is not a summaries file")
     payloads = record_payloads(view, len(SUMMARIES_MAGIC))
     if not payloads:
-        raise RejectedSummaries("it has no header")
+        return [], 0  # its header is being written
     try:
         header = msgspec.msgpack.decode(payloads[0][0], type=SummariesHeader)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
@@ -147,7 +151,7 @@ def read_summaries(raw, data_file: str, size: int) -> tuple[list[IndexedChunk], 
         raise RejectedSummaries("another version of the board's summaries wrote it")
     if header.data_file != data_file:
         raise RejectedSummaries(f"it summarizes {header.data_file!r}")
-    return records_from(payloads[1:], 0, size, payloads[0][1], passing_over=False)
+    return records_from(payloads[1:], start, size, payloads[0][1], passing_over=start > 0)
 
 
 # The chunk the records of a summaries file from one of its records on give (raw: its bytes from there, at: where that

@@ -578,3 +578,43 @@ def test_a_live_run_on_s3_takes_its_new_steps_from_the_summaries(run, s3_server,
     plain, _ = first_open(without_summaries(run, tmp_path / "plain"), monkeypatch, tmp_path)
     pd.testing.assert_frame_equal(numbers(snapshot), numbers(plain), check_exact=True)
     pd.testing.assert_frame_equal(read_step_batch("s3", rows).table[TEXT_COLUMNS], read_step_batch("disk", plain.step_rows(STEPS)).table[TEXT_COLUMNS])
+
+
+# The board opened a live run before the logger's summaries file held anything: before any line was written, or after
+# the first batch's lines and before the file's header (the writer makes the file once lines are written). The file is
+# taken once written, with no note, then and after a restart, and the lines it summarizes are not parsed; those parsed
+# meanwhile keep their numbers. Before, such a file was never used (a live run opened early was parsed line by line),
+# or refused for good as "not a summaries file".
+@pytest.mark.parametrize("seen_first", ["an empty rank file", "lines, no summaries file", "lines and an empty summaries file", "lines and part of a header"])
+def test_a_summaries_file_written_after_the_run_was_opened_is_taken(tmp_path, monkeypatch, seen_first):
+    complete = logger_run(tmp_path / "complete")
+    name = RANK_FILES[0]
+    data, summaries, texts = ((complete / (name + suffix)).read_bytes() for suffix in ("", SUMMARIES_SUFFIX, TEXTS_SUFFIX))
+    live = tmp_path / "live"
+    live.mkdir()
+    first_batch = b"".join(data.splitlines(keepends=True)[:PER_STEP]) if seen_first != "an empty rank file" else b""
+    (live / name).write_bytes(first_batch)
+    if seen_first != "lines, no summaries file" and first_batch:
+        (live / (name + SUMMARIES_SUFFIX)).write_bytes(b"" if seen_first == "lines and an empty summaries file" else rl_board.reading.summaries.summaries_header(name)[:9])
+        (live / (name + TEXTS_SUFFIX)).write_bytes(b"")
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    parsed = parses_counted(monkeypatch)
+    store = RunStore(str(live))
+    first = store.load(1 << 30, parallel=False)
+    assert sum(parsed) == len(first_batch.splitlines()) and not notes(first)
+    with open(live / name, "ab") as file:  # the logger goes on: its lines, then the files beside them written whole
+        file.write(data[len(first_batch) :])
+    (live / (name + SUMMARIES_SUFFIX)).write_bytes(summaries)
+    (live / (name + TEXTS_SUFFIX)).write_bytes(texts)
+    snapshot = store.load(1 << 30, parallel=False)
+    assert sum(parsed) == len(first_batch.splitlines()) and not notes(snapshot)  # the rest from the summaries file
+    restarted = RunStore(str(live)).load(1 << 30, parallel=False)
+    assert sum(parsed) == len(first_batch.splitlines()) and not notes(restarted)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copyfile(live / name, plain / name)
+    expected, _ = first_open(plain, monkeypatch, tmp_path)
+    for shown in (snapshot, restarted):
+        pd.testing.assert_frame_equal(numbers(shown), numbers(expected), check_exact=True)
+    rows = restarted.step_rows(STEPS - 1)
+    assert (rows["texts_length"] > 0).all()  # a step's texts from the texts file
