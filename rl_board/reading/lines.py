@@ -131,7 +131,7 @@ POLICY_TOKEN_KEYS += ("sampler_kept_logmass",)
 MISMATCH_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "entropies", "sampler_kept_logmass")
 
 
-# `"step": <int>`, the last one in a line: a hint for choosing lines before parsing them (parsing has the last word).
+# `"step": <int>` (line_step_hint): a hint for choosing lines before parsing them (parsing has the last word).
 STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
 
 
@@ -337,10 +337,7 @@ class BadLine(ValueError):
     """A line that cannot be loaded; the message says why."""
 
 
-# Every newline-terminated line in data[:size]: offset, length and, where the line holds one "step" key, its step (found
-# from the end: most lines write it after their texts). A line with more, the logger's with loss passes (each names its
-# own optimizer step) or one with a nested object that has a "step", gets no hint: the last one may not be the line's,
-# and a wrong hint would leave the line out of its step's lines unparsed. Lines without a hint are parsed at once.
+# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it, its step (line_step_hint).
 def scan_lines(data, size: int, base: int) -> "ScannedLines":
     newlines = []
     position = data.find(b"\n", 0, size)
@@ -352,10 +349,7 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
     lengths = newlines - starts
     step_hints = np.full(len(newlines), np.nan)
     for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
-        key = data.rfind(b'"step"', start, end)
-        match = STEP_PATTERN.match(data, key, end) if key >= 0 and data.find(b'"step"', start, key) < 0 else None
-        if match and match.group(1):
-            step_hints[i] = float(match.group(1).strip().rstrip(b",}"))  # a step too big for int64 becomes inf
+        step_hints[i] = line_step_hint(data, start, end)
     blank = np.zeros(len(newlines), dtype=bool)
     for i in np.flatnonzero(lengths < 256):
         blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
@@ -367,6 +361,27 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
         physical_lines=len(newlines),
         complete_end=base + (int(newlines[-1]) + 1 if len(newlines) else 0),
     )
+
+
+# The step a line's "step" key holds, looked for from the line's end (most lines write it after their texts and
+# per-token lists), before the line is parsed: it chooses the lines parsed at first (Max Samples Each Step a step),
+# and a wrong one would leave a line out of its step unparsed. Passed over on the way: "step" as a value (a token), and
+# "step" as the first key of an object inside the line, as each of the logger's loss passes begins (naming its own
+# optimizer step, a later one than the line's with num_iterations > 1). NaN where none is found (the line is parsed
+# at once); parsing has the last word.
+def line_step_hint(data, start: int, end: int) -> float:
+    opening = data.find(b"{", start, end)  # the line's own
+    key = data.rfind(b'"step"', start, end)
+    while key >= 0:
+        match = STEP_PATTERN.match(data, key, end)
+        before = key - 1
+        while before > start and data[before] in b" \t\r\n":
+            before -= 1
+        if match and not (data[before] == ord("{") and before != opening):
+            # a step too big for int64 becomes inf; a key with another value (2.5, "3", null) gives no hint
+            return float(match.group(1).strip().rstrip(b",}")) if match.group(1) else math.nan
+        key = data.rfind(b'"step"', start, key)
+    return math.nan
 
 
 # Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.

@@ -1282,13 +1282,14 @@ def test_only_the_broken_pool_is_replaced():
 
 # A line's step is hinted, before it is parsed, from its "step" key, so that only Max Samples Each Step lines a step are
 # parsed; the logger's line with loss passes names each pass's optimizer step after the line's own (with
-# num_iterations > 1, a step's lines are written after later steps' lines), and an object of a field can hold a "step".
-# Hinted by the last "step", the line counted as a later step's, was never parsed, and its own step was missing.
+# num_iterations > 1, a step's lines are written after later steps' lines), each pass object beginning with it, as a
+# field's object may; and "step" can be a token of a list after the key. Hinted by the last "step", the line was
+# counted at a later step, never parsed, and its own step was missing.
 @pytest.mark.parametrize("max_samples", [1, 2, 10])
 def test_a_line_naming_other_steps_inside_it_is_loaded_at_its_own_step(tmp_path, max_samples):
     path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
     late = sample(0, reward=0.25, micro_batch=0, loss_passes=[{"step": 0, "micro_batch": 0}, {"step": 1, "micro_batch": 0}])
-    nested = sample(2, reward=0.75, meta={"source": "eval", "step": 1})
+    nested = sample(2, reward=0.75, meta={"step": 1, "source": "eval"}, tokens=["step", "1"])
     write_lines(path, [sample(1, reward=1.0), sample(1, reward=0.5), late, sample(1, reward=0.0), nested])
     run = load(path.parent, max_samples=max_samples)
     assert run.steps == [0, 1, 2]
