@@ -792,16 +792,21 @@ def reward_count_chart(shown: list[tuple[str, str, np.ndarray]]) -> dict:
 
 def token_heatmap_figure(rows: TokenRows, chosen: list[str]) -> go.Figure:
     values = np.array([rows.values[name] for name in chosen], dtype=float).reshape(len(chosen), len(rows.tokens))
+    bounds = largest_magnitude(values)[:, None]  # each row's range, of all its tokens
     labelled, valued = len(rows.tokens) <= LABELLED_TOKENS, len(rows.tokens) <= VALUE_LABELLED_TOKENS
+    edges = np.append(rows.positions, rows.positions[-1] + 1) if len(rows.tokens) else rows.positions
+    text = [[number_text(value, ".3g") for value in row] for row in values.tolist()] if valued else None
     if tokens_per_column(len(rows.tokens)) > 1:
-        x, values, hover = token_stretches(values, rows)
-        hovertemplate = "%{y}, tokens %{customdata[1]}: %{customdata[0]:.4g} at %{customdata[2]} (the stretch's largest in size)<extra></extra>"
-    else:
-        x = [heat_map_label(rows, place) for place in range(len(rows.tokens))] if labelled else rows.positions
-        hover, hovertemplate = values, "%{y} at %{x}: %{customdata:.4g}<extra></extra>" if labelled else "%{y} at token #%{x}: %{customdata:.4g}<extra></extra>"
+        x, values, hover = token_stretches(values, rows, edges)
+        hovertemplate = "%{y}, tokens %{customdata[1]}: %{customdata[0]}%{customdata[2]}<extra></extra>"
+    elif labelled:
+        x, hover, hovertemplate = [heat_map_label(rows, place) for place in range(len(rows.tokens))], values, "%{y} at %{x}: %{customdata:.4g}<extra></extra>"
+    else:  # a column per row, from its first token to the next row's (a run of image placeholders is one row)
+        x, hover, hovertemplate = edges, values, "%{y} at token #%{text}: %{customdata:.4g}<extra></extra>"
+        text = [[str(position) for position in rows.positions.tolist()]] * len(chosen)
     figure = go.Figure(
         go.Heatmap(
-            z=scaled_to_largest(values, largest_magnitude(values)[:, None]),
+            z=scaled_to_largest(values, bounds),
             customdata=hover,
             zmin=-1,
             zmax=1,
@@ -809,7 +814,7 @@ def token_heatmap_figure(rows: TokenRows, chosen: list[str]) -> go.Figure:
             x=x,
             y=list(chosen),
             colorscale="balance",
-            text=[[number_text(value, ".3g") for value in row] for row in values.tolist()] if valued else None,
+            text=text,
             texttemplate="%{text}" if valued else None,
             hovertemplate=hovertemplate,
         )
@@ -836,11 +841,12 @@ def tokens_per_column(count: int) -> int:
     return max(1, -(-count // HEAT_MAP_COLUMNS))
 
 
-# The heat map's columns past HEAT_MAP_COLUMNS tokens: stretches of consecutive tokens (the last may be shorter), each
-# row's cell the value of largest magnitude in it (±inf the largest; NaN where the stretch has no value), placed at the
-# stretch's middle token position. Returns those places, the values, and each cell's hover data: the value, the
-# stretch's token positions and the label of the token it is from.
-def token_stretches(values: np.ndarray, rows: TokenRows) -> tuple[np.ndarray, np.ndarray, list]:
+# The heat map's columns past HEAT_MAP_COLUMNS rows: stretches of consecutive rows (the last may be shorter), each
+# metric's cell the value of largest magnitude in it (±inf the largest; NaN where the stretch has no value), from the
+# first token of its first row to the next stretch's (`edges`: each row's first token, then the last row's end).
+# Returns those edges, the values, and each cell's hover data as text (plotly's JSON has no inf or NaN): the value,
+# the stretch's tokens, and which token the value is from.
+def token_stretches(values: np.ndarray, rows: TokenRows, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
     size = tokens_per_column(values.shape[1])
     starts = np.arange(0, values.shape[1], size)
     padded = np.pad(values, ((0, 0), (0, len(starts) * size - values.shape[1])), constant_values=np.nan)
@@ -848,14 +854,16 @@ def token_stretches(values: np.ndarray, rows: TokenRows) -> tuple[np.ndarray, np
     magnitude = np.abs(stretches)
     largest = np.where(np.isnan(magnitude), -1.0, magnitude).argmax(axis=2)  # the first of equals
     kept = np.take_along_axis(stretches, largest[..., None], axis=2)[..., 0]
-    ends = np.minimum(starts + size, values.shape[1]) - 1
-    positions = rows.positions
-    spans = [f"#{first}–#{last}" for first, last in zip(positions[starts].tolist(), positions[ends].tolist())]
+    stretch_edges = np.append(edges[starts], edges[-1])
+    spans = [f"#{first}–#{end - 1}" for first, end in zip(stretch_edges[:-1].tolist(), stretch_edges[1:].tolist())]
     hover = [
-        [[value, span, "no value" if math.isnan(value) else heat_map_label(rows, start + offset)] for value, span, start, offset in zip(row, spans, starts.tolist(), offsets)]
+        [
+            ["no value", span, ""] if math.isnan(value) else [number_text(value, ".4g"), span, f" at {heat_map_label(rows, start + offset)} (the stretch's largest in size)"]
+            for value, span, start, offset in zip(row, spans, starts.tolist(), offsets)
+        ]
         for row, offsets in zip(kept.tolist(), largest.tolist())
     ]
-    return (positions[starts] + positions[ends]) / 2, kept, hover
+    return stretch_edges, kept, hover
 
 
 # JSON has no NaN: a missing number is null, which Vega leaves out.

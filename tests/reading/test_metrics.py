@@ -31,7 +31,6 @@ from rl_board.figures import (
     reward_distribution_chart,
     reward_gap_chart,
     running_text_html,
-    scaled_to_largest,
     signal_chart,
     staleness_share_chart,
     step_curve_chart,
@@ -63,7 +62,6 @@ from rl_board.reading.store import RunStore
 from rl_board.text import (
     clean_text,
     distinct_labels,
-    largest_magnitude,
     markdown_literal,
     number_text,
     one_line,
@@ -652,13 +650,28 @@ def test_long_heat_maps_index_tokens_instead_of_labelling_each():
     assert list(figure.data[0].x) == [f"{i} - t" for i in range(VALUE_LABELLED_TOKENS)] and figure.data[0].texttemplate == "%{text}"
     figure = token_heatmap_figure(*rows(VALUE_LABELLED_TOKENS + 1))  # too narrow for values in the cells, wide enough for tokens
     assert list(figure.data[0].x) == [f"{i} - t" for i in range(VALUE_LABELLED_TOKENS + 1)] and figure.data[0].text is None and figure.data[0].texttemplate is None
-    assert list(token_heatmap_figure(*rows(LABELLED_TOKENS + 1, start=7)).data[0].x) == list(range(7, LABELLED_TOKENS + 8))  # the tokens' places
+    figure = token_heatmap_figure(*rows(LABELLED_TOKENS + 1, start=7))  # a turn's tokens, say: their places in the response
+    assert list(figure.data[0].x) == list(range(7, LABELLED_TOKENS + 9))  # each cell's edges: from its token to the next
+    assert list(figure.data[0].text[0]) == [str(i) for i in range(7, LABELLED_TOKENS + 8)] and "token #%{text}" in figure.data[0].hovertemplate
     long, names = rows(HEAT_MAP_COLUMNS)
     figure = token_heatmap_figure(long, names)
-    assert list(figure.data[0].x) == list(range(HEAT_MAP_COLUMNS)) and figure.data[0].text is None
+    assert list(figure.data[0].x) == list(range(HEAT_MAP_COLUMNS + 1)) and figure.data[0].texttemplate is None
     assert np.asarray(figure.data[0].z).shape == (2, HEAT_MAP_COLUMNS)  # every token a cell of its own, up to HEAT_MAP_COLUMNS
     assert np.array_equal(np.asarray(figure.data[0].customdata), np.array([long.values[name] for name in names]))  # its value on hover
-    assert "token #%{x}" in figure.data[0].hovertemplate
+
+
+# A run of image placeholder tokens is one row (token_rows): its cell spans its tokens, and the token after it starts
+# where they end. Placed at their first tokens, plotly put each cell's edges halfway to its neighbours', and drew the
+# token after 1,024 placeholders 512 tokens wide, over half of them.
+def test_a_heat_map_cell_spans_the_tokens_of_its_row():
+    positions = np.r_[np.arange(101), np.arange(1124, 1174)]  # row 100 is <|image_pad|> × 1024: tokens 100-1123
+    rows, names = heat_map_rows({"kl": np.linspace(-1.0, 1.0, len(positions))}, positions=positions)
+    trace = token_heatmap_figure(rows, names).data[0]
+    assert trace.x.tolist() == [*positions.tolist(), 1174] and trace.x[100:102].tolist() == [100, 1124]
+    positions = np.r_[np.arange(101), np.arange(1124, 1124 + 700)]
+    rows, names = heat_map_rows({"kl": np.linspace(-1.0, 1.0, len(positions))}, positions=positions)
+    trace = token_heatmap_figure(rows, names).data[0]  # 801 rows: stretches of 2
+    assert trace.x[49:52].tolist() == [98, 100, 1125] and trace.customdata[0][50][1] == "#100–#1124"
 
 
 # Past HEAT_MAP_COLUMNS tokens a column is a stretch of tokens, drawn by each row's value of largest size in it: drawn a
@@ -667,36 +680,39 @@ def test_long_heat_maps_index_tokens_instead_of_labelling_each():
 def test_a_long_heat_map_draws_each_stretch_of_tokens_by_its_value_of_largest_size():
     rng = np.random.default_rng(3)
     for count in (HEAT_MAP_COLUMNS + 1, 1_999, 4_000, 30_011):
+        size = math.ceil(count / HEAT_MAP_COLUMNS)
         kl, logp = rng.normal(0, 0.01, count), -rng.exponential(1.0, count)
-        kl[[count // 7, count // 3, count // 2 + 1, 5 * count // 7, count - 1]] = [3.0, -4.0, 2.5, np.inf, -np.inf]  # in stretches of their own
+        first, second = (count // 7) // size * size, (count // 3) // size * size
+        kl[[first, first + 1, second, second + 1, count // 2 + 1]] = [3.0, np.inf, -np.inf, -4.0, 2.5]  # ±inf beside the row's largest
         kl[: min(count, 37)] = np.nan  # a tool's tokens: stretches with no value at all, then one with a few
         logp[count // 2] = -50.0
         positions = np.arange(count) + 11  # a response's tokens after those a turn left out, say
         rows, names = heat_map_rows({"kl": kl, "logp": logp}, tokens=[f"w{i}" for i in range(count)], positions=positions)
         trace = token_heatmap_figure(rows, names).data[0]
-        size = math.ceil(count / HEAT_MAP_COLUMNS)
         stretches = [range(start, min(start + size, count)) for start in range(0, count, size)]
         assert size == tokens_per_column(count) > 1 and len(stretches) <= HEAT_MAP_COLUMNS
         expected, hover = [], []
         for values in (kl, logp):
             kept, cells = [], []
             for stretch in stretches:
+                span = f"#{positions[stretch[0]]}–#{positions[stretch[-1]]}"
                 finite = [i for i in stretch if not math.isnan(values[i])]
                 if not finite:
                     kept.append(math.nan)
-                    cells.append([math.nan, f"#{positions[stretch[0]]}–#{positions[stretch[-1]]}", "no value"])
+                    cells.append(["no value", span, ""])
                     continue
                 largest = max(finite, key=lambda i: abs(values[i]))  # the first of equals, as max gives it
                 kept.append(values[largest])
-                cells.append([values[largest], f"#{positions[stretch[0]]}–#{positions[stretch[-1]]}", f"{positions[largest]} - w{largest}"])
+                shown = "inf" if values[largest] == np.inf else "-inf" if values[largest] == -np.inf else f"{values[largest]:.4g}"
+                cells.append([shown, span, f" at {positions[largest]} - w{largest} (the stretch's largest in size)"])
             expected.append(kept)
             hover.append(cells)
         expected = np.array(expected)
-        assert np.array_equal(np.asarray(trace.x), [(positions[s[0]] + positions[s[-1]]) / 2 for s in stretches])
-        assert np.array_equal(np.asarray(trace.z), scaled_to_largest(expected, largest_magnitude(expected)[:, None]), equal_nan=True)
-        got = [[[float(cell[0]), cell[1], cell[2]] for cell in row] for row in trace.customdata]
-        assert json.dumps(got) == json.dumps(hover)  # NaN compares equal in JSON's text
-        for spike in (3.0, -4.0, 2.5, np.inf, -np.inf):  # every spike is a cell's value, at the colour's end or near it
+        assert np.array_equal(np.asarray(trace.x), [positions[s[0]] for s in stretches] + [positions[-1] + 1])  # the stretches' edges
+        bounds = np.array([max(abs(v) for v in values if math.isfinite(v)) for values in (kl, logp)])  # every token's, not the cells'
+        assert bounds[0] == 4.0 and np.array_equal(np.asarray(trace.z), np.clip(expected / bounds[:, None], -1, 1), equal_nan=True)
+        assert [[list(cell) for cell in row] for row in trace.customdata] == hover
+        for spike in (np.inf, -np.inf, 2.5):  # every spike is a cell's value (3.0 and -4.0 share theirs with ±inf)
             assert spike in expected[0]
         assert -50.0 in expected[1] and trace.text is None and "customdata[2]" in trace.hovertemplate
 
