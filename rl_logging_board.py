@@ -574,6 +574,12 @@ TOKEN_VIEWS = ["Token table", "Heat map", "Response tokens"]
 RUNNING_TEXT_TOKENS = 2000
 
 
+# The token views show at most this many tokens of a response: a runaway generation logged whole (one line of 16.7
+# million tokens) took 63 s and 7.5 GiB of the server to show, its token table 657 MB sent to the browser. The line's
+# numbers in the index, the step's charts and the downloads have all its tokens, as has rl_board's Run.tokens.
+TOKEN_VIEW_TOKENS = 1 << 20
+
+
 # Step-Mismatch's series, per step (rl_board.mismatch.mismatch_by_step).
 MISMATCH_SERIES = {
     "mean |Δ|": "mean of |logp - sampler_logp| over the step's tokens",
@@ -2702,10 +2708,11 @@ def cached_prompt_changes(choices: tuple, _a: pd.DataFrame, _b: pd.DataFrame) ->
     return prompt_changes(_a, _b, choices[-1], choices[-2])
 
 
-# The sample in view's tokens; index_id tells a line read anew from one at the same place in an older file.
+# The sample in view's tokens (its first TOKEN_VIEW_TOKENS); index_id tells a line read anew from one at the same place
+# in an older file.
 @st.cache_resource(show_spinner=False, max_entries=64)
 def load_sample_tokens(index_id: str, path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
-    return read_sample_tokens(path, offset, length, step)
+    return read_sample_tokens(path, offset, length, step, TOKEN_VIEW_TOKENS)
 
 
 # A run's texts for search, kept for the two runs searched last: the bench's large run's (51,200 samples) take 390 MB.

@@ -457,25 +457,30 @@ class SampleTokens:
     sampler_kept_logmass: np.ndarray | None = None  # log of the mass the sampler's truncation kept at each token
 
 
-# The per-token arrays of a sample, parsed only when it is shown; None without logprobs.
-def read_sample_tokens(path: str, offset: int, length: int, step: int) -> "SampleTokens | None":
+# The per-token arrays of a sample, parsed only when it is shown (its first most_tokens, with a note); None without
+# logprobs.
+def read_sample_tokens(path: str, offset: int, length: int, step: int, most_tokens: int | None = None) -> "SampleTokens | None":
     raw = read_line(path, offset, length)
     record, _ = decode_line(raw, ROLLOUT_DECODER)
     ensure_same_step(record, step)
-    detail = token_detail(record)
+    detail = token_detail(record, most_tokens)
     lists = (getattr(detail, key) for key in TOKEN_KEYS) if detail is not None else ()
     if any(array is not None and np.isinf(array).any() for array in lists) and (places := numbers_beyond_range(raw, TOKEN_KEYS, outside_format=False)):
         detail.notes.append(beyond_range_note(places))  # values, token_rewards and sampler_kept_logmass are in no load report
     return detail
 
 
-# The aligned per-token arrays of one sample, or None without logprobs.
-def token_detail(record) -> "SampleTokens | None":
+# The aligned per-token arrays of one sample (its first most_tokens, with a note), or None without logprobs.
+def token_detail(record, most_tokens: int | None = None) -> "SampleTokens | None":
     arrays, length, notes = aligned_token_arrays(record)
     if arrays["logprobs"] is None:
         return None
-    length = int(length)
-    names = readable_tokens([valid_text(str(token)) for token in (token_list(record.response_tokens, []) or [])])[:length]  # its note is in notes
+    length, tokens = int(length), token_list(record.response_tokens, []) or []  # its note is in notes
+    if most_tokens is not None and length > most_tokens:
+        notes.append(f"This response has {length:,} tokens: the token views show its first {most_tokens:,}.")
+        length, tokens = most_tokens, tokens[:most_tokens]
+        arrays = {key: None if array is None else array[:length] for key, array in arrays.items()}
+    names = readable_tokens([valid_text(str(token)) for token in tokens])[:length]
     names += ["?"] * (length - len(names))
     return SampleTokens(**arrays, response_tokens=names, advantage=record.advantage, notes=notes, loss_passes=record.loss_passes)
 

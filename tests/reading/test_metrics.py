@@ -1,6 +1,7 @@
 """Every derived number the board shows, against an independent recomputation in plain Python."""
 
 import html
+import inspect
 import json
 import math
 import statistics
@@ -57,7 +58,7 @@ from rl_board.metrics import (
 )
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, kl_per_token, segment_sums_and_means
-from rl_board.reading.snapshot import SampleTokens, group_numbers
+from rl_board.reading.snapshot import SampleTokens, group_numbers, read_sample_tokens
 from rl_board.reading.store import RunStore
 from rl_board.text import (
     clean_text,
@@ -915,3 +916,25 @@ def test_largest_changes_skip_missing_and_infinite_means():
     per_step = pd.Series({1: 0.0, 2: 1.0, 3: np.nan, 4: 5.0, 5: np.inf, 6: -2.0, 7: -1.5}).sample(frac=1, random_state=0)
     changes = largest_changes(per_step, count=3)
     assert changes.to_dict() == {2: 1.0, 7: 0.5}  # 3-7 involve a missing or infinite mean: no change to speak of
+
+
+# The page's token views show a response's first TOKEN_VIEW_TOKENS tokens, with a note: a runaway generation logged
+# whole (16.7 million tokens in one line) took a minute and 7.5 GiB of the server. Run.tokens has them all.
+def test_the_token_views_show_a_responses_first_tokens_with_a_note(tmp_path):
+    count = 25
+    line = sample(
+        1, response_tokens=[f"t{i}" for i in range(count)], logprobs=[-0.1 * i for i in range(count)], ref_logprobs=[-0.2 * i for i in range(count)],
+        tool_mask=[int(i % 5 != 3) for i in range(count)], loss_passes=[{"step": 1, "micro_batch": 0, "clipped": [1] * count}],
+    )
+    path = write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [line])
+    row = load(path.parent).step_rows(1).iloc[0]
+    whole = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), 1)
+    shown = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), 1, most_tokens=10)
+    assert len(whole.response_tokens) == count and not whole.notes
+    assert shown.response_tokens == whole.response_tokens[:10] and shown.notes == ["This response has 25 tokens: the token views show its first 10."]
+    for key in ("logprobs", "ref_logprobs", "tool"):
+        assert np.array_equal(getattr(shown, key), getattr(whole, key)[:10], equal_nan=True)
+    rows = token_rows(shown, "k3", None)
+    tool = np.arange(10) % 5 == 3  # a tool's tokens have no values
+    assert len(rows.tokens) == 10 and np.array_equal(rows.values["clipped"], np.where(tool, np.nan, 1.0), equal_nan=True)
+    assert board.TOKEN_VIEW_TOKENS == 1 << 20 and "TOKEN_VIEW_TOKENS)" in inspect.getsource(board.load_sample_tokens)
