@@ -342,13 +342,18 @@ class FileIndex:
             lines.setdefault(name, missing_values(name, len(lines["offset"])))[rows] = values
         self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
 
-    # Where scanning resumes: past the newline that ends a last line taken without one.
+    # Where scanning resumes: past the line end (a newline, and spaces or a carriage return before it) that ends a last
+    # line taken without one, as a parse of the whole file reads it.
     def scan_start(self) -> int:
         offsets, lengths = self.lines["offset"], self.lines["length"]
         if self.indexed_to and offsets.size and offsets[-1] + lengths[-1] == self.indexed_to:
-            buffer, got = read_range(self.path, self.indexed_to, self.indexed_to + 1)
-            if got and buffer[0] == ord("\n"):
-                self.indexed_to += 1
+            buffer, got = read_range(self.path, self.indexed_to, self.indexed_to + LINE_END_BYTES)
+            if line_end := LINE_END.match(bytes(buffer[:got])):
+                if line_end.end() > 1:  # the bytes before the newline are the line's, as a whole parse has them: a row changes
+                    self.lines["length"][-1] += line_end.end() - 1
+                    self.first_changed_row = min(self.first_changed_row, len(offsets) - 1)
+                    self.index_id = uuid.uuid4().hex
+                self.indexed_to += line_end.end()
         return self.indexed_to
 
 
@@ -422,6 +427,10 @@ def texts_disagreement(facts: list, spans: list) -> str | None:
 # instead of inserting them, which dominated loading runs of many small files.
 def empty_summaries(count: int) -> dict:
     return {name: missing_values(name, count) for name in SUMMARY_NUMBERS + SUMMARY_TEXTS}
+
+
+# What may end a line after its JSON object, read past a last line taken without its newline (up to LINE_END_BYTES).
+LINE_END, LINE_END_BYTES = re.compile(rb"[ \t\r]*\n"), 64
 
 
 # Segments appended to a file's cache before it is written whole again (also when they would hold more rows than it).

@@ -175,7 +175,7 @@ class RunStore:
         if bundle and written:
             self.cache.save_run(self.run_dir, self.files.values())
         previous = self.snapshots.get(max_samples) if run_format == self.built_format else None
-        if changed or not same_files:
+        if changed or retexted or not same_files:  # a texts file dropped: every snapshot's rows point into it
             self.snapshots = {}
         self.built_format = run_format
         gone = tuple((valid_text(Path(path).name), 0, "note", f"gone since the run was loaded (deleted, or no longer a file): its {lines:,} line(s) are no longer shown") for path, lines in self.gone.items())

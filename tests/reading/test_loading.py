@@ -1295,3 +1295,23 @@ def test_a_line_naming_other_steps_inside_it_is_loaded_at_its_own_step(tmp_path,
     assert run.steps == [0, 1, 2]
     assert run.step_rows(0)["reward"].tolist() == [0.25] and run.step_rows(2)["reward"].tolist() == [0.75]
     assert run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0][:max_samples]
+
+
+# A last line taken without its line end (the writer between "}" and "\r\n", or spaces and "\n") ends where a whole
+# parse ends it once the rest is written: the bytes before the newline are its own, and no blank line follows it.
+# Before, "\r\n" was read as one more (blank) line, every later line numbered one more than a fresh open numbers it.
+@pytest.mark.parametrize("line_end", [b"\r\n", b"  \n", b"\n"])
+def test_a_last_line_whose_line_end_comes_later_is_read_as_a_whole_parse_reads_it(tmp_path, monkeypatch, line_end):
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(json.dumps(sample(0)).encode() + line_end + json.dumps(sample(1)).encode())
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(path.parent))
+    store.load(8, parallel=False)
+    with open(path, "ab") as file:
+        file.write(line_end + json.dumps(sample(2)).encode() + line_end + b"{bad" + line_end)
+    live = store.load(8, parallel=False)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "fresh"))
+    fresh = RunStore(str(path.parent)).load(8, parallel=False)
+    pd.testing.assert_frame_equal(live.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
+    assert live.samples["line"].tolist() == [1, 2, 3] and live.problems[["line", "kind"]].values.tolist() == fresh.problems[["line", "kind"]].values.tolist() == [[4, "skipped"]]

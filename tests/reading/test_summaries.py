@@ -618,3 +618,27 @@ def test_a_summaries_file_written_after_the_run_was_opened_is_taken(tmp_path, mo
         pd.testing.assert_frame_equal(numbers(shown), numbers(expected), check_exact=True)
     rows = restarted.step_rows(STEPS - 1)
     assert (rows["texts_length"] > 0).all()  # a step's texts from the texts file
+
+
+# A texts file that changes while its rank file does not is dropped (its texts read from the lines) for every Max
+# Samples Each Step's snapshot, not only the one of the load that noticed it: another's still pointed into the file,
+# and showed its new texts.
+def test_a_texts_file_changed_after_two_loads_is_dropped_from_both(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(run))
+    store.load(2, parallel=False)
+    store.load(4, parallel=False)
+    texts = Path(str(run / RANK_FILES[0]) + TEXTS_SUFFIX)
+    data = texts.read_bytes()
+    texts.write_bytes(data.replace("question".encode(), "QUESTION".encode()))  # the same length, other texts
+    os.utime(texts, ns=(texts.stat().st_atime_ns, texts.stat().st_mtime_ns + 10**9))
+
+    def dropped(snapshot) -> list[str]:
+        return [reason for reason in snapshot.problems["reason"] if "texts not used" in reason]
+
+    assert dropped(store.load(2, parallel=False))
+    shown = store.load(4, parallel=False)
+    rows = shown.step_rows(1)
+    assert dropped(shown) and (rows[rows["path"] == str(run / RANK_FILES[0])]["texts_length"] == -1).all()
+    prompts = read_step_batch("texts", rows).table["prompt"]
+    assert prompts.str.startswith("question").all(), prompts.tolist()
