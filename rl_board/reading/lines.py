@@ -367,12 +367,15 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
 # per-token lists), before the line is parsed: it chooses the lines parsed at first (Max Samples Each Step a step),
 # and a wrong one would leave a line out of its step unparsed. Passed over on the way: "step" as a value (a token), and
 # "step" as the first key of an object inside the line, as each of the logger's loss passes begins (naming its own
-# optimizer step, a later one than the line's with num_iterations > 1). NaN where none is found (the line is parsed
-# at once); parsing has the last word.
+# optimizer step, a later one than the line's with num_iterations > 1). NaN where none is found among the last
+# STEP_HINT_TRIES (the line is parsed at once: a line of millions of tokens, "step" among them, after its key); parsing
+# has the last word.
 def line_step_hint(data, start: int, end: int) -> float:
     opening = data.find(b"{", start, end)  # the line's own
     key = data.rfind(b'"step"', start, end)
-    while key >= 0:
+    for _ in range(STEP_HINT_TRIES):
+        if key < 0:
+            break
         match = STEP_PATTERN.match(data, key, end)
         before = key - 1
         while before > start and data[before] in b" \t\r\n":
@@ -382,6 +385,9 @@ def line_step_hint(data, start: int, end: int) -> float:
             return float(match.group(1).strip().rstrip(b",}")) if match.group(1) else math.nan
         key = data.rfind(b'"step"', start, key)
     return math.nan
+
+
+STEP_HINT_TRIES = 64
 
 
 # Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.

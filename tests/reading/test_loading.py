@@ -1290,10 +1290,11 @@ def test_a_line_naming_other_steps_inside_it_is_loaded_at_its_own_step(tmp_path,
     path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
     late = sample(0, reward=0.25, micro_batch=0, loss_passes=[{"step": 0, "micro_batch": 0}, {"step": 1, "micro_batch": 0}])
     nested = sample(2, reward=0.75, meta={"step": 1, "source": "eval"}, tokens=["step", "1"])
-    write_lines(path, [sample(1, reward=1.0), sample(1, reward=0.5), late, sample(1, reward=0.0), nested])
+    wordy = sample(3, reward=0.5, tokens=["step"] * 100)  # more "step"s after its key than are looked at: parsed at once
+    write_lines(path, [sample(1, reward=1.0), sample(1, reward=0.5), late, sample(1, reward=0.0), nested, wordy])
     run = load(path.parent, max_samples=max_samples)
-    assert run.steps == [0, 1, 2]
-    assert run.step_rows(0)["reward"].tolist() == [0.25] and run.step_rows(2)["reward"].tolist() == [0.75]
+    assert run.steps == [0, 1, 2, 3]
+    assert run.step_rows(0)["reward"].tolist() == [0.25] and run.step_rows(2)["reward"].tolist() == [0.75] and run.step_rows(3)["reward"].tolist() == [0.5]
     assert run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0][:max_samples]
 
 
