@@ -71,9 +71,9 @@ def value_labels(scale: str) -> dict:
 # its own range, as the running text is (red above 0, blue below, stronger = larger |value| against the row's
 # largest): one shared scale would leave every row but logp flat. The cells and the hover show the raw values.
 # Up to LABELLED_TOKENS tokens every column is labelled with its token, and up to VALUE_LABELLED_TOKENS each cell with
-# its value; past those a label is too narrow to read (the axis shows token indices instead, the same "#index" as the
-# table and the running text, from `positions`), and the hover still gives each token and value. Fixed margins and no colour bar: plotly
-# then lays the chart out once per redraw instead of measuring and placing its labels again.
+# its value; past those a label is too narrow to read (the axis shows token indices instead, the rows' positions: the
+# same "#index" as the table and the running text), and the hover still gives each token and value. Fixed margins and
+# no colour bar: plotly then lays the chart out once per redraw instead of measuring and placing its labels again.
 LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 
 # Past this many tokens, each of the heat map's columns is a stretch of consecutive tokens, coloured by the value of

@@ -173,7 +173,7 @@ class FileIndex:
         self.problems: list[tuple[int, str, str]] = []
         self.first_changed_row = 0  # the first of the rows its cache holds that changed since (rows past them are new)
         self.summaries_end = 0  # where the records of its summaries file taken so far end (0: none are taken)
-        self.summaries_refused = False  # its summaries file disagreed with it: its lines are read from it from then on
+        self.summaries_refused = False  # its summaries file disagreed with it: its lines are read from the file from then on
         self.texts_identity: FileIdentity | None = None  # its texts file's, up to the end of the records taken (None: none)
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).

@@ -363,6 +363,9 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
     )
 
 
+STEP_HINT_TRIES = 64
+
+
 # The step a line's "step" key holds, looked for from the line's end (most lines write it after their texts and
 # per-token lists), before the line is parsed: it chooses the lines parsed at first (Max Samples Each Step a step),
 # and a wrong one would leave a line out of its step unparsed. Passed over on the way: "step" as a value (a token), and
@@ -385,9 +388,6 @@ def line_step_hint(data, start: int, end: int) -> float:
             return float(match.group(1).strip().rstrip(b",}")) if match.group(1) else math.nan
         key = data.rfind(b'"step"', start, key)
     return math.nan
-
-
-STEP_HINT_TRIES = 64
 
 
 # Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.
