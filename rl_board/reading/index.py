@@ -343,18 +343,33 @@ class FileIndex:
         self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
 
     # Where scanning resumes: past the line end (a newline, and spaces or a carriage return before it) that ends a last
-    # line taken without one, as a parse of the whole file reads it.
+    # line taken without one, as a parse of the whole file reads it; at that line's start where something else follows
+    # it (a writer that left its newline out), so that it is read with what follows, as one line, as a whole parse reads it.
     def scan_start(self) -> int:
         offsets, lengths = self.lines["offset"], self.lines["length"]
         if self.indexed_to and offsets.size and offsets[-1] + lengths[-1] == self.indexed_to:
             buffer, got = read_range(self.path, self.indexed_to, self.indexed_to + LINE_END_BYTES)
-            if line_end := LINE_END.match(bytes(buffer[:got])):
+            following = bytes(buffer[:got])
+            if line_end := LINE_END.match(following):
                 if line_end.end() > 1:  # the bytes before the newline are the line's, as a whole parse has them: a row changes
                     self.lines["length"][-1] += line_end.end() - 1
                     self.first_changed_row = min(self.first_changed_row, len(offsets) - 1)
                     self.index_id = uuid.uuid4().hex
                 self.indexed_to += line_end.end()
+            elif following.strip(b" \t\r"):
+                self.take_back_last_line()
         return self.indexed_to
+
+    # Its last row no longer a line: its rows change (a new index_id), and it is read again from its start.
+    def take_back_last_line(self):
+        row = len(self.lines["offset"]) - 1
+        line = int(self.lines["line"][row])
+        self.indexed_to = int(self.lines["offset"][row])
+        self.lines = {name: column[:row] for name, column in self.lines.items()}
+        self.physical_lines = line - 1
+        self.problems = [problem for problem in self.problems if problem[0] != line]
+        self.first_changed_row = min(self.first_changed_row, row)
+        self.index_id = uuid.uuid4().hex
 
 
 # Raises RejectedSummaries where a spot-checked line of chunks (a summaries file's: `spots` lines spread over them,

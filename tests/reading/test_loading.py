@@ -1316,3 +1316,26 @@ def test_a_last_line_whose_line_end_comes_later_is_read_as_a_whole_parse_reads_i
     fresh = RunStore(str(path.parent)).load(8, parallel=False)
     pd.testing.assert_frame_equal(live.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
     assert live.samples["line"].tolist() == [1, 2, 3] and live.problems[["line", "kind"]].values.tolist() == fresh.problems[["line", "kind"]].values.tolist() == [[4, "skipped"]]
+
+
+# A last line taken without its newline, then continued by something other than a line end (a writer that left the
+# newline out, or a last line only looking whole): a parse of the whole file reads it with what follows as one line,
+# and so does a run followed live. Before, the live run kept it as a line of its own, and read the rest as the next.
+@pytest.mark.parametrize("going_on", [json.dumps(sample(2)).encode() + b"\n", b"  " + json.dumps(sample(2)).encode(), b', "extra": 1}\n' + json.dumps(sample(3)).encode() + b"\n"])
+def test_a_last_line_continued_without_its_newline_is_read_as_a_whole_parse_reads_it(tmp_path, monkeypatch, going_on):
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(json.dumps(sample(0)).encode() + b"\n" + json.dumps(sample(1)).encode())
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(path.parent))
+    assert store.load(8, parallel=False).steps == [0, 1]
+    with open(path, "ab") as file:
+        file.write(going_on)
+    live = store.load(8, parallel=False)
+    restarted = RunStore(str(path.parent)).load(8, parallel=False)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "fresh"))
+    fresh = RunStore(str(path.parent)).load(8, parallel=False)
+    for shown in (live, restarted):
+        pd.testing.assert_frame_equal(shown.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
+        assert shown.problems[["line", "kind"]].values.tolist() == fresh.problems[["line", "kind"]].values.tolist()
+    assert live.steps == fresh.steps and 1 not in fresh.steps  # line 2 is no line of step 1 once it goes on
