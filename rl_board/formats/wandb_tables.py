@@ -211,7 +211,7 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
 # all floats (TRL's scores; NaN for a function that gave None).
 def float_columns(columns: list, rows: list) -> list:
     between = columns[columns.index("completion") + 1 : columns.index("advantage") if "advantage" in columns else None]
-    return [name for name in between if rows and all(type(row[columns.index(name)]) is float for row in rows)]
+    return [name for name, at in ((name, columns.index(name)) for name in between) if rows and all(type(row[at]) is float for row in rows)]
 
 
 # Another table's row as the text the board shows for it: a line per column, "name: value" (JSON for what is not text).

@@ -130,18 +130,21 @@ class TrainingHistory:
 
 
 # Entries of one kind in file order. A step lower than one already seen starts a resumed run: what the earlier run
-# logged from that step on is dropped, the later entry stands; entries of the same step merge key by key.
+# logged from that step on is dropped, the later entry stands; entries of the same step merge key by key. The rows are
+# kept in step order, so that each entry looks at the last only (finding the largest step of all, each entry, took
+# 60 s for a trainer_state.json of 80,000 entries).
 class HistorySeries:
     def __init__(self):
         self.rows: dict[int, dict] = {}
 
     def add(self, step: int, numbers: dict):
-        if self.rows and step < max(self.rows):
+        if self.rows and step < next(reversed(self.rows)):
             self.drop_from(step)
         self.rows.setdefault(step, {}).update(numbers)
 
     def drop_from(self, step: int):
-        self.rows = {seen: row for seen, row in self.rows.items() if seen < step}
+        while self.rows and next(reversed(self.rows)) >= step:
+            self.rows.popitem()
 
     def frame(self) -> pd.DataFrame:
         steps = sorted(self.rows)

@@ -68,7 +68,7 @@ def read_log(data: bytes) -> WandbLog:
 # The log's records, joined from their chunks; a chunk cut short ends the log (a writer mid-record); a wrong checksum
 # or chunk type is a ValueError.
 def records(data: bytes):
-    position, pending = len(LOG_HEADER), b""
+    position, pending = len(LOG_HEADER), []  # a record's chunks so far (joined once: added up, a record of 65 MB took 30 s)
     while position < len(data):
         if BLOCK - position % BLOCK < CHUNK_HEADER:  # a block's tail too short for a header is padding
             position += BLOCK - position % BLOCK
@@ -86,12 +86,12 @@ def records(data: bytes):
         if kind == FULL:
             yield chunk
         elif kind == FIRST:
-            pending = chunk
+            pending = [chunk]
         elif kind == MIDDLE:
-            pending += chunk
+            pending.append(chunk)
         else:
-            yield pending + chunk
-            pending = b""
+            yield b"".join([*pending, chunk])
+            pending = []
 
 
 # A protobuf message's fields as (number, value): varints as ints, length-delimited fields as bytes, fixed-width ones

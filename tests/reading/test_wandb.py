@@ -7,6 +7,7 @@ Record) finds in the transaction log; bad input is counted."""
 import json
 import math
 import shutil
+import time
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ import pytest
 
 import rl_board
 from rl_board.formats import wandb_tables
+from rl_board.reading.wandb_log import read_log
 from tests.support.wandb_runs import REWARD_FUNCTIONS, REWARD_WEIGHTS, table_files, write_wandb
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -220,3 +222,24 @@ def test_bad_input_is_counted_in_the_load_report(written, tmp_path):
     log.write_bytes(b"not a log")
     assert any("not W&B's transaction log" in reason for reason in rl_board.open_run(run_folder).history.problems["reason"])
 
+
+# A record bigger than a block is written in chunks, one a block; joining them as they came copied the record so far
+# once a chunk (a config of 65 MB took 30 s to read). The log as wandb's own DataStore writes it.
+def test_a_record_of_many_blocks_is_read_in_time_linear_in_it(tmp_path):
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    record = wandb_internal_pb2.Record()
+    for index in range(64_000):
+        item = record.config.update.add()
+        item.key, item.value_json = f"key_{index}", json.dumps(f"{index:06d}" * 170)
+    store = DataStore()
+    store.open_for_write(str(tmp_path / "run-big.wandb"))
+    store.write(record)
+    store.close()
+    data = (tmp_path / "run-big.wandb").read_bytes()
+    assert len(data) > 60e6
+    start = time.perf_counter()
+    log = read_log(data)
+    assert time.perf_counter() - start < 5  # 0.3 s here
+    assert log.stopped == "" and len(log.config) == 64_000 and log.config["key_63999"] == "063999" * 170
