@@ -94,8 +94,10 @@ RANK_FILE_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
 # after the batch's lines, in file order from byte 0: {"start", "end" (the batch's byte range), "physical_lines",
 # "line_index", "offset", "length" (int64 arrays as bytes), "step_hint" (float64), "good" (uint8), "step" (int64),
 # "numbers" {name: float64 bytes} (a number absent: NaN on every line), "texts" {name: [str | None]}, "fields"
-# {name: float64 bytes, or [str | None] for a text/ field}, "problems" [[row, kind, text]], "texts_offset",
-# "texts_length" (int64 bytes: where each line's texts are in the texts file, -1 for a line that has none there)}.
+# {name: float64 bytes, or [str | None] for a text/ field: the batch's first 256 names}, "more_fields" {name: [rows
+# (int64 bytes), values as in "fields", one a row]: the names after them, absent in files written before it},
+# "problems" [[row, kind, text]], "texts_offset", "texts_length" (int64 bytes: where each line's texts are in the texts
+# file, -1 for a line that has none there)}.
 # A record cut short at the end (a crash while writing it) is ignored; the lines past the last whole record are read
 # from the rank file.
 SUMMARIES_SUFFIX = ".summaries"

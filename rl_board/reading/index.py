@@ -21,16 +21,16 @@ import pyarrow.feather
 import pyarrow.parquet
 
 from rl_board.reading.lines import (
-    EXTRA_PREFIX,
     FIELD_COLUMNS,
+    FIELD_PREFIXES,
     SUMMARY_NUMBERS,
     SUMMARY_TEXTS,
-    TEXT_PREFIX,
     TEXTS_DECODER,
     BadLine,
     IndexedChunk,
     LineSummaries,
     decode_line,
+    missing,
     missing_values,
     scan_lines,
     summarize_buffer,
@@ -150,6 +150,10 @@ class FileIndex:
         index.problems = [tuple(problem) for problem in meta["problems"]]
         index.summaries_end = int(meta["summaries_end"])
         index.summaries_refused = bool(meta.get("summaries_refused", not index.summaries_end))  # a cache before the flag: as then
+        index.fields_left_out = int(meta.get("fields_left_out", 0))
+        index.first_field_left_out = tuple(meta["first_field_left_out"]) if meta.get("first_field_left_out") else None
+        index.problems_left_out = int(meta.get("problems_left_out", 0))
+        index.last_left_out_line = int(meta.get("last_left_out_line", 0))
         index.texts_identity = FileIdentity(**meta["texts_identity"]) if meta["texts_identity"] else None
         index.lines = lines
         index.cached = None
@@ -161,6 +165,8 @@ class FileIndex:
         return dict(
             identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems,
             summaries_end=self.summaries_end, summaries_refused=self.summaries_refused, texts_identity=self.texts_identity and self.texts_identity.__dict__,
+            fields_left_out=self.fields_left_out, first_field_left_out=self.first_field_left_out, problems_left_out=self.problems_left_out,
+            last_left_out_line=self.last_left_out_line,
         )
 
     def reset(self):
@@ -175,6 +181,10 @@ class FileIndex:
         self.summaries_end = 0  # where the records of its summaries file taken so far end (0: none are taken)
         self.summaries_refused = False  # its summaries file disagreed with it: its lines are read from the file from then on
         self.texts_identity: FileIdentity | None = None  # its texts file's, up to the end of the records taken (None: none)
+        self.fields_left_out = 0  # values of field names past the file's FIELD_COLUMNS, in the lines parsed
+        self.first_field_left_out: tuple[int, str] | None = None  # the first line with one, and its name
+        self.problems_left_out = 0  # problems of its lines past the PROBLEMS_LISTED listed
+        self.last_left_out_line = 0  # the last line with a field value or a problem left out (0: none)
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
     def change(self, status: "FileStatus | None" = None) -> str:
@@ -333,14 +343,34 @@ class FileIndex:
             self.first_changed_row = min(self.first_changed_row, int(rows.min()))
         lines["status"][rows] = np.where(good, GOOD, BAD)
         lines["step"][rows[good]] = result.step[good]
-        fields = sum(name.startswith(("rewards/", EXTRA_PREFIX, TEXT_PREFIX)) for name in lines)
-        for name, values in (result.numbers | result.texts | result.fields).items():
-            if name not in lines and name in result.fields:
-                if fields >= FIELD_COLUMNS:
-                    continue
-                fields += 1
+        for name, values in (result.numbers | result.texts).items():
             lines.setdefault(name, missing_values(name, len(lines["offset"])))[rows] = values
-        self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems]
+        columns = sum(name.startswith(FIELD_PREFIXES) for name in lines)
+        # The names as they come in the lines: a part's columns', then its other names' (with the rows of their values).
+        for name, (at, values) in [(name, (None, column)) for name, column in result.fields.items()] + list(result.more_fields.items()):
+            target = rows if at is None else rows[at]
+            if name not in lines:
+                if columns >= FIELD_COLUMNS:
+                    self.leave_out_field(name, target[~missing(values)])
+                    continue
+                columns += 1
+                lines[name] = missing_values(name, len(lines["offset"]))
+            lines[name][target] = values
+        room = max(PROBLEMS_LISTED - len(self.problems), 0)
+        self.problems += [(int(lines["line"][rows[i]]), kind, text) for i, kind, text in result.problems[:room]]
+        if len(result.problems) > room:
+            self.problems_left_out += len(result.problems) - room
+            self.last_left_out_line = max(self.last_left_out_line, int(lines["line"][rows[[i for i, _, _ in result.problems[room:]]]].max()))
+
+    # Count the values of a name that came after the file's FIELD_COLUMNS (at rows), and the first line with one.
+    def leave_out_field(self, name: str, rows: np.ndarray):
+        if not len(rows):
+            return
+        self.fields_left_out += len(rows)
+        lines = self.lines["line"][rows]
+        if self.first_field_left_out is None or int(lines.min()) < self.first_field_left_out[0]:
+            self.first_field_left_out = (int(lines.min()), name)
+        self.last_left_out_line = max(self.last_left_out_line, int(lines.max()))
 
     # Where scanning resumes: past the line end (a newline, and spaces or a carriage return before it) that ends a last
     # line taken without one, as a parse of the whole file reads it; at that line's start where something else follows
@@ -360,10 +390,14 @@ class FileIndex:
                 self.take_back_last_line()
         return self.indexed_to
 
-    # Its last row no longer a line: its rows change (a new index_id), and it is read again from its start.
+    # Its last row no longer a line: its rows change (a new index_id), and it is read again from its start; the whole
+    # file is, where something of that line was only counted (a field's value, a problem past those listed).
     def take_back_last_line(self):
         row = len(self.lines["offset"]) - 1
         line = int(self.lines["line"][row])
+        if line == self.last_left_out_line:
+            self.reset()
+            return
         self.indexed_to = int(self.lines["offset"][row])
         self.lines = {name: column[:row] for name, column in self.lines.items()}
         self.physical_lines = line - 1
@@ -580,6 +614,20 @@ class IndexCache:
 # file each).
 BUNDLED_FILES = 32
 BUNDLED_ROWS = 1_000_000
+
+
+# Problems of its lines a file lists (the load report's rows), the first ones; those after are counted: a JSONL of
+# another kind in a run folder, a million lines, made a row each (2.9 GB).
+PROBLEMS_LISTED = 1000
+
+
+# Whether the indexes of a run's files are kept in one cache file (IndexCache.save_run): many small files, whose
+# fields are at most a file's FIELD_COLUMNS in all (that file has a column of each, missing where a file lacks it: a
+# key per line in each of 32 files of 1,000 lines made 8,192 columns of 32,000 rows, 2 GB).
+def cached_together(indexes: list[FileIndex]) -> bool:
+    if len(indexes) < BUNDLED_FILES or sum(len(index.lines["offset"]) for index in indexes) > BUNDLED_ROWS:
+        return False
+    return len({name for index in indexes for name in index.lines if name.startswith(FIELD_PREFIXES)}) <= FIELD_COLUMNS
 
 
 def launch_of(path: str) -> str:

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -306,9 +306,12 @@ EXTRA_FIELDS = 32  # kept per line, in the line's order
 TEXT_FIELD_CHARACTERS = 64  # a longer string is a long value
 
 
-# Columns of keys only some lines have (rewards/, extra/, text/) a file keeps: a key per line (an id used as the key)
-# would otherwise make a column per line.
+# Columns of keys only some lines have (rewards/, extra/, text/) a file keeps, and a run: a key per line (an id used as
+# the key) would otherwise make a column per line. A file's are those of its first FIELD_COLUMNS names, as they come
+# in it, however it is read: a part read at once has columns for its first FIELD_COLUMNS names and the values of the
+# others as (row, value) pairs (LineSummaries.more_fields), whose memory grows with the values, not the rows.
 FIELD_COLUMNS = 256
+FIELD_PREFIXES = ("rewards/", EXTRA_PREFIX, TEXT_PREFIX)
 
 
 # The workers' results. The lines of a byte range: where each is, and the step a regex sees in it.
@@ -331,6 +334,7 @@ class LineSummaries:
     texts: dict[str, list]  # SUMMARY_TEXTS
     fields: dict[str, np.ndarray]  # columns of the keys some lines have: rewards/<function>, extra/<key>, text/<key>
     problems: list[tuple[int, str, str]]
+    more_fields: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # names past FIELD_COLUMNS: (rows, values)
 
 
 class BadLine(ValueError):
@@ -396,7 +400,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
     view, count = memoryview(data), len(offsets)
     numbers = {name: np.full(count, np.nan) for name in SUMMARY_NUMBERS}
     steps, good, texts = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=bool), {name: [None] * count for name in SUMMARY_TEXTS}
-    fields: dict[str, np.ndarray] = {}
+    fields: dict[str, tuple[list, list]] = {}  # each name's rows and values, in the order the names come
     token_arrays: dict[str, list] = {key: [] for key in SUMMARY_TOKEN_KEYS}
     problems, parser = [], simdjson.Parser()
     for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
@@ -425,10 +429,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
         if record.images is not None:
             texts["image_paths"][row] = json.dumps([image["path"] for image in image_references(record.images)[:IMAGES_SHOWN]])
         for name, score in (record.rewards_per_func or {}).items():
-            column = f"rewards/{valid_text(name)}"
-            if column not in fields:  # made once, not a buffer-long array a line (80,000 short lines: 6.3-8.1 s -> 5.3-5.6 s)
-                fields[column] = np.full(count, np.nan)
-            fields[column][row] = np.nan if score is None else score
+            add_field_value(fields, f"rewards/{valid_text(name)}", row, np.nan if score is None else score)
             infinite = infinite or (score is not None and math.isinf(score))
         numbers["extra_keys"][row] = sum(name not in FORMAT_KEYS for name in line)
         for name in ("prompt", "response"):  # where the texts are, for search to read them alone (valid UTF-8: no note)
@@ -436,9 +437,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
                 numbers[f"{name}_at"][row] = raw_offset(data, bytes(line[name]), offset, offset + length)
                 numbers[f"{name}_bytes"][row] = len(line[name])
         for name, value in extra_fields(line).items():
-            column = (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name
-            if column in fields or len(fields) < FIELD_COLUMNS:
-                fields.setdefault(column, missing_values(column, count))[row] = value
+            add_field_value(fields, (TEXT_PREFIX if isinstance(value, str) else EXTRA_PREFIX) + name, row, value)
             infinite = infinite or (type(value) is float and math.isinf(value))
         if "loss_passes" in line:
             infinite = add_update_numbers(numbers, row, line["loss_passes"], problems, parser) or infinite
@@ -454,7 +453,7 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             reason = line["stop_reason"]
             reason = raw_value(reason) if isinstance(reason, msgspec.Raw) else reason
             if isinstance(reason, str):
-                fields.setdefault(STOP_REASON_FIELD, missing_values(STOP_REASON_FIELD, count))[row] = valid_text(reason[:TEXT_FIELD_CHARACTERS])
+                add_field_value(fields, STOP_REASON_FIELD, row, valid_text(reason[:TEXT_FIELD_CHARACTERS]))
         arrays, numbers["response_tokens_len"][row], notes = aligned_token_arrays(record, SUMMARY_TOKEN_KEYS)
         problems.extend((row, "note", text) for text in notes)
         if arrays["tool"] is not None:
@@ -464,7 +463,29 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
                 if arrays[key] is not None:
                     collected.append((row, arrays[key], arrays["logprobs"]))
     add_token_statistics(numbers, token_arrays)
-    return LineSummaries(good=good, step=steps, numbers=numbers, texts=texts, fields=fields, problems=problems)
+    columns, more_fields = field_columns(fields, count)
+    return LineSummaries(good=good, step=steps, numbers=numbers, texts=texts, fields=columns, problems=problems, more_fields=more_fields)
+
+
+# A line's value of a field beside the others of its name (a column is made once the part is read: one made per name
+# as it came, a part long, cost a part's length for each of its lines' fields).
+def add_field_value(fields: dict[str, tuple[list, list]], name: str, row: int, value):
+    rows, values = fields.setdefault(name, ([], []))
+    rows.append(row)
+    values.append(value)
+
+
+# The fields' rows and values of count lines as columns for the first FIELD_COLUMNS names, (rows, values) after them.
+def field_columns(fields: dict[str, tuple[list, list]], count: int) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    columns, more = {}, {}
+    for position, (name, (rows, values)) in enumerate(fields.items()):
+        values = np.array(values, dtype=missing_values(name, 0).dtype)
+        if position < FIELD_COLUMNS:
+            columns[name] = missing_values(name, count)
+            columns[name][rows] = values
+        else:
+            more[name] = (np.array(rows, dtype=np.int64), values)
+    return columns, more
 
 
 # Decode one line: msgspec first, then Python's json for NaN/Infinity, huge numbers, bad UTF-8 and a byte order mark
@@ -988,6 +1009,11 @@ def token_list(tokens, notes: list[str]) -> list | None:
 def missing_values(name: str, count: int) -> np.ndarray:
     texts = name in SUMMARY_TEXTS or name.startswith(TEXT_PREFIX)
     return np.full(count, None, dtype=object) if texts else np.full(count, np.nan)
+
+
+# Where values of an index column are missing (None, NaN).
+def missing(values: np.ndarray) -> np.ndarray:
+    return np.equal(values, None) if values.dtype == object else np.isnan(values)
 
 
 # A byte range indexed in one read: its lines, and the summaries of the rows parsed on the way.

@@ -16,9 +16,19 @@ import pyarrow as pa
 from rl_board.formats.base import RunFormat
 from rl_board.reading.history import read_meta_noted
 from rl_board.reading.images import image_problems
-from rl_board.reading.index import BAD, BUNDLED_FILES, BUNDLED_ROWS, LINE_COLUMNS, FileIndex, natural_order
+from rl_board.reading.index import (
+    BAD,
+    BUNDLED_FILES,
+    BUNDLED_ROWS,
+    LINE_COLUMNS,
+    PROBLEMS_LISTED,
+    FileIndex,
+    natural_order,
+)
 from rl_board.reading.lines import (
     EXTRA_PREFIX,
+    FIELD_COLUMNS,
+    FIELD_PREFIXES,
     ROLLOUT_DECODER,
     SUMMARY_NUMBERS,
     SUMMARY_TEXTS,
@@ -31,6 +41,7 @@ from rl_board.reading.lines import (
     beyond_range_note,
     decode_line,
     image_references,
+    missing,
     missing_values,
     numbers_beyond_range,
     token_list,
@@ -84,8 +95,9 @@ class Selection(NamedTuple):
 # Which rows each file contributes. A resumed run starts a new launch at its checkpoint's step: every step an older
 # launch logged from the newer launch's first step on was abandoned by training (re-logged, or a trajectory the resume
 # dropped), so it is left out and counted; a file not named as the logger names rank files (no launch) has all its
-# lines. Then up to max_samples per step, taken round-robin over the rank files.
-def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
+# lines. Then up to max_samples per step (or as many as `wider` says for its steps), taken round-robin over the rank
+# files.
+def select_lines(files: dict[str, FileIndex], max_samples: int, wider: dict[float, int] | None = None) -> Selection:
     file_of, row, step, launch_of_row = [], [], [], []
     launches = sorted({index.launch for index in files.values()}, key=lambda launch: (natural_order(launch), launch))
     for position, index in enumerate(files.values()):
@@ -109,9 +121,14 @@ def select_lines(files: dict[str, FileIndex], max_samples: int) -> Selection:
     current = (step < ends[launch_of_row]) | (launch_of_row == unnamed)
     replaced = {paths[position]: int(count) for position, count in enumerate(np.bincount(file_of[~current], minlength=len(paths))) if count}
     file_of, row, step = file_of[current], row[current], step[current]
-    _, step_of_row = np.unique(step, return_inverse=True)
+    steps, step_of_row = np.unique(step, return_inverse=True)
+    limit = np.full(len(steps), max_samples, dtype=np.int64)
+    for wide_step, samples in (wider or {}).items():
+        at = int(np.searchsorted(steps, wide_step))
+        if at < len(steps) and steps[at] == wide_step:
+            limit[at] = samples
     turn = position_in_group(np.lexsort((row, file_of, step_of_row)), step_of_row * len(files) + file_of)
-    chosen = position_in_group(np.lexsort((file_of, turn, step_of_row)), step_of_row) < max_samples
+    chosen = position_in_group(np.lexsort((file_of, turn, step_of_row)), step_of_row) < limit[step_of_row]
     chosen_files, chosen_rows = file_of[chosen], row[chosen]
     order = np.lexsort((chosen_rows, chosen_files))  # by file, then row: each file's rows one run, in order
     chosen_files, chosen_rows = chosen_files[order], chosen_rows[order]
@@ -151,6 +168,7 @@ class RunSnapshot:
     history_dir: str = ""  # where its training history is: the run folder, or the output folder of TRL's completions/
     reward_weights: dict = field(default_factory=dict)  # TRL's: the weights reward was summed with ({}: all 1)
     selection: Selection | None = field(default=None, compare=False, repr=False)  # the lines it holds
+    fields_left_out: list = field(default_factory=list)  # names of fields with values in its samples that are not columns
     # What step_rows, step_mean, has_values and has_positive found: every rerun of the page asks again, and on a run of 100,000
     # samples each answer costs milliseconds. A snapshot's samples do not change (a changed copy is a new snapshot).
     answers: dict = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -207,8 +225,8 @@ def repeated_texts(texts: list[str], codes: np.ndarray):
 # The chosen rows of every file as the samples' columns, ordered by step, then file path, then place in the file (each
 # column taken once, in that order: sorting a frame of 100,000 samples afterwards took longer than building it), with
 # each sample's file, its index, its place in its step's batch, and the summary columns no file has (missing).
-def sorted_samples(files: dict[str, FileIndex], chosen: list[np.ndarray]) -> dict[str, np.ndarray]:
-    columns = chosen_columns(files, chosen, line_column_names(files)) if files else {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()}
+def sorted_samples(files: dict[str, FileIndex], chosen: list[np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    columns = chosen_columns(files, chosen, names) if files else {name: np.array([], dtype=dtype) for name, dtype in LINE_COLUMNS.items()}
     columns = {name: column for name, column in columns.items() if not name.startswith(FIELD_PREFIXES) or not pd.isna(column).all()}
     counts = [len(rows) for rows in chosen]
     place_of_path = {path: place for place, path in enumerate(sorted(files))}
@@ -231,10 +249,20 @@ def line_column_names(files: dict[str, FileIndex]) -> list[str]:
     return list(dict.fromkeys(name for index in files.values() for name in index.lines))
 
 
-# The columns of a line's keys outside the format: a reward function's score, a field. One is a column of the samples
-# only where a loaded sample has a value of it: lines parsed and not loaded (past Max Samples Each Step, as a live
-# append's can be) add none, so the columns do not depend on how the run was read.
-FIELD_PREFIXES = ("rewards/", EXTRA_PREFIX, TEXT_PREFIX)
+# The columns of the files' indexes the samples of the chosen rows take, and the names of fields with values there left
+# out. A line's keys outside the format (a reward function's score, a field: FIELD_PREFIXES) are a column of the
+# samples only where a loaded sample has a value of it: lines parsed and not loaded (past Max Samples Each Step, as a
+# live append's can be) add none, so the columns do not depend on how the run was read. Of those, a run keeps the
+# first FIELD_COLUMNS, in file order: each file keeps as many, and a key per line in each of 64 rank files made 16,384.
+def sample_columns(files: dict[str, FileIndex], chosen: list[np.ndarray]) -> tuple[list[str], list[str]]:
+    names = line_column_names(files)
+    fields = [name for name in names if name.startswith(FIELD_PREFIXES)]
+    if len(fields) <= FIELD_COLUMNS:
+        return names, []
+    lines = [index.lines for index in files.values()]
+    valued = [name for name in fields if any(name in file_lines and not missing(file_lines[name][rows]).all() for file_lines, rows in zip(lines, chosen))]
+    kept = set(valued[:FIELD_COLUMNS])
+    return [name for name in names if name in kept or not name.startswith(FIELD_PREFIXES)], valued[FIELD_COLUMNS:]
 
 
 # The chosen rows of every file, in file order, a column each (missing where a file lacks it). Many small files (a file
@@ -256,10 +284,12 @@ DERIVED_COLUMNS = ["reward_gap", "valid_reward_gap"]
 # whose lines changed, kept as they are, and those from that step on taken from the files. On a run of many steps each
 # live append changes only the last steps, and sorting every column anew took most of its load. None where the
 # result could differ from a whole build: a file read anew or gone, or a column that is new or of another type.
-def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: "Selection") -> pd.DataFrame | None:
+def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: "Selection", names: list[str], fields_left_out: list[str]) -> pd.DataFrame | None:
     before = previous.selection
     if before is None or any(path not in files or files[path].index_id != index_id for path, index_id in before.index_ids.items()):
         return None
+    if fields_left_out or previous.fields_left_out:
+        return None  # which fields are columns can change with any row
     none = np.array([], dtype=np.int64)
     first_changed = np.inf  # the first step of a line selected now and not then, or then and not now
     for path, index in files.items():
@@ -270,7 +300,7 @@ def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: 
     kept = kept.drop(columns=DERIVED_COLUMNS)
     chosen = [selected.rows.get(path, none) for path in files]
     chosen = [rows[index.lines["step"][rows] >= first_changed] for rows, index in zip(chosen, files.values())]
-    taken = pd.DataFrame(sorted_samples(files, chosen))
+    taken = pd.DataFrame(sorted_samples(files, chosen, names))
     one_side = set(taken.columns) ^ set(kept.columns)
     if not files or any(not name.startswith(FIELD_PREFIXES) for name in one_side):
         return None
@@ -307,6 +337,18 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         bad, replaced = int((status == BAD).sum()), selected.replaced.get(path, 0)
         report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad - replaced, replaced, index.incomplete_tail])
         problems += [[name, line, kind, valid_text(text)] for line, kind, text in index.problems]
+        if index.first_field_left_out is not None:
+            line, field_name = index.first_field_left_out
+            problems.append([name, line, "note", (
+                f"{index.fields_left_out:,} values of keys outside the format in the lines read are not in the tables: the file has columns "
+                f"(rewards/, extra/, text/) for the first {FIELD_COLUMNS} names it holds, and {field_name} came later "
+                "(an id used as a key?); a sample's view shows every key of its line"
+            )])
+        if index.problems_left_out:
+            problems.append([name, 0, "note", (
+                f"{index.problems_left_out:,} more problems of its lines are not listed here, past the first {PROBLEMS_LISTED:,}: the table above "
+                "counts every bad line"
+            )])
         if index.incomplete_tail:
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
     if cache_error:
@@ -316,9 +358,12 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         for entry in list_folder(run_dir):
             if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
                 problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
-    samples = grown_samples(previous, files, selected) if previous is not None else None
+    names, fields_left_out = sample_columns(files, chosen)
+    if fields_left_out:
+        problems.append(["", 0, "note", fields_left_out_note(fields_left_out)])
+    samples = grown_samples(previous, files, selected, names, fields_left_out) if previous is not None else None
     if samples is None:
-        samples = pd.DataFrame(sorted_samples(files, chosen))
+        samples = pd.DataFrame(sorted_samples(files, chosen, names))
     meta, meta_notes = read_meta_noted(run_dir)
     problems += [["", 0, "note", note] for note in meta_notes]
     reward_note = ""
@@ -349,6 +394,16 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         history_dir=run_format.history_dir or run_dir,
         reward_weights=dict(run_format.weights),
         selection=selected,
+        fields_left_out=fields_left_out,
+    )
+
+
+# The load report's note on the names of fields with values in the loaded samples that are not columns of the run.
+def fields_left_out_note(names: list[str]) -> str:
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+    return (
+        f"{len(names):,} names of keys outside the format with values in the loaded samples are not in the tables: a run has columns "
+        f"(rewards/, extra/, text/) for the first {FIELD_COLUMNS} names, file by file; left out: {shown}. A sample's view shows every key of its line"
     )
 
 

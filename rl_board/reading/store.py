@@ -25,7 +25,7 @@ from rl_board.formats.conversion import (
     save_known_conversions,
 )
 from rl_board.reading.history import history_signature
-from rl_board.reading.index import BUNDLED_FILES, BUNDLED_ROWS, UNPARSED, FileIndex, IndexCache, read_identity
+from rl_board.reading.index import BAD, BUNDLED_FILES, UNPARSED, FileIndex, IndexCache, cached_together, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
 from rl_board.reading.storage import FileStatus, StorageError, file_status, is_remote, joined, list_folder
 from rl_board.reading.workers import (
@@ -165,7 +165,7 @@ class RunStore:
         new_bytes = sum(size - index.indexed_to for index, size, _ in jobs)
         self.index_files(jobs, max_samples, (WORKERS > 1 and new_bytes > PARALLEL_MIN_BYTES) if parallel is None else parallel, files_progress, samples_progress)
         selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
-        bundle = len(self.files) >= BUNDLED_FILES and sum(len(index.lines["offset"]) for index in self.files.values()) <= BUNDLED_ROWS
+        bundle = cached_together(list(self.files.values()))
         self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
         written = parsed | retexted | {index.path for index in changed}
@@ -228,12 +228,19 @@ class RunStore:
     def parse_selected(self, max_samples: int, parallel: "bool | Executor | None", progress) -> tuple["Selection", set[str]]:
         unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
         parsed = self.parse_rows(unknown, parallel, progress)
+        wider: dict[float, int] = {}  # steps whose lines parsed last were bad: twice as many of their next are parsed
         while True:
             wanted = select_lines(self.files, max_samples)
             todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.rows.items()}
             if not any(len(rows) for rows in todo.values()):
                 return wanted, parsed
+            if wider:  # the lines the selection would take next, were these bad too: a step of thousands of bad lines took as many rounds over every line
+                todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in select_lines(self.files, max_samples, wider).rows.items()}
             parsed |= self.parse_rows(todo, parallel, progress)
+            for path, rows in todo.items():
+                lines = self.files[path].lines
+                for step in np.unique(lines["step"][rows[lines["status"][rows] == BAD]]).tolist():
+                    wider[step] = 2 * wider.get(step, max_samples)
 
     # Parse the rows of each file in todo; returns the paths of the files of which rows were parsed. parallel None: on
     # the workers when the rows are big enough (a raised Max Samples Each Step parses many lines of files already

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 
 from rl_board.reading.lines import (
+    FIELD_COLUMNS,
     SUMMARY_FORMAT,
     SUMMARY_NUMBERS,
     SUMMARY_TEXTS,
@@ -20,6 +21,7 @@ from rl_board.reading.lines import (
     LineSummaries,
     RolloutTexts,
     ScannedLines,
+    missing,
     missing_values,
     scan_lines,
     summarize_buffer,
@@ -93,13 +95,16 @@ def batch_record(data: bytes, base: int, texts_base: int) -> tuple[bytes, bytes]
         "length": lines.length.astype("<i8").tobytes(), "step_hint": lines.step_hint.astype("<f8").tobytes(),
         "good": summary.good.astype(np.uint8).tobytes(), "step": summary.step.astype("<i8").tobytes(),
         "numbers": numbers, "texts": summary.texts,
-        "fields": {
-            name: values.tolist() if name.startswith(TEXT_PREFIX) else values.astype("<f8").tobytes()
-            for name, values in summary.fields.items()
-        },
+        "fields": {name: field_values(name, values) for name, values in summary.fields.items()},
+        "more_fields": {name: (rows.astype("<i8").tobytes(), field_values(name, values)) for name, (rows, values) in summary.more_fields.items()},
         "problems": [list(problem) for problem in summary.problems],
         "texts_offset": texts_offset.astype("<i8").tobytes(), "texts_length": texts_length.astype("<i8").tobytes(),
     })
+
+
+# A field's values as a record holds them: float64 bytes, or a list of texts.
+def field_values(name: str, values: np.ndarray) -> bytes | list[str | None]:
+    return values.tolist() if name.startswith(TEXT_PREFIX) else values.astype("<f8").tobytes()
 
 
 # A batch's record, as batch_record writes it.
@@ -119,6 +124,7 @@ class BatchRecord(msgspec.Struct):
     problems: list[tuple[int, str, str]]
     texts_offset: bytes = b""  # none in a file written before the texts files were
     texts_length: bytes = b""
+    more_fields: dict[str, tuple[bytes, bytes | list[str | None]]] = {}  # rows and values of names past FIELD_COLUMNS
 
 
 class SummariesHeader(msgspec.Struct):
@@ -229,12 +235,10 @@ def joined_records(records: list[BatchRecord]) -> IndexedChunk:
         good=joined("good", "<u1").astype(bool), step=joined("step", "<i8"),
         numbers={name: joined_column([record.numbers for record in records], counts, name) for name in SUMMARY_NUMBERS},
         texts={name: [text for record in records for text in record.texts[name]] for name in SUMMARY_TEXTS},
-        fields={
-            name: joined_column([record.fields for record in records], counts, name)
-            for name in dict.fromkeys(name for record in records for name in record.fields)
-        },
+        fields={},
         problems=[(row + first, kind, text) for record, first in zip(records, firsts) for row, kind, text in record.problems],
     )
+    summary.fields, summary.more_fields = joined_fields(records, counts)
     texts_places = tuple(
         np.concatenate([np.frombuffer(getattr(record, name), dtype="<i8").astype(np.int64) if record.texts_offset else np.full(count, -1) for record, count in zip(records, counts)])
         for name in ("texts_offset", "texts_length")
@@ -244,17 +248,54 @@ def joined_records(records: list[BatchRecord]) -> IndexedChunk:
     return IndexedChunk(lines, np.arange(len(offset)), summary, texts_places)
 
 
+# The records' fields as a parse of their lines together gives them (LineSummaries): columns of their first
+# FIELD_COLUMNS names in the order they come, (rows, values) of the others, whose values a record may hold either way.
+def joined_fields(records: list[BatchRecord], counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    names = list(dict.fromkeys(name for record in records for name in (*record.fields, *record.more_fields)))
+    columns = {name: joined_column([record.fields for record in records], counts, name) for name in names[:FIELD_COLUMNS]}
+    more: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in names[FIELD_COLUMNS:]}
+    for record, first, count in zip(records, (np.cumsum(counts) - counts).tolist(), counts.tolist()):
+        for name, (rows, values) in record.more_fields.items():
+            rows = np.frombuffer(rows, dtype="<i8").astype(np.int64) if len(rows) % 8 == 0 else np.array([-1])
+            values = record_values(name, values, len(rows))
+            if len(rows) and (rows.min() < 0 or rows.max() >= count):
+                raise RejectedSummaries(f"a record's values of {name} are not at its lines")
+            if name in columns:
+                columns[name][first + rows] = values
+            else:
+                more[name].append((first + rows, values))
+        for name, values in record.fields.items():
+            if name in more:
+                values = record_values(name, values, count)
+                present = np.flatnonzero(~missing(values))
+                more[name].append((first + present, values[present]))
+    return columns, {
+        name: (np.concatenate([rows for rows, _ in parts] or [np.array([], dtype=np.int64)]), np.concatenate([values for _, values in parts] or [missing_values(name, 0)]))
+        for name, parts in more.items()
+    }
+
+
+# A field's count values as a record holds them (float64 bytes, or a list of texts for a text/ field), as an array.
+def record_values(name: str, values: bytes | list, count: int) -> np.ndarray:
+    if name.startswith(TEXT_PREFIX) and isinstance(values, list) and len(values) == count:
+        return np.array(values, dtype=object)
+    if not name.startswith(TEXT_PREFIX) and isinstance(values, bytes) and len(values) == 8 * count:
+        return np.frombuffer(values, dtype="<f8").astype(float)
+    raise RejectedSummaries(f"a record's values of {name} are not one a line")
+
+
 # A column of the records' values (float64 bytes, or lists of texts), missing where a record has none.
 def joined_column(columns: list[dict], counts: np.ndarray, name: str) -> np.ndarray:
     parts = [column.get(name) for column in columns]
     if all(part is None for part in parts):
         return missing_values(name, int(counts.sum()))
-    if all(isinstance(part, bytes) for part in parts):
+    if not name.startswith(TEXT_PREFIX) and all(isinstance(part, bytes) and len(part) == 8 * count for part, count in zip(parts, counts.tolist())):
         return np.frombuffer(b"".join(parts), dtype="<f8").astype(float)
-    return np.concatenate([
-        missing_values(name, count) if part is None else np.frombuffer(part, dtype="<f8").astype(float) if isinstance(part, bytes) else np.array(part, dtype=object)
-        for part, count in zip(parts, counts)
-    ])
+    joined = missing_values(name, int(counts.sum()))  # filled where a record has the column: most lack a field's
+    for part, first, count in zip(parts, (np.cumsum(counts) - counts).tolist(), counts.tolist()):
+        if part is not None:
+            joined[first : first + count] = record_values(name, part, count)
+    return joined
 
 
 # Where a row of a chunk and the first pass's parse of its line (line: its bytes) differ, in words; None where they
@@ -265,9 +306,11 @@ def disagreement(chunk: IndexedChunk, row: int, line: bytes) -> str | None:
         return "a line it has as " + ("refused" if parsed.good[0] else "read") + " is " + ("read" if parsed.good[0] else "refused")
     if parsed.good[0] and parsed.step[0] != kept.step[row]:
         return f"a line of step {parsed.step[0]} it has at step {kept.step[row]}"
-    for name in SUMMARY_NUMBERS + sorted(set(parsed.fields) | set(kept.fields)):
-        mine = parsed.numbers[name][0] if name in parsed.numbers else value_of(parsed.fields, name, 0)
-        theirs = kept.numbers[name][row] if name in kept.numbers else value_of(kept.fields, name, row)
+    mine_fields, their_fields = fields_at(parsed, 0), fields_at(kept, row)
+    for name in SUMMARY_NUMBERS + sorted(set(mine_fields) | set(their_fields)):
+        mine = parsed.numbers[name][0] if name in parsed.numbers else mine_fields.get(name, missing_values(name, 1)[0])
+        theirs = kept.numbers[name][row] if name in kept.numbers else their_fields.get(name, missing_values(name, 1)[0])
+        mine, theirs = (float(value) if isinstance(value, (float, np.floating)) else value for value in (mine, theirs))
         if not (mine == theirs or (isinstance(mine, float) and isinstance(theirs, float) and np.isnan(mine) and np.isnan(theirs))):
             return f"a line's {name} it has as {theirs!r}, not {mine!r}"
     if any(parsed.texts[name][0] != kept.texts[name][row] for name in SUMMARY_TEXTS):
@@ -277,9 +320,21 @@ def disagreement(chunk: IndexedChunk, row: int, line: bytes) -> str | None:
     return None
 
 
-# A field's value at a row (missing: None, or NaN in a column of numbers), as a Python value.
-def value_of(fields: dict, name: str, row: int):
-    if name not in fields:
-        return None if name.startswith(TEXT_PREFIX) else float("nan")
-    value = fields[name][row]
-    return float(value) if isinstance(value, (float, np.floating)) else value
+# The fields with a value at a row of summaries, by name (the values of its other names at their rows looked up at
+# once: a key per line has thousands).
+def fields_at(summary: LineSummaries, row: int) -> dict:
+    values = {name: column[row] for name, column in summary.fields.items()}
+    if summary.more_fields:
+        names = list(summary.more_fields)
+        rows = np.concatenate([rows for rows, _ in summary.more_fields.values()])
+        owner = np.repeat(np.arange(len(names)), [len(rows) for rows, _ in summary.more_fields.values()])
+        starts = np.cumsum([0] + [len(rows) for rows, _ in summary.more_fields.values()])
+        for at in np.flatnonzero(rows == row).tolist():
+            name = names[owner[at]]
+            values[name] = summary.more_fields[name][1][at - starts[owner[at]]]
+    return {name: value for name, value in values.items() if not missing_value(value)}
+
+
+# A field's value that is missing: None (a text), NaN (a number).
+def missing_value(value) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and np.isnan(value))

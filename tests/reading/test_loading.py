@@ -28,6 +28,7 @@ import pytest
 import simdjson
 
 import rl_board
+import rl_board.reading.index
 import rl_board.reading.lines
 import rl_board.reading.snapshot
 import rl_board.reading.store
@@ -38,11 +39,20 @@ from rl_board.metrics import step_stats
 from rl_board.mismatch import read_mismatch_tokens
 from rl_board.reading.history import read_meta
 from rl_board.reading.index import BAD, BUNDLED_FILES, GOOD, UNPARSED, FileIndex, IndexCache
-from rl_board.reading.lines import SUMMARY_DECODER, TOKEN_KEYS, BadLine, decode_line, decode_summary, float_array
+from rl_board.reading.lines import (
+    FIELD_COLUMNS,
+    SUMMARY_DECODER,
+    TOKEN_KEYS,
+    BadLine,
+    decode_line,
+    decode_summary,
+    float_array,
+)
 from rl_board.reading.snapshot import lines_key, select_lines
 from rl_board.reading.storage import StorageError
 from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
+from rollout_logger.metadata import FORMAT_KEYS
 from tests.support.runs import load, sample, sample_tokens, write_lines
 from tests.support.worker_faults import index_chunk_killed_once
 
@@ -981,6 +991,130 @@ def test_a_grown_snapshot_orders_and_drops_field_columns_as_a_whole_build(tmp_pa
     assert grown[-1] is not None
     pd.testing.assert_frame_equal(followed.samples, whole.samples)
     assert followed.reward_function_columns == [] and [name for name in followed.samples if name.startswith("extra/")] == ["extra/b", "extra/a"]
+
+
+# The columns of keys outside the format (rewards/, extra/, text/) lines give, as the board names them, in the order
+# they come: each line's reward functions, then its other keys; with each line's value of each.
+def field_values_of(lines: list[dict]) -> dict[str, dict[int, object]]:
+    fields: dict[str, dict[int, object]] = {}
+    for row, line in enumerate(lines):
+        named = [(f"rewards/{name}", score) for name, score in line.get("rewards_per_func", {}).items()]
+        named += [(("text/" if isinstance(value, str) else "extra/") + name, value) for name, value in line.items() if name not in FORMAT_KEYS]
+        for name, value in named:
+            fields.setdefault(name, {})[row] = value
+    return fields
+
+
+# A key per line (an id used as the key): a file has columns for the first FIELD_COLUMNS names it holds, as they come
+# in it, with every value of each, however its bytes are split for reading, and counts the values of the names after
+# them in a note. A part read at once used to keep its own first 256 names, and a name the file keeps, met in a later
+# part after 256 others, lost its values there; each line's reward function made a column of the whole part.
+@pytest.mark.parametrize("split", [False, True])
+def test_a_files_field_columns_are_its_first_names_however_it_is_split(tmp_path, monkeypatch, split):
+    lines = [sample(i // 10, **{f"id{i}": i}, rewards_per_func={f"f{i}": i / 2}) for i in range(300)]
+    lines += [sample(30 + i // 10, **{f"new{i}": -i, f"id{i}": float(i), "label": f"l{i % 3}"}) for i in range(300)]
+    path = write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines)
+    if split:  # the second half a part of its own: 300 new names before the first half's come again
+        monkeypatch.setattr(rl_board.reading.workers, "CHUNK_BYTES", sum(len(json.dumps(line)) + 1 for line in lines[:300]) - 1)
+    parts = count_index_calls(monkeypatch)
+    run = load(path.parent, parallel=False)
+    assert len(parts) == (2 if split else 1)
+    fields = field_values_of(lines)
+    kept, left_out = list(fields)[:FIELD_COLUMNS], list(fields)[FIELD_COLUMNS:]
+    assert [name for name in run.samples if name.startswith(("rewards/", "extra/", "text/"))] == kept
+    for name in kept:
+        shown = [None if pd.isna(value) else value for value in run.samples[name]]
+        assert shown == [fields[name].get(row) for row in range(len(lines))], name
+    note = run.problems[run.problems["reason"].str.contains("values of keys outside the format")]
+    assert note["line"].tolist() == [min(min(fields[name]) for name in left_out) + 1]
+    assert note["reason"].iloc[0].startswith(f"{sum(len(fields[name]) for name in left_out):,} values of keys outside the format in the lines read are not in the tables")
+    restarted = load(path.parent, parallel=False)  # from the index cache
+    pd.testing.assert_frame_equal(restarted.samples.drop(columns="index_id"), run.samples.drop(columns="index_id"))
+    pd.testing.assert_frame_equal(restarted.problems, run.problems)
+
+
+# A run keeps columns for the first FIELD_COLUMNS field names with values in its loaded samples, file by file, and names
+# the others in a note: a key per line in each of 64 rank files made 16,384 columns (a file keeps 256), and the one
+# cache file of many small files a column of each name (2 GB for 32 files of 1,000 lines). A restart, and a run grown
+# live, give what a whole build gives.
+def test_a_run_keeps_the_first_field_names_of_its_files(tmp_path, monkeypatch, private_index_cache):
+    run_dir = tmp_path / "run"
+    paths = [write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(step, **{f"id_{rank}_{step}": step}) for step in range(10)]) for rank in range(BUNDLED_FILES + 8)]
+    store = RunStore(str(run_dir))
+    run = store.load(10240, parallel=False)
+    rank_of = {path.name: rank for rank, path in enumerate(paths)}
+    names = [f"extra/id_{rank_of[Path(path).name]}_{step}" for path in store.files for step in range(10)]
+    assert [name for name in run.samples if name.startswith("extra/")] == names[:FIELD_COLUMNS]
+    assert run.samples[names[0]].notna().sum() == 1 and run.samples[names[0]].iloc[0] == 0.0
+    assert run.problems[run.problems["reason"].str.contains("names of keys outside the format")]["reason"].tolist() == [
+        f"{len(names) - FIELD_COLUMNS:,} names of keys outside the format with values in the loaded samples are not in the tables: a run has "
+        f"columns (rewards/, extra/, text/) for the first {FIELD_COLUMNS} names, file by file; left out: {', '.join(names[FIELD_COLUMNS:FIELD_COLUMNS + 3])} "
+        f"and {len(names) - FIELD_COLUMNS - 3:,} more. A sample's view shows every key of its line"
+    ]
+    assert not Path(IndexCache().run_path_of(str(run_dir))).exists()  # a cache file each: one would have a column of each of 400 names
+    calls = count_index_calls(monkeypatch)
+    restarted = RunStore(str(run_dir)).load(10240, parallel=False)
+    assert calls == []
+    pd.testing.assert_frame_equal(restarted.samples.drop(columns="index_id"), run.samples.drop(columns="index_id"))
+    write_lines_appended(paths[0], [json.dumps(sample(3, id_first=1.0)).encode() + b"\n"])  # a name of the first file: it comes before the others'
+    grown = store.load(10240, parallel=False)
+    whole = rl_board.reading.snapshot.build_run(str(run_dir), store.files, select_lines(store.files, 10240), 10240, store.built_format)
+    pd.testing.assert_frame_equal(grown.samples, whole.samples)
+    assert [name for name in grown.samples if name.startswith("extra/")] == names[:10] + ["extra/id_first"] + names[10 : FIELD_COLUMNS - 1]
+
+
+# A step whose first lines are bad (a reward service down: "reward": "N/A") is filled with its next lines in rounds that
+# parse twice as many as the last wherever its lines were bad: a round took the step's next Max Samples Each Step lines
+# only, each round over every line of the run (8,000 bad lines among 400,000 at 16 a step: 500 rounds, 10 s). It shows
+# what a selection from every line parsed shows.
+def test_a_step_of_many_bad_lines_is_filled_in_few_rounds(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    bad = [json.dumps(sample(3, reward="N/A")).encode() + b"\n"] * 2000
+    write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(step, reward=float(i)) for step in range(3) for i in range(20)] + bad + [sample(step, reward=float(i)) for step in range(3, 6) for i in range(20)])
+    write_lines(run_dir / "rollout_data_rank_1.jsonl", [sample(step, reward=-float(i)) for step in range(6) for i in range(5)])
+    rounds, parse_rows = [], RunStore.parse_rows
+    monkeypatch.setattr(RunStore, "parse_rows", lambda self, todo, *args: rounds.append(sum(map(len, todo.values()))) or parse_rows(self, todo, *args))
+    run = load(run_dir, 16, parallel=False)
+    assert len(rounds) <= 10 and sum(rounds) < 2 * 2000 + 6 * 16 * 2  # 2,000 bad lines: 125 rounds before
+    assert run.samples.groupby("step").size().tolist() == [16] * 6
+    every = RunStore(str(run_dir))
+    every.load(1 << 20, parallel=False)
+    whole = rl_board.reading.snapshot.build_run(str(run_dir), every.files, select_lines(every.files, 16), 16, every.built_format)
+    pd.testing.assert_frame_equal(run.samples.drop(columns="index_id"), whole.samples.drop(columns="index_id"))
+    assert run.report["bad lines"].sum() <= 2 * 2000 and run.report["loaded"].sum() == 6 * 16
+
+
+# A file of a million lines of another kind (a dataset's JSONL in the run folder) made a row of the load report each,
+# 2.9 GB of the server: a file lists its lines' first PROBLEMS_LISTED problems and counts the rest, in a note; the
+# report's table counts every bad line. Restarted, grown and followed live, where a last line with a problem only
+# counted goes on without its newline, as a fresh open.
+def test_a_files_problems_past_the_first_are_counted_not_listed(tmp_path, monkeypatch):
+    monkeypatch.setattr(rl_board.reading.index, "PROBLEMS_LISTED", 10)
+    monkeypatch.setattr(rl_board.reading.snapshot, "PROBLEMS_LISTED", 10)
+    path = write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(0), *[{"text": f"row {i}"} for i in range(25)], sample(1)])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(path.parent))
+    run = store.load(8, parallel=False)
+
+    def listed(snapshot) -> list:
+        return snapshot.problems[["line", "kind"]].values.tolist()
+
+    note = "15 more problems of its lines are not listed here, past the first 10: the table above counts every bad line"
+    assert listed(run) == [[line, "skipped"] for line in range(2, 12)] + [[0, "note"]] and run.problems["reason"].iloc[-1] == note
+    assert run.report["bad lines"].tolist() == [25] and run.steps == [0, 1]
+    assert listed(RunStore(str(path.parent)).load(8, parallel=False)) == listed(run)  # from the index cache
+    with open(path, "ab") as file:
+        file.write(json.dumps({"text": "the last"}).encode())  # a whole last line without its newline: a problem counted
+    grown = store.load(8, parallel=False)
+    assert grown.problems["reason"].iloc[-1] == note.replace("15", "16") and grown.report["bad lines"].tolist() == [26]
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(2)).encode() + b"\n")  # ...that goes on: one bad line with what follows
+    live = store.load(8, parallel=False)
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "fresh"))
+    fresh = RunStore(str(path.parent)).load(8, parallel=False)
+    pd.testing.assert_frame_equal(live.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
+    pd.testing.assert_frame_equal(live.problems, fresh.problems)
+    assert live.problems["reason"].iloc[-1] == note.replace("15", "16") and live.report["bad lines"].tolist() == [26]
 
 
 def write_lines_appended(path: Path, lines: list[bytes]):
