@@ -600,10 +600,17 @@ def python_json(raw, **options) -> tuple[object, str | None]:
 # msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
 # the value's JSON (json's, which writes a lone surrogate as an escape where msgspec's encoder raises).
 def with_raw_fields(value: dict, struct_type) -> dict:
-    for field_info in msgspec.structs.fields(struct_type):
-        if field_info.type is msgspec.Raw and field_info.encode_name in value:
-            value[field_info.encode_name] = msgspec.Raw(json.dumps(value[field_info.encode_name]).encode())
+    for name in raw_field_names(struct_type):
+        if name in value:
+            value[name] = msgspec.Raw(json.dumps(value[name]).encode())
     return value
+
+
+# The keys of a struct kept as raw JSON, found once: msgspec.structs.fields evaluates the struct's annotations at each
+# call (0.15 ms, 85 % of a line of another kind's time: 300,000 such lines took 14 s).
+@functools.cache
+def raw_field_names(struct_type) -> tuple[str, ...]:
+    return tuple(field_info.encode_name for field_info in msgspec.structs.fields(struct_type) if field_info.type is msgspec.Raw)
 
 
 # A line's summary and its fields outside the format, the fast way where simdjson takes its per-token lists as they
