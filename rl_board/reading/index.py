@@ -590,6 +590,10 @@ class IndexCache:
         files = [dict(path=index.path, rows=len(index.lines["offset"]), columns=list(index.lines), **index.facts()) for index in indexes]
         self.write(self.run_path_of(run_dir), columns, dict(format=CACHE_FORMAT, run=canonical_path(run_dir), files=files))
 
+    # Remove the run's one cache file, where its files are cached one by one now.
+    def drop_run(self, run_dir: str):
+        remove_file(self.run_path_of(run_dir))
+
     # A cache file's table: a file on disk read as it is, an object fetched whole first.
     @staticmethod
     def read(target: str) -> pa.Table:

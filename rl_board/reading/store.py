@@ -172,6 +172,8 @@ class RunStore:
         if not bundle:
             for path in written:
                 self.cache.save(self.files[path])
+            if written and len(self.files) >= BUNDLED_FILES:  # cached together before, its files grown past it: else read again at every restart
+                self.cache.drop_run(self.run_dir)
         if bundle and written:
             self.cache.save_run(self.run_dir, self.files.values())
         previous = self.snapshots.get(max_samples) if run_format == self.built_format else None

@@ -1117,6 +1117,23 @@ def test_a_files_problems_past_the_first_are_counted_not_listed(tmp_path, monkey
     assert live.problems["reason"].iloc[-1] == note.replace("15", "16") and live.report["bad lines"].tolist() == [26]
 
 
+# A run of many files cached together, whose files then hold more field names than one cache file keeps: they are
+# cached one by one, and the one cache file goes (kept, a restart took its files from it and read them on from there).
+def test_a_run_cached_together_then_one_by_one_restarts_from_its_files_caches(tmp_path, monkeypatch, private_index_cache):
+    run_dir = tmp_path / "run"
+    paths = [write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(step) for step in range(3)]) for rank in range(BUNDLED_FILES)]
+    load(run_dir, parallel=False)
+    assert Path(IndexCache().run_path_of(str(run_dir))).exists()
+    for rank, path in enumerate(paths):
+        write_lines_appended(path, [json.dumps(sample(3, **{f"id_{rank}_{index}": index})).encode() + b"\n" for index in range(10)])
+    grown = load(run_dir, parallel=False)
+    assert not Path(IndexCache().run_path_of(str(run_dir))).exists()
+    calls = count_index_calls(monkeypatch)
+    restarted = load(run_dir, parallel=False)
+    assert calls == []
+    pd.testing.assert_frame_equal(restarted.samples.drop(columns="index_id"), grown.samples.drop(columns="index_id"))
+
+
 def write_lines_appended(path: Path, lines: list[bytes]):
     with open(path, "ab") as file:
         file.write(b"".join(lines))
