@@ -336,6 +336,11 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         name = valid_text(Path(path).name)
         bad, replaced = int((status == BAD).sum()), selected.replaced.get(path, 0)
         report.append([name, len(status), len(rows), bad, len(status) - len(rows) - bad - replaced, replaced, index.incomplete_tail])
+        if index.problems_left_out:  # first: the list below is long
+            problems.append([name, 0, "note", (
+                f"{index.problems_left_out:,} more problems of its lines are not listed here, past the first {PROBLEMS_LISTED:,}: the table above "
+                "counts every bad line"
+            )])
         problems += [[name, line, kind, valid_text(text)] for line, kind, text in index.problems]
         if index.first_field_left_out is not None:
             line, field_name = index.first_field_left_out
@@ -343,11 +348,6 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
                 f"{index.fields_left_out:,} values of keys outside the format in the lines read are not in the tables: the file has columns "
                 f"(rewards/, extra/, text/) for the first {FIELD_COLUMNS} names it holds, and {field_name} came later "
                 "(an id used as a key?); a sample's view shows every key of its line"
-            )])
-        if index.problems_left_out:
-            problems.append([name, 0, "note", (
-                f"{index.problems_left_out:,} more problems of its lines are not listed here, past the first {PROBLEMS_LISTED:,}: the table above "
-                "counts every bad line"
             )])
         if index.incomplete_tail:
             problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])

@@ -1100,13 +1100,13 @@ def test_a_files_problems_past_the_first_are_counted_not_listed(tmp_path, monkey
         return snapshot.problems[["line", "kind"]].values.tolist()
 
     note = "15 more problems of its lines are not listed here, past the first 10: the table above counts every bad line"
-    assert listed(run) == [[line, "skipped"] for line in range(2, 12)] + [[0, "note"]] and run.problems["reason"].iloc[-1] == note
+    assert listed(run) == [[0, "note"]] + [[line, "skipped"] for line in range(2, 12)] and run.problems["reason"].iloc[0] == note
     assert run.report["bad lines"].tolist() == [25] and run.steps == [0, 1]
     assert listed(RunStore(str(path.parent)).load(8, parallel=False)) == listed(run)  # from the index cache
     with open(path, "ab") as file:
         file.write(json.dumps({"text": "the last"}).encode())  # a whole last line without its newline: a problem counted
     grown = store.load(8, parallel=False)
-    assert grown.problems["reason"].iloc[-1] == note.replace("15", "16") and grown.report["bad lines"].tolist() == [26]
+    assert grown.problems["reason"].iloc[0] == note.replace("15", "16") and grown.report["bad lines"].tolist() == [26]
     with open(path, "ab") as file:
         file.write(json.dumps(sample(2)).encode() + b"\n")  # ...that goes on: one bad line with what follows
     live = store.load(8, parallel=False)
@@ -1114,7 +1114,7 @@ def test_a_files_problems_past_the_first_are_counted_not_listed(tmp_path, monkey
     fresh = RunStore(str(path.parent)).load(8, parallel=False)
     pd.testing.assert_frame_equal(live.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
     pd.testing.assert_frame_equal(live.problems, fresh.problems)
-    assert live.problems["reason"].iloc[-1] == note.replace("15", "16") and live.report["bad lines"].tolist() == [26]
+    assert live.problems["reason"].iloc[0] == note.replace("15", "16") and live.report["bad lines"].tolist() == [26]
 
 
 # A run of many files cached together, whose files then hold more field names than one cache file keeps: they are
