@@ -154,6 +154,7 @@ class FileIndex:
         index.first_field_left_out = tuple(meta["first_field_left_out"]) if meta.get("first_field_left_out") else None
         index.problems_left_out = int(meta.get("problems_left_out", 0))
         index.last_left_out_line = int(meta.get("last_left_out_line", 0))
+        index.tail_columns = list(meta.get("tail_columns", []))
         index.texts_identity = FileIdentity(**meta["texts_identity"]) if meta["texts_identity"] else None
         index.lines = lines
         index.cached = None
@@ -166,7 +167,7 @@ class FileIndex:
             identity=self.identity.__dict__, physical_lines=self.physical_lines, incomplete_tail=self.incomplete_tail, problems=self.problems,
             summaries_end=self.summaries_end, summaries_refused=self.summaries_refused, texts_identity=self.texts_identity and self.texts_identity.__dict__,
             fields_left_out=self.fields_left_out, first_field_left_out=self.first_field_left_out, problems_left_out=self.problems_left_out,
-            last_left_out_line=self.last_left_out_line,
+            last_left_out_line=self.last_left_out_line, tail_columns=self.tail_columns,
         )
 
     def reset(self):
@@ -185,6 +186,7 @@ class FileIndex:
         self.first_field_left_out: tuple[int, str] | None = None  # the first line with one, and its name
         self.problems_left_out = 0  # problems of its lines past the PROBLEMS_LISTED listed
         self.last_left_out_line = 0  # the last line with a field value or a problem left out (0: none)
+        self.tail_columns: list[str] = []  # the columns a last line taken without its newline made
 
     # "same", "grew" (read on from indexed_to) or "new" (replaced, truncated, rewritten or never indexed).
     def change(self, status: "FileStatus | None" = None) -> str:
@@ -321,6 +323,7 @@ class FileIndex:
     # Bytes after the last newline: a complete JSON object is a last line without "\n"; anything else is still being written.
     def take_tail(self, size: int):
         self.incomplete_tail = 0
+        self.tail_columns = []
         if size <= self.indexed_to:
             return
         tail = bytes(read_range(self.path, self.indexed_to, size)[0][: size - self.indexed_to])
@@ -334,7 +337,9 @@ class FileIndex:
         data = tail + b"\n"
         lines = dataclasses.replace(scan_lines(data, len(data), self.indexed_to), complete_end=size)
         summary = summarize_buffer(data, self.indexed_to, lines.offset, lines.length)
+        before = set(self.lines)
         self.add_chunks([IndexedChunk(lines, np.arange(len(lines.offset)), summary)], size)
+        self.tail_columns = [name for name in self.lines if name not in before]
 
     # Store parse results for rows of self.lines, in place.
     def add_summaries(self, rows: np.ndarray, result: "LineSummaries"):
@@ -388,14 +393,20 @@ class FileIndex:
                 self.indexed_to += line_end.end()
             elif following.strip(b" \t\r"):
                 self.take_back_last_line()
+            elif following:  # the start of a line end (a CRLF's "\r" so far): the line's, as a whole parse has it
+                self.lines["length"][-1] += len(following)
+                self.first_changed_row = min(self.first_changed_row, len(offsets) - 1)
+                self.index_id = uuid.uuid4().hex
+                self.indexed_to += len(following)
         return self.indexed_to
 
     # Its last row no longer a line: its rows change (a new index_id), and it is read again from its start; the whole
-    # file is, where something of that line was only counted (a field's value, a problem past those listed).
+    # file is, where that line made a column (kept, it kept its place among the file's columns and their count) or
+    # something of it was only counted (a field's value, a problem past those listed).
     def take_back_last_line(self):
         row = len(self.lines["offset"]) - 1
         line = int(self.lines["line"][row])
-        if line == self.last_left_out_line:
+        if self.tail_columns or line == self.last_left_out_line:
             self.reset()
             return
         self.indexed_to = int(self.lines["offset"][row])

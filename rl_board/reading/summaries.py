@@ -12,6 +12,7 @@ import numpy as np
 
 from rl_board.reading.lines import (
     FIELD_COLUMNS,
+    FIELD_PREFIXES,
     SUMMARY_FORMAT,
     SUMMARY_NUMBERS,
     SUMMARY_TEXTS,
@@ -251,6 +252,11 @@ def joined_records(records: list[BatchRecord]) -> IndexedChunk:
 # The records' fields as a parse of their lines together gives them (LineSummaries): columns of their first
 # FIELD_COLUMNS names in the order they come, (rows, values) of the others, whose values a record may hold either way.
 def joined_fields(records: list[BatchRecord], counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    for record in records:  # a name of another column (offset, step) would overwrite the index's own
+        if any(not name.startswith(FIELD_PREFIXES) for name in (*record.fields, *record.more_fields)):
+            raise RejectedSummaries("a record names as a field what is no field")
+        if record.fields.keys() & record.more_fields.keys():
+            raise RejectedSummaries("a record names a field twice")
     names = list(dict.fromkeys(name for record in records for name in (*record.fields, *record.more_fields)))
     columns = {name: joined_column([record.fields for record in records], counts, name) for name in names[:FIELD_COLUMNS]}
     more: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in names[FIELD_COLUMNS:]}

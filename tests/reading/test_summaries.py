@@ -252,6 +252,18 @@ def value_past_its_lines(index, payload):
     return payload
 
 
+def index_column_as_field(index, payload):
+    if index == 2:
+        payload["fields"]["offset"] = bytes(len(payload["offset"]))  # every line at byte 0, were it taken
+    return payload
+
+
+def field_twice(index, payload):
+    if index == 2:
+        payload["more_fields"] = {"extra/difficulty": [np.array([0], dtype="<i8").tobytes(), np.array([9.0]).tobytes()]}
+    return payload
+
+
 def other_version(index, payload):
     if index == 0:
         payload["summary_format"] += 1
@@ -281,11 +293,13 @@ def stale(path: Path):
         (lambda path: rewrite_records(path, field_cut_short), "values of extra/difficulty are not one a line"),
         (lambda path: rewrite_records(path, texts_as_numbers), "values of text/data_source are not one a line"),
         (lambda path: rewrite_records(path, value_past_its_lines), "values of extra/late are not at its lines"),
+        (lambda path: rewrite_records(path, index_column_as_field), "names as a field what is no field"),
+        (lambda path: rewrite_records(path, field_twice), "names a field twice"),
         (lambda path: path.write_bytes(b"not a summaries file"), "not a summaries file"),
         (lambda path: shutil.copyfile(path.with_name(RANK_FILES[1] + SUMMARIES_SUFFIX), path), "it summarizes"),
         (stale, ""),
     ],
-    ids=["damaged", "step", "reward", "offsets", "version", "field-cut-short", "texts-as-numbers", "value-past-its-lines", "not-summaries", "other-file", "stale"],
+    ids=["damaged", "step", "reward", "offsets", "version", "field-cut-short", "texts-as-numbers", "value-past-its-lines", "index-column-as-field", "field-twice", "not-summaries", "other-file", "stale"],
 )
 def test_a_summaries_file_that_disagrees_is_not_used_with_a_note(run, tmp_path, monkeypatch, tamper, reason):
     tamper(run / (RANK_FILES[0] + SUMMARIES_SUFFIX))
