@@ -958,8 +958,7 @@ def parsed_weights(text: str, defaults: dict[str, float]) -> tuple[dict[str, flo
 def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
     report = run.report
     problems = pd.concat([frame for frame in (run.problems, history.problems) if len(frame)] or [run.problems], ignore_index=True)
-    history_skipped = int((history.problems["kind"] == "skipped").sum())
-    skipped = int(report["bad lines"].sum()) + history_skipped
+    skipped = int(report["bad lines"].sum()) + history.skipped
     messages = []
     if not report.empty:
         incomplete = int(report["incomplete last line"].sum())
@@ -980,7 +979,7 @@ def draw_load_report(run: "RunSnapshot", history: "TrainingHistory"):
     if history.sources or len(history.problems):
         messages.append(
             f"training history from {', '.join(markdown_literal(name) for name in history.sources) or 'no readable file'}: "
-            f"{len(history.train)} train and {len(history.eval)} eval step(s), {history_skipped} entr(ies) or file(s) skipped"
+            f"{len(history.train)} train and {len(history.eval)} eval step(s), {history.skipped} entr(ies) or file(s) skipped"
         )
     message = "; ".join(messages)
     if len(problems):

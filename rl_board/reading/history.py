@@ -19,7 +19,7 @@ import pandas as pd
 
 import rl_board.reading.trackio_db as trackio_db
 import rl_board.reading.wandb_log as wandb_log
-from rl_board.reading.index import IndexCache
+from rl_board.reading.index import PROBLEMS_LISTED, IndexCache
 from rl_board.reading.lines import as_float
 from rl_board.reading.storage import (
     FileStatus,
@@ -121,12 +121,29 @@ class TrainingHistory:
     eval: pd.DataFrame
     config: dict
     best: dict  # {} or {"step", "path", "metrics": {name: value}} (+ "epoch")
-    problems: pd.DataFrame  # file, line, kind, reason
+    problems: pd.DataFrame  # file, line, kind, reason: each file's first PROBLEMS_LISTED, after a note counting the rest
+    skipped: int = 0  # entries and files skipped, listed or not
     signature: tuple = ()  # history_signature of the files when read (set by load_history)
 
     @property
     def empty(self) -> bool:
         return self.train.empty and self.eval.empty
+
+
+# A history whose load report lists each file's first PROBLEMS_LISTED problems, after a note counting the rest (a log of
+# 100,000 entries, each with a NaN, made as many rows), and counts every entry or file skipped.
+def training_history(sources: list, train: pd.DataFrame, evaluation: pd.DataFrame, config: dict, best: dict, problems: list) -> TrainingHistory:
+    listed, seen = [], {}
+    for problem in problems:
+        seen[problem[0]] = seen.get(problem[0], 0) + 1
+        if seen[problem[0]] <= PROBLEMS_LISTED:
+            listed.append(problem)
+    notes = [
+        [file, 0, "note", f"{count - PROBLEMS_LISTED:,} more problems of its entries are not listed here, past the first {PROBLEMS_LISTED:,}"]
+        for file, count in seen.items() if count > PROBLEMS_LISTED
+    ]
+    skipped = sum(kind == "skipped" for _, _, kind, _ in problems)
+    return TrainingHistory(sources, train, evaluation, config, best, pd.DataFrame(notes + listed, columns=PROBLEM_COLUMNS), skipped)
 
 
 # Entries of one kind in file order. A step lower than one already seen starts a resumed run: what the earlier run
@@ -177,7 +194,7 @@ def read_history(folder) -> TrainingHistory:
     if logs or (folder / WANDB_SUMMARY).is_file():
         return history_from_wandb(folder, logs, problems)
     empty = pd.DataFrame({"step": np.array([], dtype=np.int64)})
-    return TrainingHistory([], empty, empty, {}, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+    return training_history([], empty, empty, {}, {}, problems)
 
 
 # The files a history is read from, with their sizes and times: a cheap key that changes when any of them does.
@@ -284,7 +301,7 @@ def history_from_metrics_files(folder: Path, paths: list, problems: list) -> Tra
         best = best_from_checkpoint(best["path"], None, best["value"], eval_frame)
     meta = read_meta(str(folder)) or {}
     config = meta.get("trainer_config") if isinstance(meta.get("trainer_config"), dict) else {}
-    return TrainingHistory([path.name for path in paths], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+    return training_history([path.name for path in paths], train.frame(), eval_frame, config, best, problems)
 
 
 # Seed 004's training_log.json: config, train_history, val_history, and best_checkpoint (GRPO, DPO) or final_metrics
@@ -314,7 +331,7 @@ def history_from_training_log(name: str, log: dict, problems: list) -> TrainingH
     else:
         best = {}
     config = log.get("config") if isinstance(log.get("config"), dict) else {}
-    return TrainingHistory([name], frames["train_history"], frames["val_history"], config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+    return training_history([name], frames["train_history"], frames["val_history"], config, best, problems)
 
 
 # Hugging Face Trainer's state: log_history entries with eval_* keys are evaluations, the rest training.
@@ -329,7 +346,7 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
     path = state.get("best_model_checkpoint")
     best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
     config = {key: value for key, value in state.items() if type(value) in (int, float, str, bool)}
-    return TrainingHistory([valid_text(name)], train.frame(), eval_frame, config, best, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+    return training_history([valid_text(name)], train.frame(), eval_frame, config, best, problems)
 
 
 # trackio's metrics tables: each row one trackio.log call of a run, its metrics a JSON object (non-finite numbers as
@@ -400,7 +417,7 @@ def history_from_trackio(paths: list, problems: list) -> TrainingHistory | None:
             config = run_config
         elif run_config:
             config[label] = run_config
-    return TrainingHistory(sources, train.frame(), evaluation.frame(), config, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+    return training_history(sources, train.frame(), evaluation.frame(), config, {}, problems)
 
 
 # A W&B run's history: each row of its transaction log one wandb.log, at the Trainer's global step when the row has
@@ -429,7 +446,7 @@ def history_from_wandb(folder: Path, logs: list, problems: list) -> TrainingHist
         if summary is not None:
             sources.append(WANDB_SUMMARY)
             add_wandb_row(summary, (WANDB_SUMMARY, 0, "the summary"), train, evaluation, problems)
-    return TrainingHistory(sources, train.frame(), evaluation.frame(), config, {}, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+    return training_history(sources, train.frame(), evaluation.frame(), config, {}, problems)
 
 
 def add_wandb_row(row: dict, where: tuple, train: HistorySeries, evaluation: HistorySeries, problems: list):

@@ -32,6 +32,7 @@ import pandas.testing as pdt
 import pytest
 
 import rl_board
+import rl_board.reading.history
 import rl_logging_board as board
 from rl_board.reading.history import HistorySeries, TrainingHistory, read_history
 from tests.support import FIXTURES as ALL_FIXTURES
@@ -670,6 +671,20 @@ def test_metrics_files():
     assert history.eval.set_index("step").loc[10, "eval_reward"] == 0.79
     for column in ("path", "seconds", "kind"):  # checkpoint records are neither train nor eval
         assert column not in history.train.columns and column not in history.eval.columns
+
+
+# A log of many entries each with a problem (a NaN loss, a line that is not JSON) made a load report row each: a file
+# lists its first PROBLEMS_LISTED, after a note counting the rest, and the history counts every entry skipped (the
+# caption's count).
+def test_a_history_lists_a_files_first_problems_and_counts_every_skipped_entry(tmp_path, monkeypatch):
+    monkeypatch.setattr(rl_board.reading.history, "PROBLEMS_LISTED", 10)
+    lines = [json.dumps({"step": step, "loss": float("nan") if step % 2 else 0.5}) for step in range(1, 41)] + ["not JSON"] * 15
+    (tmp_path / "rollout_metrics_20261122T185902Z.jsonl").write_text("\n".join(lines) + "\n")
+    history = read_history(tmp_path)
+    assert history.skipped == 15 and len(history.train) == 40
+    rows = history.problems.values.tolist()
+    assert rows[0] == ["rollout_metrics_20261122T185902Z.jsonl", 0, "note", "25 more problems of its entries are not listed here, past the first 10"]
+    assert [kind for _, _, kind, _ in rows[1:]] == ["note"] * 10 and [line for _, line, _, _ in rows[1:]] == list(range(1, 21, 2))
 
 
 def test_metrics_last_line_read_once_finished(tmp_path):
