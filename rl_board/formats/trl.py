@@ -185,7 +185,7 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     table = pyarrow.parquet.read_table(io.BytesIO(data))
     columns = table.column_names
     reward_funcs, group_size = context
-    names = [name for name in reward_funcs if name in columns]
+    names = list(dict.fromkeys(name for name in reward_funcs if name in columns))  # a name given twice is one column
     if not reward_funcs and "completion" in columns:  # TRL writes the scores as floats; log_extra columns follow them
         between = columns[columns.index("completion") + 1 : columns.index("advantage") if "advantage" in columns else None]
         names = [name for name in between if pa.types.is_floating(table.schema.field(name).type)]

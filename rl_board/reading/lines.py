@@ -406,8 +406,14 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
     for row, (offset, length) in enumerate(zip((offsets - base).tolist(), lengths.tolist())):
         try:
             record, note, line = decode_summary(view[offset : offset + length], parser)
+            # Its texts written out: a value nested nearly as deep as a decoder takes overflows Python's stack here
+            text_lengths = [text_length(text) if text is not None else np.nan for text in (record.response, record.ref_response)]
+            key = prompt_key(record.prompt)
         except BadLine as error:
             problems.append((row, "skipped", str(error)))
+            continue
+        except RecursionError:
+            problems.append((row, "skipped", "nested too deep to be read"))
             continue
         if note:
             problems.append((row, "note", note))
@@ -418,12 +424,10 @@ def summarize_buffer(data, base: int, offsets: np.ndarray, lengths: np.ndarray) 
             if value is not None:
                 numbers[name][row] = value
                 infinite = infinite or math.isinf(value)
-        numbers["response_len"][row] = text_length(record.response)
-        numbers["prompt_key"][row] = prompt_key(record.prompt)
+        numbers["response_len"][row], numbers["ref_response_len"][row] = text_lengths
+        numbers["prompt_key"][row] = key
         if type(record.micro_batch) is int and abs(record.micro_batch) < 2**53:
             numbers["micro_batch"][row] = record.micro_batch
-        if record.ref_response is not None:
-            numbers["ref_response_len"][row] = text_length(record.ref_response)
         if record.group_id is not None:
             texts["group_id"][row] = valid_text(str(record.group_id))
         if record.images is not None:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from rl_board.formats import TRAINER_OUTPUT, run_layouts, run_sources
 from rl_board.formats.base import Folder, RunFormat
@@ -91,7 +90,7 @@ class RunStore:
             return None, (failed[1],)
         try:
             path, notes = converted_file(source, status, run_format, folder, self.conversions)
-        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:  # e.g. a parquet file still being written
+        except Exception as error:  # a parquet file still being written, a file of any shape: its problem, never the load's
             name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
             if isinstance(error, ConversionNotWritten):  # not kept: the cache may be writable on the next load
                 return None, ((valid_text(name), 0, "skipped", shorten(str(error), 400)),)

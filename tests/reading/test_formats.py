@@ -144,6 +144,16 @@ def test_trl_reward_is_the_weighted_sum_with_the_logger_metadata(tmp_path):
     assert any(row["sorted_digits"] for rows in parquet_steps(output / "completions").values() for row in rows)  # weights matter
 
 
+def test_trl_reward_function_named_twice_is_one_column(tmp_path):
+    """Two reward functions of one name (passed twice, or sharing a __name__): the metadata names it twice, its column is
+    read once; every completions file was skipped ('could not be read')."""
+    output = trl_copy(trl_run(), tmp_path / "run")
+    (output / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["sorted_digits", "sorted_digits", "same_digits"], "reward_weights": [1.0, 1.0, 1.0]}))
+    run = load(output)
+    assert not (run.problems["kind"] == "skipped").any() and run.steps == sorted(parquet_steps(output / "completions"))
+    assert run.step_rows(1)["rewards/sorted_digits"].tolist() == [row["sorted_digits"] for row in parquet_steps(output / "completions")[1]]
+
+
 @pytest.mark.training
 def test_trl_reward_skips_missing_scores_and_is_missing_when_none_scored(tmp_path):
     """A reward function that did not score a completion (None) is left out of its reward; with no score at all the reward is empty."""

@@ -1165,6 +1165,20 @@ def test_a_last_line_gone_on_leaves_the_columns_a_fresh_open_has(tmp_path, monke
     assert [name for name in live.samples if name.startswith("extra/")][-1] == {"order": "extra/zzz", "the 256th name": "extra/late", "a carriage return": "extra/zzz"}[case]
 
 
+# A prompt nested nearly as deep as the decoder takes was decoded, then overflowed Python's stack when written out as
+# text, and the RecursionError went out of the load (a window of a few depths, wherever the stack stands): every depth
+# around it is a line loaded or a line skipped with its reason (found by a review).
+def test_a_line_nested_about_as_deep_as_a_decoder_goes_is_loaded_or_skipped(tmp_path):
+    depths = range(850, 1010)
+    path = write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [
+        ('{"prompt": ' + "[" * depth + "1" + "]" * depth + f', "response": "r", "reward": 1.0, "step": {index}}}').encode() + b"\n" for index, depth in enumerate(depths)
+    ])
+    run = load(path.parent, parallel=False)
+    skipped = run.problems[run.problems["kind"] == "skipped"]
+    assert len(run.samples) + len(skipped) == len(depths) and len(run.samples) > 0 and len(skipped) > 0
+    assert set(skipped["reason"]) <= {"nested too deep to be read"} | {reason for reason in skipped["reason"] if "nest" in reason or "depth" in reason or "recursion" in reason.lower()}
+
+
 def write_lines_appended(path: Path, lines: list[bytes]):
     with open(path, "ab") as file:
         file.write(b"".join(lines))

@@ -8,6 +8,7 @@ per-sample mean |Δ|, rewards, advantages, texts, and the token ids decoded with
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 import rl_board
 from rl_board.formats import FORMATS, board_jsonl, nemo_rl, prime_rl
+from rl_board.formats.verifiers_traces import Branch, Branches, episode_branches
 from rl_board.reading.search import export_jsonl
 from rl_board.tokenizer import TOKENIZER_VARIABLE, tokenizer_identity, tokenizer_of
 from tests.support.prime_rl_nemo_rl import QUESTIONS, nemo_rl_run, prime_rl_run, save_tokenizer
@@ -139,6 +141,25 @@ def test_prime_rl_sequence_cut_at_seq_len_still_finds_its_trace(tmp_path, tokeni
             cut += 1
             assert run.samples.loc[row.Index, "extra/cut_tokens"] == len(tokens) - len(raw["token_ids"])
     assert cut == 2  # the multi-turn group's two sequences
+
+
+# A sequence cut at seq_len is the first branch (in the traces' order) whose tokens it starts: found among sorted tokens,
+# the same branch a look at each in turn finds (4,000 sequences of a step took 14 s so), over random branches sharing
+# prefixes; and a trace of 64,000 nodes in a chain is walked once per branch (a list's `in` made it N² steps: 14 s).
+def test_a_cut_sequence_finds_the_first_branch_it_starts_and_a_long_chain_is_walked_once():
+    rng = np.random.default_rng(0)
+    branches = [Branch(nodes=[], ends=np.array([]), tokens=rng.integers(0, 3, size=int(rng.integers(1, 9))), rewards={}, shown={"episode_id": index, "trace_id": 0}, metrics={}, trace={}) for index in range(400)]
+    found = Branches(branches)
+    for _ in range(2000):
+        tokens = rng.integers(0, 3, size=int(rng.integers(0, 9)))
+        exact = next((branch for branch in found.branches if np.array_equal(branch.tokens, tokens)), None)
+        longer = next((branch for branch in found.branches if len(branch.tokens) > len(tokens) and np.array_equal(branch.tokens[: len(tokens)], tokens)), None)
+        assert found.find(tokens.tolist()) is (exact or longer)
+    nodes = [{"parent": index - 1 if index else None, "message": {"role": "assistant" if index % 2 else "user", "content": f"m{index}"}, "token_ids": [index % 1000, 7], "mask": [index % 2 == 1] * 2} for index in range(64_000)]
+    start = time.perf_counter()
+    [branch] = episode_branches({"id": "e", "group": {"id": "g"}, "traces": [{"id": "t", "nodes": nodes, "rewards": {}}]})
+    assert time.perf_counter() - start < 5  # 0.5 s here
+    assert len(branch.nodes) == 64_000 and branch.tokens[:4].tolist() == [0, 7, 1, 7]
 
 
 def test_prime_rl_step_without_stable_is_left_out_and_reported_until_marked(tmp_path, tokenizer):
