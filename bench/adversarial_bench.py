@@ -3,7 +3,8 @@ many (a key per line, an id used as the key, and a reward function named per lin
 logger's writer, opened from its summaries files and parsed; in each of 40 small rank files, which share one cache
 file), short lines each with a few ordinary keys outside the format, a step whose first lines are bad, a JSONL of
 another kind in a run folder (every line a problem), a long training history stepping back now and then (resumes),
-and a W&B transaction log with one big record.
+a W&B transaction log with one big record, a verifiers trace (prime-rl's rollouts) of many nodes in a chain, and a
+prime-rl step of many token exports cut at seq_len.
 
 Each case runs in a fresh process with an empty index cache, so that its peak memory is its own: runs are opened with
 RunStore.load as the page calls it (no worker processes), the history with read_history, the W&B log with read_log.
@@ -136,6 +137,41 @@ def wandb_log(folder: Path, items: int) -> Path:
     return folder / "run-big.wandb"
 
 
+# A prime-rl run folder of one step whose traces file holds one episode of `nodes` messages in a chain (a long agent
+# episode), as verifiers writes a trace's nodes.
+def chain_trace(folder: Path, nodes: int) -> Path:
+    traces = folder / "rollouts" / "step_1" / "train" / "all"
+    traces.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("")
+    chain = [
+        {"parent": index - 1 if index else None, "message": {"role": "assistant" if index % 2 else "user", "content": f"m{index}"},
+         "token_ids": [index % 1000, 7], "mask": [index % 2 == 1] * 2, "logprobs": [-0.1, -0.2] if index % 2 else None}
+        for index in range(nodes)
+    ]
+    record = {"id": "e1", "group": {"id": "g1"}, "traces": [{"id": "t1", "nodes": chain, "rewards": {"r": {"score": 1.0, "weight": 1.0}}}]}
+    (traces / "traces.jsonl").write_text(json.dumps(record) + "\n")
+    return folder
+
+
+# A prime-rl step of `sequences` token exports, each one token shorter than its trace's branch (cut at seq_len).
+def cut_exports(folder: Path, sequences: int) -> Path:
+    exports, traces = folder / "token_exports" / "step_1", folder / "rollouts" / "step_1" / "train" / "effective"
+    exports.mkdir(parents=True)
+    traces.mkdir(parents=True)
+    records, lines = [], []
+    for index in range(sequences):
+        prompt, response = [index // 1000 + 1, index % 1000 + 1, 5, 6], [(index * 7 + k) % 30000 + 2 for k in range(64)]
+        nodes = [{"parent": None, "message": {"role": "user", "content": f"q{index}"}, "token_ids": prompt, "mask": [False] * 4},
+                 {"parent": 0, "message": {"role": "assistant", "content": f"a{index}"}, "token_ids": response, "mask": [True] * 64, "logprobs": [-0.5] * 64}]
+        records.append(json.dumps({"id": f"e{index}", "group": {"id": f"g{index // 4}"}, "traces": [{"id": "t", "nodes": nodes, "rewards": {"r": {"score": 1.0}}}]}))
+        lines.append(json.dumps({"schema_version": 1, "step": 1, "rank": 0, "token_ids": prompt + response[:-1], "loss_mask": [False] * 4 + [True] * 63,
+                                 "advantages": [0.0] * 4 + [0.5] * 63, "trainer_logprobs": [0.0] * 4 + [-0.5] * 63}))
+    (traces / "traces.jsonl").write_text("\n".join(records) + "\n")
+    (exports / "rank_0.jsonl").write_text("\n".join(lines) + "\n")
+    (exports / "STABLE").write_text("")
+    return folder
+
+
 def measure(board: str, code: str, repeats: int) -> tuple[float, float, str]:
     seconds, memory = [], []
     for _ in range(repeats):
@@ -165,6 +201,8 @@ def main():
         ("300,000 lines of another kind beside 100 of the board's", OPEN_RUN, jsonl_run(FOLDER / "another_kind", another_kind(300_000)), 128),
         ("a trainer_state.json of 80,000 entries, resumed every 1,000", READ_HISTORY, long_history(FOLDER / "history", 80_000), 0),
         ("a W&B log of one 64 MB record", READ_WANDB_LOG, wandb_log(FOLDER / "wandb", 64_000), 0),
+        ("a verifiers trace of 64,000 nodes in a chain (prime-rl)", OPEN_RUN, chain_trace(FOLDER / "chain", 64_000), 128),
+        ("a prime-rl step of 4,000 token exports cut at seq_len", OPEN_RUN, cut_exports(FOLDER / "cut", 4000), 1 << 20),
     ]
     print(f"board: {arguments.board}; a fresh process each, median of {arguments.repeats}\n")
     print("| input | time (s) | peak memory (GiB) | result |")
