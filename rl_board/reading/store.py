@@ -62,6 +62,7 @@ class RunStore:
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
         self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
         self.gone: dict[str, int] = {}  # a file loaded before and no longer listed -> its lines then (a note says so)
+        self.run_cached = False  # its files' indexes were read from, or written to, the run's one cache file
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
     # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
@@ -144,6 +145,7 @@ class RunStore:
         self.gone |= {path: len(index.lines["offset"]) for path, index in self.files.items() if path not in listing}
         same_files = list(listing) == list(self.files) and run_format == self.built_format
         bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
+        self.run_cached = self.run_cached or bool(bundled)
         self.files = {path: self.files.get(path) or bundled.get(path) or self.cache.load(path) or FileIndex(path) for path in listing}
         changed, summarized, retexted = [], [], set()
         for index in self.files.values():
@@ -171,10 +173,12 @@ class RunStore:
         if not bundle:
             for path in written:
                 self.cache.save(self.files[path])
-            if written and len(self.files) >= BUNDLED_FILES:  # cached together before, its files grown past it: else read again at every restart
+            if written and self.run_cached:  # cached together before, its files grown past it: else read again at every restart
                 self.cache.drop_run(self.run_dir)
+                self.run_cached = False
         if bundle and written:
             self.cache.save_run(self.run_dir, self.files.values())
+            self.run_cached = True
         previous = self.snapshots.get(max_samples) if run_format == self.built_format else None
         if changed or retexted or not same_files:  # a texts file dropped: every snapshot's rows point into it
             self.snapshots = {}
