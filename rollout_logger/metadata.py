@@ -86,7 +86,8 @@ RANK_FILE = "rollout_data_rank_{rank}_{launch}.jsonl"
 RANK_FILE_PATTERN = re.compile(r"_rank_(\d+)_(.+)\.jsonl$")
 # Beside each rank file, its lines' summaries as the board indexes them (the rank file's name + SUMMARIES_SUFFIX), so
 # that the board opens a run without parsing its lines (rl_board/reading/summaries.py writes and reads them; the
-# logger writes them on its writing thread when the board's reading layer imports: msgspec and pysimdjson installed).
+# logger writes them on its writing thread when the board's reading layer imports: msgspec, pysimdjson and google-re2
+# installed).
 # Append-only: SUMMARIES_MAGIC, then records, each a little-endian uint32 payload length, the payload's uint32 CRC-32
 # (zlib.crc32) and the payload (MessagePack). The first record is the header: {"format": SUMMARIES_FORMAT,
 # "summary_format": the board's summary version (rl_board.reading.lines.SUMMARY_FORMAT), "numbers": its summary

@@ -85,8 +85,8 @@ class JsonlWriter:
             lines, on the writing thread, the board's summary of them, so that the board opens the run without
             parsing them, and before it the texts of the lines in the texts file (`TEXTS_SUFFIX`, beside the rank
             file), so that showing a step reads those. Only for a file started empty, and where the board's reading
-            layer imports (msgspec and pysimdjson installed; else a warning, kind `"summaries"`). Their failures stop
-            them alone, with a warning.
+            layer imports (msgspec, pysimdjson and google-re2 installed; else a warning, kind `"summaries"`). Their
+            failures stop them alone, with a warning.
     """
 
     def __init__(

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect
 import numpy as np
+import re2
 import simdjson
 
 from rl_board.text import json_kind, valid_text
@@ -131,8 +132,9 @@ POLICY_TOKEN_KEYS += ("sampler_kept_logmass",)
 MISMATCH_TOKEN_KEYS = ("logprobs", "sampler_logprobs", "is_ratio", "entropies", "sampler_kept_logmass")
 
 
-# `"step": <int>` (line_step_hint): a hint for choosing lines before parsing them (parsing has the last word).
-STEP_PATTERN = re.compile(rb'"step"\s*:(\s*-?\d+\s*[,}])?')
+# `"step": <int>` (line_step_hints): a hint for choosing lines before parsing them (parsing has the last word).
+STEP_KEY = re2.compile(rb'"step"[ \t\r]*:')  # RE2 finds it in a chunk twice as fast as re
+STEP_VALUE = re.compile(rb'[ \t\r]*(-?\d+)[ \t\r]*[,}]')
 
 
 # The keys the first pass reads from every loaded line (everything the charts need for all steps).
@@ -341,7 +343,7 @@ class BadLine(ValueError):
     """A line that cannot be loaded; the message says why."""
 
 
-# Every newline-terminated line in data[:size]: offset, length and, where a regex finds it, its step (line_step_hint).
+# Every newline-terminated line in data[:size]: offset, length and its step's hint (line_step_hints).
 def scan_lines(data, size: int, base: int) -> "ScannedLines":
     newlines = []
     position = data.find(b"\n", 0, size)
@@ -351,9 +353,7 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
     newlines = np.array(newlines, dtype=np.int64)
     starts = np.concatenate([[0], newlines[:-1] + 1]).astype(np.int64) if len(newlines) else newlines
     lengths = newlines - starts
-    step_hints = np.full(len(newlines), np.nan)
-    for i, (start, end) in enumerate(zip(starts.tolist(), newlines.tolist())):
-        step_hints[i] = line_step_hint(data, start, end)
+    step_hints = line_step_hints(data, size, starts, newlines)
     blank = np.zeros(len(newlines), dtype=bool)
     for i in np.flatnonzero(lengths < 256):
         blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
@@ -367,31 +367,32 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
     )
 
 
-STEP_HINT_TRIES = 64
-
-
-# The step a line's "step" key holds, looked for from the line's end (most lines write it after their texts and
-# per-token lists), before the line is parsed: it chooses the lines parsed at first (Max Samples Each Step a step),
-# and a wrong one would leave a line out of its step unparsed. Passed over on the way: "step" as a value (a token), and
-# "step" as the first key of an object inside the line, as each of the logger's loss passes begins (naming its own
-# optimizer step, a later one than the line's with num_iterations > 1). NaN where none is found among the last
-# STEP_HINT_TRIES (the line is parsed at once: a line of millions of tokens, "step" among them, after its key); parsing
-# has the last word.
-def line_step_hint(data, start: int, end: int) -> float:
-    opening = data.find(b"{", start, end)  # the line's own
-    key = data.rfind(b'"step"', start, end)
-    for _ in range(STEP_HINT_TRIES):
-        if key < 0:
-            break
-        match = STEP_PATTERN.match(data, key, end)
+# The step each line's "step" key holds, before the line is parsed: it chooses the lines parsed at first (Max Samples
+# Each Step a step), and a wrong one would leave a line out of its step unparsed. A "step" key that is the first key of
+# an object inside the line is passed over: each of the logger's loss passes begins so (naming its own optimizer step, a
+# later one than the line's with num_iterations > 1). The hint is the value of the one other "step" key of the line;
+# NaN (the line is parsed at once) where it has none, or two or more (a field's object or an agent's turn with "step"
+# after other keys: either could be the line's), or its value is not an integer. One search of the whole chunk finds
+# the keys ("step" as a value, a token, is no key). Parsing has the last word.
+def line_step_hints(data, size: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    hints = np.full(len(ends), np.nan)
+    last_end = int(ends[-1]) if len(ends) else 0
+    keys = np.array([key.start() for key in STEP_KEY.finditer(data, 0, last_end)], dtype=np.int64)
+    line_of_key = np.searchsorted(ends, keys)
+    own: dict[int, int] = {}  # line: its one key that is no object's first, or -1 for two or more
+    for key, line in zip(keys.tolist(), line_of_key.tolist()):
+        start = int(starts[line])
         before = key - 1
-        while before > start and data[before] in b" \t\r\n":
+        while before > start and data[before] in b" \t\r":
             before -= 1
-        if match and not (data[before] == ord("{") and before != opening):
-            # a step too big for int64 becomes inf; a key with another value (2.5, "3", null) gives no hint
-            return float(match.group(1).strip().rstrip(b",}")) if match.group(1) else math.nan
-        key = data.rfind(b'"step"', start, key)
-    return math.nan
+        if data[before] == ord("{") and before != data.find(b"{", start, key):  # the first key of an object inside the line
+            continue
+        own[line] = -1 if line in own else key
+    for line, key in own.items():
+        value = STEP_VALUE.match(data, data.find(b":", key) + 1, int(ends[line])) if key >= 0 else None
+        if value:
+            hints[line] = float(value.group(1))  # a step too big for int64 becomes inf; 2.5, "3" or null give no hint
+    return hints
 
 
 # Decode lines of data (which starts at file offset base) and reduce each to the per-sample numbers the charts need.

@@ -1494,6 +1494,25 @@ def test_a_line_naming_other_steps_inside_it_is_loaded_at_its_own_step(tmp_path,
     assert run.step_rows(1)["reward"].tolist() == [1.0, 0.5, 0.0][:max_samples]
 
 
+# An agent's turns, or a field's object, may hold a "step" key of their own after other keys of theirs, before or after
+# the line's "step" (a turn's number, an environment's step). Before, the last "step" key that was no object's first
+# was taken for the line's: lines of steps 4 and 7 were counted at step 1 (their last turn's number) and, step 1 having
+# Max Samples Each Step lines of its own, were never parsed: steps 4 and 7 had one sample each, not two.
+@pytest.mark.parametrize("own_step_first", [True, False])
+def test_lines_whose_turns_name_steps_of_their_own_are_loaded_at_their_step(tmp_path, own_step_first):
+    def line(step, number):
+        turns = [{"role": "agent", "action": "look", "step": turn} for turn in range(1 + step % 3)]
+        meta = {"env": "maze", "step": number % 2}
+        record = {"step": step, "meta": meta, "turns": turns} if own_step_first else {"meta": meta, "turns": turns, "step": step}
+        return {"prompt": f"p{step}", "response": f"r{number}", "reward": float(number), **record}
+    lines = [line(step, number) for number in range(6) for step in range(8)]  # the steps interleaved, as ranks' lines
+    path = write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines)
+    run = load(path.parent, max_samples=2)
+    assert run.steps == list(range(8))
+    for step in range(8):
+        assert run.step_rows(step)["reward"].tolist() == [0.0, 1.0]
+
+
 # A last line taken without its line end (the writer between "}" and "\r\n", or spaces and "\n") ends where a whole
 # parse ends it once the rest is written: the bytes before the newline are its own, and no blank line follows it.
 # Before, "\r\n" was read as one more (blank) line, every later line numbered one more than a fresh open numbers it.
