@@ -1,6 +1,7 @@
 """Search and export: the texts of every loaded line read once on the first search (only the prompt and response bytes
 the index located, held as UTF-8 in one buffer per file), searched with RE2 in linear time under a deadline, with
 snippets of the matches; the found lines exported as CSV, Parquet or the original JSONL bytes."""
+import concurrent.futures
 import contextlib
 import csv
 import io
@@ -42,6 +43,14 @@ SEARCH_MEMORY = 64 << 20  # RE2's memory for one pattern: a larger one is refuse
 
 
 SEARCH_PROGRAM = 2_000  # RE2's size of a regular expression at most (ordinary ones are under 100): a larger one can take seconds per text
+
+
+# A text longer than this is searched on the thread of LONG_TEXT_SEARCHES, so that the deadline also ends the wait for
+# it: RE2 runs in time linear in the text and its pattern, which for a megabyte is seconds at worst (a pattern RE2
+# cannot run as a DFA, [a-m][a-z ]{300}Q: 1.4 s a MB, 22 s for one 16 MB response). A search it no longer waits for
+# goes on there (RE2 lets go of the interpreter lock) to its end, alone: one core, whatever the sessions.
+LONG_TEXT = 64 << 10
+LONG_TEXT_SEARCHES = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="long-text-search")
 
 
 SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
@@ -243,7 +252,16 @@ def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str)
             break
         view = views[buffer]
         for code, first, last in fields:
-            match = pattern.search(view[text_bounds[first] : text_bounds[last]])
+            text = view[text_bounds[first] : text_bounds[last]]
+            if len(text) <= LONG_TEXT:
+                match = pattern.search(text)
+            else:
+                waited = LONG_TEXT_SEARCHES.submit(pattern.search, text)
+                try:
+                    match = waited.result(timeout=max(deadline - time.perf_counter(), 0.0))
+                except concurrent.futures.TimeoutError:
+                    waited.cancel()  # not begun: behind another session's
+                    return SearchResult(place, start, end, row, time.perf_counter() - began)
             if match:
                 place[row], (start[row], end[row]) = code, match.span()
                 break

@@ -4,6 +4,8 @@ import csv
 import io
 import json
 import math
+import re
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import rl_board.reading.search
 import rl_logging_board as board
 from rl_board.metrics import SampleFilter, facet_table, filter_columns, filter_mask
 from rl_board.reading.lines import FIELD_COLUMNS
@@ -89,6 +92,27 @@ def test_a_text_with_invalid_utf8_is_searched_as_shown(tmp_path):
     assert export_table(run.samples)["response"].tolist() == ["answer \ufffd here", "r1"]
     assert found(run, "here") == {("r.jsonl", 1)}
     assert found(run, "answer \ufffd here") == {("r.jsonl", 1)}
+
+
+# The deadline was looked at only between texts: one long response with a pattern RE2 cannot run as a DFA took its
+# whole time (1.4 s a MB; 22 s for 16 MB) past it. A long text is now searched on a thread the deadline stops waiting
+# for; the texts before it keep their matches, and a long text found in time is found as re finds it.
+def test_the_deadline_stops_the_wait_for_one_long_text(tmp_path, monkeypatch):
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+    slow = letters[np.random.default_rng(0).integers(0, len(letters), 2_000_000)].tobytes().decode()
+    found_late = "x" * 100_000 + "a" + "b" * 300 + "Q"
+    responses = ["b" * 300 + "Q", "a" + "c" * 300 + "Q", found_late, slow, "a" + "d" * 300 + "Q"]
+    run = load(write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response=text) for text in responses]).parent)
+    pattern = "[a-m][a-z ]{300}Q"
+    expected = [bool(re.search(pattern, text)) for text in responses]
+    monkeypatch.setattr(rl_board.reading.search, "SEARCH_SECONDS", 0.5)
+    began = time.perf_counter()
+    result = search(run, pattern, regex=True, match_case=True, places="response")
+    assert time.perf_counter() - began < 1.5  # the slow text alone takes about 3 s
+    assert result.searched == 3 and (result.place[:3] > 0).tolist() == expected[:3] == [False, True, True]
+    assert result.end[2] - result.start[2] == 302 and result.start[2] == re.search(pattern, found_late).start()
+    monkeypatch.setattr(rl_board.reading.search, "SEARCH_SECONDS", 60.0)
+    assert (search(run, pattern, regex=True, match_case=True, places="response").place > 0).tolist() == expected
 
 
 # Keys outside the format: numbers (booleans as 0/1, a huge integer as its float) are extra/ columns, strings of at
