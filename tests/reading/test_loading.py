@@ -1513,6 +1513,26 @@ def test_lines_whose_turns_name_steps_of_their_own_are_loaded_at_their_step(tmp_
         assert run.step_rows(step)["reward"].tolist() == [0.0, 1.0]
 
 
+# The hint of each shape of line: the one "step" key that is no object's first, else none (the line parsed at once).
+STEP_HINTS = [
+    (b'{"step": 3, "a": 1}', 3), (b'{"a": 1, "step": 3}', 3), (b'{ "step":1}', 1), (b'  {"step": -2}', -2), (b'{"x": 1}', None),
+    (b'{"a": [{"step": 9, "x": 1}], "step": 4}', 4), (b'{"step": 4, "m": {"x": 1, "step": 5}}', None), (b'{"m": {"x": 1, "step": 5}, "step": 4}', None),
+    (b'{"t": ["step", "step"], "step" :  7 }', 7), (b'{"step": 3, "t": ["step", "step"]}', 3), (b'{"a": "\\"step\\": 5", "step": 6}', 6),
+    (b'{"step": 2.5}', None), (b'{"step": "3"}', None), (b'{"step": 1' + b"0" * 400 + b"}", math.inf),
+    (b'{"x": "' + b"y" * 5000 + b'", "step": 8}', 8), (b'{"x": "' + b"y" * 5000 + b'", "step": 8, "m": {"a": 1, "step": 2}}', None),
+    (b'{"step": 5, "passes": [' + b'{"step": 6, "micro_batch": 0}, ' * 10 + b"{}]}", 5),
+    (b'{"step": 5, "passes": [' + b'{"step": 6, "micro_batch": 0}, ' * 100 + b"{}]}", None),  # more keys than are looked at
+]
+
+
+def test_each_line_is_hinted_at_the_step_its_own_key_names():
+    data = bytearray(b"\n".join(line for line, _ in STEP_HINTS) + b'\n{"step": 99')  # an unfinished last line: no line
+    hints = rl_board.reading.lines.scan_lines(data, len(data), 0).step_hint.tolist()
+    assert len(hints) == len(STEP_HINTS)
+    for hint, (line, expected) in zip(hints, STEP_HINTS):
+        assert (math.isnan(hint) if expected is None else hint == expected), line[:80]
+
+
 # A last line taken without its line end (the writer between "}" and "\r\n", or spaces and "\n") ends where a whole
 # parse ends it once the rest is written: the bytes before the newline are its own, and no blank line follows it.
 # Before, "\r\n" was read as one more (blank) line, every later line numbered one more than a fresh open numbers it.
