@@ -4,11 +4,13 @@ picture); a click on a prompt shows its images and its responses on each side wi
 hostile text escaped; nothing is computed while the region is closed."""
 
 import html
+import json
 import re
 
 import numpy as np
 import pandas as pd
 import pytest
+import streamlit.elements.lib.policies as policies
 
 import rl_logging_board as board
 from rl_board.changes import default_threshold
@@ -121,6 +123,25 @@ def test_two_runs_and_the_pass_rule(root, monkeypatch, downloads):  # noqa: F811
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == expected_counts(a, b[b["step"] == 3])
     widget(details.number_input, "Pass when at least").set_value(0.5).run()  # the same with these 0/1 rewards
     assert not app.exception
+
+
+# A run that grows moves the end of a side's step range that was at the run's last step; the page sets the range's
+# state and passes the slider its first range, for which Streamlit logged a warning with a stack trace (switched off in
+# .streamlit/config.toml).
+def test_a_growing_run_moves_a_range_at_its_end_without_a_warning(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "runs" / "b_run" / "rollout_data_rank_0.jsonl", agent_lines(REWARDS))
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)  # once a process
+    warned = []
+    monkeypatch.setattr(policies._LOGGER, "warning", lambda message, *args, **kwargs: warned.append(message % args))
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    details = open_changes(app)
+    assert widget(details.select_slider, "A: steps").value == (1, 1) and widget(details.select_slider, "B: steps").value == (2, 2)
+    with open(path, "ab") as file:
+        file.write(b"".join(json.dumps(line).encode() + b"\n" for line in agent_lines(REWARDS, steps=(2, 3)) if line["step"] == 3))
+    widget(app.sidebar.button, "Load & View").click().run()
+    details = widget(app.expander, "🔀 What changed between A and B: the prompts that regressed or were newly solved")
+    assert widget(details.select_slider, "A: steps").value == (1, 1) and widget(details.select_slider, "B: steps").value == (2, 3)
+    assert not warned and not app.exception
 
 
 def test_a_side_of_a_facet_s_value(tmp_path, monkeypatch):
