@@ -3,8 +3,9 @@ many (a key per line, an id used as the key, and a reward function named per lin
 logger's writer, opened from its summaries files and parsed; in each of 40 small rank files, which share one cache
 file), short lines each with a few ordinary keys outside the format, a step whose first lines are bad, a JSONL of
 another kind in a run folder (every line a problem), a long training history stepping back now and then (resumes),
-a W&B transaction log with one big record, a verifiers trace (prime-rl's rollouts) of many nodes in a chain, and a
-prime-rl step of many token exports cut at seq_len.
+a W&B transaction log with one big record, a verifiers trace (prime-rl's rollouts) of many nodes in a chain, a
+prime-rl step of many token exports cut at seq_len, an agent's lines whose turns hold "step" keys of their own, and
+lines of a million "step" keys.
 
 Each case runs in a fresh process with an empty index cache, so that its peak memory is its own: runs are opened with
 RunStore.load as the page calls it (no worker processes), the history with read_history, the W&B log with read_log.
@@ -109,6 +110,21 @@ def another_kind(lines: int):
     yield from ({"prompt": "p", "response": "r", "reward": 1.0, "step": step} for step in range(100))
 
 
+# An agent's lines: its own step first, then turns that number themselves with a "step" key of their own (after other
+# keys), the steps interleaved as a rank's lines are with several rank files' steps.
+def agent_steps(steps: int, per_step: int):
+    for number in range(per_step):
+        for step in range(steps):
+            turns = [{"role": "agent", "action": "look", "step": turn} for turn in range(1 + (step + number) % 6)]
+            yield {"step": step, "prompt": f"maze {number}", "response": "out", "reward": float(number % 2), "turns": turns}
+
+
+# Lines of an environment's events, each numbered with a "step" key of its own.
+def many_step_keys(lines: int, keys: int):
+    for step in range(lines):
+        yield {"step": step, "prompt": "p", "response": "r", "reward": 1.0, "events": [{"kind": "tick", "step": event} for event in range(keys)]}
+
+
 # A trainer_state.json of `entries` logged steps that go back 5 steps every 1,000 (a resume).
 def long_history(folder: Path, entries: int) -> Path:
     folder.mkdir(parents=True)
@@ -199,6 +215,8 @@ def main():
         ("80,000 short lines, 6 keys outside the format each", OPEN_RUN, jsonl_run(FOLDER / "ordinary", ordinary_keys(80_000)), 128),
         ("a step of 8,000 bad lines among 400,000, 16 samples a step", OPEN_RUN, jsonl_run(FOLDER / "bad_step", bad_step(1000, 400, 8000)), 16),
         ("300,000 lines of another kind beside 100 of the board's", OPEN_RUN, jsonl_run(FOLDER / "another_kind", another_kind(300_000)), 128),
+        ("an agent's 20,000 lines of 100 steps, turns numbered with \"step\" keys, 16 samples a step", OPEN_RUN, jsonl_run(FOLDER / "agent", agent_steps(100, 200)), 16),
+        ("8 lines of 1,000,000 events, each with a \"step\" key", OPEN_RUN, jsonl_run(FOLDER / "step_keys", many_step_keys(8, 1_000_000)), 128),
         ("a trainer_state.json of 80,000 entries, resumed every 1,000", READ_HISTORY, long_history(FOLDER / "history", 80_000), 0),
         ("a W&B log of one 64 MB record", READ_WANDB_LOG, wandb_log(FOLDER / "wandb", 64_000), 0),
         ("a verifiers trace of 64,000 nodes in a chain (prime-rl)", OPEN_RUN, chain_trace(FOLDER / "chain", 64_000), 128),
