@@ -1233,7 +1233,7 @@ def draw_watch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook, settings:
         st.info("No watch pattern for this root yet: add one above (a phrase such as I cannot, a format tag, a known exploit) to see the share of each step's samples it matches.")
         return
     tables = [
-        (name, pd.DataFrame({watch.name: cached_watch_counts(run.version, watch, run)["rate"] for watch in saved.patterns}))
+        (name, pd.DataFrame({watch.name: whole_or_stopped(cached_watch_counts, run.version, watch, run)["rate"] for watch in saved.patterns}))
         for name, run in runs if not run.samples.empty
     ]
     spec = step_table_chart(tables, [watch.name for watch in saved.patterns], "👾 Watch patterns (Step level): share of samples matching", "share of samples", look.smoothing)
@@ -1312,11 +1312,13 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
     fit_state(key, run.steps)
     st.session_state.setdefault(key, run.steps[-1])
     step = st.selectbox("Hits at step", run.steps, key=key, help="A click on a point of the chart picks its step.")
-    hits = cached_step_hits(run.version, tuple(patterns), step, run)
+    hits, stopped = whole_or_stopped(cached_step_hits, run.version, tuple(patterns), step, run)
     samples = int((run.samples["step"] == step).sum())
     st.markdown(f"Step {step}, of its {samples:,} loaded samples: " + ", ".join(
         f"{markdown_literal(watch.name)} matches **{int((hits['pattern'] == watch.name).sum()):,}**" for watch in patterns
     ) + ".")
+    if stopped:
+        st.warning(f"The search of {', '.join(markdown_literal(name) for name in stopped)} stopped after {SEARCH_SECONDS:.0f} s, before the step's last sample: its hits here are those of the samples before.")
     if hits.empty:
         return
     table = pd.DataFrame({
@@ -1752,7 +1754,7 @@ def draw_search(run: "RunSnapshot", settings: "Settings"):
     mask = filter_mask(run.samples, sample_filter)
     found = None
     if pattern is not None:
-        found = cached_search(run.version, query, regex, match_case, places, run)
+        found = whole_or_stopped(cached_search, run.version, query, regex, match_case, places, run)
         mask &= found.place > 0
     results = run.samples[mask]
     ordered = results.sort_values(sort_by, ascending=not highest, na_position="last", kind="stable").head(top)
@@ -2723,7 +2725,28 @@ def run_texts(run_dir: str) -> "RunTexts":
 # A search of a run's texts, per run version and query: filtering and sorting its results reads nothing again.
 @st.cache_resource(show_spinner="Searching every loaded sample…", max_entries=8)
 def cached_search(version: tuple, query: str, regex: bool, match_case: bool, places: str, _run: "RunSnapshot") -> "SearchResult":
-    return search_samples(run_texts(_run.run_dir), _run.samples, search_pattern(query, regex, match_case), places)
+    found = search_samples(run_texts(_run.run_dir), _run.samples, search_pattern(query, regex, match_case), places)
+    return stopped_if(found.searched < len(_run.samples), found)
+
+
+# What a cached search found, or what it found before its deadline stopped it: the cache keeps only whole searches, so
+# that the same search again (a machine less busy) searches again.
+class StoppedSearch(Exception):
+    def __init__(self, found):
+        self.found = found
+
+
+def stopped_if(stopped: bool, found):
+    if stopped:
+        raise StoppedSearch(found)
+    return found
+
+
+def whole_or_stopped(cached_search_function, *args):
+    try:
+        return cached_search_function(*args)
+    except StoppedSearch as stopped:
+        return stopped.found
 
 
 # The sample in view's keys outside the format, read from its line.
@@ -2888,13 +2911,15 @@ def cached_group_table(lines, _table, pad_token, system_prompt_end) -> pd.DataFr
 # A watch pattern's hits per step in a run, once per run version and pattern (a search of every loaded text).
 @st.cache_resource(show_spinner="Searching every loaded sample…", max_entries=64)
 def cached_watch_counts(version, watch: "WatchPattern", _run: "RunSnapshot") -> pd.DataFrame:
-    return watch_counts(run_texts(_run.run_dir), _run.samples, watch)
+    counts = watch_counts(run_texts(_run.run_dir), _run.samples, watch)
+    return stopped_if(bool(counts["hits"].isna().any()), counts)
 
 
 # The patterns' hits at one step of a run, with their snippets: picking another step searches only that step's texts.
 @st.cache_resource(show_spinner=False, max_entries=16)
-def cached_step_hits(version, watches: tuple, step: int, _run: "RunSnapshot") -> pd.DataFrame:
-    return step_hits(run_texts(_run.run_dir), _run.samples, list(watches), step)
+def cached_step_hits(version, watches: tuple, step: int, _run: "RunSnapshot") -> tuple[pd.DataFrame, list[str]]:
+    hits, stopped = step_hits(run_texts(_run.run_dir), _run.samples, list(watches), step)
+    return stopped_if(bool(stopped), (hits, stopped))
 
 
 # A run's staleness per step and its samples by staleness, once per run version.

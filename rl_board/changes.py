@@ -128,11 +128,11 @@ def first_lines(samples: pd.DataFrame, prompts: pd.MultiIndex) -> pd.DataFrame:
 def prompt_texts(rows: pd.DataFrame) -> dict[tuple[float, str], str]:
     texts = {}
     for path, part in rows.groupby("path", sort=False):
-        data, sizes = read_texts(path, part[TEXT_SPAN_COLUMNS].to_numpy(dtype=float))
+        data, sizes, read = read_texts(path, part[TEXT_SPAN_COLUMNS].to_numpy(dtype=float))
         ends = np.cumsum(sizes.ravel())
         starts = ends - sizes.ravel()
         for row, prompt in enumerate(zip(part["prompt_key"].tolist(), part["image_paths"].tolist())):
-            if sizes[row].any():
+            if read[row]:
                 texts[prompt] = data[starts[2 * row] : ends[2 * row]].decode("utf-8", "replace")
     return texts
 

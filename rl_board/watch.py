@@ -95,17 +95,20 @@ def watch_counts(texts: RunTexts, samples: pd.DataFrame, watch: WatchPattern) ->
 
 
 # The hits of some patterns at one step: the step's matching rows (as `samples` has them), a row per pattern and sample
-# it matches, with the pattern's name, where it matched and the text around the match (⟦ ⟧ around it).
-def step_hits(texts: RunTexts, samples: pd.DataFrame, watches: list[WatchPattern], step: int) -> pd.DataFrame:
+# it matches, with the pattern's name, where it matched and the text around the match (⟦ ⟧ around it); and the names of
+# the patterns whose search stopped at its deadline before the step's last sample (their hits are those before).
+def step_hits(texts: RunTexts, samples: pd.DataFrame, watches: list[WatchPattern], step: int) -> tuple[pd.DataFrame, list[str]]:
     rows = samples[samples["step"] == step]
-    hits = []
+    hits, stopped = [], []
     for watch in watches:
         found = search_samples(texts, rows, watch.compiled(), watch.field)
+        if found.searched < len(rows):
+            stopped.append(watch.name)
         matched = found.place > 0
         hit_rows = rows[matched]
         snippets = match_snippets(texts, hit_rows, found.place[matched], found.start[matched], found.end[matched])
         hits.append(hit_rows.assign(pattern=watch.name, **{"found in": np.where(found.place[matched] == 1, "prompt", "response"), "match": snippets}))
-    return pd.concat(hits) if hits else rows.iloc[:0].assign(pattern="", **{"found in": "", "match": ""})
+    return (pd.concat(hits) if hits else rows.iloc[:0].assign(pattern="", **{"found in": "", "match": ""})), stopped
 
 
 # The share of each step's loaded samples of a run (rl_board.open_run's) whose field the pattern matches: a Series

@@ -45,12 +45,10 @@ SEARCH_MEMORY = 64 << 20  # RE2's memory for one pattern: a larger one is refuse
 SEARCH_PROGRAM = 2_000  # RE2's size of a regular expression at most (ordinary ones are under 100): a larger one can take seconds per text
 
 
-# A text longer than this is searched on the thread of LONG_TEXT_SEARCHES, so that the deadline also ends the wait for
-# it: RE2 runs in time linear in the text and its pattern, which for a megabyte is seconds at worst (a pattern RE2
-# cannot run as a DFA, [a-m][a-z ]{300}Q: 1.4 s a MB, 22 s for one 16 MB response). A search it no longer waits for
-# goes on there (RE2 lets go of the interpreter lock) to its end, alone: one core, whatever the sessions.
+# A text longer than this is searched on a thread of its own (search_until), so that the deadline also ends the wait
+# for it: RE2 runs in time linear in the text and its pattern, which for a megabyte is seconds at worst (a pattern RE2
+# cannot run as a DFA, [a-m][a-z ]{300}Q: 1.4 s a MB, 22 s for one 16 MB response).
 LONG_TEXT = 64 << 10
-LONG_TEXT_SEARCHES = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="long-text-search")
 
 
 SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
@@ -108,7 +106,7 @@ class RunTexts:
         except BrokenProcessPool:  # a worker died: run_tasks replaced the pool; read them again, once
             results = list(run_tasks(tasks, parallel))
         parts, text_sizes = [known.data], []
-        for data, part_sizes in results:
+        for data, part_sizes, _ in results:
             parts.append(data)
             text_sizes.append(part_sizes)
         ends = len(known.data) + np.cumsum(np.concatenate(text_sizes).ravel())  # prompt end, response end, prompt end, ...
@@ -124,12 +122,13 @@ class RunTexts:
 TEXT_SPAN_COLUMNS = ["offset", "length", "prompt_at", "prompt_bytes", "response_at", "response_bytes", "texts_offset", "texts_length"]
 
 
-# The prompt and response of lines as UTF-8, one after the other, and their sizes (0 for a line that cannot be read).
+# The prompt and response of lines as UTF-8, one after the other, their sizes (0 for a line that cannot be read), and
+# which lines were read.
 # Where the logger's texts file has them, a line's record there is read (a file's records are together: on object
 # storage a few requests, where the values inside lines tens of kB apart make one read of nearly the whole file);
 # else where the index knows them, only the two values, not the whole line (whose token lists are most of it).
-def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
-    parts, sizes = [], np.zeros((len(lines), 2), dtype=np.int64)
+def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    parts, sizes, read = [], np.zeros((len(lines), 2), dtype=np.int64), np.zeros(len(lines), dtype=bool)
     in_texts = lines[:, 7] >= 0
     whole = in_texts | np.isnan(lines[:, 2:6]).any(axis=1)  # read in one span: the record (its head), or the line
     head = len(RECORD_PROMPT) + lines[:, 3] + len(RECORD_RESPONSE) + lines[:, 5] + 1  # a record's prompt and response, and the byte after
@@ -140,7 +139,7 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
     try:
         raw = read_spans(paths, starts.ravel().tolist(), lengths.ravel().tolist())
     except OSError:  # gone since it was loaded: the texts file (read the lines instead), or the file (the step view says so)
-        return read_texts(path, np.concatenate([lines[:, :6], np.full((len(lines), 2), -1.0)], axis=1)) if in_texts.any() else (b"", sizes)
+        return read_texts(path, np.concatenate([lines[:, :6], np.full((len(lines), 2), -1.0)], axis=1)) if in_texts.any() else (b"", sizes, read)
     for row, (is_whole, is_record) in enumerate(zip(whole.tolist(), in_texts.tolist())):
         try:
             if is_record:
@@ -155,8 +154,8 @@ def read_texts(path: str, lines: np.ndarray) -> tuple[bytes, np.ndarray]:
         except (OSError, BadLine, msgspec.DecodeError, ValueError):  # the file changed since it was indexed
             continue
         parts += texts
-        sizes[row] = [len(text) for text in texts]
-    return b"".join(parts), sizes
+        sizes[row], read[row] = [len(text) for text in texts], True
+    return b"".join(parts), sizes, read
 
 
 # A whole line's prompt and response as UTF-8.
@@ -253,19 +252,29 @@ def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str)
         view = views[buffer]
         for code, first, last in fields:
             text = view[text_bounds[first] : text_bounds[last]]
-            if len(text) <= LONG_TEXT:
-                match = pattern.search(text)
-            else:
-                waited = LONG_TEXT_SEARCHES.submit(pattern.search, text)
-                try:
-                    match = waited.result(timeout=max(deadline - time.perf_counter(), 0.0))
-                except concurrent.futures.TimeoutError:
-                    waited.cancel()  # not begun: behind another session's
-                    return SearchResult(place, start, end, row, time.perf_counter() - began)
+            try:
+                match = pattern.search(text) if len(text) <= LONG_TEXT else search_until(pattern, text, deadline)
+            except concurrent.futures.TimeoutError:
+                return SearchResult(place, start, end, row, time.perf_counter() - began)
             if match:
                 place[row], (start[row], end[row]) = code, match.span()
                 break
     return SearchResult(place, start, end, searched, time.perf_counter() - began)
+
+
+# pattern.search(text) on a thread of its own, waited for until the deadline (then TimeoutError): RE2 lets go of the
+# interpreter lock, and a search no longer waited for goes on to its end on its daemon thread, which no exit waits for.
+def search_until(pattern, text: memoryview, deadline: float):
+    searched = concurrent.futures.Future()
+
+    def search():
+        try:
+            searched.set_result(pattern.search(text))
+        except Exception as error:  # raised where it is waited for
+            searched.set_exception(error)
+
+    threading.Thread(target=search, name="long-text-search", daemon=True).start()
+    return searched.result(timeout=max(deadline - time.perf_counter(), 0.0))
 
 
 # The text around each sample's match, on one line, the match between ⟦ ⟧ (shown as plain text, never as HTML).

@@ -421,6 +421,9 @@ def test_the_search_checks_its_deadline_after_every_text(tmp_path, monkeypatch):
     search_page(app, "needle")
     [warning] = [element.value for element in app.warning if "loaded samples found" in element.value]
     assert "The search stopped after" in warning and "later steps were not searched" in warning
+    monkeypatch.setattr(rl_board.reading.search, "SEARCH_SECONDS", 10.0)  # a stopped search is not kept: searched again
+    app.run()
+    assert "stopped" not in results_line(app) and "**12**" in results_line(app)
 
 
 # A number with no finite value (Infinity on every line) raised when chosen under "Filter by"; it and a number with

@@ -31,6 +31,7 @@ from rl_board.changes import (
     word_diff,
 )
 from rl_board.figures import WORD_DIFF_BACKGROUNDS, marked_words_html
+from rl_board.reading.search import read_texts
 from tests.conftest import PROJECT
 from tests.support import SAMPLES
 from tests.support.runs import sample, write_lines
@@ -151,6 +152,16 @@ def test_keys_whose_texts_differ_are_left_out_and_counted(tmp_path):
     changes = prompt_changes(a, b, threshold=1.0)
     assert changes.table["prompt"].tolist() == ["p0"] and changes.collisions == 1 and (changes.only_a, changes.only_b) == (1, 0)
     assert changes.counts() == {"regressed": 1, "newly solved": 0, "improved": 0, "unchanged": 0}
+
+
+# An empty prompt whose response is empty too is a prompt like any other: its texts read back as nothing, which was
+# taken for a line that could not be read back (a key whose texts differ, left out).
+def test_an_empty_prompt_with_an_empty_response_is_compared(tmp_path):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1, prompt="", response="", reward=0.0), sample(2, prompt="", response="", reward=1.0)])
+    run = rl_board.open_run(tmp_path / "run")
+    changes = prompt_changes(*(run.snapshot.samples[run.snapshot.samples["step"] == step] for step in (1, 2)), threshold=1.0)
+    assert changes.table["prompt"].tolist() == [""] and changes.collisions == 0
+    assert changes.counts() == {"regressed": 0, "newly solved": 1, "improved": 0, "unchanged": 0}
 
 
 def test_the_word_diff_gives_back_both_texts_and_marks_what_differs():
@@ -291,6 +302,7 @@ def engine_before_images(folder: Path):
     spec = importlib.util.spec_from_file_location("changes_before_images", folder / "changes_before_images.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    module.read_texts = lambda path, lines: read_texts(path, lines)[:2]  # its texts and sizes, as read_texts gave them then
     return module
 
 

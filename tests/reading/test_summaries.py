@@ -613,12 +613,12 @@ def test_a_record_not_laid_out_as_the_index_says_is_read_whole(run, tmp_path, mo
     rows = snapshot.samples[snapshot.samples["path"] == str(run / RANK_FILES[0])]
     lines = rows[TEXT_SPAN_COLUMNS].to_numpy(dtype=float)
     expected = read_texts(str(run / RANK_FILES[0]), lines)
-    assert expected[1].min() > 0
+    assert expected[1].min() > 0 and expected[2].all()
     for column, change in ((3, 1), (5, -1), (3, np.nan)):  # a prompt's or a response's size wrong, or not known
         wrong = lines.copy()
         wrong[::3, column] += change
-        data, sizes = read_texts(str(run / RANK_FILES[0]), wrong)
-        assert data == expected[0] and np.array_equal(sizes, expected[1])
+        data, sizes, read = read_texts(str(run / RANK_FILES[0]), wrong)
+        assert data == expected[0] and np.array_equal(sizes, expected[1]) and read.all()
 
 
 @pytest.mark.parametrize(

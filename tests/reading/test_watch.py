@@ -117,7 +117,8 @@ def test_the_bundled_runs_hit_rate_equals_a_recount(tmp_path, pattern, field):
 def test_a_steps_hits_are_its_matching_lines(run_dir):
     run = rl_board.open_run(run_dir)
     watches = [watch_pattern("refusal", "I cannot"), watch_pattern("tag", r"<answer>\s*(\d+)", match_case=False)]
-    hits = step_hits(run.texts, run.snapshot.samples, watches, 8)
+    hits, stopped = step_hits(run.texts, run.snapshot.samples, watches, 8)
+    assert stopped == []
     lines = {(path.name, number): json.loads(line) for path in sorted(run_dir.glob("*.jsonl")) for number, line in enumerate(path.read_text().splitlines(), 1)}
     for watch in watches:
         mine = hits[hits["pattern"] == watch.name]
@@ -138,6 +139,10 @@ def test_the_steps_a_stopped_search_did_not_reach_have_no_rate(run_dir, monkeypa
     monkeypatch.setattr(search.time, "perf_counter", lambda: float(next(ticks)))
     with pytest.warns(UserWarning, match="stopped after 10 s: 4 step"):
         rate = rl_board.pattern_rate(run, "I cannot")
+    watch = WatchPattern("refusal", "I cannot", "response", False, True)
+    monkeypatch.setattr(search, "SEARCH_SECONDS", 2.5)
+    hits, stopped = step_hits(run.texts, run.snapshot.samples, [watch], 2)  # a hits table of a step not wholly searched says so
+    assert stopped == ["refusal"] and len(hits) < (run.snapshot.samples["step"] == 2).sum()
     monkeypatch.undo()
     samples = run.snapshot.samples["step"].value_counts().sort_index()
     assert samples.iloc[0] <= 10 < samples.iloc[:2].sum()  # step 1 wholly searched, step 2 not
