@@ -316,7 +316,7 @@ def token_rows(tokens: "SampleTokens", estimator: str, pad_token: str | None) ->
     if tokens.sampler_logprobs is not None:
         delta = logp - tokens.sampler_logprobs
         with np.errstate(over="ignore"):
-            values.update(sampler_logp=tokens.sampler_logprobs, delta=delta, is_ratio=np.exp(delta), mismatch_kl=np.expm1(delta) - delta)
+            values.update(sampler_logp=tokens.sampler_logprobs, delta=delta, is_ratio=np.exp(delta), mismatch_kl=kl_per_token(delta, "kl"))
         if tokens.sampler_kept_logmass is not None:
             values.update(kept_logmass=tokens.sampler_kept_logmass, drift=delta - tokens.sampler_kept_logmass)
     for name, per_token in (

@@ -30,6 +30,7 @@ from rl_board.reading.lines import (
     decode_line,
     flat_float_list,
     integer_step,
+    kl_per_token,
     segment_reduce,
 )
 from rl_board.reading.snapshot import ensure_same_step, lines_read_back
@@ -59,7 +60,7 @@ RENORMALISATION, DRIFT = "Δ from renormalisation", "drift (Δ − log kept mass
 class MismatchTokens:
     lengths: np.ndarray  # tokens of each sample; 0 for a sample without sampler log-probs
     delta: np.ndarray  # float64: a sequence's ratio is exp of the sum of thousands of them
-    applied: np.ndarray  # float32, as the entropies: shown, never summed over a sequence
+    applied: np.ndarray  # float64: a weight beyond float32's range (3.4e38) is the line's, not inf
     entropy: np.ndarray  # the trainer's entropy at the token (NaN without)
     turn: np.ndarray  # 1 + the runs of tool tokens before the token: the assistant turn it is in
     problems: list[str]  # lines that could not be read back, as "file line N: reason"
@@ -89,9 +90,8 @@ def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
         delta = arrays["logprobs"] - arrays["sampler_logprobs"]
         lengths[position] = len(delta)
         deltas.append(delta)
-        missing = np.full(len(delta), np.nan, dtype=np.float32)
-        applied.append(missing if arrays["is_ratio"] is None else arrays["is_ratio"].astype(np.float32))
-        entropies.append(missing if arrays["entropies"] is None else arrays["entropies"].astype(np.float32))
+        applied.append(np.full(len(delta), np.nan) if arrays["is_ratio"] is None else arrays["is_ratio"].astype(np.float64))
+        entropies.append(np.full(len(delta), np.nan, dtype=np.float32) if arrays["entropies"] is None else arrays["entropies"].astype(np.float32))
         kept.append(arrays["sampler_kept_logmass"])
         tool = np.zeros(len(delta), dtype=bool) if arrays["tool"] is None else arrays["tool"]
         turns.append((1 + np.cumsum(tool & ~np.concatenate([[False], tool[:-1]]))).astype(np.int32))
@@ -100,7 +100,7 @@ def read_mismatch_tokens(samples: pd.DataFrame) -> MismatchTokens:
     if any(values is not None for values in kept):
         kept_logmass = flat([np.full(len(delta), np.nan) if values is None else values for values, delta in zip(kept, deltas)], np.float64)
     return MismatchTokens(
-        lengths=lengths, delta=flat(deltas, np.float64), applied=flat(applied, np.float32), entropy=flat(entropies, np.float32),
+        lengths=lengths, delta=flat(deltas, np.float64), applied=flat(applied, np.float64), entropy=flat(entropies, np.float32),
         turn=flat(turns, np.int32), problems=problems, kept_logmass=kept_logmass,
     )
 
@@ -158,11 +158,11 @@ def sample_sums(tokens: MismatchTokens) -> dict[str, np.ndarray]:
         sums["largest"][first:last] = largest
         sums["smallest"][first:last] = segment_reduce(np.minimum, np.where(present, delta, np.inf), lengths, np.inf)
         applied = tokens.applied[tokens.starts[first] : tokens.starts[first] + len(delta)]
-        applied_present = present & np.isfinite(applied)
+        applied_present = present & ~np.isnan(applied)
+        scaled = relative_exp(delta, np.repeat(largest, lengths))
         with np.errstate(over="ignore", invalid="ignore"):
-            scaled = np.exp(delta - np.repeat(largest, lengths))
             values = {
-                "count": present, "abs": np.abs(delta), "kl": np.expm1(delta) - delta, "delta": delta,
+                "count": present, "abs": np.abs(delta), "kl": kl_per_token(delta, "kl"), "delta": delta,
                 "scaled_ratio": np.where(present, scaled, 0.0), "scaled_square": np.where(present, scaled**2, 0.0),
                 "applied": np.where(applied_present, applied, 0.0), "applied_count": applied_present,
             }
@@ -176,6 +176,15 @@ def sample_sums(tokens: MismatchTokens) -> dict[str, np.ndarray]:
         for name, value in values.items():
             sums[name][first:last] = segment_reduce(np.add, value.astype(float), lengths, 0.0)
     return sums
+
+
+# exp(values - largest) for values up to largest, as the ratios e^value over e^largest: 1 at an infinite largest's own
+# values and 0 below it (an infinite ratio outweighs every finite one), and 0 under a largest of -inf (every ratio 0;
+# a step of only those has no effective sample size: 0 / 0).
+def relative_exp(values: np.ndarray, largest: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = np.exp(values - largest)
+    return np.where(np.isposinf(largest), values == np.inf, np.where(np.isneginf(largest), 0.0, scaled))
 
 
 # Each block of samples' tokens: (first sample, end sample, Δ with 0 where a token has none, whether it has one).
@@ -230,11 +239,11 @@ def mismatch_by_step(steps: np.ndarray, tokens: MismatchTokens, mode: str, clip_
             step_largest = np.full(len(step_values), -np.inf)
             np.maximum.at(step_largest, step_of, sums["delta"][has])
             scaled = np.zeros(len(has))
-            scaled[has] = np.exp(sums["delta"][has] - step_largest[step_of])
+            scaled[has] = relative_exp(sums["delta"][has], step_largest[step_of])
             ratio_sum, ratio_squares, ratio_count = total(scaled), total(scaled**2), sequences
         else:  # each sample's sums are scaled by its largest Δ: brought to the step's
             shift = np.zeros(len(has))
-            shift[has] = np.exp(sums["largest"][has] - extremes[0][step_of])
+            shift[has] = relative_exp(sums["largest"][has], extremes[0][step_of])
             ratio_sum, ratio_squares, ratio_count = total(sums["scaled_ratio"] * shift), total(sums["scaled_square"] * shift**2), counted
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return pd.DataFrame({
@@ -293,8 +302,7 @@ def mismatch_by_bucket(tokens: MismatchTokens, by: str) -> pd.DataFrame:
         bucket = np.clip(np.searchsorted(edges, values[kept], side="right") - 1, 0, len(labels) - 1)  # bf16: entropy -1e-6
         kept_delta = delta[kept]
         magnitude = np.abs(kept_delta)
-        with np.errstate(over="ignore", invalid="ignore"):  # an infinite Δ: no finite KL
-            kl = np.expm1(kept_delta) - kept_delta
+        kl = kl_per_token(kept_delta, "kl")
         count += np.bincount(bucket, minlength=len(labels))
         magnitude_sum += np.bincount(bucket, magnitude, len(labels))
         kl_sum += np.bincount(bucket, kl, len(labels))

@@ -13,8 +13,19 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from rl_board.reading.lines import BadLine, as_float, decode_line, image_references, kl_per_token
+from rl_board.reading.lines import (
+    JSON_NUMBER,
+    BadLine,
+    as_float,
+    decode_line,
+    has_error,
+    image_references,
+    integer_step,
+    kl_per_token,
+    python_json,
+)
 from rl_board.reading.snapshot import SampleTokens, ensure_same_step, lines_read_back, read_line
+from rl_board.text import json_kind
 from rollout_logger.metadata import TURN_ROLES
 
 TURN_COLUMNS = ["turn", "role", "text", "tool_name", "tool_arguments", "tool_result", "error", "images", "token_start", "token_end"]
@@ -38,11 +49,48 @@ class Turn(msgspec.Struct, gc=False):
 
 class RolloutTurns(msgspec.Struct, gc=False):
     step: int | float
-    turns: list[Turn] | None = None
+    turns: list[Turn | None] | None = None  # None: an element that is no object (left out where it is, with a note)
     stop_reason: object = None
 
 
 TURNS_DECODER = msgspec.json.Decoder(RolloutTurns, strict=False)
+
+
+class RolloutRawTurns(msgspec.Struct, gc=False):
+    step: int | float
+    turns: list[msgspec.Raw] | None = None
+    stop_reason: object = None
+
+
+RAW_TURNS_DECODER = msgspec.json.Decoder(RolloutRawTurns, strict=False)
+
+
+# A line's turns, and notes on its elements that are no turn (a string, a number, null: each left out where it is, the
+# others kept). The turns together in one decode; where one is of another shape, each on its own.
+def decoded_turns(raw: bytes) -> tuple[RolloutTurns, list[str]]:
+    try:
+        record = integer_step(TURNS_DECODER.decode(raw))
+    except (msgspec.DecodeError, ValueError, RecursionError):  # also what only Python's json reads (NaN): as a line is
+        raw_record, _ = decode_line(raw, RAW_TURNS_DECODER)
+        record = RolloutTurns(raw_record.step, None if raw_record.turns is None else [turn_of(turn) for turn in raw_record.turns], raw_record.stop_reason)
+    notes = [f"turn {number} is a JSON {json_kind(turn)}, not an object: left out" for number, turn in enumerate(record.turns or []) if not isinstance(turn, Turn)]
+    record.turns = None if record.turns is None else [turn if isinstance(turn, Turn) else None for turn in record.turns]
+    return record, notes[:NOTED_TURNS] + ([f"{len(notes) - NOTED_TURNS} more turns are not objects"] if len(notes) > NOTED_TURNS else [])
+
+
+TURN_DECODER = msgspec.json.Decoder(Turn, strict=False)
+
+
+# A turn as a Turn, or what it is instead (a Python value): a string, a number, null, a list.
+def turn_of(raw: msgspec.Raw):
+    try:
+        return TURN_DECODER.decode(raw)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        try:
+            value, _ = python_json(raw)
+        except (ValueError, RecursionError):
+            return None
+        return msgspec.convert(value, Turn, strict=False) if isinstance(value, dict) else value
 
 
 # A sample's trajectory: a row per turn (a row per call of a turn that makes several), why it ended, and notes on
@@ -60,20 +108,22 @@ class Trajectory:
 
 def read_trajectory(path: str, offset: int, length: int, step: int) -> Trajectory | None:
     """The trajectory of the line at offset (None: the line has no turns); BadLine if it no longer holds `step`."""
-    record, _ = decode_line(read_line(path, offset, length), TURNS_DECODER)
+    record, notes = decoded_turns(read_line(path, offset, length))
     ensure_same_step(record, step)
-    return trajectory_of(record.turns, record.stop_reason) if record.turns else None
+    return trajectory_of(record.turns, record.stop_reason, notes) if record.turns else None
 
 
-def trajectory_of(turns: list[Turn], stop_reason=None) -> Trajectory:
-    rows, notes = [], []
+def trajectory_of(turns: list[Turn | None], stop_reason=None, notes: list[str] = ()) -> Trajectory:
+    rows, notes = [], list(notes)
     for number, turn in enumerate(turns):
+        if turn is None:  # no object: its note is the reader's
+            continue
         role = text_of(turn.role) or "?"
         if role not in TURN_ROLES:
             notes.append(f"turn {number}: role {role!r} is none of {', '.join(TURN_ROLES)}; shown as given")
         start, end = span_of(turn, number, notes)
         base = {"turn": number, "role": role, "text": text_of(turn.text) or "", "tool_name": None, "tool_arguments": None, "tool_result": None,
-                "error": text_of(turn.error), "images": image_references(turn.images) if turn.images is not None else [], "token_start": start, "token_end": end, "reward": number_of(turn.reward), "advantage": number_of(turn.advantage)}
+                "error": text_of(turn.error) if has_error(turn.error) else None, "images": image_references(turn.images) if turn.images is not None else [], "token_start": start, "token_end": end, "reward": number_of(turn.reward), "advantage": number_of(turn.advantage)}
         if role == "tool":
             base |= {"tool_name": text_of(turn.tool_name), "tool_result": base["text"]}
         calls = turn.tool_calls if isinstance(turn.tool_calls, list) else []
@@ -124,7 +174,10 @@ def text_of(value) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+# A turn's reward or advantage: a number, or one written as text ("0.5", "1e400"); NaN for anything else.
 def number_of(value) -> float:
+    if isinstance(value, str) and JSON_NUMBER.fullmatch(value.strip()):
+        return float(value)  # 1e400: inf
     return as_float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan  # 10**400: inf
 
 
@@ -185,7 +238,7 @@ def read_tool_events(samples: pd.DataFrame) -> ToolEvents:
         if b'"turns"' not in raw:
             continue
         try:
-            record, _ = decode_line(raw, TURNS_DECODER)
+            record, _ = decoded_turns(raw)
             ensure_same_step(record, step)
         except BadLine as error:
             problems.append(f"{place}: {error}")
@@ -196,12 +249,14 @@ def read_tool_events(samples: pd.DataFrame) -> ToolEvents:
 
 # A trajectory's tool calls and results, as (kind, tool name, error), straight from its turns (no table: a run's
 # pass reads every line with turns).
-def tool_events(turns: list[Turn]) -> list[tuple]:
+def tool_events(turns: list[Turn | None]) -> list[tuple]:
     events = []
     for turn in turns:
+        if turn is None:
+            continue
         if turn.role == "tool":
-            events.append(("result", shortened_name(turn.tool_name), text_of(turn.error)))
-        elif isinstance(turn.tool_calls, list):
+            events.append(("result", shortened_name(turn.tool_name), text_of(turn.error) if has_error(turn.error) else None))
+        if isinstance(turn.tool_calls, list):  # a tool's turn that calls on is counted as the index counts it
             for call in turn.tool_calls:
                 function = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
                 events.append(("call", shortened_name(function.get("name") if isinstance(function, dict) else None), None))

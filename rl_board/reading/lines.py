@@ -28,17 +28,23 @@ KL_ESTIMATORS = {
 }
 
 
-# Per-token KL under each estimator, from r = logp - ref_logp.
+# Per-token KL under each estimator, from r = logp - ref_logp (or Δ = logp - sampler_logp: the mismatch KL is "kl").
 def kl_per_token(log_ratio: np.ndarray, estimator: str) -> np.ndarray:
     if estimator == "kl":
-        return np.expm1(log_ratio) - log_ratio
+        return exp_minus_one_minus(log_ratio)
     if estimator == "k1":
         return log_ratio
     if estimator == "k2":
         return 0.5 * log_ratio**2
     if estimator == "k3":
-        return np.expm1(-log_ratio) + log_ratio
+        return exp_minus_one_minus(-log_ratio)
     raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+# e^x - 1 - x: +inf at x = ±inf, its limit there (computed term by term, e^x - 1 - x at +inf is inf - inf, NaN).
+def exp_minus_one_minus(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(np.isinf(x), np.inf, np.expm1(x) - x)
 
 
 # Sums and NaN-aware means over consecutive segments (one per sample) of each row of a 2-D array.
@@ -784,17 +790,30 @@ def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: s
     return any(np.isinf(np.asarray(values, dtype=float)).any() for values in lists if values is not None)
 
 
-# A line's TURN_NUMBERS from its turns (raw JSON, or a Python value); a value that is not a list of objects is
-# ignored, with a note (the sample view says more).
+# A line's TURN_NUMBERS from its turns (raw JSON, or a Python value); a value that is not a list is ignored, and an
+# element that is not an object (a string, a number, null) left out, each with a note (the sample view says more).
 def add_turn_numbers(numbers: dict, row: int, value, problems: list):
     try:
         turns = TURN_COUNTS_DECODER.decode(value) if isinstance(value, msgspec.Raw) else msgspec.convert(value, list[TurnCounts], strict=False)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-        problems.append((row, "note", "turns is not a list of turn objects: ignored"))
-        return
+        try:
+            elements = raw_value(value) if isinstance(value, msgspec.Raw) else value
+        except (ValueError, RecursionError):
+            elements = None
+        if not isinstance(elements, list):
+            problems.append((row, "note", "turns is not a list of turn objects: ignored"))
+            return
+        turns = [msgspec.convert(turn, TurnCounts, strict=False) for turn in elements if isinstance(turn, dict)]
+        if len(turns) < len(elements):
+            problems.append((row, "note", f"turns: {len(elements) - len(turns)} of its {len(elements)} elements are not objects: left out"))
     numbers["turns"][row] = len(turns)
     numbers["tool_calls"][row] = sum(len(turn.tool_calls) for turn in turns if isinstance(turn.tool_calls, list))
-    numbers["tool_errors"][row] = sum(turn.role == "tool" and turn.error is not None for turn in turns)
+    numbers["tool_errors"][row] = sum(turn.role == "tool" and has_error(turn.error) for turn in turns)
+
+
+# Whether a turn's error is one: null, false, 0, "", [] and {} say there was none.
+def has_error(value) -> bool:
+    return bool(value)
 
 
 # A line's STALENESS_NUMBERS from its policy_version (raw JSON, or a Python value) and step. A version that is not an
@@ -841,8 +860,7 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
     if token_arrays["sampler_logprobs"]:
         owners, lengths, sampler_logp = flat("sampler_logprobs")
         delta = np.concatenate([logp for _, _, logp in token_arrays["sampler_logprobs"]]) - sampler_logp
-        with np.errstate(over="ignore", invalid="ignore"):
-            mismatch_kl = np.expm1(delta) - delta
+        mismatch_kl = kl_per_token(delta, "kl")
         numbers["avg_abs_mismatch"][owners] = segment_sums_and_means(np.abs(delta)[None], lengths)[1][0]
         numbers["sum_mismatch"][owners] = segment_sums_and_means(delta[None], lengths)[0][0]
         numbers["avg_mismatch_kl"][owners] = segment_sums_and_means(mismatch_kl[None], lengths)[1][0]

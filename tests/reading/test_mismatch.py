@@ -254,6 +254,38 @@ def test_the_effective_sample_size_does_not_overflow(tmp_path):
     assert per_token.loc[1, "effective sample size (%)"] == pytest.approx(100 * ratios.sum() ** 2 / (len(ratios) * (ratios**2).sum()))
 
 
+# Infinite ratios, the bug the tab is for: a sampled token the sampler gave no probability (Δ = +inf), or the trainer
+# none (Δ = -inf). e^Δ - 1 - Δ is +inf at either (computed term by term it was inf - inf: NaN, and the token dropped
+# from the means, the step's KL blank); a ratio of +inf outweighs the finite ones in the effective sample size (its
+# limit), a sample whose every ratio is 0 (Δ = -inf) weighs nothing (it was NaN for the whole step); and the trainer's
+# applied weights are means of the values the lines hold (1e39 was cast to float32's inf and left out).
+def test_infinite_ratios_give_the_limits_of_the_numbers(tmp_path):
+    spike = sample(1, response_tokens=["a", "b", "c"], logprobs=[-0.1, -0.2, -0.3], sampler_logprobs=[-0.15, float("-inf"), -0.3], is_ratio=[1.0, 1e39, 1.0])
+    finite = sample(1, response_tokens=["a", "b"], logprobs=[-0.1, -0.2], sampler_logprobs=[-0.2, -0.2], is_ratio=[1.0, float("inf")])
+    zero = sample(2, response_tokens=["a"], logprobs=[float("-inf")], sampler_logprobs=[-0.1])
+    other = sample(2, response_tokens=["a", "b"], logprobs=[-0.1, -0.2], sampler_logprobs=[-0.2, -0.2])
+    write_lines(tmp_path / "run" / "r.jsonl", [spike, finite, zero, other])
+    run = rl_board.open_run(tmp_path / "run")
+    kl = lambda delta: math.expm1(delta) - delta  # noqa: E731
+    assert run.samples["avg_mismatch_kl"].tolist()[:2] == [math.inf, pytest.approx((kl(0.1) + 0) / 2)]
+    assert run.samples["avg_mismatch_kl"].iloc[2] == math.inf  # Δ = -inf: e^-inf - 1 + inf
+    assert run.samples["avg_applied_is_ratio"].tolist()[:2] == [pytest.approx(1e39 / 3), math.inf]
+    tokens = read_mismatch_tokens(run.snapshot.samples)
+    steps = run.snapshot.samples["step"].to_numpy()
+    for mode in CORRECTIONS:
+        table = mismatch_by_step(steps, tokens, mode, None, None)
+        assert table.loc[1, "mismatch KL"] == math.inf and table.loc[2, "mismatch KL"] == math.inf
+        assert table.loc[1, "mean applied weight"] == math.inf
+        ratios = {1: [math.exp(0.05), math.inf, 1.0, math.exp(0.1), 1.0], 2: [0.0, math.exp(0.1), 1.0]}
+        if mode.startswith("sequence"):
+            ratios = {1: [math.inf, math.exp(0.1)], 2: [0.0, math.exp(0.1)]}
+        expected = {step: 100 * sum(r) ** 2 / (len(r) * sum(x * x for x in r)) if math.inf not in r else 100 * r.count(math.inf) / len(r) for step, r in ratios.items()}
+        assert table["effective sample size (%)"].to_dict() == pytest.approx(expected), mode
+    assert mismatch_by_step(steps[:1], read_mismatch_tokens(run.snapshot.samples.iloc[:1]), "token_mask", None, None).loc[1, "mean applied weight"] == pytest.approx(1e39 / 3)
+    assert mismatch_by_bucket(tokens, "position")["mismatch KL"].tolist() == [math.inf]
+    assert run.tokens(1, 0)["mismatch_kl"].tolist() == [pytest.approx(kl(0.05)), math.inf, 0.0]
+
+
 # Per line, (Δ, log M) at the tokens with both (and no tool wrote); nothing for a line without the kept mass.
 def splits(line: dict) -> list[tuple[float, float]]:
     return [(d, kept) for d, kept in zip(deltas(line), line.get("sampler_kept_logmass") or []) if d is not None and kept is not None]
