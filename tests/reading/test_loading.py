@@ -1522,6 +1522,8 @@ STEP_HINTS = [
     (b'{"x": "' + b"y" * 5000 + b'", "step": 8}', 8), (b'{"x": "' + b"y" * 5000 + b'", "step": 8, "m": {"a": 1, "step": 2}}', None),
     (b'{"step": 5, "passes": [' + b'{"step": 6, "micro_batch": 0}, ' * 10 + b"{}]}", 5),
     (b'{"step": 5, "passes": [' + b'{"step": 6, "micro_batch": 0}, ' * 100 + b"{}]}", None),  # more keys than are looked at
+    (b'{"st\\u0065p": 1, "turns": [{"role": "agent", "step": 0}]}', None), (b'{"step": 0, "st\\u0065p": 1}', None),  # the same key, escaped
+    (b'{"step": 3, "text": "caf\\u00e9 \\u0073tep \\\\u0073tep"}', 3),
 ]
 
 
@@ -1531,6 +1533,14 @@ def test_each_line_is_hinted_at_the_step_its_own_key_names():
     assert len(hints) == len(STEP_HINTS)
     for hint, (line, expected) in zip(hints, STEP_HINTS):
         assert (math.isnan(hint) if expected is None else hint == expected), line[:80]
+
+
+# A "step" key with a letter escaped is the line's step once decoded: the line was hinted at its turn's step and, that
+# step full, never parsed.
+def test_a_step_key_written_with_an_escape_is_loaded_at_its_step(tmp_path):
+    lines = [b'{"step": 0, "prompt": "a", "response": "a", "reward": 0}\n', b'{"st\\u0065p": 1, "prompt": "b", "response": "b", "reward": 1, "turns": [{"role": "agent", "step": 0}]}\n']
+    run = load(write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines).parent, max_samples=1)
+    assert run.steps == [0, 1] and run.step_rows(1)["reward"].tolist() == [1.0]
 
 
 # A last line taken without its line end (the writer between "}" and "\r\n", or spaces and "\n") ends where a whole
