@@ -1428,7 +1428,8 @@ def draw_update(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory
     for name, run in runs:
         if (run.samples["loss_passes"] > 0).any():
             passes = cached_loss_passes(run.version, run.samples)
-            tables.append((name, cached_update_by_step(run.version, sequence_level(run.meta), (run.meta or {}).get("loss_type"), passes.table).set_index("step")))
+            meta = run.meta or {}
+            tables.append((name, cached_update_by_step(run.version, sequence_level(meta), meta.get("loss_type"), trl_pools_kl(meta.get("trl_version")), passes.table).set_index("step")))
     options = [name for name in UPDATE_SERIES if any(name in table and table[name].notna().any() for _, table in tables)]
     if not options:  # the index saw loss passes the lines no longer hold (rewritten)
         problems = cached_loss_passes(shown.version, shown.samples).problems
@@ -1438,20 +1439,24 @@ def draw_update(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory
     series = st.selectbox("Per step", options, key=StateKey.UPDATE + ":series", help="; ".join(f"{name}: {UPDATE_SERIES[name]}" for name in options))
     draw_chart(st, step_table_chart(tables, [series], f"👾 What the loss passes did (Step level): {series}", series, look.smoothing), shown.steps)
     shown_table = next((table for name, table in tables if name == runs[0][0]), None)
-    st.caption(update_note(shown_table, history, series, (shown.meta or {}).get("trainer_config") or {}))
+    st.caption(update_note(shown_table, history, series, (shown.meta or {}).get("trainer_config") or {}, shown.downsampled))
     if (shown.samples["loss_passes"] > 0).any():
         passes = cached_loss_passes(shown.version, shown.samples)
+        if passes.notes:
+            st.warning(f"{len(passes.notes)} loss pass(es) read in part or left out, e.g. {markdown_literal(passes.notes[0])}.")
         if not passes.table.empty:
             draw_update_drivers(shown, passes)
 
 
 # What the curve is, and for TRL's clip metrics whether the run's own logged values agree with the lines.
-def update_note(table: pd.DataFrame | None, history: "TrainingHistory", series: str, trainer_config: dict) -> str:
+def update_note(table: pd.DataFrame | None, history: "TrainingHistory", series: str, trainer_config: dict, downsampled: bool) -> str:
     note = "Steps are the optimizer steps the loss passes ran in. Update weight: -∂loss/∂logp of a token in its pass's loss (0 where a clip or a mask zeroed it)."
     if table is None or series not in table:
         return note
     if trainer_config.get("logging_steps", 1) != 1:  # TRL's logged value then averages the passes of several steps
         return note + f" The trainer logged every {markdown_literal(trainer_config['logging_steps'])} steps: its values average several steps' passes, so they are not compared here."
+    if downsampled and series in history.train:  # the shares of the samples loaded, not of the trainer's batch
+        return note + " Max Samples Each Step left samples out: these are the loaded samples' shares, not the trainer's, so its logged values are not compared here (raise it to compare)."
     logged = history.train.set_index("step")[series].dropna() if series in history.train else pd.Series(dtype=float)
     both = table[series].dropna().index.intersection(logged.index)
     if len(both):
@@ -2856,8 +2861,8 @@ def cached_loss_passes(version, _samples: pd.DataFrame) -> "LossPasses":
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def cached_update_by_step(version, sequence: bool, loss_type, _passes: pd.DataFrame) -> pd.DataFrame:
-    return update_by_step(_passes, sequence, loss_type)
+def cached_update_by_step(version, sequence: bool, loss_type, pooled_ranks: bool, _passes: pd.DataFrame) -> pd.DataFrame:
+    return update_by_step(_passes, sequence, loss_type, pooled_ranks)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from rl_board.changes import default_threshold, side_rows
 from rl_board.changes import prompt_changes as changes_between
-from rl_board.metrics import token_rows
+from rl_board.metrics import token_rows, trl_pools_kl
 from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
@@ -184,7 +184,8 @@ class Run:
         clip_ratio/low_mean, high_mean and region_mean recomputed from the tokens, the share of tokens the entropy mask
         dropped, the policy ratio's extremes, how concentrated the update was (top_sample_share, samples_for_half;
         rl_board.update.UPDATE_SERIES), passes and samples. Empty without loss passes."""
-        return update_by_step(self._loss_passes(), sequence_level(self.snapshot.meta), (self.snapshot.meta or {}).get("loss_type"))
+        meta = self.snapshot.meta or {}
+        return update_by_step(self._loss_passes(), sequence_level(meta), meta.get("loss_type"), trl_pools_kl(meta.get("trl_version")))
 
     def update_shares(self) -> pd.DataFrame:
         """A row per (step, sample) of the loss passes: the optimizer step, the sample's generation step and index in
@@ -214,7 +215,7 @@ class Run:
 
     def _loss_passes(self) -> pd.DataFrame:
         passes = read_loss_passes(self.snapshot.samples)
-        for problem in passes.problems:
+        for problem in passes.problems + passes.notes:
             warnings.warn(problem, stacklevel=3)
         return passes.table
 

@@ -20,7 +20,6 @@ from rl_board.reading.lines import (
     LOSS_PASSES_DECODER,
     BadLine,
     LossPassRecord,
-    converted,
     decode_line,
     integer_step,
     loss_pass_records,
@@ -29,85 +28,101 @@ from rl_board.reading.snapshot import lines_read_back
 from rollout_logger.metadata import LOSS_META_KEY
 
 
-# The numbers of one loss pass over one sample: its tokens (those with a value, tools' left out), how many were
-# clipped low and high and dropped by the entropy mask, Σ|weight| and Σ weight, and the ratio's extremes. The page's
-# and the index's per-sample numbers, and a row of the passes table.
+# The numbers of one loss pass over one sample: its tokens (those any of its lists has a value at: a tool's have none,
+# and a ratio that overflowed to null still has its clip and weight), how many were clipped low and high and dropped
+# by the entropy mask, Σ|weight| and Σ weight, and the ratio's extremes (±inf included: the charts name them). The
+# page's and the index's per-sample numbers, and a row of the passes table.
 def pass_numbers(record: LossPassRecord) -> dict:
     values = {key: np.asarray(getattr(record, key), dtype=float) if getattr(record, key) is not None else None for key in ("policy_ratio", "clipped", "entropy_mask", "update_weight")}
     present = [array for array in values.values() if array is not None]
-    tokens = int((~np.isnan(present[0])).sum()) if present else 0
+    has_value = np.zeros(max((len(array) for array in present), default=0), dtype=bool)
+    for array in present:
+        has_value[: len(array)] |= ~np.isnan(array)
     clipped, entropy_mask, weight, ratio = values["clipped"], values["entropy_mask"], values["update_weight"], values["policy_ratio"]
-    finite = lambda array: array[np.isfinite(array)] if array is not None else np.zeros(0)  # noqa: E731
+    valued = lambda array: array[~np.isnan(array)] if array is not None else np.zeros(0)  # noqa: E731
     return {
-        "tokens": tokens,
+        "tokens": int(has_value.sum()),
         "clipped_low": int((clipped == -1).sum()) if clipped is not None else np.nan,
         "clipped_high": int((clipped == 1).sum()) if clipped is not None else np.nan,
         "entropy_dropped": int((entropy_mask == 0).sum()) if entropy_mask is not None else np.nan,
-        "abs_weight": float(np.abs(finite(weight)).sum()) if weight is not None else np.nan,
-        "weight": float(finite(weight).sum()) if weight is not None else np.nan,
-        "max_ratio": float(finite(ratio).max()) if ratio is not None and np.isfinite(ratio).any() else np.nan,
-        "min_ratio": float(finite(ratio).min()) if ratio is not None and np.isfinite(ratio).any() else np.nan,
+        "abs_weight": float(np.abs(valued(weight)).sum()) if weight is not None else np.nan,
+        "weight": float(valued(weight).sum()) if weight is not None else np.nan,
+        "max_ratio": float(valued(ratio).max()) if len(valued(ratio)) else np.nan,
+        "min_ratio": float(valued(ratio).min()) if len(valued(ratio)) else np.nan,
+        "lengths_differ": len({len(array) for array in present}) > 1,
     }
 
 
-PASS_COLUMNS = ["sample", "generation_step", "step", "micro_batch", "tokens", "clipped_low", "clipped_high", "entropy_dropped", "abs_weight", "weight", "max_ratio", "min_ratio"]
+PASS_COLUMNS = ["sample", "path", "generation_step", "step", "micro_batch", "tokens", "clipped_low", "clipped_high", "entropy_dropped", "abs_weight", "weight", "max_ratio", "min_ratio"]
 
 
-# Every loss pass over the samples (a snapshot's rows: path, offset, length, step, line), a row each: `sample`
-# is the sample's position in `samples`; and the lines that could not be read back, as "file line N: reason".
+# Every loss pass over the samples (a snapshot's rows: path, offset, length, step, line), a row each: `sample` is the
+# sample's position in `samples`, `path` its file (a rank); the lines that could not be read back, as "file line N:
+# reason"; and notes on passes read in part or not at all (each "file line N: what").
 @dataclass(frozen=True)
 class LossPasses:
     table: pd.DataFrame
     problems: list[str]
+    notes: list[str]
 
 
 def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
-    rows_out, problems, parser = [], [], simdjson.Parser()
+    rows_out, problems, notes, parser = [], [], [], simdjson.Parser()
     # only the lines the index saw passes in (all of them when it has no such column)
     positions = np.flatnonzero(samples["loss_passes"].to_numpy() > 0) if "loss_passes" in samples else np.arange(len(samples))
     for position, raw, step, place in lines_read_back(samples, positions):
         if b'"loss_passes"' not in raw:
             continue
         try:
-            line_step, loss_passes = decoded_loss_passes(raw, parser)
+            line_step, loss_passes, left_out = decoded_loss_passes(raw, parser)
             if float(line_step) != float(step):
                 raise BadLine(f"it now holds step {line_step}, not {step}")
-        except (BadLine, ValueError) as error:
+        except BadLine as error:
             problems.append(f"{place}: {error}")
             continue
+        except ValueError as error:
+            notes.append(f"{place}: {error}")
+            continue
+        if left_out:
+            notes.append(f"{place}: {left_out} of its loss passes are not loss-pass objects: left out")
         for loss_pass in loss_passes:
             if loss_pass.step is None:
+                notes.append(f"{place}: a loss pass without its step: left out")
                 continue
             try:
                 pass_step = integer_step(loss_pass).step
             except BadLine as error:
-                problems.append(f"{place}: a loss pass's {error}")
+                notes.append(f"{place}: a loss pass's {error}: left out")
                 continue
-            rows_out.append({
-                "sample": position, "generation_step": step, "step": pass_step,
-                "micro_batch": loss_pass.micro_batch, **pass_numbers(loss_pass),
-            })
+            numbers = pass_numbers(loss_pass)
+            if numbers.pop("lengths_differ"):
+                notes.append(f"{place}: a loss pass's per-token lists are of different lengths: its tokens are those any of them has a value at")
+            rows_out.append({"sample": position, "path": samples["path"].iat[position], "generation_step": step, "step": pass_step, "micro_batch": loss_pass.micro_batch, **numbers})
     table = pd.DataFrame(rows_out, columns=PASS_COLUMNS)
-    return LossPasses(table=table.astype({"micro_batch": float}), problems=problems)
+    return LossPasses(table=table.astype({"micro_batch": float}), problems=problems, notes=notes)
 
 
-# A line's step and loss passes: the fast way (rl_board.reading.lines.loss_pass_records) where the line is JSON
-# msgspec takes, else the general way (NaN, bad UTF-8...).
+# A line's step, its loss passes and how many of them are not pass objects (rl_board.reading.lines.loss_pass_records):
+# the fast way where the line is JSON msgspec takes, else the general way (NaN, bad UTF-8...). ValueError where
+# loss_passes is not a list.
 def decoded_loss_passes(raw: bytes, parser: simdjson.Parser) -> tuple:
     try:
         fields = LINE_FIELDS_DECODER.decode(raw)
         step = msgspec.json.decode(fields["step"], type=int | float)
     except (msgspec.DecodeError, msgspec.ValidationError, KeyError, ValueError, RecursionError):
         record, _ = decode_line(raw, LOSS_PASSES_DECODER)
-        return record.step, record.loss_passes or []
-    return step, loss_pass_records(fields["loss_passes"], parser) if "loss_passes" in fields else []
+        step, value = record.step, record.loss_passes
+    else:
+        value = fields.get("loss_passes", msgspec.Raw())
+    return (step, *loss_pass_records(value, parser)) if len(value) else (step, [], 0)
 
 
 # Per optimizer step: TRL's clip fractions (clip_ratio/low_mean, high_mean, region_mean: per loss pass, the pooled
 # share of the tokens of all ranks, or of the sequences at sequence level, then the mean over the step's passes; TRL
-# before 1.9 averaged each rank's share instead, which differs only with several ranks), the share of tokens the
-# entropy mask dropped, the passes and samples, and how concentrated the update was: the largest sample's share of the
-# step's Σ|weight| and how many samples make half of it.
+# before 1.9 averaged each rank's share instead, pooled_ranks=False: rl_board.metrics.trl_pools_kl), the share of
+# tokens the entropy mask dropped, the passes and samples, and how concentrated the update was: the largest sample's
+# share of the step's Σ|weight| and how many samples make half of it. Passes without a micro_batch are one pass of
+# their step.
 UPDATE_SERIES = {
     "clip_ratio/low_mean": "share of tokens PPO's lower clip zeroed (ratio < 1 - ε_low, advantage < 0), TRL's metric",
     "clip_ratio/high_mean": "share of tokens PPO's upper clip zeroed (ratio > 1 + ε_high, advantage > 0), TRL's metric",
@@ -121,7 +136,7 @@ UPDATE_SERIES = {
 }
 
 
-def update_by_step(passes: pd.DataFrame, sequence_level: bool = False, loss_type: str | None = None) -> pd.DataFrame:
+def update_by_step(passes: pd.DataFrame, sequence_level: bool = False, loss_type: str | None = None, pooled_ranks: bool = True) -> pd.DataFrame:
     if passes.empty:
         return pd.DataFrame(columns=["step", *UPDATE_SERIES])
     table = passes.assign(
@@ -131,8 +146,10 @@ def update_by_step(passes: pd.DataFrame, sequence_level: bool = False, loss_type
         count=1.0 if sequence_level else passes["tokens"].astype(float),
     )
     table.loc[passes["clipped_low"].isna(), ["low", "high", "region"]] = np.nan
-    groups = table.groupby(["step", "micro_batch"], dropna=False)[["low", "high", "region", "count"]].sum(min_count=1)
+    groups = table.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]), dropna=False)[["low", "high", "region", "count"]].sum(min_count=1)
     per_pass = pd.DataFrame({name: groups[column] / groups["count"].clip(lower=1) for name, column in (("clip_ratio/low_mean", "low"), ("clip_ratio/high_mean", "high"), ("clip_ratio/region_mean", "region"))})
+    if not pooled_ranks:  # each rank's share, then their mean
+        per_pass = per_pass.groupby(level=["step", "micro_batch"], dropna=False).mean()
     result = per_pass.groupby(level="step").mean()
     sums = passes.groupby("step")[["entropy_dropped", "tokens", "abs_weight"]].sum(min_count=1)
     result["entropy_dropped"] = sums["entropy_dropped"] / sums["tokens"].clip(lower=1)
@@ -172,22 +189,30 @@ def samples_for_half(shares: pd.Series) -> float:
 
 
 # A sample's per-token update values over its passes (a line's loss_passes as they are): the ratio at its last pass
-# that has one, the passes that clipped the token (signed: -k for k passes of the lower clip, +k of the upper), the
-# passes whose entropy mask kept it, and Σ weight over the passes; none for a line without passes, or whose passes
-# are not the logger's objects (another tool's key of that name).
+# that has one at the token, the passes that clipped the token (signed: -k for k passes of the lower clip, +k of the
+# upper), the passes whose entropy mask kept it, and Σ weight over the passes, each over the passes with a value at
+# the token (NaN where none has); none for a line without passes. A pass of another shape is left out.
 def token_update(loss_passes, length: int) -> dict[str, np.ndarray]:
     try:
-        loss_passes = converted(loss_passes or [], list[LossPassRecord])  # a number beyond a float's range: ±inf
-    except msgspec.ValidationError:
+        loss_passes, _ = loss_pass_records(loss_passes if loss_passes is not None else [], None)
+    except ValueError:  # not a list: another tool's key of that name
         return {}
     if not loss_passes:
         return {}
 
-    def summed(key):
+    def stacked(key):
         arrays = [fitted(getattr(loss_pass, key), length) for loss_pass in loss_passes if getattr(loss_pass, key) is not None]
-        return np.sum(arrays, axis=0) if arrays else None
-    ratios = [fitted(loss_pass.policy_ratio, length) for loss_pass in loss_passes if loss_pass.policy_ratio is not None]
-    values = {"policy_ratio": ratios[-1] if ratios else None, "clipped": summed("clipped"), "entropy_kept": summed("entropy_mask"), "update_weight": summed("update_weight")}
+        return np.array(arrays) if arrays else None
+
+    def summed(key):
+        arrays = stacked(key)
+        return None if arrays is None else np.where(np.isnan(arrays).all(axis=0), np.nan, np.nansum(arrays, axis=0))
+
+    ratios = stacked("policy_ratio")
+    if ratios is not None:  # per token, the last pass with a value there
+        last = len(ratios) - 1 - np.argmax(~np.isnan(ratios[::-1]), axis=0)
+        ratios = ratios[last, np.arange(length)]
+    values = {"policy_ratio": ratios, "clipped": summed("clipped"), "entropy_kept": summed("entropy_mask"), "update_weight": summed("update_weight")}
     return {name: array for name, array in values.items() if array is not None}
 
 

@@ -232,13 +232,10 @@ class LossPassRecord(msgspec.Struct, gc=False):
 # The keys of a line the update pass reads (rl_board.update).
 class RolloutLossPasses(msgspec.Struct, gc=False):
     step: int | float
-    loss_passes: list[LossPassRecord] | None = None
+    loss_passes: msgspec.Raw = msgspec.Raw()  # loss_pass_records reads it
 
 
 LOSS_PASSES_DECODER = msgspec.json.Decoder(RolloutLossPasses, strict=False)
-
-
-LOSS_PASS_LIST_DECODER = msgspec.json.Decoder(list[LossPassRecord], strict=False)
 
 
 # What the first pass reads of a turn (rl_board.trajectory reads it whole); anything else is skimmed.
@@ -258,12 +255,11 @@ LOSS_PASS_FIELDS_DECODER = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
 
 
 # A line's loss_passes (raw JSON, or a Python value where the line needed Python's json), each pass's per-token
-# lists as float arrays where simdjson takes them as they are (no Python float per token), else as lists; raises
-# ValueError on a value that is not a list of the logger's pass objects.
-def loss_pass_records(value, parser: simdjson.Parser) -> list[LossPassRecord]:
-    try:
-        if not isinstance(value, msgspec.Raw):
-            return converted(value, list[LossPassRecord])
+# lists as float arrays where simdjson takes them as they are (no Python float per token), else as lists; and how
+# many of its elements are not the logger's pass objects (left out, the others kept). Raises ValueError on a value
+# that is not a list.
+def loss_pass_records(value, parser: simdjson.Parser) -> tuple[list[LossPassRecord], int]:
+    if isinstance(value, msgspec.Raw):
         try:
             records = []
             for fields in LOSS_PASS_FIELDS_DECODER.decode(value):
@@ -271,14 +267,23 @@ def loss_pass_records(value, parser: simdjson.Parser) -> list[LossPassRecord]:
                 for key in LOSS_PASS_TOKEN_KEYS:
                     setattr(record, key, flat_float_list(fields.get(key, msgspec.Raw()), parser))
                 records.append(record)
-            return records
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RuntimeError, AttributeError):  # nulls, a nested list...
+            return records, 0
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RuntimeError, AttributeError, RecursionError):  # nulls, a nested list...
             try:
-                return LOSS_PASS_LIST_DECODER.decode(value)
-            except msgspec.ValidationError:  # a number beyond a float's range (msgspec refuses it): ±inf, as Python's json reads 1e400
-                return converted(python_json(value)[0], list[LossPassRecord])
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as error:
-        raise ValueError(f"loss_passes is not a list of loss-pass objects ({error})") from None
+                value = raw_value(value)
+            except (ValueError, RecursionError):
+                raise ValueError("loss_passes is not valid JSON") from None
+    if value is None:
+        return [], 0
+    if not isinstance(value, list):
+        raise ValueError(f"loss_passes is a JSON {json_kind(value)}, not a list")
+    records = []
+    for element in value:  # one at a time: a pass of another shape leaves out itself alone
+        try:
+            records.append(converted(element, LossPassRecord))  # a number beyond a float's range: ±inf
+        except (msgspec.ValidationError, ValueError, TypeError, OverflowError, RecursionError):
+            pass
+    return records, len(value) - len(records)
 
 
 SUMMARY_DECODER = msgspec.json.Decoder(RolloutSummary, strict=False)
@@ -782,10 +787,12 @@ def tool_flags(raw: msgspec.Raw) -> tuple[np.ndarray | None, list[str]]:
 # its passes is ±inf.
 def add_update_numbers(numbers: dict, row: int, value, problems: list, parser: simdjson.Parser) -> bool:
     try:
-        passes = loss_pass_records(value, parser)
+        passes, left_out = loss_pass_records(value, parser)
     except ValueError:
         problems.append((row, "note", "loss_passes is not a list of loss-pass objects: ignored"))
         return False
+    if left_out:
+        problems.append((row, "note", f"loss_passes: {left_out} of its {len(passes) + left_out} elements are not loss-pass objects: left out"))
     numbers["loss_passes"][row] = len(passes)
     clipped = [np.asarray(p.clipped, dtype=float) for p in passes if p.clipped is not None]
     if clipped:

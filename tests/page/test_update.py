@@ -93,6 +93,17 @@ def test_step_update_draws_trls_clip_fraction_from_the_lines(root, monkeypatch):
     assert points["other"] == pytest.approx(region_share(lines_of(root / "other")))
 
 
+# Loaded at fewer samples a step than the trainer's batch, the shares are the loaded samples': the caption compared
+# them with the trainer's logged values as if they were the same (Step-KL's TRL line is hidden then, as here).
+def test_a_downsampled_run_s_clip_shares_are_not_compared_with_the_trainer_s(root, monkeypatch):
+    app = start(root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")
+    widget(app.sidebar.number_input, "Max Samples Each Step").set_value(SAMPLES - 1)
+    open_update(load_and_view(app))
+    captions = [caption.value for caption in app.caption if "Steps are the optimizer steps" in caption.value]
+    assert len(captions) == 1 and "not compared here" in captions[0] and "difference from the lines' recomputation" not in captions[0]
+
+
 def test_a_sample_that_drove_a_step_clicked_shows_its_update_columns(root, monkeypatch):
     app = start(root, monkeypatch)
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("shown")

@@ -1,11 +1,13 @@
 """Bad loss passes and bad turns from untrusted files: the run opens, the bad parts are counted or noted, the rest is
 shown (found by a review: each of these raised)."""
 
+import json
 import warnings
 
 import pytest
 
 import rl_board
+from rl_board.update import token_update
 from tests.support.runs import sample, write_lines
 
 DEEP = "[" * 3000 + "]" * 3000
@@ -82,3 +84,56 @@ def test_a_turn_of_another_shape_leaves_out_itself_and_errors_are_what_they_say(
     assert table["reward"].tolist()[1] == 0.5 and table["advantage"].tolist()[1] == float("inf")
     summary = run.tool_summary().set_index("tool")
     assert summary.loc["calc", ["calls", "results", "errors"]].tolist() == [1, 6, 1] and summary.loc["search", "calls"] == 1
+
+
+# A pass's tokens are those any of its lists has a value at: a ratio that overflowed to null still has its clip, so
+# the clip shares stay shares (they came to 200 %: the clipped tokens over the tokens with a ratio); lists of
+# different lengths are counted over the longest, with a note. A pass of another shape leaves out itself alone (the
+# line's good passes were lost with it), a pass without its step is noted, and an infinite ratio is the step's
+# largest (it was the largest finite one).
+def test_a_pass_s_tokens_are_those_with_any_value_and_a_bad_pass_leaves_out_itself(tmp_path):
+    good = {"step": 1, "micro_batch": 0, "policy_ratio": [1.0, 1.0], "clipped": [0, 0]}
+    lines = [
+        sample(1, advantage=-1.0, loss_passes=[{"step": 1, "micro_batch": 0, "policy_ratio": [0.5, None, None, None], "clipped": [-1, -1, 0, 0]}]),
+        sample(1, advantage=-1.0, loss_passes=[good, {"step": "a"}, 5, {"micro_batch": 0, "clipped": [1, 1]}]),
+        sample(2, advantage=-1.0, loss_passes=[{"step": 2, "micro_batch": 0, "policy_ratio": [0.5, 0.5], "clipped": [-1, -1, 0, 0]}]),
+        sample(3, advantage=1.0, loss_passes=[{"step": 3, "micro_batch": 0, "policy_ratio": [1.0, float("inf"), None], "clipped": [0, 1, 1]}]),
+    ]
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines)
+    run = rl_board.open_run(tmp_path / "run")
+    assert run.samples["loss_passes"].tolist() == [1, 2, 1, 1]
+    assert "loss_passes: 2 of its 4 elements are not loss-pass objects: left out" in run.problems["reason"].tolist()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        by_step = run.update_by_step().set_index("step")
+    notes = " ".join(str(warning.message) for warning in caught)
+    assert "2 of its loss passes are not loss-pass objects" in notes and "a loss pass without its step" in notes
+    assert "per-token lists are of different lengths" in notes
+    assert by_step.loc[1, "clip_ratio/low_mean"] == pytest.approx(2 / 6)  # step 1: one pass of 4 + 2 tokens, 2 clipped
+    assert by_step.loc[2, "clip_ratio/low_mean"] == pytest.approx(2 / 4)
+    assert by_step.loc[3, "clip_ratio/high_mean"] == pytest.approx(2 / 3) and by_step.loc[3, "max_ratio"] == float("inf")
+
+
+# A token's update over its passes is over the passes with a value there: a pass a token short blanked the token's Σ
+# weight, its clip count and its ratio, which an earlier pass has.
+def test_a_token_s_update_is_over_the_passes_that_have_it():
+    passes = [
+        {"step": 1, "policy_ratio": [1.1, 1.3], "clipped": [0, 1], "update_weight": [0.1, 0.2]},
+        {"step": 2, "policy_ratio": [1.2, 1.4], "clipped": [1, 0], "update_weight": [0.3, 0.4]},
+        {"step": 3, "policy_ratio": [0.9], "clipped": [-1], "update_weight": [0.5]},
+    ]
+    update = token_update(passes, 2)
+    assert update["policy_ratio"].tolist() == [0.9, 1.4] and update["clipped"].tolist() == [0.0, 1.0]
+    assert update["update_weight"].tolist() == pytest.approx([0.9, 0.6])
+    assert token_update([{"step": 1, "clipped": [None, 1]}], 2)["clipped"][0] != token_update([{"step": 1, "clipped": [None, 1]}], 2)["clipped"][0]  # none: NaN
+
+
+# TRL before 1.9 logged each clip share as the mean of the ranks' shares, since as the tokens of all ranks pooled
+# (as its kl: rl_board.metrics.trl_pools_kl); a run's trl_version says which it recomputes.
+@pytest.mark.parametrize(("trl_version", "expected"), [("0.29.0", (1 / 1 + 0 / 3) / 2), ("1.9.0", 1 / 4), (None, 1 / 4)])
+def test_clip_shares_pool_the_ranks_as_the_run_s_trl_version_did(tmp_path, trl_version, expected):
+    for rank, clipped in enumerate([[1], [0, 0, 0]]):
+        line = sample(1, advantage=1.0, loss_passes=[{"step": 1, "micro_batch": 0, "policy_ratio": [2.0] * len(clipped), "clipped": clipped}])
+        write_lines(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", [line])
+    (tmp_path / "run" / "rollout_meta_1.json").write_text(json.dumps({"trl_version": trl_version} if trl_version else {}))
+    assert rl_board.open_run(tmp_path / "run").update_by_step()["clip_ratio/high_mean"].tolist() == pytest.approx([expected])
