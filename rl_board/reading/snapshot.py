@@ -368,8 +368,12 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
     problems += [["", 0, "note", note] for note in meta_notes]
     reward_note = ""
     if run_format.sums_reward:
-        samples["reward"] = total_reward(samples, dict(run_format.weights))
-        reward_note = reward_sum_note(dict(run_format.weights), run_format.weights_source)
+        weights = {name: weight for name, weight in run_format.weights if f"rewards/{name}" in samples}  # the functions the files score
+        absent = [name for name, _ in run_format.weights if name not in weights]
+        if absent and len(samples):
+            problems.append(["", 0, "note", f"{run_format.weights_source} gives a weight to reward function(s) {', '.join(absent)} that no loaded line scored: not in the reward"])
+        samples["reward"] = total_reward(samples, weights)
+        reward_note = reward_sum_note(weights, run_format.weights_source)
     samples["reward_gap"] = samples["reward"] - samples["ref_reward"]
     samples["valid_reward_gap"] = samples["valid_reward"] - samples["ref_valid_reward"]
     report = pd.DataFrame(report, columns=REPORT_COLUMNS)

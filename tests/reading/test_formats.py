@@ -154,6 +154,22 @@ def test_trl_reward_function_named_twice_is_one_column(tmp_path):
     assert run.step_rows(1)["rewards/sorted_digits"].tolist() == [row["sorted_digits"] for row in parquet_steps(output / "completions")[1]]
 
 
+def test_trl_metadata_naming_other_reward_functions_is_said_and_the_reward_names_only_those_scored(tmp_path):
+    """Metadata of another run (the logger's default folder holds several) names a function the files do not have and
+    not one they have: the reward note named the absent one, the load report said nothing, and the other's scores were
+    left out of the reward unsaid."""
+    output = trl_copy(trl_run(), tmp_path / "run")
+    (output / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["sorted_digits", "format"], "reward_weights": [1.0, 0.5]}))
+    run = load(output)
+    assert run.reward_note == "reward = 1 × sorted_digits (weights from the logger's metadata)"
+    notes = run.problems["reason"].tolist()
+    assert "the logger's metadata gives a weight to reward function(s) format that no loaded line scored: not in the reward" in notes
+    assert any(note.startswith("column(s) same_digits where TRL writes its reward functions' scores are none the logger's metadata names") for note in notes)
+    assert any(note.startswith("the logger's metadata names reward function(s) format, which this file has no column of") for note in notes)
+    for step, rows in parquet_steps(output / "completions").items():
+        assert run.step_rows(step)["reward"].tolist() == pytest.approx([row["sorted_digits"] for row in rows], rel=1e-12)
+
+
 @pytest.mark.training
 def test_trl_reward_skips_missing_scores_and_is_missing_when_none_scored(tmp_path):
     """A reward function that did not score a completion (None) is left out of its reward; with no score at all the reward is empty."""
