@@ -256,13 +256,13 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
     rows = []
     for group, members in table.groupby("group", sort=True):
         rewards = members["reward"]
-        spread = rewards.max() - rewards.min()  # over the rewards there are (NaN skipped)
+        same = rewards.max() == rewards.min()  # over the rewards there are (NaN skipped); equal infinities too
         rows.append({
             "group": int(group),
             "prompt": shorten(clean_text(members["prompt"].iloc[0], pad_token, system_prompt_end), 200),
             "completions": len(members),
-            "reward spread": spread,
-            "reward std": rewards.std(ddof=0),
+            "reward spread": 0.0 if same else rewards.max() - rewards.min(),
+            "reward std": 0.0 if same else rewards.std(ddof=0),
             "mean reward": rewards.mean(),
             "zero signal": rewards.max() == rewards.min() if rewards.notna().any() else pd.NA,
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,

@@ -837,6 +837,8 @@ def add_staleness_numbers(numbers: dict, row: int, step: int, value, problems: l
     value = raw_value(value) if isinstance(value, msgspec.Raw) else value
     if value is None:
         return
+    if type(value) is str and JSON_NUMBER.fullmatch(value.strip()):  # a number written as text, as a line may write any
+        value = float(value) if any(mark in value for mark in ".eE") else json_integer(value.strip())
     if type(value) is float and value.is_integer() and abs(value) < POLICY_VERSIONS:
         value = int(value)
     if type(value) is not int or not 0 <= value < POLICY_VERSIONS:

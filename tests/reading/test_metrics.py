@@ -183,6 +183,8 @@ def test_group_table_sorts_by_reward_spread():
     assert groups["zero signal"].tolist() == [False, True]
     assert groups["samples"].tolist() == [[2, 3], [0, 1]] and groups["rewards"].tolist() == [["0", "2"], ["1", "1"]]
     assert np.isnan(group_numbers(pd.Series([None, "x", None, "x"]))).tolist() == [True, False, True, False]
+    infinite = table.assign(reward=[np.inf, np.inf, 0.0, 2.0])  # equal infinities are no spread (inf - inf was NaN, sorted last)
+    assert group_table(infinite)[["reward spread", "reward std", "zero signal"]].values.tolist() == [[2.0, 1.0, False], [0.0, 0.0, True]]
 
 
 def test_group_prompts_are_shown_as_the_display_settings_say():

@@ -48,9 +48,10 @@ def test_a_run_without_versions_has_no_staleness(tmp_path):
 def test_bad_versions_are_counted_and_ignored(tmp_path):
     """A string, a negative, a fraction, a boolean, an integer too big for a float to hold (or for Python to read: 5,000
     digits), a list, an object, NaN and Infinity are ignored, each a note at its line; a version after its step has no
-    staleness; null is no version; an integer-valued float is an integer, as a step is. The other lines load."""
-    bad = ['"3"', "-1", "2.5", "true", str(2**60), "1" * 5000, "[1]", '{"v": 1}', "NaN", "Infinity", "1e300", "4"]
-    good = {"null": None, "3.0": 0, "1": 2, "0": 3}
+    staleness; null is no version; an integer-valued float is an integer, as a step is, and a number written as text is
+    a number, as any of a line's. The other lines load."""
+    bad = ['"three"', "-1", "2.5", "true", str(2**60), "1" * 5000, "[1]", '{"v": 1}', "NaN", "Infinity", "1e300", "4"]
+    good = {"null": None, "3.0": 0, "1": 2, '"0"': 3}
     raw = [f'{{"prompt": "p", "response": "r", "reward": 1.0, "step": 3, "policy_version": {value}}}\n'.encode() for value in [*bad, *good]]
     write_lines(tmp_path / "bad" / "rollout_data_rank_0_0.jsonl", raw)
     run = rl_board.open_run(tmp_path / "bad")

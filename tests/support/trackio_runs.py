@@ -172,7 +172,7 @@ def messy_runs() -> list:
 # trace with its model_version and the staleness the board must give (None: none), and bad versions, each with the
 # words of its load-report note.
 VERSIONED_STEPS = {8: [8, 8, 7, 7, 6, 5, 8, 4], 16: [16, 15, 15, 14, 13, 12, 16, 16]}
-BAD_VERSIONS = [("15", "a string"), (-1, "negative (-1)"), (15.5, "a fraction (15.5)"), (True, "a boolean"), (2**62, "an integer out of range"), (17, "after the line's step 16")]
+BAD_VERSIONS = [("fifteen", "a string"), (-1, "negative (-1)"), (15.5, "a fraction (15.5)"), (True, "a boolean"), (2**62, "an integer out of range"), (17, "after the line's step 16")]
 
 
 def versioned_trace(step: int, metadata: dict, staleness: int | None, note: str | None = None) -> dict:
