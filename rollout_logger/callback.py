@@ -98,7 +98,9 @@ EOS_TOKEN_IDS_SINCE = Version("1.15")
 # The keys a log_extra column may not have: the line format's, and the dataset's image column (it becomes images).
 RESERVED_KEYS = FORMAT_KEYS | {"image"}
 # Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
-SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_key", re.IGNORECASE)
+SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_?key|access_key|credential|(?:^|_)auth(?:$|_|orization)", re.IGNORECASE)
+# A URL's user and password (https://user:password@host/...), taken out of any text the metadata keeps.
+URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 
 
 @dataclasses.dataclass
@@ -116,7 +118,12 @@ class LossPass:
 
 def rollout_logging_enabled() -> bool:
     """Whether `SAVE_ROLLOUT_DATA` is set to true, 1 or yes (any case)."""
-    return os.environ.get(ENABLE_VARIABLE, "").strip().lower() in {"true", "1", "yes"}
+    return _flag(os.environ.get(ENABLE_VARIABLE, ""))
+
+
+def _flag(value) -> bool:
+    """A switch given as a bool, or as text (a config file's "false"): true, 1 or yes (any case) is on."""
+    return value.strip().lower() in {"true", "1", "yes"} if isinstance(value, str) else bool(value)
 
 
 class RolloutLoggerCallback(TrainerCallback):
@@ -224,9 +231,9 @@ class RolloutLoggerCallback(TrainerCallback):
         loss_pass_values: bool = True,
     ):
         self.trainer = trainer
-        self.enabled = rollout_logging_enabled() if enabled is None else enabled
-        self.sampler_logprobs = sampler_logprobs
-        self.loss_pass_values = loss_pass_values
+        self.enabled = rollout_logging_enabled() if enabled is None else _flag(enabled)
+        self.sampler_logprobs = _flag(sampler_logprobs)
+        self.loss_pass_values = _flag(loss_pass_values)
         self.save_dir = _setting(save_dir, SAVE_DIR_VARIABLE)  # None: `<output_dir>/rollout_samples`
         self.exp_name = _setting(exp_name, EXP_NAME_VARIABLE)  # None: the run name, else the output folder's name
         self.run_dir: Path | None = None
@@ -245,7 +252,7 @@ class RolloutLoggerCallback(TrainerCallback):
             self._prompts_of = _argument_reader(trainer, "_calculate_rewards", "prompts")
             self._completions_of = _argument_reader(trainer, "_calculate_rewards", "completions")
             self._loss_inputs_of = _argument_reader(trainer, "compute_loss", "inputs")
-            self._generate_logprobs = self._generate_logprobs_recorder() if sampler_logprobs else None
+            self._generate_logprobs = self._generate_logprobs_recorder() if self.sampler_logprobs else None
             self._install_hooks()
 
     def _reset_batches(self) -> None:
@@ -569,14 +576,16 @@ class RolloutLoggerCallback(TrainerCallback):
     # ------------------------------------------------------------------ training events
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if not self.enabled:
-            return
-        self._reset_batches()
         root = self.save_dir or Path(args.output_dir) / ROLLOUTS_FOLDER
         name = self.exp_name or args.run_name or Path(args.output_dir).resolve().name
         self.run_dir = Path(root) / _folder_name(name)
         accelerator = self.trainer.accelerator
+        # Every rank's callback takes part, enabled or not: a collective only the enabled ranks joined would hang the
+        # training (enabled=accelerator.is_main_process, or SAVE_ROLLOUT_DATA set in some ranks' environments).
         self.launch_id = _shared_launch_id(self.run_dir, accelerator.is_main_process)
+        if not self.enabled:
+            return
+        self._reset_batches()
         path = self.run_dir / RANK_FILE.format(rank=accelerator.process_index, launch=self.launch_id)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -610,8 +619,10 @@ class RolloutLoggerCallback(TrainerCallback):
             entry = state.log_history[-1] if state.log_history else {}
             if entry.get("step") == state.global_step and logs.items() <= entry.items():
                 logs = {key: value for key, value in entry.items() if key != "step"}
-            kind = "eval" if any(key.startswith("eval_") for key in logs) else "train"
-            self._metrics_writer.write([{"step": state.global_step, "kind": kind, **_plain(logs)}])
+            metrics = [key for key in logs if key != "epoch"]  # an evaluation's are all eval_<name> (Trainer.evaluate)
+            kind = "eval" if metrics and all(key.startswith("eval_") for key in metrics) else "train"
+            logged = {(f"{key} (logged)" if key in ("step", "kind") else key): value for key, value in logs.items()}  # never the line's own
+            self._metrics_writer.write([{"step": state.global_step, "kind": kind, **_plain(logged)}])
 
     def on_save(self, args, state, control, **kwargs):
         """Marks the checkpoint, and the best one so far, so that the board can show them on the step axis."""
@@ -762,8 +773,10 @@ def _stop_token_ids(trainer, tokenizer) -> set[int]:
 
 
 def _folder_name(name: str) -> str:
-    """One folder name (the board lists folders): slashes become underscores."""
-    return name.strip("/").replace("/", "_") or "run"
+    """One folder name under the runs' folder (the board lists folders): path separators and NUL become underscores, and
+    a name that is no folder of its own ("", ".", "..") is "run"."""
+    name = re.sub(r"[/\\\x00]", "_", str(name).strip("/\\"))
+    return "run" if name.strip() in ("", ".", "..") else name
 
 
 def _first_field(trainer, names: tuple[str, ...]) -> Any:
@@ -860,7 +873,8 @@ def _trajectory(prompt, completion, tool_mask: list[int] | None, truncated: bool
         if role == "assistant":
             span = runs[1][policy_turns] if policy_turns < len(runs[1]) else None
             policy_turns += 1
-            calls = [call.get("function") or {} for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+            calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+            calls = [function if isinstance(function := call.get("function"), dict) else {"name": function} for call in calls if isinstance(call, dict)]
             if calls:
                 turn["tool_calls"] = [{"name": call.get("name"), "arguments": call.get("arguments")} for call in calls]
         elif role == "tool":
@@ -897,9 +911,11 @@ def _turn(message: dict) -> dict:
 
 
 def _message_text(content) -> str:
-    """A message's content as text: a string as it is, the text parts of a list of parts (images left out)."""
+    """A message's content as text: a string as it is, the text parts of a list of parts (a part that is a string
+    itself too; images left out)."""
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+        texts = (part if isinstance(part, str) else part.get("text") if isinstance(part, dict) and part.get("type") == "text" else None for part in content)
+        return "".join(text if isinstance(text, str) else str(text) for text in texts if text is not None)
     return "" if content is None else str(content)
 
 
@@ -971,11 +987,14 @@ def _plain(value: Any) -> Any:
 
 
 def _without_secrets(config: Any) -> Any:
-    """The training arguments without the keys, at any depth (e.g. `model_init_kwargs`), that may hold credentials."""
+    """The training arguments without the keys, at any depth (e.g. `model_init_kwargs`), that may hold credentials, and
+    without the user and password of a URL (a vLLM server's `https://user:password@host`)."""
     if isinstance(config, dict):
         return {key: _without_secrets(value) for key, value in config.items() if not SECRET_KEY.search(str(key))}
     if isinstance(config, list):
         return [_without_secrets(value) for value in config]
+    if isinstance(config, str):
+        return URL_CREDENTIALS.sub("", config)
     return config
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 from collections.abc import Iterator
@@ -123,10 +124,18 @@ class ProcessorsThenRecorder(LogitsProcessorList):
     def __init__(self, processors: LogitsProcessorList, recorder: SampledTokenLogprobs):
         super().__init__(processors)
         self.recorder = recorder
+        # Another logger's list below ours (a second callback on the trainer): it runs the processors and records, and
+        # this recorder reads what it saw.
+        self._inner = processors if isinstance(processors, ProcessorsThenRecorder) else None
         start, recorder.truncation_problem = truncation_start(processors)
-        self._parts = None if start is None else (LogitsProcessorList(self[:start]), LogitsProcessorList(self[start:]))
+        self._parts = None if start is None or self._inner is not None else (LogitsProcessorList(self[:start]), LogitsProcessorList(self[start:]))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.FloatTensor:
+        if self._inner is not None:
+            scores = self._inner(input_ids, scores, **kwargs)
+            if self._inner.recorder._untruncated is not None:  # its log-softmax before truncation: the same scores to a log-softmax
+                self.recorder.before_truncation(input_ids, self._inner.recorder._untruncated)
+            return self.recorder(input_ids, scores)
         if self._parts is None:
             return self.recorder(input_ids, super().__call__(input_ids, scores, **kwargs))
         before, truncating = self._parts
@@ -175,7 +184,7 @@ class GenerateLogprobs:
     """
 
     def __init__(self, model):
-        method = getattr(model, LOGITS_PROCESSORS_METHOD, None)
+        method = getattr(type(model), LOGITS_PROCESSORS_METHOD, None)  # the class's: an instance's own wrapper passes its arguments on
         if method is None or GENERATION_CONFIG_PARAMETER not in inspect.signature(method).parameters:
             raise RuntimeError(
                 f"RolloutLoggerCallback cannot record the sampler's log-probs: {type(model).__name__} (transformers "
@@ -189,13 +198,19 @@ class GenerateLogprobs:
         """While the block runs, each sampling `generate` call of `model` records its tokens' log-probs (of the
         calls before, none are kept)."""
         self._recorders = []
-        own = vars(model).get(LOGITS_PROCESSORS_METHOD)  # an instance's own wrapper (a profiler's), kept below ours
+        own = vars(model).get(LOGITS_PROCESSORS_METHOD)  # an instance's own wrapper (a profiler's, another logger's), kept below ours
         get_logits_processor = getattr(model, LOGITS_PROCESSORS_METHOD)
-        signature = inspect.signature(get_logits_processor)
+        # The arguments as the class's method names them: a wrapper below takes (*args, **kwargs) and passes them on.
+        signature = inspect.signature(getattr(type(model), LOGITS_PROCESSORS_METHOD).__get__(model))
 
+        @functools.wraps(get_logits_processor)
         def with_recorder(*args, **kwargs):
             processors = get_logits_processor(*args, **kwargs)
-            if not signature.bind(*args, **kwargs).arguments[GENERATION_CONFIG_PARAMETER].do_sample:
+            try:
+                sampling = signature.bind(*args, **kwargs).arguments[GENERATION_CONFIG_PARAMETER].do_sample
+            except (TypeError, KeyError, AttributeError):  # called otherwise than generate calls it: not recorded
+                return processors
+            if not sampling:
                 return processors
             self._recorders.append(SampledTokenLogprobs())
             return ProcessorsThenRecorder(processors, self._recorders[-1])

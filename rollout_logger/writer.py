@@ -25,12 +25,18 @@ else:
 def json_line(record: dict) -> bytes:
     """One record as a UTF-8 JSON line ending in "\\n"; NaN and ±Infinity become `null`, which stays valid JSON."""
     if orjson is not None:
-        return orjson.dumps(record) + b"\n"  # orjson already writes non-finite floats as null
+        try:
+            return orjson.dumps(record) + b"\n"  # orjson already writes non-finite floats as null
+        except TypeError:  # an integer beyond 64 bits, a lone surrogate, nesting past 254: the standard library's way
+            pass
     try:
         text = json.dumps(record, ensure_ascii=False, allow_nan=False)
     except ValueError:  # a non-finite float somewhere: replace it and encode again
         text = json.dumps(_finite_or_null(record), ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8") + b"\n"
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (a file name os.listdir decoded): written as its escape, \\udcxx
+        return json.dumps(_finite_or_null(record), allow_nan=False).encode("ascii") + b"\n"
 
 
 def _finite_or_null(value: Any) -> Any:
@@ -57,7 +63,8 @@ def _yield_to_training() -> None:
     """Lowers this thread's scheduling priority where the system can (Linux: a thread has a priority of its own), so
     that on a machine whose cores training keeps busy the logger's work waits for idle time instead of taking it."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICENESS, 19))
     except (AttributeError, OSError):  # no such call here, or not allowed: the thread keeps its priority
         pass
 
@@ -127,34 +134,43 @@ class JsonlWriter:
     def _drain(self) -> None:
         _yield_to_training()
         while (records := self._queue.get()) is not None:
-            if self._file is None:  # an I/O error stopped the writing: not even serialised
-                continue
-            if self._prepare is not None:
-                try:
-                    self._prepare(records)
-                except Exception as error:  # its records may not serialise now; the thread must live on
-                    self._warn("prepare", f"preparing rollout lines failed ({error!r})")
-            lines = []
-            for record in records:
-                try:
-                    lines.append(json_line(record))
-                except Exception as error:  # e.g. a value JSON cannot hold: lose this sample, keep the rest
-                    self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
-            data = b"".join(lines)
             try:
-                _write_whole(self._file, data)
-            except OSError as error:
-                self.failed = True
-                self._warn("io", f"writing {self.path} failed ({error}); no more rollout data is written")
-                self._cut_back()
-                self._close_file()
-            else:
-                if not self._summaries_started:
-                    self._open_summaries()  # once lines are written: a file that cannot be written at all warns once
-                self._add_summaries(data, self._size)
-                self._size += len(data)
+                self._write_batch(records)
+            except Exception as error:  # the thread must live on: a dead one would leave every later batch queued
+                self._warn("writer", f"writing a batch of rollout data to {self.path} failed ({error!r}); later batches are still written")
         self._close_file()
         self._stop_summaries()
+
+    def _write_batch(self, records: list[dict]) -> None:
+        if self._file is None:  # an I/O error stopped the writing: not even serialised
+            return
+        if self._prepare is not None:
+            try:
+                self._prepare(records)
+            except Exception as error:  # its records may not serialise now; the thread must live on
+                self._warn("prepare", f"preparing rollout lines failed ({error!r})")
+        lines = []
+        for record in records:
+            try:
+                lines.append(json_line(record))
+            except Exception as error:  # e.g. a value JSON cannot hold: lose this sample, keep the rest
+                self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
+        data = b"".join(lines)
+        try:
+            _write_whole(self._file, data)
+        except OSError as error:
+            self.failed = True
+            self._warn("io", f"writing {self.path} failed ({error}); no more rollout data is written")
+            self._cut_back()
+            self._close_file()
+            return
+        self._size += len(data)
+        try:
+            if not self._summaries_started:
+                self._open_summaries()  # once lines are written: a file that cannot be written at all warns once
+            self._add_summaries(data, self._size - len(data))
+        except Exception as error:  # the lines are written; the board parses them instead
+            self._summaries_failed(error)
 
     def _open_summaries(self) -> None:
         self._summaries_started = True
@@ -162,7 +178,7 @@ class JsonlWriter:
             return
         try:
             import rl_board.reading.summaries as summaries  # the board's own summary of a line: both give the same
-        except ImportError as error:
+        except Exception as error:  # not installed, or a binary that does not load (numpy's "dtype size changed")
             self._warn("summaries", f"no summaries file is written ({error}): the board parses the lines when it opens the run")
             return
         self._summaries_of = summaries.batch_record

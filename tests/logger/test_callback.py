@@ -560,3 +560,80 @@ def test_internal_error_warns_once_and_training_goes_on(tmp_path, monkeypatch, c
 def test_switch_values(value, enabled, monkeypatch):
     monkeypatch.setenv("SAVE_ROLLOUT_DATA", value)
     assert rollout_logging_enabled() is enabled
+
+
+# ---------------------------------------------------------------- what a user's setup may hold
+
+
+# The experiment name is one folder under the runs' folder: ".." wrote the run into the output folder, outside the root
+# the board is pointed at, and a NUL stopped the training (a ValueError at its start).
+@pytest.mark.parametrize(("name", "folder"), [("..", "run"), (".", "run"), ("a/b/", "a_b"), ("a\\b", "a_b"), ("x\x00y", "x_y"), ("my run", "my run")])
+def test_an_experiment_name_is_one_folder_of_the_root(tmp_path, name, folder):
+    assert run_dir_of(make_trainer(tmp_path / "output"), save_dir=str(tmp_path / "root"), exp_name=name) == tmp_path / "root" / folder
+
+
+# A switch given as text (a config file's "false") is read as SAVE_ROLLOUT_DATA is: "false" was truthy, and logging on.
+def test_switches_given_as_text_are_read_as_the_environment_s(tmp_path):
+    trainer = make_trainer(tmp_path / "output")
+    attributes = dict(vars(trainer))
+    callback = RolloutLoggerCallback(trainer, enabled="false", sampler_logprobs="no", loss_pass_values="0")
+    assert (callback.enabled, callback.sampler_logprobs, callback.loss_pass_values) == (False, False, False) and vars(trainer) == attributes
+
+
+# A tool message of another shape is read as far as it goes: a content part that is a string, whose text is null or a
+# number, a call whose function is a name; these raised inside the logger, which then stopped logging for the launch.
+def test_tool_messages_of_other_shapes_are_read_as_far_as_they_go():
+    completion = [
+        {"role": "assistant", "content": [{"type": "text", "text": None}, "plain ", {"type": "text", "text": 3}], "tool_calls": [{"type": "function", "function": "add"}, {"function": None}]},
+        {"role": "tool", "name": "add", "content": [{"type": "text", "text": "5"}]},
+    ]
+    turns, reason = rollout_logger.callback._trajectory("p", completion, [1, 1, 0], False, 3)
+    assert turns[1]["text"] == "plain 3" and turns[1]["tool_calls"] == [{"name": "add", "arguments": None}, {"name": None, "arguments": None}]
+    assert turns[2]["text"] == "5" and reason == "stop"
+
+
+# Credentials in a URL of the training arguments (a vLLM server's https://user:password@host) and keys named as
+# credentials are left out of the metadata; a key that only looks alike (author) is kept.
+def test_the_metadata_keeps_no_credentials_of_a_url_or_an_access_key():
+    config = {"vllm_server_base_url": "https://user:s3cr3t@host:8000/v1", "aws_access_key_id": "A", "apikey": "k", "http_auth": "x", "author": "me", "nested": [{"url": "s3://key:secret@bucket/x"}]}
+    assert rollout_logger.callback._without_secrets(config) == {"vllm_server_base_url": "https://host:8000/v1", "author": "me", "nested": [{"url": "s3://bucket/x"}]}
+
+
+# A training log holding a metric of its own named eval_<something> (log_metric) is a training entry: every one was
+# filed as an evaluation, and the board's history put loss and reward under eval. A metric named step or kind keeps
+# the line's own.
+def test_a_training_log_with_an_eval_named_metric_is_a_training_entry(tmp_path):
+    trainer = make_trainer(tmp_path / "output")
+    callback = RolloutLoggerCallback(trainer, enabled=True, save_dir=str(tmp_path / "root"), exp_name="kinds")
+    callback.on_train_begin(trainer.args, trainer.state, trainer.control)
+    trainer.state.global_step = 3
+    callback.on_log(trainer.args, trainer.state, trainer.control, logs={"loss": 0.5, "eval_acc_custom": 1.0, "step": 99})
+    callback.on_log(trainer.args, trainer.state, trainer.control, logs={"eval_loss": 0.4, "eval_runtime": 1.0, "epoch": 1.0})
+    callback.on_train_end(trainer.args, trainer.state, trainer.control)
+    [metrics] = callback.run_dir.glob("rollout_metrics_*.jsonl")
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [(line["kind"], line["step"]) for line in lines] == [("train", 3), ("eval", 3)] and lines[0]["step (logged)"] == 99
+
+
+# A wrapper of the model's _get_logits_processor that takes (*args, **kwargs) (a profiler's, a tracer's, or a second
+# logger's: the callback added twice), put before or after the callback's: the constructor refused the first, and the
+# second raised KeyError('generation_config') inside generate, stopping the training. Both callbacks now record.
+@pytest.mark.parametrize("wrapped", ["before", "after", "second callback"])
+def test_a_logits_processor_wrapper_neither_stops_the_training_nor_the_recording(tmp_path, monkeypatch, wrapped):
+    trainer = make_trainer(tmp_path / "output", max_steps=1)
+    model = rollout_logger.callback._generating_model(trainer)
+
+    def wrap():
+        inner = model._get_logits_processor
+        model._get_logits_processor = lambda *args, **kwargs: inner(*args, **kwargs)
+
+    if wrapped == "before":
+        wrap()
+    callbacks = [RolloutLoggerCallback(trainer, enabled=True, save_dir=str(tmp_path / "root"), exp_name=name) for name in (["a", "b"] if wrapped == "second callback" else ["a"])]
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    if wrapped == "after":
+        wrap()
+    trainer.train()
+    logged = [[record["sampler_logprobs"] for records in read_records(callback.run_dir).values() for record in records] for callback in callbacks]
+    assert all(len(values) == 8 and all(values) for values in logged) and all(values == logged[0] for values in logged)

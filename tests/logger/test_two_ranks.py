@@ -83,3 +83,18 @@ def test_two_ranks_write_the_whole_batch_once(tmp_path):
         for member in members:  # advantages normalised over the whole group, across ranks
             expected = (member["reward"] - statistics.mean(rewards)) / (statistics.stdev(rewards) + 1e-4)
             assert member["advantage"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
+# The logger enabled on rank 0 alone (the usual pattern for a logger; or SAVE_ROLLOUT_DATA in one rank's environment):
+# its start shared rank 0's launch time with a collective the disabled rank never joined, and training hung for good.
+def test_a_logger_enabled_on_one_rank_alone_neither_hangs_nor_writes_the_other(tmp_path):
+    environment = {**os.environ, "EXP_NAME": "main_only", "OMP_NUM_THREADS": "1"}
+    environment.pop("SAVE_ROLLOUT_DATA", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(PROJECT / "tests" / "support" / "logger_two_ranks.py"), str(tiny_model_dir()), str(tmp_path), "main-only"]
+    finished = subprocess.run(command, env=environment, cwd=PROJECT, capture_output=True, text=True, timeout=240)
+    if finished.returncode and GLOO_ABORT in finished.stderr:
+        shutil.rmtree(tmp_path / "rollout_samples", ignore_errors=True)
+        finished = subprocess.run(command, env=environment, cwd=PROJECT, capture_output=True, text=True, timeout=240)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    names = sorted(read_records(tmp_path / "rollout_samples" / "main_only"))
+    assert [re.sub(r"_\d{8}T\d{6}Z", "", name) for name in names] == ["rollout_data_rank_0.jsonl"]

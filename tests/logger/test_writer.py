@@ -1,6 +1,7 @@
 """The JSONL writer: valid JSON for non-finite floats, whole lines, and faults that cost one warning, not the run."""
 
 import errno
+import importlib.abc
 import io
 import json
 import struct
@@ -209,3 +210,43 @@ def test_without_the_boards_reading_layer_the_lines_are_written_without_summarie
     [(kind, message)] = warnings
     assert kind == "summaries" and "the board parses the lines" in message
     assert not summaries.exists() and path.read_bytes().count(b"\n") == 4
+
+
+# The board's reading layer failing to load with another error than ImportError (a numpy built for another ABI: "dtype
+# size changed", a ValueError) killed the writing thread: one batch written, every later one queued until the end and
+# then lost. It is one warning now, and the lines are written without summaries.
+def test_a_reading_layer_that_fails_to_load_leaves_the_lines_written(tmp_path, monkeypatch):
+    class Broken(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "rl_board.reading.summaries":
+                raise ValueError("numpy.dtype size changed, may indicate binary incompatibility")
+
+    monkeypatch.delitem(sys.modules, "rl_board.reading.summaries")
+    monkeypatch.delattr(rl_board.reading, "summaries")
+    monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
+    warnings, path, summaries = summarized_run(tmp_path, [2, 3, 4])
+    assert [kind for kind, _ in warnings] == ["summaries"] and "dtype size changed" in warnings[0][1]
+    assert not summaries.exists() and path.read_bytes().count(b"\n") == 9
+
+
+# orjson refuses an integer beyond 64 bits (an id from uuid4().int), a lone surrogate (a file name os.listdir decoded)
+# and nesting past 254: such a log_extra value lost its sample's line (all the lines of a column of big ids). The
+# standard library writes them; a lone surrogate as its escape, which the board reads.
+def test_values_orjson_refuses_are_written_the_standard_library_s_way(encoder):
+    deep = [0]
+    for _ in range(300):
+        deep = [deep]
+    record = {"step": 1, "big_id": 2**64 + 7, "file": "photo_\udcff.png", "deep": deep, "reward": float("nan")}
+    parsed = strict_json(json_line(record))
+    assert parsed["big_id"] == 2**64 + 7 and parsed["file"] == "photo_\udcff.png" and parsed["reward"] is None
+    assert json.dumps(parsed["deep"]) == json.dumps(deep)
+
+
+# The writing thread lowers its priority by WRITER_NICENESS from where it starts: set to 10, it rose above a training
+# started at a niceness of 15.
+def test_the_writing_thread_yields_from_the_training_s_priority(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(rollout_logger.writer.os, "getpriority", lambda which, who: 15)
+    monkeypatch.setattr(rollout_logger.writer.os, "setpriority", lambda which, who, value: seen.append(value))
+    JsonlWriter(tmp_path / "rollouts.jsonl", lambda kind, message: None).close()
+    assert seen == [19]
