@@ -156,7 +156,7 @@ def test_non_finite_metrics_are_null(tmp_path):
     text = only_file(callback.run_dir, "rollout_metrics_*.jsonl").read_text()
     assert json.loads(text, parse_constant=pytest.fail) == {
         "step": 0,
-        "kind": "eval",
+        "kind": "train",  # a training log, with a metric of its own named eval_*
         "loss": None,
         "grad_norm": None,
         "eval_reward": None,
