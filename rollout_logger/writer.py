@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 WRITER_NICENESS = 10  # added to the thread's niceness; 19 is the lowest priority
+STALLED_SECONDS = 60.0  # at the end, how long the writer may write no batch (a hung network mount) before it is left
 
 if importlib.util.find_spec("orjson") is not None:
     import orjson
@@ -57,6 +58,14 @@ def _write_whole(file, data: bytes) -> None:
         if not written:  # taking nothing, it would never finish
             raise OSError(errno.EIO, "the file took no bytes")
         view = view[written:]
+
+
+def _deleted(file) -> bool:
+    """Whether the open file was deleted (its folder removed meanwhile): lines written to it would be lost unseen."""
+    try:
+        return os.fstat(file.fileno()).st_nlink == 0
+    except (OSError, ValueError):  # no descriptor to ask: not told
+        return False
 
 
 def _yield_to_training() -> None:
@@ -114,6 +123,7 @@ class JsonlWriter:
         self._texts = None  # the texts file, open with it
         self._summaries_started = False
         self.failed = False  # set by the writing thread after an I/O error; nothing is written from then on
+        self._batches_done = 0  # by the writing thread
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._drain, name="rollout-logger-writer", daemon=True)
         self._thread.start()
@@ -125,11 +135,20 @@ class JsonlWriter:
             self._queue.put(records)
 
     def close(self) -> None:
-        """Writes everything queued, then closes the file."""
+        """Writes everything queued, then closes the file; gives up, with a warning, once the writing thread has
+        finished no batch for STALLED_SECONDS (a disk that hangs: the end of training would wait for it for good)."""
         atexit.unregister(self.close)
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        if not self._thread.is_alive():
+            return
+        self._queue.put(None)
+        while True:
+            batches = self._batches_done
+            self._thread.join(STALLED_SECONDS)
+            if not self._thread.is_alive():
+                return
+            if self._batches_done == batches:
+                self._warn("stalled", f"writing {self.path} finished nothing for {STALLED_SECONDS:.0f} s; the {self._queue.qsize()} batch(es) still queued are not written")
+                return
 
     def _drain(self) -> None:
         _yield_to_training()
@@ -138,6 +157,7 @@ class JsonlWriter:
                 self._write_batch(records)
             except Exception as error:  # the thread must live on: a dead one would leave every later batch queued
                 self._warn("writer", f"writing a batch of rollout data to {self.path} failed ({error!r}); later batches are still written")
+            self._batches_done += 1
         self._close_file()
         self._stop_summaries()
 
@@ -157,6 +177,8 @@ class JsonlWriter:
                 self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
         data = b"".join(lines)
         try:
+            if data and _deleted(self._file):
+                raise OSError(errno.ENOENT, "the file was deleted")
             _write_whole(self._file, data)
         except OSError as error:
             self.failed = True

@@ -6,6 +6,8 @@ import io
 import json
 import struct
 import sys
+import threading
+import time
 
 import pytest
 
@@ -250,3 +252,34 @@ def test_the_writing_thread_yields_from_the_training_s_priority(tmp_path, monkey
     monkeypatch.setattr(rollout_logger.writer.os, "setpriority", lambda which, who, value: seen.append(value))
     JsonlWriter(tmp_path / "rollouts.jsonl", lambda kind, message: None).close()
     assert seen == [19]
+
+
+# A rank file deleted while training writes (its run folder removed) took every later line unseen, without a word: it
+# is an I/O error now, one warning, and the writing stops.
+def test_a_rank_file_deleted_while_writing_is_one_warning(tmp_path):
+    warnings = []
+    writer = JsonlWriter(tmp_path / "rollouts.jsonl", lambda kind, message: warnings.append((kind, message)))
+    writer.write([{"step": 1}])
+    while (tmp_path / "rollouts.jsonl").stat().st_size == 0:
+        time.sleep(0.01)
+    (tmp_path / "rollouts.jsonl").unlink()
+    writer.write([{"step": 2}])
+    writer.close()
+    [(kind, message)] = warnings
+    assert kind == "io" and "deleted" in message and writer.failed
+
+
+# A disk that hangs (a network mount) held the end of training for as long as it hung: close() leaves a writer that has
+# finished no batch for STALLED_SECONDS, with a warning naming what is not written.
+def test_closing_leaves_a_writer_that_finishes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(rollout_logger.writer, "STALLED_SECONDS", 0.3)
+    hung = threading.Event()
+    monkeypatch.setattr(rollout_logger.writer, "_write_whole", lambda file, data: hung.wait(30))
+    warnings = []
+    writer = JsonlWriter(tmp_path / "rollouts.jsonl", lambda kind, message: warnings.append((kind, message)))
+    for step in range(3):
+        writer.write([{"step": step}])
+    began = time.perf_counter()
+    writer.close()
+    assert time.perf_counter() - began < 5 and [kind for kind, _ in warnings] == ["stalled"] and "batch(es) still queued" in warnings[0][1]
+    hung.set()
