@@ -169,6 +169,7 @@ from rl_board.reading.storage import (
     is_remote,
     is_within,
     joined,
+    link_leading_outside,
     remote_storage,
     run_label,
     storage_errors,
@@ -287,9 +288,10 @@ def draw_run(settings: "Settings") -> tuple["RunSnapshot | None", list["RunSnaps
     if run is None:
         return None, []
     compared = load_compared_runs(settings)
-    history, *compared_histories = (load_history(shown.history_dir, current_history_signature(shown.history_dir)) for shown in [run, *compared])
+    history_dirs = [history_folder(shown, settings.allowed_root) for shown in [run, *compared]]
+    history, *compared_histories = (load_history(folder, current_history_signature(folder)) for folder in history_dirs)
     if settings.live:
-        watch_runs([run, *compared], [history, *compared_histories], settings.max_samples, settings.live_every)
+        watch_runs([run, *compared], [history, *compared_histories], history_dirs, settings.max_samples, settings.live_every)
     draw_run_metadata(run)
     run = draw_reward_weights(run)
     if run.report.empty and run.problems.empty and history.empty and history.problems.empty:
@@ -777,6 +779,9 @@ def load_selected_run(settings: "Settings"):
     if settings.allowed_root is not None and not is_within(run_dir, settings.allowed_root):  # e.g. a link out of the root
         st.warning(f"{markdown_literal(run_dir)} leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens only folders under it.")
         return None
+    if settings.allowed_root is not None and (link := link_leading_outside(run_dir, settings.allowed_root)):
+        st.warning(f"{markdown_literal(link)} is a link that leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens no run holding one.")
+        return None
     other_choice = st.empty()  # always there (STABLE_LAYOUT): picking another name must not rebuild the page below
     if run_dir != joined(root, settings.run_name):
         other_choice.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
@@ -814,12 +819,18 @@ def load_run(run_dir: str, max_samples: int, refresh: bool, bars: list["Progress
     return store.snapshots.get(max_samples) or store.load(max_samples)  # the newest: another session may have loaded meanwhile
 
 
+# Where a run's training history is read: its own (TRL's completions/ take the folder above), but never outside the
+# root a board served to the network opens (the run folder's own then).
+def history_folder(run: "RunSnapshot", allowed_root: str | None) -> str:
+    return run.history_dir if allowed_root is None or is_within(run.history_dir, allowed_root) else run.run_dir
+
+
 # The runs chosen to compare, loaded as the shown one is (from their index caches once indexed).
 def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
     run_dirs = [joined(settings.root, name) for name in settings.compare_names]
     run_dirs = [run_dir for run_dir in run_dirs if is_remote(run_dir) or Path(run_dir).is_dir()]
     if settings.allowed_root is not None:
-        run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root)]
+        run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root) and not link_leading_outside(run_dir, settings.allowed_root)]
     # One place for their problems and one pair of progress bars, always there (STABLE_LAYOUT): a run added, or a store
     # failing for one refresh, must not move the page below, where the browser would build every element anew.
     problems, bars = st.empty(), [ProgressBar(), ProgressBar()]
@@ -857,13 +868,13 @@ class ProgressBar:
 # Live mode: a fragment re-stats the files every few seconds and reruns the page when they changed (rollouts or
 # training history, of the shown run or a compared one), or when another session watching the same run already loaded
 # the change (the store is shared: it then has no work left).
-def watch_runs(shown: list["RunSnapshot"], histories: list["TrainingHistory"], max_samples: int, every_seconds: int):
+def watch_runs(shown: list["RunSnapshot"], histories: list["TrainingHistory"], history_dirs: list[str], max_samples: int, every_seconds: int):
     @st.fragment(run_every=every_seconds)
     def check_for_new_lines():
-        for run, history in zip(shown, histories):
+        for run, history, history_dir in zip(shown, histories, history_dirs):
             store = run_store(run.run_dir)
             try:
-                changed = store.snapshots.get(max_samples) is not run or store.needs_work(max_samples) or current_history_signature(run.history_dir) != history.signature
+                changed = store.snapshots.get(max_samples) is not run or store.needs_work(max_samples) or current_history_signature(history_dir) != history.signature
             except OSError as error:  # object storage out of reach for now: said, and asked again next time
                 st.caption(f"Live: {markdown_literal(error)}")
                 continue

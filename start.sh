@@ -52,11 +52,20 @@ fi
 
 # Served beyond this machine, Streamlit would look up the machine's external address for its start-up banner (a DNS
 # query, then a request to checkip.amazonaws.com): the address users open is given instead (browser.serverAddress:
-# RL_LOGGING_BOARD_HOST, else this machine's name). Pages opened at that address, or at any address of this server
-# (same origin), make it look nothing up; only a page of another origin opening the board's socket would.
+# RL_LOGGING_BOARD_HOST, else this machine's name). A page of another origin opening the board's socket made Streamlit
+# look up both addresses to compare them with its origin; the preamble below answers that neither is known, so the
+# server makes no outbound call, and such a page is refused.
 served=()
 case "$address" in
-  127.0.0.1 | localhost | ::1) ;;
+  127.0.0.1 | localhost | ::1)
+    # Served to this machine alone, without a token: the page's socket answers only a page opened at this machine's own
+    # names, so that a web site whose name is made to point here (DNS rebinding) cannot read the runs. A proxy that
+    # forwards another name here (JupyterHub's, say) adds it: RL_LOGGING_BOARD_ALLOWED_HOSTS=name,name2.
+    IFS=, read -r -a extra_hosts <<<"${RL_LOGGING_BOARD_ALLOWED_HOSTS:-}"
+    for allowed in localhost 127.0.0.1 ::1 ${extra_hosts[@]+"${extra_hosts[@]}"}; do
+      served+=(--server.allowedHosts "$allowed")
+    done
+    ;;
   *)
     if [ -z "${RL_LOGGING_BOARD_TOKEN:-}" ]; then
       RL_LOGGING_BOARD_TOKEN="$("$python" -c 'import secrets; print(secrets.token_urlsafe(18))')"
@@ -80,7 +89,9 @@ logging.disable(logging.WARNING)
 import rl_logging_board
 logging.disable(logging.NOTSET)
 import streamlit.delta_generator
-import streamlit.emojis  # the page icon is checked against its pattern: compiling it took the first page 50-120 ms
+import streamlit.emojis
+import streamlit.net_util
+streamlit.net_util.get_external_ip = streamlit.net_util.get_internal_ip = lambda: None  # the page icon is checked against its pattern: compiling it took the first page 50-120 ms
 from rl_board.reading.workers import WORKERS, worker_pool
 from streamlit.web.cli import main
 if WORKERS > 1:

@@ -29,6 +29,20 @@ def is_within(path, folder) -> bool:
     return Path(os.path.realpath(Path(path).expanduser())).is_relative_to(os.path.realpath(Path(folder).expanduser()))
 
 
+# The first symbolic link under a local folder (at any depth; links are not followed) that leads outside root once
+# resolved, or None: a board served to the network opens no run holding one (a rank file or a rollout_meta.json linked
+# to a file elsewhere would show it to every user).
+def link_leading_outside(folder: str, root: str) -> str | None:
+    if is_remote(folder):
+        return None
+    for parent, folders, files in os.walk(folder, followlinks=False):
+        for name in folders + files:
+            path = os.path.join(parent, name)
+            if os.path.islink(path) and not is_within(path, root):
+                return path
+    return None
+
+
 # A run's name on charts and in tables: its folder's name.
 def run_label(run_dir: str) -> str:
     return valid_text(Path(run_dir).name) or valid_text(run_dir)

@@ -4,6 +4,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -781,6 +782,29 @@ def test_served_to_the_network_the_page_needs_the_token_and_stays_under_the_root
     widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
     load_and_view(app)
     assert batch_table(app)["reward"].notna().all()
+
+
+# A run folder under the root holding a file that links outside it: its rank file, or its rollout_meta.json linked to a
+# credentials file, was opened and shown (only the run folder itself was checked). A run holding such a link is not
+# opened, and a compared one is left out.
+@pytest.mark.parametrize("linked", ["rollout_data_rank_9.jsonl", "rollout_meta_x.json", "images"])
+def test_served_to_the_network_a_run_holding_a_link_out_of_the_root_is_not_opened(grpo_root, tmp_path, monkeypatch, served_to_the_network, linked):
+    outside = tmp_path / "elsewhere"
+    write_run(outside / "secret_run", steps=1, samples=2, tokens=4, ranks=1, workers=1)
+    (outside / "credentials.json").write_text(json.dumps({"client_secret": "s3cret"}))
+    target = {"rollout_data_rank_9.jsonl": next((outside / "secret_run").glob("*rank_0*.jsonl")), "rollout_meta_x.json": outside / "credentials.json", "images": outside}[linked]
+    shutil.copytree(grpo_root / "grpo_run", grpo_root / "linked_run")
+    (grpo_root / "linked_run" / linked).symlink_to(target)
+    monkeypatch.setenv("RL_LOGGING_BOARD_TOKEN", "t")
+    app = start(grpo_root, monkeypatch)
+    widget(app.text_input, "Access token").input("t").run()
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("linked_run").run()
+    load_and_view(app)
+    assert "is a link that leads outside" in app.warning[0].value and not app.dataframe
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_run").run()
+    widget(app.sidebar.multiselect, "Compare with").set_value(["linked_run"])
+    load_and_view(app)
+    assert batch_table(app)["reward"].notna().all() and "s3cret" not in json.dumps([element.value for element in app.markdown])
 
 
 def test_served_to_the_network_any_root_opens_when_asked(grpo_root, tmp_path, monkeypatch, served_to_the_network):

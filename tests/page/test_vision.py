@@ -15,13 +15,19 @@ from PIL import Image
 import rl_logging_board as board
 from rl_board.figures import TOOL_TOKEN_STYLE
 from rl_board.metrics import token_rows, trl_kl_by_step
-from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
+from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE, image_check
 from rl_board.reading.lines import image_references
 from rl_board.reading.snapshot import SampleTokens
 from rl_board.reading.store import RunStore
 from rl_board.text import clean_text
 from tests.support.page import batch_table, load_and_view, open_token_view, running_text, start, widget
-from tests.support.vision_tool_runs import HOSTILE_PATHS, PLACEHOLDERS, write_tool_run, write_vision_run
+from tests.support.vision_tool_runs import (
+    HOSTILE_PATHS,
+    PLACEHOLDERS,
+    png_header_only,
+    write_tool_run,
+    write_vision_run,
+)
 
 OPENED: list[str] | None = None  # while a list, every file Python opens is added to it (an audit hook stays for good)
 
@@ -76,6 +82,16 @@ def test_images_are_decoded_and_reencoded_no_larger_than_shown(vision_root):
     assert max(decoded(thumbnail).size) == THUMBNAIL_SIDE
     pixel = decoded(board.page_image(line_file, {"path": "images/photo.jpg"}, 768)[0]).getpixel((2, 2))
     assert np.allclose(pixel, (30, 120, 200), atol=6)  # the image's own colours, not a placeholder
+
+
+# A small PNG of 9,450 × 9,450 passed Pillow's bomb bound (89 megapixels) and took 270 MB and 0.75 s to decode, each
+# time shown: an image over 40 megapixels is refused from its header; an 8K frame (33 megapixels) is not.
+def test_an_image_over_40_megapixels_is_refused_from_its_header(tmp_path):
+    png_header_only(tmp_path / "big.png", 9450, 9450)
+    problem = image_check(str(tmp_path / "big.png"), 1, 1)
+    assert problem and "9450 × 9450 pixels: over the decompression-bomb limit of 40,000,000" in problem
+    png_header_only(tmp_path / "8k.png", 7680, 4320)  # cut short: corrupt, but not refused for its size
+    assert "over the decompression-bomb limit" not in (image_check(str(tmp_path / "8k.png"), 1, 1) or "")
 
 
 def test_image_references_take_the_loggers_dicts_bare_paths_and_junk():
