@@ -72,7 +72,7 @@ case "$address" in
       export RL_LOGGING_BOARD_TOKEN
     fi
     host="${RL_LOGGING_BOARD_HOST:-$(hostname)}"
-    served=(--browser.serverAddress "$host")
+    served=(--browser.serverAddress "$host" --server.allowedHosts "*")  # any name users open it by: the token guards it
     echo "start.sh: served beyond this machine; open http://$host:$port/?token=$RL_LOGGING_BOARD_TOKEN" >&2
     ;;
 esac
