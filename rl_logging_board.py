@@ -2758,11 +2758,29 @@ def stopped_if(stopped: bool, found):
     return found
 
 
+# What a cached search found, or what it found before it stopped a little while ago (STOPPED_KEPT_SECONDS): every rerun
+# (a widget changed, a live refresh) would search again for the whole deadline.
 def whole_or_stopped(cached_search_function, *args):
+    asked = (cached_search_function.__name__, *(arg for arg in args if not isinstance(arg, RunSnapshot)))
+    now, stopped_searches = time.monotonic(), recently_stopped_searches()
+    if asked in stopped_searches and now - stopped_searches[asked][0] < STOPPED_KEPT_SECONDS:
+        return stopped_searches[asked][1]
     try:
         return cached_search_function(*args)
     except StoppedSearch as stopped:
+        for old in [key for key, (when, _) in list(stopped_searches.items()) if now - when >= STOPPED_KEPT_SECONDS]:
+            stopped_searches.pop(old, None)
+        stopped_searches[asked] = (now, stopped.found)
         return stopped.found
+
+
+STOPPED_KEPT_SECONDS = 60
+
+
+# The searches that stopped at their deadline, by what was asked: (when, what they found). Shared by sessions.
+@st.cache_resource(show_spinner=False)
+def recently_stopped_searches() -> dict:
+    return {}
 
 
 # The sample in view's keys outside the format, read from its line.

@@ -60,12 +60,19 @@ def _write_whole(file, data: bytes) -> None:
         view = view[written:]
 
 
-def _deleted(file) -> bool:
-    """Whether the open file was deleted (its folder removed meanwhile): lines written to it would be lost unseen."""
+def _deleted(file, path: Path) -> bool:
+    """Whether the open file was deleted (its folder removed meanwhile): lines written to it would be lost unseen. A
+    file system that counts no links of a live file is told apart by its path, which still names the same file."""
     try:
-        return os.fstat(file.fileno()).st_nlink == 0
+        opened = os.fstat(file.fileno())
+        if opened.st_nlink:
+            return False
+        named = os.stat(path)
+    except FileNotFoundError:
+        return True
     except (OSError, ValueError):  # no descriptor to ask: not told
         return False
+    return (named.st_ino, named.st_dev) != (opened.st_ino, opened.st_dev)
 
 
 def _yield_to_training() -> None:
@@ -147,7 +154,8 @@ class JsonlWriter:
             if not self._thread.is_alive():
                 return
             if self._batches_done == batches:
-                self._warn("stalled", f"writing {self.path} finished nothing for {STALLED_SECONDS:.0f} s; the {self._queue.qsize()} batch(es) still queued are not written")
+                left = max(self._queue.qsize() - 1, 0)  # the end marker put above is no batch
+                self._warn("stalled", f"writing {self.path} finished nothing for {STALLED_SECONDS:.0f} s: the batch being written, and the {left} after it, are left (written if the disk comes back while the process lives)")
                 return
 
     def _drain(self) -> None:
@@ -177,7 +185,7 @@ class JsonlWriter:
                 self._warn("serialize", f"a sample could not be written as JSON and was skipped ({error!r})")
         data = b"".join(lines)
         try:
-            if data and _deleted(self._file):
+            if data and _deleted(self._file, self.path):
                 raise OSError(errno.ENOENT, "the file was deleted")
             _write_whole(self._file, data)
         except OSError as error:

@@ -192,14 +192,9 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     rows = table.to_pylist()
     group_size = group_size or prompt_runs_size([row.get("prompt") for row in rows])
     notes = []
-    if reward_funcs and "completion" in columns:  # functions the metadata names that the file has not, and columns it does not name
-        between = columns[columns.index("completion") + 1 : columns.index("advantage") if "advantage" in columns else None]
-        unnamed = [name for name in between if name not in names and pa.types.is_floating(table.schema.field(name).type)]
-        absent = [name for name in dict.fromkeys(reward_funcs) if name not in columns]
-        if absent:
-            notes.append((0, f"the logger's metadata names reward function(s) {', '.join(absent)}, which this file has no column of: the reward sums the others"))
-        if unnamed:
-            notes.append((0, f"column(s) {', '.join(unnamed)} where TRL writes its reward functions' scores are none the logger's metadata names: fields, not in the reward (metadata of another run?)"))
+    absent = [name for name in dict.fromkeys(reward_funcs) if name not in columns]  # a float column not named may be a log_extra one
+    if absent:
+        notes.append((0, f"reward function(s) {', '.join(absent)} that the run's metadata or trainer_state.json names have no column in this file (metadata of another run?): the reward sums the others"))
     if len(rows) % group_size:
         notes.append((len(rows), f"{len(rows)} rows are not groups of {group_size} (num_generations): the last group has {len(rows) % group_size}"))
     lines = []

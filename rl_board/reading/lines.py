@@ -44,7 +44,12 @@ def kl_per_token(log_ratio: np.ndarray, estimator: str) -> np.ndarray:
 # e^x - 1 - x: +inf at x = ±inf, its limit there (computed term by term, e^x - 1 - x at +inf is inf - inf, NaN).
 def exp_minus_one_minus(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.where(np.isinf(x), np.inf, np.expm1(x) - x)
+        result = np.expm1(x)
+        result -= x
+    undefined = np.isnan(result)  # NaN where x is, and where x is ±inf (only those are set)
+    if undefined.any():
+        result[undefined & np.isinf(x)] = np.inf
+    return result
 
 
 # Sums and NaN-aware means over consecutive segments (one per sample) of each row of a 2-D array.

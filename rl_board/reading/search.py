@@ -47,8 +47,10 @@ SEARCH_PROGRAM = 2_000  # RE2's size of a regular expression at most (ordinary o
 
 # A text longer than this is searched on a thread of its own (search_until), so that the deadline also ends the wait
 # for it: RE2 runs in time linear in the text and its pattern, which for a megabyte is seconds at worst (a pattern RE2
-# cannot run as a DFA, [a-m][a-z ]{300}Q: 1.4 s a MB, 22 s for one 16 MB response).
+# cannot run as a DFA, [a-m][a-z ]{300}Q: 1.4 s a MB, 22 s for one 16 MB response). At most a core's worth of them at
+# once, searches left behind included: one more waits for a free one, within its deadline.
 LONG_TEXT = 64 << 10
+LONG_TEXT_SEARCHES = threading.BoundedSemaphore(max(WORKERS, 1))
 
 
 SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
@@ -265,6 +267,8 @@ def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str)
 # pattern.search(text) on a thread of its own, waited for until the deadline (then TimeoutError): RE2 lets go of the
 # interpreter lock, and a search no longer waited for goes on to its end on its daemon thread, which no exit waits for.
 def search_until(pattern, text: memoryview, deadline: float):
+    if not LONG_TEXT_SEARCHES.acquire(timeout=max(deadline - time.perf_counter(), 0.0)):
+        raise concurrent.futures.TimeoutError  # every core busy with long texts, left behind ones among them
     searched = concurrent.futures.Future()
 
     def search():
@@ -272,8 +276,14 @@ def search_until(pattern, text: memoryview, deadline: float):
             searched.set_result(pattern.search(text))
         except Exception as error:  # raised where it is waited for
             searched.set_exception(error)
+        finally:
+            LONG_TEXT_SEARCHES.release()
 
-    threading.Thread(target=search, name="long-text-search", daemon=True).start()
+    try:
+        threading.Thread(target=search, name="long-text-search", daemon=True).start()
+    except RuntimeError:  # no thread to be had
+        LONG_TEXT_SEARCHES.release()
+        raise
     return searched.result(timeout=max(deadline - time.perf_counter(), 0.0))
 
 

@@ -281,5 +281,5 @@ def test_closing_leaves_a_writer_that_finishes_nothing(tmp_path, monkeypatch):
         writer.write([{"step": step}])
     began = time.perf_counter()
     writer.close()
-    assert time.perf_counter() - began < 5 and [kind for kind, _ in warnings] == ["stalled"] and "batch(es) still queued" in warnings[0][1]
+    assert time.perf_counter() - began < 5 and [kind for kind, _ in warnings] == ["stalled"] and "the batch being written, and the 2 after it, are left" in warnings[0][1]
     hung.set()

@@ -156,16 +156,15 @@ def test_trl_reward_function_named_twice_is_one_column(tmp_path):
 
 def test_trl_metadata_naming_other_reward_functions_is_said_and_the_reward_names_only_those_scored(tmp_path):
     """Metadata of another run (the logger's default folder holds several) names a function the files do not have and
-    not one they have: the reward note named the absent one, the load report said nothing, and the other's scores were
-    left out of the reward unsaid."""
+    not one they have: the reward note named the absent one and the load report said nothing. (The column it does not
+    name is a field, as a log_extra float column between the scores and advantage is: the two cannot be told apart.)"""
     output = trl_copy(trl_run(), tmp_path / "run")
     (output / "rollout_meta_x.json").write_text(json.dumps({"reward_funcs": ["sorted_digits", "format"], "reward_weights": [1.0, 0.5]}))
     run = load(output)
     assert run.reward_note == "reward = 1 × sorted_digits (weights from the logger's metadata)"
     notes = run.problems["reason"].tolist()
     assert "the logger's metadata gives a weight to reward function(s) format that no loaded line scored: not in the reward" in notes
-    assert any(note.startswith("column(s) same_digits where TRL writes its reward functions' scores are none the logger's metadata names") for note in notes)
-    assert any(note.startswith("the logger's metadata names reward function(s) format, which this file has no column of") for note in notes)
+    assert any(note.startswith("reward function(s) format that the run's metadata or trainer_state.json names have no column in this file") for note in notes)
     for step, rows in parquet_steps(output / "completions").items():
         assert run.step_rows(step)["reward"].tolist() == pytest.approx([row["sorted_digits"] for row in rows], rel=1e-12)
 

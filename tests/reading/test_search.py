@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -448,3 +449,16 @@ def test_the_jsonl_download_leaves_out_lines_that_changed_since_the_load(tmp_pat
     assert export_jsonl(rows) == path.read_bytes()
     write_lines(path, [sample(1, response="a longer response " * 3), sample(2), sample(3, response="c" * 50)])
     assert export_jsonl(rows) == b""  # each old place now holds part of a longer line, or of two
+
+
+# Searches left behind at their deadline each kept a core until their text's end: reruns stopping one after another
+# piled them up on every core. At most a core's worth run at once; a search that finds none free stops at its deadline.
+def test_searches_left_behind_take_at_most_a_core_each(tmp_path, monkeypatch):
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+    slow = letters[np.random.default_rng(2).integers(0, len(letters), 1_500_000)].tobytes().decode()
+    run = load(write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response=slow)]).parent)
+    monkeypatch.setattr(rl_board.reading.search, "SEARCH_SECONDS", 0.2)
+    monkeypatch.setattr(rl_board.reading.search, "LONG_TEXT_SEARCHES", threading.BoundedSemaphore(2))
+    for _ in range(4):
+        assert search(run, "[a-m][a-z ]{300}Q", regex=True, match_case=True, places="response").searched == 0
+    assert sum(thread.name == "long-text-search" for thread in threading.enumerate()) <= 2
