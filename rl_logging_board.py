@@ -779,7 +779,7 @@ def load_selected_run(settings: "Settings"):
     if settings.allowed_root is not None and not is_within(run_dir, settings.allowed_root):  # e.g. a link out of the root
         st.warning(f"{markdown_literal(run_dir)} leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens only folders under it.")
         return None
-    if settings.allowed_root is not None and (link := link_leading_outside(run_dir, settings.allowed_root)):
+    if settings.allowed_root is not None and (link := link_out_of_root(run_dir, settings.allowed_root)):
         st.warning(f"{markdown_literal(link)} is a link that leads outside {markdown_literal(settings.allowed_root)}: served to the network, this board opens no run holding one.")
         return None
     other_choice = st.empty()  # always there (STABLE_LAYOUT): picking another name must not rebuild the page below
@@ -822,7 +822,16 @@ def load_run(run_dir: str, max_samples: int, refresh: bool, bars: list["Progress
 # Where a run's training history is read: its own (TRL's completions/ take the folder above), but never outside the
 # root a board served to the network opens (the run folder's own then).
 def history_folder(run: "RunSnapshot", allowed_root: str | None) -> str:
-    return run.history_dir if allowed_root is None or is_within(run.history_dir, allowed_root) else run.run_dir
+    if allowed_root is None or run.history_dir == run.run_dir:
+        return run.history_dir
+    return run.history_dir if is_within(run.history_dir, allowed_root) and not link_out_of_root(run.history_dir, allowed_root) else run.run_dir
+
+
+# A link under a folder that leads outside the root a board served to the network opens (link_leading_outside), looked
+# for at most every few seconds: a folder of many checkpoints takes a while to walk, and each rerun asks.
+@st.cache_data(ttl=10, show_spinner=False)
+def link_out_of_root(folder: str, root: str) -> str | None:
+    return link_leading_outside(folder, root)
 
 
 # The runs chosen to compare, loaded as the shown one is (from their index caches once indexed).
@@ -830,7 +839,7 @@ def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
     run_dirs = [joined(settings.root, name) for name in settings.compare_names]
     run_dirs = [run_dir for run_dir in run_dirs if is_remote(run_dir) or Path(run_dir).is_dir()]
     if settings.allowed_root is not None:
-        run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root) and not link_leading_outside(run_dir, settings.allowed_root)]
+        run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root) and not link_out_of_root(run_dir, settings.allowed_root)]
     # One place for their problems and one pair of progress bars, always there (STABLE_LAYOUT): a run added, or a store
     # failing for one refresh, must not move the page below, where the browser would build every element anew.
     problems, bars = st.empty(), [ProgressBar(), ProgressBar()]
