@@ -42,8 +42,8 @@ def pass_numbers(record: LossPassRecord) -> dict:
     valued = lambda array: array[~np.isnan(array)] if array is not None else np.zeros(0)  # noqa: E731
     return {
         "tokens": int(has_value.sum()),
-        "clipped_low": int((clipped == -1).sum()) if clipped is not None else np.nan,
-        "clipped_high": int((clipped == 1).sum()) if clipped is not None else np.nan,
+        "clipped_low": int((clipped < 0).sum()) if clipped is not None else np.nan,  # -1 as the logger writes it: any below 0, as the index counts a clip
+        "clipped_high": int((clipped > 0).sum()) if clipped is not None else np.nan,
         "entropy_dropped": int((entropy_mask == 0).sum()) if entropy_mask is not None else np.nan,
         "abs_weight": float(np.abs(valued(weight)).sum()) if weight is not None else np.nan,
         "weight": float(valued(weight).sum()) if weight is not None else np.nan,

@@ -137,3 +137,13 @@ def test_clip_shares_pool_the_ranks_as_the_run_s_trl_version_did(tmp_path, trl_v
         write_lines(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", [line])
     (tmp_path / "run" / "rollout_meta_1.json").write_text(json.dumps({"trl_version": trl_version} if trl_version else {}))
     assert rl_board.open_run(tmp_path / "run").update_by_step()["clip_ratio/high_mean"].tolist() == pytest.approx([expected])
+
+
+# A clip written as another number than -1 or +1 (2, -0.5: another writer's) counted in the sample's clipped tokens but
+# in no clip share: any below 0 is a low clip and any above 0 a high one, as the index counts a clip.
+def test_a_clip_of_another_number_counts_as_its_sign(tmp_path):
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1, advantage=1.0, loss_passes=[{"step": 1, "micro_batch": 0, "clipped": [2, -0.5, 0, 0]}])])
+    run = rl_board.open_run(tmp_path / "run")
+    by_step = run.update_by_step().set_index("step")
+    assert run.samples["clipped_tokens"].tolist() == [2]
+    assert (by_step.loc[1, "clip_ratio/low_mean"], by_step.loc[1, "clip_ratio/high_mean"], by_step.loc[1, "clip_ratio/region_mean"]) == (0.25, 0.25, 0.5)
