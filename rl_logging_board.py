@@ -93,7 +93,7 @@ from rl_board.metrics import (
     step_stats,
     token_rows,
     trl_kl_by_step,
-    trl_pools_kl,
+    trl_pools_ranks,
     turn_rows,
 )
 from rl_board.mismatch import (
@@ -824,7 +824,12 @@ def load_run(run_dir: str, max_samples: int, refresh: bool, bars: list["Progress
 def history_folder(run: "RunSnapshot", allowed_root: str | None) -> str:
     if allowed_root is None or run.history_dir == run.run_dir:
         return run.history_dir
-    return run.history_dir if is_within(run.history_dir, allowed_root) and not link_out_of_root(run.history_dir, allowed_root) else run.run_dir
+    return run.history_dir if confined(run.history_dir, allowed_root) else run.run_dir
+
+
+# Whether a folder lies under the root a board served to the network opens, no link under it leading out.
+def confined(folder: str, allowed_root: str) -> bool:
+    return is_within(folder, allowed_root) and not link_out_of_root(folder, allowed_root)
 
 
 # A link under a folder that leads outside the root a board served to the network opens (link_leading_outside), looked
@@ -839,7 +844,7 @@ def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
     run_dirs = [joined(settings.root, name) for name in settings.compare_names]
     run_dirs = [run_dir for run_dir in run_dirs if is_remote(run_dir) or Path(run_dir).is_dir()]
     if settings.allowed_root is not None:
-        run_dirs = [run_dir for run_dir in run_dirs if is_within(run_dir, settings.allowed_root) and not link_out_of_root(run_dir, settings.allowed_root)]
+        run_dirs = [run_dir for run_dir in run_dirs if confined(run_dir, settings.allowed_root)]
     # One place for their problems and one pair of progress bars, always there (STABLE_LAYOUT): a run added, or a store
     # failing for one refresh, must not move the page below, where the browser would build every element anew.
     problems, bars = st.empty(), [ProgressBar(), ProgressBar()]
@@ -1449,7 +1454,7 @@ def draw_update(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory
         if (run.samples["loss_passes"] > 0).any():
             passes = cached_loss_passes(run.version, run.samples)
             meta = run.meta or {}
-            tables.append((name, cached_update_by_step(run.version, sequence_level(meta), meta.get("loss_type"), trl_pools_kl(meta.get("trl_version")), passes.table).set_index("step")))
+            tables.append((name, cached_update_by_step(run.version, sequence_level(meta), meta.get("loss_type"), trl_pools_ranks(meta.get("trl_version")), passes.table).set_index("step")))
     options = [name for name in UPDATE_SERIES if any(name in table and table[name].notna().any() for _, table in tables)]
     if not options:  # the index saw loss passes the lines no longer hold (rewritten)
         problems = cached_loss_passes(shown.version, shown.samples).problems
@@ -1672,7 +1677,7 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
     for position, (name, run) in enumerate(runs):
         prefix = f"{name} · " if len(runs) > 1 else ""
         if not run.downsampled and run.has_values("micro_batch"):
-            recomputed = trl_kl_by_step(run.samples, pooled_ranks=trl_pools_kl((run.meta or {}).get("trl_version")))
+            recomputed = trl_kl_by_step(run.samples, pooled_ranks=trl_pools_ranks((run.meta or {}).get("trl_version")))
             lines.append((f"{prefix}TRL kl from the lines", tuple(recomputed.index.tolist()), tuple(recomputed.tolist())))
         if position == 0 and "kl" in history.train and history.train["kl"].notna().any():
             logged = history.train[["step", "kl"]].dropna()

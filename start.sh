@@ -89,9 +89,9 @@ logging.disable(logging.WARNING)
 import rl_logging_board
 logging.disable(logging.NOTSET)
 import streamlit.delta_generator
-import streamlit.emojis
+import streamlit.emojis  # the page icon is checked against its pattern: compiling it took the first page 50-120 ms
 import streamlit.net_util
-streamlit.net_util.get_external_ip = streamlit.net_util.get_internal_ip = lambda: None  # the page icon is checked against its pattern: compiling it took the first page 50-120 ms
+streamlit.net_util.get_external_ip = streamlit.net_util.get_internal_ip = lambda: None  # no outbound lookup: see served=() above
 from rl_board.reading.workers import WORKERS, worker_pool
 from streamlit.web.cli import main
 if WORKERS > 1:

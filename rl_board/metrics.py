@@ -172,13 +172,14 @@ def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Serie
     return means.groupby(level="step").mean()
 
 
-# TRL (1.9 on) pools each loss pass's kl over all ranks' tokens; before, it averaged each rank's token mean. Unknown: pooled.
-POOLED_KL_SINCE = (1, 9)
+# TRL (1.9 on) pools each loss pass's kl and clip shares over all ranks' tokens; before, it averaged each rank's
+# token mean. Unknown: pooled.
+POOLED_RANKS_SINCE = (1, 9)
 
 
-def trl_pools_kl(trl_version) -> bool:
+def trl_pools_ranks(trl_version) -> bool:
     match = re.match(r"(\d+)\.(\d+)", str(trl_version or ""))
-    return match is None or (int(match.group(1)), int(match.group(2))) >= POOLED_KL_SINCE
+    return match is None or (int(match.group(1)), int(match.group(2))) >= POOLED_RANKS_SINCE
 
 
 # Per step, the share of groups with identical rewards and the share of truncated completions. A group is judged on
@@ -264,7 +265,7 @@ def group_table(table: pd.DataFrame, pad_token: str | None = None, system_prompt
             "reward spread": 0.0 if same else rewards.max() - rewards.min(),
             "reward std": 0.0 if same else rewards.std(ddof=0),
             "mean reward": rewards.mean(),
-            "zero signal": rewards.max() == rewards.min() if rewards.notna().any() else pd.NA,
+            "zero signal": same if rewards.notna().any() else pd.NA,
             "truncated": members["truncated"].sum() if members["truncated"].notna().any() else np.nan,
             "samples": members.index.tolist(),
             "rewards": [number_text(reward) for reward in rewards],  # as the page's other texts show a reward

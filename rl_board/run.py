@@ -28,7 +28,7 @@ import pandas as pd
 
 from rl_board.changes import default_threshold, side_rows
 from rl_board.changes import prompt_changes as changes_between
-from rl_board.metrics import token_rows, trl_pools_kl
+from rl_board.metrics import token_rows, trl_pools_ranks
 from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
@@ -185,7 +185,7 @@ class Run:
         dropped, the policy ratio's extremes, how concentrated the update was (top_sample_share, samples_for_half;
         rl_board.update.UPDATE_SERIES), passes and samples. Empty without loss passes."""
         meta = self.snapshot.meta or {}
-        return update_by_step(self._loss_passes(), sequence_level(meta), meta.get("loss_type"), trl_pools_kl(meta.get("trl_version")))
+        return update_by_step(self._loss_passes(), sequence_level(meta), meta.get("loss_type"), trl_pools_ranks(meta.get("trl_version")))
 
     def update_shares(self) -> pd.DataFrame:
         """A row per (step, sample) of the loss passes: the optimizer step, the sample's generation step and index in

@@ -30,8 +30,8 @@ from rollout_logger.metadata import LOSS_META_KEY
 
 # The numbers of one loss pass over one sample: its tokens (those any of its lists has a value at: a tool's have none,
 # and a ratio that overflowed to null still has its clip and weight), how many were clipped low and high and dropped
-# by the entropy mask, Σ|weight| and Σ weight, and the ratio's extremes (±inf included: the charts name them). The
-# page's and the index's per-sample numbers, and a row of the passes table.
+# by the entropy mask, Σ|weight| and Σ weight, and the ratio's extremes (±inf included: the charts name them). A row
+# of the passes table.
 def pass_numbers(record: LossPassRecord) -> dict:
     values = {key: np.asarray(getattr(record, key), dtype=float) if getattr(record, key) is not None else None for key in ("policy_ratio", "clipped", "entropy_mask", "update_weight")}
     present = [array for array in values.values() if array is not None]
@@ -67,7 +67,7 @@ class LossPasses:
 
 
 def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
-    rows_out, problems, notes, parser = [], [], [], simdjson.Parser()
+    rows_out, problems, notes, parser, paths = [], [], [], simdjson.Parser(), samples["path"].to_numpy()
     # only the lines the index saw passes in (all of them when it has no such column)
     positions = np.flatnonzero(samples["loss_passes"].to_numpy() > 0) if "loss_passes" in samples else np.arange(len(samples))
     for position, raw, step, place in lines_read_back(samples, positions):
@@ -97,7 +97,7 @@ def read_loss_passes(samples: pd.DataFrame) -> LossPasses:
             numbers = pass_numbers(loss_pass)
             if numbers.pop("lengths_differ"):
                 notes.append(f"{place}: a loss pass's per-token lists are of different lengths: its tokens are those any of them has a value at")
-            rows_out.append({"sample": position, "path": samples["path"].iat[position], "generation_step": step, "step": pass_step, "micro_batch": loss_pass.micro_batch, **numbers})
+            rows_out.append({"sample": position, "path": paths[position], "generation_step": step, "step": pass_step, "micro_batch": loss_pass.micro_batch, **numbers})
     table = pd.DataFrame(rows_out, columns=PASS_COLUMNS)
     return LossPasses(table=table.astype({"micro_batch": float}), problems=problems, notes=notes)
 
@@ -119,7 +119,7 @@ def decoded_loss_passes(raw: bytes, parser: simdjson.Parser) -> tuple:
 
 # Per optimizer step: TRL's clip fractions (clip_ratio/low_mean, high_mean, region_mean: per loss pass, the pooled
 # share of the tokens of all ranks, or of the sequences at sequence level, then the mean over the step's passes; TRL
-# before 1.9 averaged each rank's share instead, pooled_ranks=False: rl_board.metrics.trl_pools_kl), the share of
+# before 1.9 averaged each rank's share instead, pooled_ranks=False: rl_board.metrics.trl_pools_ranks), the share of
 # tokens the entropy mask dropped, the passes and samples, and how concentrated the update was: the largest sample's
 # share of the step's Σ|weight| and how many samples make half of it. Passes without a micro_batch are one pass of
 # their step.
@@ -194,7 +194,7 @@ def samples_for_half(shares: pd.Series) -> float:
 # the token (NaN where none has); none for a line without passes. A pass of another shape is left out.
 def token_update(loss_passes, length: int) -> dict[str, np.ndarray]:
     try:
-        loss_passes, _ = loss_pass_records(loss_passes if loss_passes is not None else [], None)
+        loss_passes, _ = loss_pass_records(loss_passes, None)
     except ValueError:  # not a list: another tool's key of that name
         return {}
     if not loss_passes:

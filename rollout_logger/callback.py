@@ -38,6 +38,7 @@ from .metadata import (
     ROLLOUTS_FOLDER,
     SAMPLER_META_KEY,
     SUMMARIES_SUFFIX,
+    URL_USER_INFO,
 )
 from .sampler import GenerateLogprobs
 from .writer import JsonlWriter
@@ -99,8 +100,6 @@ EOS_TOKEN_IDS_SINCE = Version("1.15")
 RESERVED_KEYS = FORMAT_KEYS | {"image"}
 # Keys of the training arguments (at any depth) left out of the metadata: they may hold credentials.
 SECRET_KEY = re.compile(r"(?:^|_)token$|password|secret|api_?key|access_key|credential|(?:^|_)auth(?:$|_|orization)", re.IGNORECASE)
-# A URL's user and password (https://user:password@host/...), taken out of any text the metadata keeps.
-URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 
 
 @dataclasses.dataclass
@@ -994,7 +993,7 @@ def _without_secrets(config: Any) -> Any:
     if isinstance(config, list):
         return [_without_secrets(value) for value in config]
     if isinstance(config, str):
-        return URL_CREDENTIALS.sub("", config)
+        return URL_USER_INFO.sub("", config)
     return config
 
 

@@ -118,3 +118,5 @@ METRICS_FILE = "rollout_metrics_{launch}.jsonl"
 METRICS_FILES = "rollout_metrics_*.jsonl"
 # The prompts' images, named by their content's hash; a line lists them as {"path": "images/<hash>.<png|jpg>", ...}.
 IMAGES_FOLDER = "images"
+# A URL's user and password (https://user:password@host/...): neither side keeps them where it writes or shows a URL.
+URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]+@")

@@ -194,13 +194,10 @@ class JsonlWriter:
             self._cut_back()
             self._close_file()
             return
-        self._size += len(data)
-        try:
-            if not self._summaries_started:
-                self._open_summaries()  # once lines are written: a file that cannot be written at all warns once
-            self._add_summaries(data, self._size - len(data))
-        except Exception as error:  # the lines are written; the board parses them instead
-            self._summaries_failed(error)
+        offset, self._size = self._size, self._size + len(data)
+        if not self._summaries_started:
+            self._open_summaries()  # once lines are written: a file that cannot be written at all warns once
+        self._add_summaries(data, offset)
 
     def _open_summaries(self) -> None:
         self._summaries_started = True
@@ -216,7 +213,7 @@ class JsonlWriter:
             self._summaries = open(self._summaries_path, "wb", buffering=0)
             self._texts = open(summaries.texts_file(str(self.path)), "wb", buffering=0)
             self._summaries.write(summaries.summaries_header(self.path.name))
-        except OSError as error:
+        except Exception as error:  # the lines are written; the board parses them instead
             self._summaries_failed(error)
 
     def _add_summaries(self, data: bytes, base: int) -> None:
@@ -224,8 +221,8 @@ class JsonlWriter:
         they are); what a failure cuts short is cut off again."""
         if self._summaries is None or not data:
             return
-        texts_end, end = self._texts.tell(), self._summaries.tell()
         try:
+            texts_end, end = self._texts.tell(), self._summaries.tell()
             texts, record = self._summaries_of(data, base, texts_end)
         except Exception as error:  # the lines are written; the board parses them instead
             self._summaries_failed(error)

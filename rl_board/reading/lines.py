@@ -41,14 +41,12 @@ def kl_per_token(log_ratio: np.ndarray, estimator: str) -> np.ndarray:
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
-# e^x - 1 - x: +inf at x = ±inf, its limit there (computed term by term, e^x - 1 - x at +inf is inf - inf, NaN).
+# e^x - 1 - x: +inf at x = ±inf, its limit there (computed term by term, at +inf it is inf - inf: NaN).
 def exp_minus_one_minus(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         result = np.expm1(x)
         result -= x
-    undefined = np.isnan(result)  # NaN where x is, and where x is ±inf (only those are set)
-    if undefined.any():
-        result[undefined & np.isinf(x)] = np.inf
+    result[np.isposinf(x)] = np.inf
     return result
 
 
@@ -400,21 +398,21 @@ def line_step_hints(data, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return hints
 
 
-STEP_KEYS = 64
+MOST_STEP_KEYS = 64
 
 
 # The step a line's "step" keys give ("step" as a value, a token, is no key). A "step" key that is the first key of an
 # object inside the line is passed over: each of the logger's loss passes begins so (naming its own optimizer step, a
 # later one than the line's with num_iterations > 1). The hint is the value of the one other "step" key of the line;
 # NaN (the line is parsed at once) where it has none, or two or more (a field's object or an agent's turn with "step"
-# after other keys: either could be the line's), or more than STEP_KEYS keys (the loss passes of a line of a million
+# after other keys: either could be the line's), or more than MOST_STEP_KEYS keys (the loss passes of a line of a million
 # tokens: parsing it costs less than looking at each), or its value is not an integer. Parsing has the last word.
 def line_step_hint(data, start: int, end: int) -> float:
     first = LONG_LINE_STEP_KEY if end - start > LONG_LINE else STEP_KEY  # the keys after it are mostly near: re
     opening, own, key = data.find(b"{", start, end), None, first.search(data, start, end)  # the line's own object
-    for _ in range(STEP_KEYS):
+    for _ in range(MOST_STEP_KEYS):
         if key is None:
-            value = STEP_VALUE.match(data, data.find(b":", own) + 1, end) if own is not None else None
+            value = STEP_VALUE.match(data, own, end) if own is not None else None
             return float(value.group(1)) if value else math.nan  # a step too big for int64 becomes inf; 2.5, "3" or null give none
         at = key.start()
         before = at - 1
@@ -423,7 +421,7 @@ def line_step_hint(data, start: int, end: int) -> float:
         if not (data[before] == ord("{") and before != opening):  # no object's first key inside the line
             if own is not None:
                 return math.nan
-            own = at
+            own = key.end()  # its value follows the colon
         key = STEP_KEY.search(data, at + 1, end)
     return math.nan
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import fsspec
 
 from rl_board.text import shorten, valid_text
+from rollout_logger.metadata import URL_USER_INFO
 
 
 # Whether path lies inside folder once symbolic links and ".." are resolved. A URL is within a URL of the same store
@@ -96,9 +97,6 @@ SPAN_GAP, SPAN_BLOCK = 1 << 16, 2 << 20
 
 # Environment variables that hold secrets: their values are blanked out of any message shown.
 SECRET_VARIABLES = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|ACCOUNT_KEY|CREDENTIAL|SAS", re.IGNORECASE)
-
-
-URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
 class StorageError(OSError):

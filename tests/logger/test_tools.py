@@ -167,7 +167,7 @@ def test_board_leaves_tool_tokens_out_of_kl(tools_run):
         log_ratio = np.array([record["logprobs"][i] - record["ref_logprobs"][i] for i in sampled])
         assert row["avg_kl_k3"] == pytest.approx(np.mean(np.expm1(-log_ratio) + log_ratio), rel=1e-9, abs=1e-15)
     logged = {entry["step"]: entry["kl"] for entry in trainer.state.log_history if "kl" in entry}
-    recomputed = board.trl_kl_by_step(run.samples, board.trl_pools_kl(run.meta["trl_version"]))
+    recomputed = board.trl_kl_by_step(run.samples, board.trl_pools_ranks(run.meta["trl_version"]))
     assert list(recomputed.index) == STEPS
     for step in STEPS:
         assert recomputed[step] == pytest.approx(logged[step], rel=1e-6, abs=KL_ROUNDING)
@@ -206,7 +206,7 @@ def test_bundled_tools_example_run():
     for step, kl in recomputed.items():
         assert kl == pytest.approx(logged[step], rel=1e-5, abs=KL_ROUNDING)
     run = board.RunStore(str(BUNDLED)).load(10240, parallel=False)
-    by_board = board.trl_kl_by_step(run.samples, board.trl_pools_kl(run.meta["trl_version"]))
+    by_board = board.trl_kl_by_step(run.samples, board.trl_pools_ranks(run.meta["trl_version"]))
     assert by_board.to_dict() == pytest.approx(recomputed, rel=1e-9, abs=1e-12)
 
 

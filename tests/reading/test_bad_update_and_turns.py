@@ -129,7 +129,7 @@ def test_a_token_s_update_is_over_the_passes_that_have_it():
 
 
 # TRL before 1.9 logged each clip share as the mean of the ranks' shares, since as the tokens of all ranks pooled
-# (as its kl: rl_board.metrics.trl_pools_kl); a run's trl_version says which it recomputes.
+# (as its kl: rl_board.metrics.trl_pools_ranks); a run's trl_version says which it recomputes.
 @pytest.mark.parametrize(("trl_version", "expected"), [("0.29.0", (1 / 1 + 0 / 3) / 2), ("1.9.0", 1 / 4), (None, 1 / 4)])
 def test_clip_shares_pool_the_ranks_as_the_run_s_trl_version_did(tmp_path, trl_version, expected):
     for rank, clipped in enumerate([[1], [0, 0, 0]]):

@@ -53,7 +53,7 @@ from rl_board.metrics import (
     step_stats,
     token_rows,
     trl_kl_by_step,
-    trl_pools_kl,
+    trl_pools_ranks,
     zero_signal_members,
 )
 from rl_board.reading.history import TrainingHistory, read_history
@@ -853,7 +853,7 @@ def test_trl_kl_is_the_mean_over_loss_passes_of_their_token_means():
                     passes.append(np.mean([np.concatenate([line[3] for line in chosen if line[2] == rank]).mean() for rank in ("r0", "r1")]))
             expected[step] = np.mean(passes)
         assert trl_kl_by_step(samples, pooled_ranks=pooled).to_dict() == pytest.approx(expected, rel=1e-12)
-    assert trl_pools_kl("1.16.0") and trl_pools_kl("1.9.0") and not trl_pools_kl("0.29.0") and trl_pools_kl(None)
+    assert trl_pools_ranks("1.16.0") and trl_pools_ranks("1.9.0") and not trl_pools_ranks("0.29.0") and trl_pools_ranks(None)
 
 
 # TRL kl from the lines counts the tokens that have a k3 value, as avg_kl_k3 does: a tool's token and a null ref
@@ -877,7 +877,7 @@ def test_trl_kl_from_the_bundled_lines_equals_the_trainers_logged_kl(name):
     run_dir = str(board.DEFAULT_ROOT / name)
     run = RunStore(run_dir).load(10240, parallel=False)
     logged = read_history(run_dir).train.set_index("step")["kl"].dropna()
-    recomputed = trl_kl_by_step(run.samples, trl_pools_kl(run.meta["trl_version"]))
+    recomputed = trl_kl_by_step(run.samples, trl_pools_ranks(run.meta["trl_version"]))
     assert not run.downsampled and run.samples["micro_batch"].notna().all()
     assert list(recomputed.index) == list(logged.index) == run.steps
     np.testing.assert_allclose(recomputed.to_numpy(), logged.to_numpy(), rtol=1e-5)
