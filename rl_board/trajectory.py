@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from rl_board.reading.lines import (
-    JSON_NUMBER,
     BadLine,
     as_float,
     decode_line,
@@ -23,6 +22,7 @@ from rl_board.reading.lines import (
     integer_step,
     kl_per_token,
     python_json,
+    text_number,
 )
 from rl_board.reading.snapshot import SampleTokens, ensure_same_step, lines_read_back, read_line
 from rl_board.text import json_kind
@@ -176,9 +176,8 @@ def text_of(value) -> str | None:
 
 # A turn's reward or advantage: a number, or one written as text ("0.5", "1e400"); NaN for anything else.
 def number_of(value) -> float:
-    if isinstance(value, str) and JSON_NUMBER.fullmatch(value.strip()):
-        return float(value)  # 1e400: inf
-    return as_float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan  # 10**400: inf
+    value = text_number(value) if isinstance(value, str) else value
+    return as_float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan  # 10**400, 1e400: inf
 
 
 # Each turn's numbers from the sample's per-token values over its span (NaN without tokens or a span; a span past the

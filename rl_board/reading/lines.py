@@ -588,6 +588,15 @@ def type_info(kind) -> msgspec.inspect.Type:
 JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
+# A number written as text ("3", "0.5", "1e400"), as a line may write any: an integer where it has no fraction or
+# exponent (as Python's json reads it), else a float; None for any other text.
+def text_number(text: str) -> int | float | None:
+    text = text.strip()
+    if not JSON_NUMBER.fullmatch(text):
+        return None
+    return float(text) if any(mark in text for mark in ".eE") else json_integer(text)
+
+
 # floats_in_range of one value of type `info` (msgspec.inspect's): a new value where something changed.
 def floats_in_range(value, info):
     kinds = info.types if isinstance(info, msgspec.inspect.UnionType) else (info,)
@@ -840,8 +849,8 @@ def add_staleness_numbers(numbers: dict, row: int, step: int, value, problems: l
     value = raw_value(value) if isinstance(value, msgspec.Raw) else value
     if value is None:
         return
-    if type(value) is str and JSON_NUMBER.fullmatch(value.strip()):  # a number written as text, as a line may write any
-        value = float(value) if any(mark in value for mark in ".eE") else json_integer(value.strip())
+    if type(value) is str and (number := text_number(value)) is not None:
+        value = number
     if type(value) is float and value.is_integer() and abs(value) < POLICY_VERSIONS:
         value = int(value)
     if type(value) is not int or not 0 <= value < POLICY_VERSIONS:
