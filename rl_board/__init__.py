@@ -7,9 +7,10 @@
 The map, by the data path (each module's docstring says more; only the page imports Streamlit):
 
     run folder, on disk or object storage      reading/storage.py   list_folder, read_range, read_spans, StorageError
-    which files, in which trainer's format     formats/             a module per format in a registry (trl, verl,
-                                                                    openrlhf, verl_fork, board_jsonl); conversion.py
-                                                                    turns other trainers' files into the board's JSONL
+    which files, in which trainer's format     formats/             a module per format in a registry (16: TRL,
+                                                                    verl, prime-rl, NeMo-RL, OpenRLHF, W&B tables...,
+                                                                    its docstring lists them); conversion.py turns
+                                                                    other trainers' files into the board's JSONL
     what a line holds                          reading/lines.py     decoding: the first pass's numbers, texts, tokens;
                                                                     KL estimators per token (the line format itself is
                                                                     rollout_logger/metadata.py, shared with the logger)

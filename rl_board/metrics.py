@@ -18,7 +18,7 @@ from rl_board.reading.lines import (
 )
 from rl_board.reading.snapshot import RunSnapshot, SampleTokens
 from rl_board.text import IMAGE_PLACEHOLDER, clean_text, number_text, shorten
-from rl_board.update import token_update
+from rl_board.update import token_update, trl_pass_means
 
 # Per-step series of the reward tab, in the original's order.
 REWARD_SERIES = ["reward", "ref_reward", "valid_reward", "ref_valid_reward"]
@@ -165,11 +165,7 @@ def trl_kl_by_step(samples: pd.DataFrame, pooled_ranks: bool = True) -> pd.Serie
         "count": lines[KL_TOKENS].fillna(0.0),
         "step": lines["step"], "micro_batch": lines["micro_batch"], "path": lines["path"],
     })
-    passes = tokens.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]))[["kl", "count"]].sum()
-    means = passes["kl"] / passes["count"].clip(lower=1)  # TRL: a pass without tokens counts as 0
-    if not pooled_ranks:
-        means = means.groupby(level=["step", "micro_batch"]).mean()
-    return means.groupby(level="step").mean()
+    return trl_pass_means(tokens, {"kl": "kl"}, pooled_ranks)["kl"].groupby(level="step").mean()
 
 
 # TRL (1.9 on) pools each loss pass's kl and clip shares over all ranks' tokens; before, it averaged each rank's

@@ -146,10 +146,7 @@ def update_by_step(passes: pd.DataFrame, sequence_level: bool = False, loss_type
         count=1.0 if sequence_level else passes["tokens"].astype(float),
     )
     table.loc[passes["clipped_low"].isna(), ["low", "high", "region"]] = np.nan
-    groups = table.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]), dropna=False)[["low", "high", "region", "count"]].sum(min_count=1)
-    per_pass = pd.DataFrame({name: groups[column] / groups["count"].clip(lower=1) for name, column in (("clip_ratio/low_mean", "low"), ("clip_ratio/high_mean", "high"), ("clip_ratio/region_mean", "region"))})
-    if not pooled_ranks:  # each rank's share, then their mean
-        per_pass = per_pass.groupby(level=["step", "micro_batch"], dropna=False).mean()
+    per_pass = trl_pass_means(table, {"clip_ratio/low_mean": "low", "clip_ratio/high_mean": "high", "clip_ratio/region_mean": "region"}, pooled_ranks)
     result = per_pass.groupby(level="step").mean()
     sums = passes.groupby("step")[["entropy_dropped", "tokens", "abs_weight"]].sum(min_count=1)
     result["entropy_dropped"] = sums["entropy_dropped"] / sums["tokens"].clip(lower=1)
@@ -163,6 +160,15 @@ def update_by_step(passes: pd.DataFrame, sequence_level: bool = False, loss_type
     if loss_type == "cispo":  # CISPO caps the weight of a high ratio (clipped +1), it zeroes no gradient: TRL's own name
         result = result.drop(columns=["clip_ratio/low_mean", "clip_ratio/region_mean"]).rename(columns={"clip_ratio/high_mean": "cispo_clip_ratio"})
     return result.reset_index()
+
+
+# TRL's token means per loss pass (step, micro_batch; rows without a micro_batch one pass of their step): each column
+# of `means` (name: summed column) over the pass's `count`, pooled over all ranks' rows, or each rank's (a path) then
+# their mean where pooled_ranks is False (rl_board.metrics.trl_pools_ranks). A pass without tokens counts as 0.
+def trl_pass_means(table: pd.DataFrame, means: dict[str, str], pooled_ranks: bool) -> pd.DataFrame:
+    sums = table.groupby(["step", "micro_batch"] + ([] if pooled_ranks else ["path"]), dropna=False)[[*means.values(), "count"]].sum(min_count=1)
+    per_pass = pd.DataFrame({name: sums[column] / sums["count"].clip(lower=1) for name, column in means.items()})
+    return per_pass if pooled_ranks else per_pass.groupby(level=["step", "micro_batch"], dropna=False).mean()
 
 
 # Whether the run's loss weighs whole sequences (TRL's importance_sampling_level="sequence"), from its metadata.
