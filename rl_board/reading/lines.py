@@ -642,20 +642,34 @@ def python_json(raw, **options) -> tuple[object, str | None]:
     return json.loads(without_lone_surrogates(text.removeprefix("\ufeff")), **{"parse_int": json_integer, **options}), note
 
 
-# msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens) from a Python value: give it
-# the value's JSON (json's, which writes a lone surrogate as an escape where msgspec's encoder raises).
+# msgspec.convert cannot fill a field kept as raw JSON (the summary's response_tokens; a trajectory's turns, each
+# element raw) from a Python value: give it the value's JSON (json's, which writes a lone surrogate as an escape where
+# msgspec's encoder raises, and NaN as NaN).
 def with_raw_fields(value: dict, struct_type) -> dict:
-    for name in raw_field_names(struct_type):
-        if name in value:
-            value[name] = msgspec.Raw(json.dumps(value[name]).encode())
+    for name, elements_raw in raw_field_names(struct_type):
+        if name not in value:
+            continue
+        if not elements_raw:
+            value[name] = raw_json(value[name])
+        elif isinstance(value[name], list):
+            value[name] = [raw_json(element) for element in value[name]]
     return value
 
 
-# The keys of a struct kept as raw JSON, found once: msgspec.structs.fields evaluates the struct's annotations at each
-# call (0.15 ms, 85 % of a line of another kind's time: 300,000 such lines took 14 s).
+def raw_json(value) -> msgspec.Raw:
+    return msgspec.Raw(json.dumps(value).encode())
+
+
+# The keys of a struct kept as raw JSON, and whether it is their elements that are (list[msgspec.Raw]), found once:
+# msgspec.structs.fields evaluates the struct's annotations at each call (0.15 ms, 85 % of a line of another kind's
+# time: 300,000 such lines took 14 s).
 @functools.cache
-def raw_field_names(struct_type) -> tuple[str, ...]:
-    return tuple(field_info.encode_name for field_info in msgspec.structs.fields(struct_type) if field_info.type is msgspec.Raw)
+def raw_field_names(struct_type) -> tuple[tuple[str, bool], ...]:
+    return tuple(
+        (field_info.encode_name, field_info.type is not msgspec.Raw)
+        for field_info in msgspec.structs.fields(struct_type)
+        if field_info.type is msgspec.Raw or field_info.type in (list[msgspec.Raw], list[msgspec.Raw] | None)
+    )
 
 
 # A line's summary and its fields outside the format, the fast way where simdjson takes its per-token lists as they

@@ -86,6 +86,20 @@ def test_a_turn_of_another_shape_leaves_out_itself_and_errors_are_what_they_say(
     assert summary.loc["calc", ["calls", "results", "errors"]].tolist() == [1, 6, 1] and summary.loc["search", "calls"] == 1
 
 
+# A line msgspec refuses (a bare NaN anywhere in it: trackio's "NaN" metadata, rLLM's json.dumps of a NaN metric) keeps
+# its turns: they were left out of the turn view, silently, while the samples table counted them.
+def test_a_line_with_a_nan_elsewhere_keeps_its_turns(tmp_path):
+    turns = [{"role": "user", "text": "2+2?", "reward": float("nan")}, "a bare string", {"role": "assistant", "text": "4", "reward": 1.0}]
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1, turns=turns, reward_std=float("nan"))])
+    assert b"NaN" in (tmp_path / "run" / "rollout_data_rank_0.jsonl").read_bytes()
+    run = rl_board.open_run(tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = run.turns(1, 0)
+    assert run.samples["turns"].tolist() == [2] and table["text"].tolist() == ["2+2?", "4"] and table["reward"].tolist()[1] == 1.0
+    assert [str(warning.message) for warning in caught] == ["turn 1 is a JSON string, not an object: left out"]
+
+
 # A pass's tokens are those any of its lists has a value at: a ratio that overflowed to null still has its clip, so
 # the clip shares stay shares (they came to 200 %: the clipped tokens over the tokens with a ratio); lists of
 # different lengths are counted over the longest, with a note. A pass of another shape leaves out itself alone (the
