@@ -16,14 +16,16 @@ A line becomes a board line, line for line: step the file name's rollout id; pro
 number (a dict reward: its numbers as rewards_per_func, reward missing: which one was trained on is the trainer's
 --reward-key); group_id the group_index (an evaluation's within its dataset); response_tokens the response's token
 ids (as text); logprobs response_rollout_log_probs, missing where the mask is false (the only log-probs Relax keeps,
-as slime); ground_truth the label; stop_reason and truncated from status (completed: stop, truncated: length,
+as slime; a list of another length than the tokens is left out, a mask of another length ignored, each with a
+note); ground_truth the label; stop_reason and truncated from status (completed: stop, truncated: length,
 aborted and failed: error); text/split train or eval, text/dataset the evaluation's dataset; the other keys kept as
 fields. A folder of <rollout_id>.jsonl files (train/ or eval/) is a run; so is rollout_result_dir, both its folders."""
 import re
 
-from rl_board.formats.agent_turns import encoded, finite
+from rl_board.formats.agent_turns import LineNotes, Notes, encoded, finite
 from rl_board.formats.base import UTF8_BOM, Folder, RunFormat, RunLayout, first_line_keys, json_object, parent_and_name
 from rl_board.reading.storage import FileStatus, joined, list_folder
+from rl_board.text import json_kind
 from rollout_logger.metadata import FORMAT_KEYS
 
 DUMP_FILE = re.compile(r"(\d+)\.jsonl")
@@ -82,12 +84,17 @@ def results(files) -> bool:
 
 # A <rollout_id>.jsonl as the board's lines, line for line (a line that is not a JSON object stays as it is: a bad line
 # at its number, or the incomplete last line of a file being written).
-def result_lines(data: bytes, context: tuple) -> bytes:
+def result_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     ((step, split),) = context
-    return b"\n".join(result_line(line, step, split) for line in data.removeprefix(UTF8_BOM).split(b"\n"))
+    notes, lines = Notes(), []
+    for number, line in enumerate(data.removeprefix(UTF8_BOM).split(b"\n"), 1):
+        line_notes = LineNotes()
+        lines.append(result_line(line, step, split, line_notes))
+        notes.add(number, line_notes)
+    return b"\n".join(lines), notes.rows
 
 
-def result_line(line: bytes, step: int, split: str) -> bytes:
+def result_line(line: bytes, step: int, split: str, notes: LineNotes) -> bytes:
     record = json_object(line)
     if record is None:
         return line
@@ -104,13 +111,18 @@ def result_line(line: bytes, step: int, split: str) -> bytes:
     if record.get("group_index") is not None:
         board["group_id"] = f"{dataset}:{record['group_index']}" if dataset is not None else record["group_index"]
     ids = record.get("response_token_ids")
+    if ids is not None and not isinstance(ids, list):
+        notes.add(f"response_token_ids is a JSON {json_kind(ids)}, not a list: left out, with its log-probs")
     if isinstance(ids, list) and ids:
         board["response_tokens"] = [str(token) for token in ids]
-        logprobs = record.get("response_rollout_log_probs")
+        logprobs, mask = record.get("response_rollout_log_probs"), record.get("response_rollout_log_probs_mask")
         if isinstance(logprobs, list) and len(logprobs) == len(ids):
-            mask = record.get("response_rollout_log_probs_mask")
+            if mask is not None and not (isinstance(mask, list) and len(mask) == len(ids)):
+                notes.add(f"response_rollout_log_probs_mask {size_for(mask, ids)}: ignored, every log-prob kept")
             kept = mask if isinstance(mask, list) and len(mask) == len(ids) else [True] * len(ids)
             board["logprobs"] = [finite(value) if keep else None for value, keep in zip(logprobs, kept)]
+        elif logprobs is not None:
+            notes.add(f"response_rollout_log_probs {size_for(logprobs, ids)}: left out")
     if record.get("label") is not None:
         board["ground_truth"] = record["label"]
     status = record.get("status")
@@ -121,3 +133,8 @@ def result_line(line: bytes, step: int, split: str) -> bytes:
     board |= {(f"{key} (Relax)" if key in board or key in FORMAT_KEYS else key): value for key, value in others.items()}
     board["relax_status"] = status
     return encoded(board)  # a lone surrogate (half an emoji) escaped, not a whole file lost
+
+
+# What a per-token list is against the response's tokens, for a note: "of 2 values for 3 tokens", "a JSON string".
+def size_for(values, ids: list) -> str:
+    return f"of {len(values)} values for {len(ids)} tokens" if isinstance(values, list) else f"is a JSON {json_kind(values)}, not a list"

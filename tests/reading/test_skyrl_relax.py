@@ -133,7 +133,30 @@ def test_relax_bad_lines_are_counted(tmp_path):
     path.write_text("\n".join([raw[0], "[1, 2]", json.dumps({**json.loads(raw[1]), "reward": "x", "response_token_ids": "oops"}), *raw[2:]]) + "\n", "utf-8")
     run = rl_board.open_run(folder / "train")
     assert run.format == relax.NAME and len(run.samples) == len(raw)
-    assert run.samples["reward"].isna().sum() == 1 and len(run.problems) == 1
+    assert run.samples["reward"].isna().sum() == 1
+    assert run.problems[["line", "reason"]].values.tolist() == [
+        [2, "a JSON array, not an object"],
+        [3, "response_token_ids is a JSON string, not a list: left out, with its log-probs"],
+    ]
+
+
+# Log-probs the writer gave another length than the response's tokens (nothing in _sample_to_summary_record makes them
+# agree) cannot be put on the tokens: left out with a note, as a mask of another length is ignored with one.
+def test_relax_logprobs_of_another_length_are_left_out_with_a_note(tmp_path):
+    folder = relax_run(tmp_path / "rollout_result", steps=(0,), eval_steps=())
+    path = folder / "train" / "0.jsonl"
+    raw = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    assert all(len(line["response_rollout_log_probs"]) == len(line["response_token_ids"]) >= 2 for line in raw)
+    raw[0]["response_rollout_log_probs"] = raw[0]["response_rollout_log_probs"][:-1]
+    raw[1]["response_rollout_log_probs_mask"] = [True]
+    path.write_text("".join(json.dumps(line) + "\n" for line in raw), "utf-8")
+    run = rl_board.open_run(folder / "train")
+    tokens = len(raw[0]["response_token_ids"])
+    assert run.problems[["line", "kind", "reason"]].values.tolist() == [
+        [1, "note", f"response_rollout_log_probs of {tokens - 1} values for {tokens} tokens: left out"],
+        [2, "note", f"response_rollout_log_probs_mask of 1 values for {len(raw[1]['response_token_ids'])} tokens: ignored, every log-prob kept"],
+    ]
+    assert "logp" not in run.tokens(0, 0) and run.tokens(0, 1)["logp"].tolist() == raw[1]["response_rollout_log_probs"]
 
 
 def test_skyrl_training_dumps_converted_in_the_training_environment(tmp_path):
