@@ -787,13 +787,19 @@ def load_selected_run(settings: "Settings"):
         other_choice.caption(f"Showing {markdown_literal(run_dir)}; press Load & View to open {markdown_literal(settings.run_name)}.")
     try:
         snapshot = load_run(run_dir, settings.max_samples, opening or settings.live, [ProgressBar(), ProgressBar()])
-    except StorageError as error:
-        st.error(markdown_literal(error))
+    except OSError as error:
+        st.error(markdown_literal(load_failure(run_dir, error)))
         return None
     if opening:  # the original's toast; it counts the samples shown, as the load report's caption does
         shown, bad = len(snapshot.samples), int(snapshot.report["bad lines"].sum())
         st.toast(f"Loaded {shown} sample(s), success: {shown}, error: {bad}")
     return snapshot
+
+
+# Why a run could not be loaded: object storage's message as it is (it names the run, without credentials), a disk's
+# error (an I/O error, an NFS handle gone stale) with the run's folder.
+def load_failure(run_dir: str, error: OSError) -> str:
+    return str(error) if isinstance(error, StorageError) else f"{run_dir} could not be read ({error}): it is read again at the next load or refresh."
 
 
 # A run opened after another starts at its latest step, its first sample and no search: the place in the other run
@@ -853,8 +859,8 @@ def load_compared_runs(settings: "Settings") -> list["RunSnapshot"]:
         if run_dir != st.session_state.get(StateKey.LOADED_RUN):
             try:
                 compared.append(load_run(run_dir, settings.max_samples, settings.live, bars))
-            except StorageError as error:
-                failures.append(markdown_literal(error))
+            except OSError as error:
+                failures.append(markdown_literal(load_failure(run_dir, error)))
     if failures:
         problems.warning("\n\n".join(failures))
     return compared

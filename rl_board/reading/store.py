@@ -70,7 +70,7 @@ class RunStore:
     def current_files(self) -> tuple[dict[str, "FileStatus"], "RunFormat"]:
         sources, run_format = run_sources(self.run_dir)
         if run_format.convert is None:
-            return sources, run_format
+            return readable_files(sources, run_format)
         folder = conversions_folder(self.cache, self.run_dir)
         if not self.conversions:
             self.conversions.update(known_conversions(folder))
@@ -267,6 +267,22 @@ class RunStore:
             if progress:
                 progress(done / total, f"Processing {done} / {total} more samples...")
         return {path for path, _ in owners}
+
+
+# The files of a run on disk that this process may open, and a load-report row for each other (a rank file a trainer
+# in a container wrote as root with mode 600): the run's other files are shown. Tried each time: one open a file.
+def readable_files(sources: dict[str, "FileStatus"], run_format: "RunFormat") -> tuple[dict[str, "FileStatus"], "RunFormat"]:
+    unreadable = []
+    for path in sources:
+        if not is_remote(path):
+            try:
+                open(path, "rb").close()
+            except OSError as error:
+                unreadable.append((path, error.strerror or type(error).__name__))
+    if not unreadable:
+        return sources, run_format
+    problems = tuple((valid_text(Path(path).name), 0, "skipped", f"cannot be read ({reason}): left out, read once it can be") for path, reason in unreadable)
+    return {path: status for path, status in sources.items() if path not in dict(unreadable)}, dataclasses.replace(run_format, problems=run_format.problems + problems)
 
 
 # Runs are the root's sub-folders, and the root itself when one of the formats' layouts makes it a run (it holds rank

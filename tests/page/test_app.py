@@ -876,3 +876,23 @@ def test_served_to_the_network_a_token_in_the_link_is_accepted_and_dropped(grpo_
     assert [error.value for error in wrong.error] == ["Wrong access token in the link."] and not wrong.sidebar.button
     widget(wrong.text_input, "Access token").input("s3cret-token").run()
     assert wrong.sidebar.button and not wrong.error and "token" not in wrong.query_params
+
+
+# A disk's error while a run is read (an I/O error, an NFS handle gone stale when a file is replaced) is said in an
+# error box naming the run, not a traceback; the run is read again at the next load.
+def test_a_disk_error_while_reading_a_run_is_said_not_raised(tmp_path, monkeypatch):
+    write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", [sample(0), sample(1)])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+
+    def failing(path, start, end):
+        raise OSError(5, "Input/output error", path)
+
+    monkeypatch.setattr("rl_board.reading.workers.read_range", failing)
+    monkeypatch.setattr("rl_board.reading.index.read_range", failing)
+    app = start(tmp_path / "runs", monkeypatch)
+    assert [error.value for error in app.error] == [markdown_literal(f"{tmp_path / 'runs' / 'run'} could not be read ([Errno 5] Input/output error: '{tmp_path / 'runs' / 'run' / 'rollout_data_rank_0.jsonl'}'): it is read again at the next load or refresh.")]
+    monkeypatch.undo()
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    load_and_view(app)
+    assert not app.error and len(batch_table(app)) == 1

@@ -1584,3 +1584,24 @@ def test_a_last_line_continued_without_its_newline_is_read_as_a_whole_parse_read
         pd.testing.assert_frame_equal(shown.samples.drop(columns="index_id"), fresh.samples.drop(columns="index_id"))
         assert shown.problems[["line", "kind"]].values.tolist() == fresh.problems[["line", "kind"]].values.tolist()
     assert live.steps == fresh.steps and 1 not in fresh.steps  # line 2 is no line of step 1 once it goes on
+
+
+# A rank file this process may not read (a trainer in a container wrote it as root, mode 600) is left out with a row
+# of the load report, and the run's other files are shown: open_run raised PermissionError, the page a traceback. As
+# root, which reads any file, the load runs without the capabilities that let it (setpriv).
+def test_a_rank_file_that_cannot_be_read_is_reported_and_the_others_shown(tmp_path):
+    run_dir = tmp_path / "run"
+    write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(0), sample(1)])
+    write_lines(run_dir / "rollout_data_rank_1.jsonl", [sample(0), sample(1)])
+    (run_dir / "rollout_data_rank_1.jsonl").chmod(0)
+    load = (
+        "import rl_board; run = rl_board.open_run(" + repr(str(run_dir)) + "); "
+        "print(len(run.samples), run.problems[['file', 'kind', 'reason']].values.tolist())"
+    )
+    without_override = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if without_override and not shutil.which("setpriv"):
+        pytest.skip("root reads any file, and setpriv (util-linux) is not here to drop that")
+    environment = {**os.environ, "RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run([*without_override, sys.executable, "-c", load], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2 [['rollout_data_rank_1.jsonl', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
