@@ -164,10 +164,14 @@ class RunStore:
             size = listing[index.path].size
             jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
         new_bytes = sum(size - index.indexed_to for index, size, _ in jobs)
+        before = {index.path: edges(index.path, listing[index.path]) for index in changed if not is_remote(index.path)}
         self.index_files(jobs, max_samples, (WORKERS > 1 and new_bytes > PARALLEL_MIN_BYTES) if parallel is None else parallel, files_progress, samples_progress)
         selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = cached_together(list(self.files.values()))
         self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
+        for index in changed:  # rewritten while it was read (an append leaves the bytes listed as they were): read anew next time
+            if index.path in before and (before[index.path] is None or edges(index.path, listing[index.path]) != before[index.path]):
+                index.identity = None
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
         written = parsed | retexted | {index.path for index in changed}
         if not bundle:
@@ -267,6 +271,14 @@ class RunStore:
             if progress:
                 progress(done / total, f"Processing {done} / {total} more samples...")
         return {path for path, _ in owners}
+
+
+# A file's first and last 4 KiB of the bytes it was listed with, hashed (None where it cannot be read): taken before a
+# pass over them and after, they differ where the file was rewritten meanwhile (its identity, taken after the pass,
+# would hash the new bytes, and the next load would take the rewrite for an append of the old).
+def edges(path: str, status: "FileStatus") -> tuple[str, str] | None:
+    identity = read_identity(path, status.size, status)
+    return identity and (identity.head_hash, identity.tail_hash)
 
 
 # The files of a run on disk that this process may open, and a load-report row for each other (a rank file a trainer

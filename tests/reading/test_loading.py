@@ -1605,3 +1605,28 @@ def test_a_rank_file_that_cannot_be_read_is_reported_and_the_others_shown(tmp_pa
     result = subprocess.run([*without_override, sys.executable, "-c", load], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=environment)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "2 [['rollout_data_rank_1.jsonl', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
+
+
+# A file rewritten in place while a load reads its new bytes (a tool that writes its whole JSONL again each step, in
+# live mode) is read anew by the next load: its identity was taken after the pass, from the new bytes, so the next
+# load took the rewrite for an append, kept the old numbers and cached them (a restart showed them too).
+def test_a_file_rewritten_while_it_is_read_is_read_anew_by_the_next_load(tmp_path, monkeypatch):
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    write_lines(path, [sample(1, reward=0.5) for _ in range(3)])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(path.parent))
+    store.load(64, parallel=False)
+    with open(path, "ab") as file:
+        file.write(json.dumps(sample(2, reward=0.5)).encode() + b"\n")
+    index_chunk = rl_board.reading.store.index_chunk
+
+    def rewritten_meanwhile(*arguments):
+        indexed = index_chunk(*arguments)
+        write_lines(path, [sample(step, reward=0.123456789) for step in (1, 2) for _ in range(3)])
+        return indexed
+
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", rewritten_meanwhile)
+    store.load(64, parallel=False)
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", index_chunk)
+    for shown in (store.load(64, parallel=False), RunStore(str(path.parent)).load(64, parallel=False)):
+        assert shown.samples["reward"].tolist() == [0.123456789] * 6 and shown.samples["step"].tolist() == [1, 1, 1, 2, 2, 2] and shown.problems.empty
