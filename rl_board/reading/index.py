@@ -271,7 +271,7 @@ class FileIndex:
         except (OSError, RejectedSummaries) as error:
             self.summaries_rejected(summaries, error, self.physical_lines)
             return
-        self.take_checked(summaries, chunks, end)
+        self.take_checked(summaries, chunks, end, start)
 
     # The records its summaries file gained since (a live run's steps), taken as at the first: a record of lines parsed
     # meanwhile (written before their record) is passed over. One that disagrees ends their use, with a note.
@@ -281,18 +281,21 @@ class FileIndex:
         if not self.summaries_end:  # none taken yet
             self.take_summaries(summaries, size)
             return
+        start = self.scan_start()
         try:
             raw, got = read_range(summaries.path, self.summaries_end, summaries.status.size)
-            chunks, end = read_more_summaries(bytes(raw[:got]), self.summaries_end, self.scan_start(), size)
+            chunks, end = read_more_summaries(bytes(raw[:got]), self.summaries_end, start, size)
         except (OSError, RejectedSummaries) as error:
             self.summaries_rejected(summaries, error, self.physical_lines)
             return
-        self.take_checked(summaries, chunks, end)
+        self.take_checked(summaries, chunks, end, start)
 
-    # Chunks of its summaries file's records, used where their spot checks agree (their texts records, where theirs do):
-    # SPOT_CHECKS lines of the first records, the last line of those a live run added since.
-    def take_checked(self, summaries: "Entry", chunks: list[IndexedChunk], end: int):
+    # Chunks of its summaries file's records from byte start of the file, used where they leave out no line and their
+    # spot checks agree (their texts records, where theirs do): SPOT_CHECKS lines of the first records, the last line
+    # of those a live run added since.
+    def take_checked(self, summaries: "Entry", chunks: list[IndexedChunk], end: int, start: int):
         try:
+            check_cover(self.path, chunks, start)
             texts_problem = check_spots(self.path, chunks, SPOT_CHECKS if not self.summaries_end else 1)
         except (OSError, RejectedSummaries) as error:
             self.summaries_rejected(summaries, error, self.physical_lines)
@@ -444,6 +447,21 @@ def check_spots(path: str, chunks: list[IndexedChunk], spots: int) -> str | None
         if reason:
             raise RejectedSummaries(f"{reason}, at byte {offset}")
     return texts_problem or texts_disagreement(texts[0], spans[len(places) :])
+
+
+# The bytes that chunks of summaries records from byte start leave between their lines (more than a line end: blank
+# lines, or a line a record left out), read to check that they are blank: a record that leaves out a line is refused
+# (its lines would be neither shown nor counted). The logger's leave none.
+def check_cover(path: str, chunks: list[IndexedChunk], start: int):
+    if not chunks:
+        return
+    offsets = np.concatenate([chunk.lines.offset for chunk in chunks])
+    begins = np.concatenate([[start], offsets + np.concatenate([chunk.lines.length for chunk in chunks])])
+    ends = np.concatenate([offsets, [chunks[-1].lines.complete_end]])
+    gaps = np.flatnonzero(ends - begins > len(b"\r\n"))
+    for at, span in zip(begins[gaps].tolist(), read_spans([path] * len(gaps), begins[gaps].tolist(), (ends - begins)[gaps].tolist())):
+        if span.strip():
+            raise RejectedSummaries(f"its records leave out what is no blank line at byte {at}")
 
 
 # The rows with a texts record that check_spots reads (their lines, with where each is, and their records), as

@@ -264,6 +264,33 @@ def field_twice(index, payload):
     return payload
 
 
+def line_left_out(index, payload):
+    """A batch's record without its second line (no line spot-checked): every per-line value of it taken out."""
+    if index != 2:
+        return payload
+    count, row = len(payload["offset"]) // 8, 1
+
+    def without_row(value):
+        if isinstance(value, bytes) and len(value) in (count, 8 * count):
+            width = len(value) // count
+            return value[: row * width] + value[(row + 1) * width :]
+        if isinstance(value, list) and len(value) == count:
+            return value[:row] + value[row + 1 :]
+        if isinstance(value, dict):
+            return {key: without_row(item) for key, item in value.items()}
+        return value
+
+    more = {}
+    for name, (rows, values) in payload.get("more_fields", {}).items():
+        rows = np.frombuffer(rows, dtype="<i8")
+        kept = rows != row
+        more[name] = [(rows[kept] - (rows[kept] > row)).astype("<i8").tobytes(), without_row(values) if len(rows) == count else values]
+    payload = {key: value if key in ("more_fields", "problems", "physical_lines", "start", "end") else without_row(value) for key, value in payload.items()}
+    payload["more_fields"] = more
+    payload["problems"] = [[position - (position > row), kind, text] for position, kind, text in payload.get("problems", []) if position != row]
+    return payload
+
+
 def other_version(index, payload):
     if index == 0:
         payload["summary_format"] += 1
@@ -289,6 +316,7 @@ def stale(path: Path):
         (lambda path: rewrite_records(path, step_changed), "at step"),
         (lambda path: rewrite_records(path, reward_changed), "reward"),
         (lambda path: rewrite_records(path, offsets_shifted), "no whole line"),
+        (lambda path: rewrite_records(path, line_left_out), "leave out what is no blank line"),
         (lambda path: rewrite_records(path, other_version), "another version"),
         (lambda path: rewrite_records(path, field_cut_short), "values of extra/difficulty are not one a line"),
         (lambda path: rewrite_records(path, texts_as_numbers), "values of text/data_source are not one a line"),
@@ -299,7 +327,7 @@ def stale(path: Path):
         (lambda path: shutil.copyfile(path.with_name(RANK_FILES[1] + SUMMARIES_SUFFIX), path), "it summarizes"),
         (stale, ""),
     ],
-    ids=["damaged", "step", "reward", "offsets", "version", "field-cut-short", "texts-as-numbers", "value-past-its-lines", "index-column-as-field", "field-twice", "not-summaries", "other-file", "stale"],
+    ids=["damaged", "step", "reward", "offsets", "line-left-out", "version", "field-cut-short", "texts-as-numbers", "value-past-its-lines", "index-column-as-field", "field-twice", "not-summaries", "other-file", "stale"],
 )
 def test_a_summaries_file_that_disagrees_is_not_used_with_a_note(run, tmp_path, monkeypatch, tamper, reason):
     tamper(run / (RANK_FILES[0] + SUMMARIES_SUFFIX))
