@@ -19,6 +19,7 @@ import re2
 
 from rl_board.reading.lines import (
     EXTRA_PREFIX,
+    JSON_NUMBER,
     KL_ESTIMATORS,
     TEXT_PREFIX,
     TEXTS_DECODER,
@@ -336,13 +337,14 @@ def spreadsheet_csv(table: pd.DataFrame) -> str:
 
 
 # A cell as a spreadsheet gets it: a list or a mapping (a prompt's image paths, a chat) as JSON, not Python's repr, and a
-# text that starts as a formula with a ' in front, so that it is shown, not run.
+# text that starts as a formula with a ' in front, so that it is shown, not run; a number kept as text (a group id of
+# -1, a ground truth of -5) is no formula, and stays the number.
 def spreadsheet_cell(value):
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, (list, tuple, dict)):
         value = json.dumps(value, ensure_ascii=False, default=str)
-    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not JSON_NUMBER.fullmatch(value) else value
 
 
 def export_parquet(rows: pd.DataFrame) -> bytes:

@@ -424,6 +424,14 @@ def test_the_csv_download_neither_runs_a_formula_nor_splits_a_row(tmp_path):
     assert [row[header.index("reward")] for row in body] == ["-1.5"] * len(hostile)  # numbers stay numbers
 
 
+# A number the board keeps as text (a group id, a ground truth: its lines' JSON numbers) is exported as that number, not
+# with a formula's ' in front: a spreadsheet reads "-1" as -1, and "-1+1" is still a formula.
+def test_the_csv_download_keeps_numbers_kept_as_text(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, group_id=-1, ground_truth=-5), sample(1, group_id="-1+1", ground_truth="-3.5e2")])
+    rows = list(csv.DictReader(io.StringIO(export_csv(load(tmp_path / "run").samples))))
+    assert [(row["group_id"], row["ground_truth"]) for row in rows] == [("-1", "-5"), ("'-1+1", "-3.5e2")]
+
+
 # A list or mapping in a cell (What changed's image paths, a chat prompt) is written as JSON that a spreadsheet or a
 # script reads back, not as Python's repr.
 def test_the_csv_download_writes_lists_and_mappings_as_json():
