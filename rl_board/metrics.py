@@ -69,6 +69,18 @@ def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
     counts = np.diff(np.r_[starts, len(steps)])
     if not len(steps):
         return pd.DataFrame({name: np.array([], dtype=np.int64 if name == "count" else float) for name in STEP_STATS}, index=pd.Index(steps, name="step"))
+    stats = sorted_stats(values, starts, counts)
+    overflowed = ~np.logical_and.reduce([np.isfinite(column) for column in stats.values()])
+    if overflowed.any():  # finite values near a float's largest (1e308 + 1e308): each step's scaled to its largest |value|
+        scale = np.maximum.reduceat(np.abs(values), starts)
+        scaled = sorted_stats(values / np.repeat(scale, counts), starts, counts)
+        for name, column in stats.items():
+            column[overflowed] = scaled[name][overflowed] * scale[overflowed]
+    return pd.DataFrame({name: counts if name == "count" else stats[name] for name in STEP_STATS}, index=pd.Index(steps[starts], name="step"))
+
+
+# step_stats' numbers of values sorted by step then value, a step's from starts on, counts of them.
+def sorted_stats(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
     mean = np.add.reduceat(values, starts) / counts
     std = np.sqrt(np.add.reduceat((values - np.repeat(mean, counts)) ** 2, starts) / counts)
     middle = starts + (counts - 1) // 2
@@ -80,8 +92,7 @@ def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
         at, above = starts + below, starts + np.minimum(below + 1, counts - 1)
         return values[at] + (values[above] - values[at]) * (place - below)
 
-    stats = {"mean": mean, "median": median, "count": counts, "std": std, "q25": quantile(0.25), "q75": quantile(0.75)}
-    return pd.DataFrame(stats, index=pd.Index(steps[starts], name="step"))
+    return {"mean": mean, "median": median, "std": std, "q25": quantile(0.25), "q75": quantile(0.75)}
 
 
 STEP_STATS = ["mean", "median", "count", "std", "q25", "q75"]  # step_stats' columns

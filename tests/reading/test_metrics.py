@@ -137,6 +137,31 @@ def test_step_statistics_equal_pandas_grouped_aggregations(layout):
     assert step_stats(pd.DataFrame({"step": [1, 2], "x": [np.nan, np.inf]}), "x").empty
 
 
+# Finite values near a float's largest: their sums overflow, and each step's numbers are computed scaled (they were
+# inf with no note, every value being finite). Exact numbers from fractions; steps that do not overflow are unchanged.
+def test_step_statistics_of_values_near_the_largest_float_are_finite():
+    from fractions import Fraction
+    from statistics import median
+
+    groups = {1: [-1e308, 1e308], 2: [1e308, 1.5e308], 3: [1e308, 1e308, -1e308, 0.5, 0.25], 4: [1.0, 2.0, 4.0]}
+    samples = pd.DataFrame({"step": [step for step, values in groups.items() for _ in values], "x": [value for values in groups.values() for value in values]})
+    stats = step_stats(samples, "x")
+    for step, values in groups.items():
+        exact = [Fraction(value) for value in values]
+        mean = sum(exact) / len(exact)
+        variance = sum((value - mean) ** 2 for value in exact) / len(exact)
+        ordered = sorted(exact)
+
+        def quantile(q):
+            place = (len(ordered) - 1) * Fraction(q)
+            below = int(place)
+            return ordered[below] + (ordered[min(below + 1, len(ordered) - 1)] - ordered[below]) * (place - below)
+
+        expected = {"mean": float(mean), "std": float(variance / max(exact, key=abs) ** 2) ** 0.5 * abs(max(values, key=abs)), "median": float(median(exact)), "q25": float(quantile("0.25")), "q75": float(quantile("0.75"))}
+        assert stats.loc[step, list(expected)].to_numpy() == pytest.approx(list(expected.values()), rel=1e-12), step
+    assert stats.loc[4].tolist() == pandas_step_stats(samples[samples["step"] == 4], "x").loc[4].tolist()
+
+
 def test_reward_gaps_from_a_run(tmp_path):
     lines = [sample(1, reward=1.0, ref_reward=0.25, valid_reward=0.5, ref_valid_reward=0.75), sample(1, reward=2.0)]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
