@@ -361,7 +361,11 @@ class BadLine(ValueError):
     """A line that cannot be loaded; the message says why."""
 
 
-# Every newline-terminated line in data[:size]: offset, length and its step's hint (line_step_hints).
+WHITESPACE_BYTES = frozenset(b" \t\r\x0b\x0c")  # what bytes.strip() strips, less the newline that ends a line
+
+
+# Every newline-terminated line in data[:size]: offset, length and its step's hint (line_step_hints); a blank line
+# (whitespace only) is no line.
 def scan_lines(data, size: int, base: int) -> "ScannedLines":
     newlines = []
     position = data.find(b"\n", 0, size)
@@ -372,8 +376,10 @@ def scan_lines(data, size: int, base: int) -> "ScannedLines":
     starts = np.concatenate([[0], newlines[:-1] + 1]).astype(np.int64) if len(newlines) else newlines
     lengths = newlines - starts
     step_hints = line_step_hints(data, starts, newlines)
-    blank = np.zeros(len(newlines), dtype=bool)
-    for i in np.flatnonzero(lengths < 256):
+    blank, looked_at = np.zeros(len(newlines), dtype=bool), lengths < 256
+    for i in np.flatnonzero(~looked_at):  # a long line is looked at only where it starts blank (a JSON line starts "{")
+        looked_at[i] = data[starts[i]] in WHITESPACE_BYTES
+    for i in np.flatnonzero(looked_at):
         blank[i] = not bytes(data[starts[i] : starts[i] + lengths[i]]).strip()
     return ScannedLines(
         line_index=np.flatnonzero(~blank),

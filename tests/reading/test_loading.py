@@ -505,12 +505,13 @@ def test_length_mismatches_keep_the_sample_and_say_so(tmp_path):
 
 def test_empty_files_blank_lines_and_non_utf8_bytes(tmp_path):
     write_lines(tmp_path / "run" / "empty.jsonl", [])
-    lines = [sample(1), b"\n", b"   \n", b'{"prompt": "p", "response": "caf\xe9", "reward": 1, "step": 1}\n', sample(2)]
+    blank_long = [b" " * 300 + b"\n", b"\t" * 299 + b"\r\n"]  # however long (they were bad lines from 256 bytes)
+    lines = [sample(1), b"\n", b"   \n", *blank_long, b'{"prompt": "p", "response": "caf\xe9", "reward": 1, "step": 1}\n', sample(2)]
     write_lines(tmp_path / "run" / "r.jsonl", lines)
     run = load(tmp_path / "run")
-    assert len(run.samples) == 3
-    assert sorted(run.samples["line"]) == [1, 4, 5]
-    assert "invalid UTF-8" in problems_of(run, "note")[("r.jsonl", 4)]
+    assert len(run.samples) == 3 and run.report["bad lines"].sum() == 0
+    assert sorted(run.samples["line"]) == [1, 6, 7]
+    assert "invalid UTF-8" in problems_of(run, "note")[("r.jsonl", 6)]
     assert run.report.set_index("file").loc["empty.jsonl", "lines"] == 0
     batch = board.load_step_batch(lines_key(run.step_rows(1)), run.step_rows(1))
     assert batch.table["response"].tolist() == ["r1", "caf\ufffd"]
