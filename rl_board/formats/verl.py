@@ -5,7 +5,10 @@ names alone. The v1 trainer (verl-project/verl @ 1dda039, verl/trainer/ppo/v1/tr
 _validate, _write_generations) adds a uid to every line: its TransferQueue key {uid}_{session_id}_{index}
 (verl/trainer/ppo/v1/agent_loop_tq.py), the prompt's uuid4 (the GRPO group _compute_advantage groups by), the rollout
 among rollout.n, the output of a multi-output agent loop; the lines sorted by it. Its prompt part is the group: one
-prompt drawn twice in a batch is two groups. Without a uid, a step's samples of one prompt text are a group."""
+prompt drawn twice in a batch is two groups. Without a uid, a step's samples of one prompt text are a group.
+RayPPOTrainer at 1dda039 writes the file on a thread of its own (_write_generations: opened with "w", a line at a time,
+so a live board sees a step's file grow), json.dumps(default=str): a value JSON cannot hold (a NumPy array as ground
+truth) is its str, shown as that text; and its request_id (one per request, not a group) is kept as a field."""
 import json
 import re
 
