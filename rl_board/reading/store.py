@@ -284,17 +284,17 @@ def edges(path: str, status: "FileStatus") -> tuple[str, str] | None:
 # The files of a run on disk that this process may open, and a load-report row for each other (a rank file a trainer
 # in a container wrote as root with mode 600): the run's other files are shown. Tried each time: one open a file.
 def readable_files(sources: dict[str, "FileStatus"], run_format: "RunFormat") -> tuple[dict[str, "FileStatus"], "RunFormat"]:
-    unreadable = []
+    unreadable = {}
     for path in sources:
         if not is_remote(path):
             try:
                 open(path, "rb").close()
             except OSError as error:
-                unreadable.append((path, error.strerror or type(error).__name__))
+                unreadable[path] = error.strerror or type(error).__name__
     if not unreadable:
         return sources, run_format
-    problems = tuple((valid_text(Path(path).name), 0, "skipped", f"cannot be read ({reason}): left out, read once it can be") for path, reason in unreadable)
-    return {path: status for path, status in sources.items() if path not in dict(unreadable)}, dataclasses.replace(run_format, problems=run_format.problems + problems)
+    problems = tuple((valid_text(Path(path).name), 0, "skipped", f"cannot be read ({reason}): left out, read once it can be") for path, reason in unreadable.items())
+    return {path: status for path, status in sources.items() if path not in unreadable}, dataclasses.replace(run_format, problems=run_format.problems + problems)
 
 
 # Runs are the root's sub-folders, and the root itself when one of the formats' layouts makes it a run (it holds rank
