@@ -21,8 +21,8 @@ its test and a row of the README's table.
     relax        Relax's rollout results (rollout_result/{train,eval}/<rollout_id>.jsonl)
     tinker       Tinker's rollout summaries (iteration_<N>/{train,eval_<label>}_rollout_summaries.jsonl), texts from
                  the logtree beside them where they can be attributed
-    wandb_tables W&B run folders (offline or synced): every step's logged tables (TRL's completions table mapped),
-                 the transaction log run-<id>.wandb the history
+    wandb_tables W&B run folders (offline or synced): every step's logged tables (TRL's completions table mapped, a
+                 cumulative table's rows once), the transaction log run-<id>.wandb the history
     board_jsonl  the rollout logger's files and any other JSONL (the board's own format): last, it takes any folder
     base         RunFormat, RunLayout, Folder and what detectors share; conversion: converted files and their cache;
                  agent_turns: chat messages as the board's turns, and a conversion's notes

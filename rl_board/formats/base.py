@@ -54,6 +54,9 @@ class RunFormat:
     # source -> the listing's status of its texts file (the logger's): its records, once checked, are used while it only
     # grows (FileIndex.follow_texts). Not compared, as summaries.
     texts: dict = field(default_factory=dict, compare=False)
+    # (the conversions' load-report rows) -> those rows, notes of several files made one (W&B's cumulative tables: a
+    # note per key); None: as they are.
+    merged_notes: Any = None
 
 
 # One listing of a run folder: its files whose names are valid UTF-8 (tables and caches need it; the others are in the

@@ -21,17 +21,32 @@ functions, and then every column between completion and advantage whose values a
 float log_extra column too: the load report says so).
 
 Another table becomes a line per row, every column a field as named (one named like a board key gets " (table)"
-after its name), at the row's integer step column, else at the Trainer's global step when it was logged (the last
-train/global_step the log has at or before the W&B step in the file's name), else at that W&B step; its response is the row
-as text (a line per column, "name: value"), its prompt empty, no reward. Every line has the field
-wandb_table (the key it was logged under: a facet). A table file that is not JSON or not {"columns", "data"} (one
-being written) is named in the load report and read again when it changes; a row of another length than the columns
-is left out, counted.
+after its name), its response the row as text (a line per column, "name: value"), its prompt empty, its reward its
+reward column where every value of that is a number (else none, and the column a field, with a note). Every line has
+the field wandb_table (the key it was logged under: a facet).
+
+A row's step, in any table, is its step column's (the first of step, global_step the table has; an integer, or an
+integer written as text), else the Trainer's global step when the table was logged (the last train/global_step the
+log has at or before the W&B step in the file's name), else that W&B step. Cumulative tables: a logger that logs its
+whole table again at every step, grown by the step's rows, writes each row again in every later file. OpenRLHF's
+WandbLogger.log_train (openrlhf/utils/logging_utils.py, OpenRLHF/OpenRLHF @ 3c3be623, lines 84-97; the sample from
+openrlhf/trainer/ppo_trainer.py, lines 220-263) logs train/generated_samples, columns global_step, text, reward, the
+table before plus a row, in a wandb.log before the one of train/global_step (so the log's global step is the step
+before). TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290 and
+330-336) logs {"completions": pd.DataFrame(columns=["step", "prompt", "completion"], data=self.table)} with
+self.table grown each time, step str(state.global_step); it maps as TRL's completions table (no reward functions).
+A row that the file logged before it under the same key had (same columns and values; each earlier row takes one) is
+left out, so each row counts once, where it was first logged; the load report has a note a key with how many.
+
+A table file that is not JSON or not {"columns", "data"} (one being written) is named in the load report and read
+again when it changes; a row of another length than the columns is left out, counted.
 
 A run folder holding run-<id>.wandb is one run (W&B's unit: one wandb.init); its files/, logs/ and tmp/ are its. A
 wandb/ folder lists each run folder in it as a run, and latest-run (W&B's link to the newest) as one more."""
 import bisect
+import collections
 import functools
+import hashlib
 import json
 import math
 import re
@@ -39,7 +54,7 @@ from dataclasses import dataclass
 
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
 from rl_board.formats.trl import completion_text, encoded_line, scored_row
-from rl_board.reading.lines import FORMAT_KEYS
+from rl_board.reading.lines import FORMAT_KEYS, text_number
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
 from rl_board.reading.wandb_log import read_log
 from rl_board.text import shorten, valid_text
@@ -62,13 +77,16 @@ TABLE_FILE = re.compile(r"(?P<key>.+)_(?P<step>\d+)_[0-9a-f]+\.table\.json", re.
 TRL_COLUMNS = {"step", "prompt", "completion"}  # TRL's completions table (its advantage column comes last)
 
 
+STEP_COLUMNS = ("step", "global_step")  # a row's own step (TRL's; OpenRLHF's), the first of them a table has
+
+
 REWARD_METRIC = re.compile(r"(?:train/|eval/)?rewards/(?P<name>.+)/mean", re.DOTALL)  # TRL's per-function mean
 
 
 WEIGHTS_SOURCE = "the W&B run's config: reward_weights"
 
 
-CONVERSION = 1  # the conversion's version: a change makes every table's conversion again
+CONVERSION = 2  # the conversion's version: a change makes every table's conversion again
 
 
 OWN_FIELDS = ("wandb_table",)
@@ -82,7 +100,7 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         return None
     facts = log_facts(logs[-1].path, logs[-1].status)
     problems = facts.problems
-    sources, contexts, others = {}, {}, 0
+    sources, contexts, others, keys = {}, {}, 0, {}
     for relative, entry in table_files(folder.run_dir):
         found = TABLE_FILE.fullmatch(entry.name)
         if found is None:
@@ -94,12 +112,19 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         wandb_step = int(found["step"])
         global_step = facts.global_step(wandb_step)
         contexts[entry.path] = (relative.replace("/", "~"), {"key": key, "step": wandb_step if global_step is None else global_step})
+        keys.setdefault(key, []).append((wandb_step, entry))
+    for logged in keys.values():  # each file of a key after the first: the one logged before it, whose rows it may repeat
+        logged.sort(key=lambda item: (item[0], item[1].name))
+        for (_, before), (_, entry) in zip(logged, logged[1:]):
+            contexts[entry.path][1]["before"] = (before.path, before.status)
     if others:
         problems += (("", 0, "note", f"{others} file(s) in files/media/table are not named <key>_<step>_<hash>.table.json: not read"),)
     if not sources:
         problems += (("", 0, "note", "no table was logged (wandb.Table): the run's metrics are its Training metrics"),)
     names, weights = ordered_weights(facts, sources)
-    return sources, RunFormat(NAME, table_lines, (CONVERSION, names), problems, weights, weights_source=WEIGHTS_SOURCE, sums_reward=True, file_contexts=contexts)
+    return sources, RunFormat(
+        NAME, table_lines, (CONVERSION, names), problems, weights, weights_source=WEIGHTS_SOURCE, sums_reward=True, file_contexts=contexts, merged_notes=repeats_by_key
+    )
 
 
 # The reward functions in TRL's order, the order of their columns in a completions table (the order reward_weights
@@ -173,22 +198,32 @@ def log_facts(log_path: str, status: FileStatus) -> LogFacts:
     return LogFacts((), (), steps, (("", 0, "note", note),))
 
 
-# One table file as the board's lines, a line per row; notes for the rows left out.
+# One table file as the board's lines, a line per row; notes for the rows left out: those of another length than the
+# columns, and those the table logged before it under the same key had (a cumulative table's), counted in a note that
+# repeats_by_key makes one per key.
 def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     _, names, table = context
     value = json.loads(data)
-    if not isinstance(value, dict) or not isinstance(value.get("columns"), list) or not isinstance(value.get("data"), list):
+    if not is_table(value):
         raise ValueError("not a W&B table ({\"columns\", \"data\"})")
     columns = [valid_text(str(column)) for column in value["columns"]]
-    rows = [row for row in value["data"] if isinstance(row, list) and len(row) == len(columns)]
-    notes = [(0, f"{len(value['data']) - len(rows)} row(s) of another length than its {len(columns)} columns: left out")] if len(rows) < len(value["data"]) else []
+    digests = row_digests(value)
+    repeated = repeated_rows(digests, file_digests(*table["before"]) if "before" in table else None)
+    rows = [row for index, (row, digest) in enumerate(zip(value["data"], digests)) if digest is not None and index not in repeated]
+    wrong = digests.count(None)
+    notes = [(0, f"{wrong} row(s) of another length than its {len(columns)} columns: left out")] if wrong else []
+    if repeated:
+        notes.append((0, REPEATED_NOTE.format(count=len(repeated), key=table["key"])))
     trl = TRL_COLUMNS <= set(columns)
     functions = (list(names) if names else float_columns(columns, rows)) if trl else []
+    step_column = next((name for name in STEP_COLUMNS if name in columns), None)
+    reward_column, reward_note = ("", "") if trl else numeric_reward(columns, rows)
+    notes += [(0, reward_note)] if reward_note else []
     lines = []
     for index, row in enumerate(rows):
         cells = dict(zip(columns, row))
-        step = cells.get("step")
-        line = {"step": step if type(step) is int else table["step"]}
+        step = row_step(cells.get(step_column))
+        line = {"step": table["step"] if step is None else step}
         if trl:
             cells.pop("step")
             reward, scores, row_notes = scored_row({name: cells.pop(name) for name in functions if name in cells}, index + 1)
@@ -198,13 +233,95 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
                 line["advantage"] = cells.pop("advantage")
             line["group_id"] = group_of_prompt(line["prompt"])
         else:
-            line |= {"prompt": "", "response": row_text(cells), "reward": None}
-            if type(step) is int:
-                cells.pop("step")
+            line |= {"prompt": "", "response": row_text(cells), "reward": cells.pop(reward_column) if reward_column else None}
+            if step is not None:
+                cells.pop(step_column)
         line["wandb_table"] = table["key"]
         line |= {(f"{name} (table)" if name in line or name in FORMAT_KEYS or name in OWN_FIELDS else name): cell for name, cell in cells.items()}
         lines.append(encoded_line(line))
     return b"".join(line + b"\n" for line in lines), notes
+
+
+def is_table(value) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("columns"), list) and isinstance(value.get("data"), list)
+
+
+# A row's step as its step column gives it: an integer, or an integer written as text (TRL's LogCompletionsCallback
+# writes str(state.global_step)); None for anything else (the table's step then).
+def row_step(cell) -> int | None:
+    if type(cell) is int:
+        return cell
+    number = text_number(cell) if isinstance(cell, str) else None
+    return number if type(number) is int else None
+
+
+# A table's reward column (its name, "" for none) when it has a column named reward whose every value is a number (or
+# null): OpenRLHF's generated_samples. A reward column holding something else stays a field, with a note.
+def numeric_reward(columns: list, rows: list) -> tuple[str, str]:
+    if "reward" not in columns:
+        return "", ""
+    at = columns.index("reward")
+    other = next((row[at] for row in rows if row[at] is not None and type(row[at]) not in (int, float)), None)
+    if other is None:
+        return "reward", ""
+    return "", f"its reward column holds values that are not numbers ({shorten(repr(other), 60)}): kept as the field reward (table), the rows have no reward"
+
+
+# Each row's digest (its columns and values), None for a row of another length than the columns.
+def row_digests(value: dict) -> list:
+    columns, size = json.dumps(value["columns"]), len(value["columns"])
+    return [
+        hashlib.blake2b(f"{columns}\n{json.dumps(row, sort_keys=True)}".encode(), digest_size=16).digest() if isinstance(row, list) and len(row) == size else None
+        for row in value["data"]
+    ]
+
+
+# The digests of a table file's rows, counted, per file version (None: it cannot be read as a table).
+@functools.lru_cache(maxsize=64)
+def file_digests(path: str, status: FileStatus) -> collections.Counter | None:
+    try:
+        value = json.loads(read_file(path))
+    except (OSError, ValueError):
+        return None
+    return collections.Counter(digest for digest in row_digests(value) if digest is not None) if is_table(value) else None
+
+
+# The rows (by position) that the table logged before had: a cumulative table (OpenRLHF's generated_samples, TRL's
+# LogCompletionsCallback table: each the one before plus rows) repeats them; each of the earlier rows takes one.
+def repeated_rows(digests: list, before: collections.Counter | None) -> set[int]:
+    left, repeated = collections.Counter(before or ()), set()
+    for index, digest in enumerate(digests):
+        if digest is not None and left[digest] > 0:
+            left[digest] -= 1
+            repeated.add(index)
+    return repeated
+
+
+REPEATED_NOTE = "{count} row(s) the {key} table logged before it had: left out"
+
+
+REPEATED = re.compile(re.escape(REPEATED_NOTE).replace(r"\{count\}", r"(?P<count>\d+)").replace(r"\{key\}", "(?P<key>.+)"), re.DOTALL)
+
+
+# The conversions' load-report rows with each key's repeated rows (REPEATED_NOTE, one a file) as one note.
+def repeats_by_key(problems: tuple) -> tuple:
+    counts, files, kept = {}, {}, []
+    for problem in problems:
+        found = REPEATED.fullmatch(problem[3]) if problem[2] == "note" else None
+        if found is None:
+            kept.append(problem)
+            continue
+        counts[found["key"]] = counts.get(found["key"], 0) + int(found["count"])
+        files[found["key"]] = files.get(found["key"], 0) + 1
+    notes = [
+        ("", 0, "note", (
+            f"{key}: {count} repeated row(s) left out, from {files[key]} table file(s) that held the rows of the table logged before them "
+            "(a cumulative table, each step's the one before plus new rows: the W&B page shows the latest): each row counts once, at its "
+            "step column's step, else where it was first logged"
+        ))
+        for key, count in counts.items()
+    ]
+    return (*notes, *kept)
 
 
 # TRL's reward functions when no metric names them: the columns between completion and advantage whose values are

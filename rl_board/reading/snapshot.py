@@ -52,15 +52,17 @@ from rl_board.text import markdown_literal, readable_tokens, valid_text
 
 
 # TRL's reward of a sample: the reward functions' scores times their weights (1 where none is given), summed
-# skipping NaN (a function that did not score the sample); NaN where no function scored it, and where the line's own
-# reward is NaN (a score that was not a number, left out: the sum of the others would understate the reward).
+# skipping NaN (a function that did not score the sample); NaN where the line's own reward is NaN (a score that was not
+# a number, left out: the sum of the others would understate the reward). A line no function scored keeps its own
+# reward: NaN for TRL's (its converter gives such a row none), a W&B table's reward column beside TRL's completions.
 def total_reward(samples: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
     columns = [column for column in samples.columns if column.startswith("rewards/")]
     rewards = samples["reward"].to_numpy(dtype=float)
     if not columns:
         return rewards
     scores = samples[columns].to_numpy(dtype=float) * np.array([weights.get(column[len("rewards/") :], 1.0) for column in columns])
-    return np.where(np.isnan(scores).all(axis=1) | np.isnan(rewards), np.nan, np.nansum(scores, axis=1))
+    unscored = np.isnan(scores).all(axis=1)
+    return np.where(unscored, rewards, np.where(np.isnan(rewards), np.nan, np.nansum(scores, axis=1)))
 
 
 # What reward is, in words, for the page: the weighted sum and where the weights came from, or the plain sum.

@@ -80,7 +80,8 @@ class RunStore:
             results = list((pool.map if at_once else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
         if self.conversions != before:  # the current sources' (a source gone is forgotten)
             save_known_conversions(folder, {source: self.conversions[source] for source in sources if source in self.conversions})
-        run_format = dataclasses.replace(run_format, problems=run_format.problems + tuple(problem for _, problems in results for problem in problems))
+        converted = tuple(problem for _, problems in results for problem in problems)
+        run_format = dataclasses.replace(run_format, problems=run_format.problems + (run_format.merged_notes or tuple)(converted))
         listed = {entry.path: entry.status for entry in list_folder(folder) if entry.status} if any(path for path, _ in results) else {}
         return {path: listed.get(path) or file_status(path) for path, _ in results if path}, run_format
 

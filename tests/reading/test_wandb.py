@@ -16,7 +16,14 @@ import pytest
 import rl_board
 from rl_board.formats import wandb_tables
 from rl_board.reading.wandb_log import read_log
-from tests.support.wandb_runs import REWARD_FUNCTIONS, REWARD_WEIGHTS, table_files, write_wandb
+from tests.support.wandb_runs import (
+    OPENRLHF_STEPS,
+    REWARD_FUNCTIONS,
+    REWARD_WEIGHTS,
+    TRL_CALLBACK_STEPS,
+    table_files,
+    write_wandb,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -24,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("wandb")
-    return {"grpo": write_wandb(root / "grpo", "write_grpo"), "bare": write_wandb(root / "bare", "write_bare")}
+    return {name: write_wandb(root / name, f"write_{name}") for name in ("grpo", "bare", "openrlhf", "trl_callback")}
 
 
 # The log's history rows as wandb's own reader gives them: {key (nested keys joined by "."): value}.
@@ -118,6 +125,82 @@ def test_another_table_s_columns_are_fields_at_the_trainer_s_step(written):
     assert answers["text/prompt (table)"].tolist() == [row[columns.index("prompt")] for row in table["data"]]
     assert answers["response"].tolist() == ["\n".join(f"{name}: {cell}" for name, cell in zip(columns, row)) for row in table["data"]]
     assert answers["reward"].isna().all()
+
+
+# A cumulative table's files in W&B step order, {W&B step: {"columns", "data"}}: each holds the rows of the one before.
+def cumulative_files(run_folder, key: str) -> dict[int, dict]:
+    tables = {int(path.name.split("_")[-2]): table for path, table in table_files(run_folder).items() if path.name.startswith(f"{key}_")}
+    steps = sorted(tables)
+    assert len(steps) > 1 and all(tables[before]["data"] == tables[after]["data"][: len(tables[before]["data"])] for before, after in zip(steps, steps[1:]))
+    return tables
+
+
+def test_a_cumulative_table_s_rows_count_once_at_their_own_global_step(written):
+    """OpenRLHF's WandbLogger logs train/generated_samples (global_step, text, reward) as the table before plus a row,
+    before the step's train/global_step row: each row is one sample, at its own global_step column (W&B's step and the
+    last logged train/global_step are both a step behind), its reward the reward column; one note says how many
+    repeated rows were left out."""
+    run_folder = written["openrlhf"]
+    tables = cumulative_files(run_folder, "generated_samples")
+    columns, last = tables[max(tables)]["columns"], tables[max(tables)]["data"]
+    assert columns == ["global_step", "text", "reward"] and len(last) == len(OPENRLHF_STEPS)
+    run = rl_board.open_run(run_folder)
+    samples = board_samples(run)
+    assert samples["step"].tolist() == [row[0] for row in last] == list(OPENRLHF_STEPS)
+    assert samples["reward"].tolist() == [row[2] for row in last]
+    assert samples["text/text"].tolist() == [row[1] for row in last]
+    assert not [column for column in samples.columns if "global_step" in column or column.startswith("extra/reward")]
+    assert set(samples["text/wandb_table"]) == {"train/generated_samples"}
+    repeated = sum(len(table["data"]) for table in tables.values()) - len(last)
+    notes = [reason for reason in run.problems["reason"] if "repeated" in reason]
+    assert len(notes) == 1 and notes[0].startswith(f"train/generated_samples: {repeated} repeated row(s)")
+
+
+def test_trl_s_log_completions_callback_table_counts_each_row_once_at_its_text_step(written, tmp_path):
+    """TRL's LogCompletionsCallback logs its whole growing table at every step, its step column str(global_step): each
+    row counts once, at the step its text says, with TRL's completions mapping (prompt, completion); one note."""
+    run_folder = written["trl_callback"]
+    tables = cumulative_files(run_folder, "completions")
+    last = tables[max(tables)]["data"]
+    assert all(type(row[0]) is str for row in last)
+    run = rl_board.open_run(run_folder)
+    samples = board_samples(run)
+    assert samples["step"].tolist() == [int(row[0]) for row in last] and sorted(set(samples["step"])) == list(TRL_CALLBACK_STEPS)
+    assert samples["prompt"].tolist() == [row[1] for row in last] and samples["response"].tolist() == [row[2] for row in last]
+    repeated = sum(len(table["data"]) for table in tables.values()) - len(last)
+    notes = [reason for reason in run.problems["reason"] if "repeated" in reason]
+    assert len(notes) == 1 and notes[0].startswith(f"completions: {repeated} repeated row(s)")
+    copy = shutil.copytree(run_folder, tmp_path / "run")  # the text is the step, not the log's train/global_step
+    (path,) = (copy / "files" / "media" / "table").glob(f"completions_{max(tables)}_*.table.json")
+    table = json.loads(path.read_text())
+    for row in table["data"][-2:]:
+        row[0] = " 25"
+    path.write_text(json.dumps(table))
+    assert board_samples(rl_board.open_run(copy))["step"].tolist() == [10, 10, 20, 20, 25, 25]
+
+
+def test_a_table_logged_again_with_new_rows_only_loses_no_row(written):
+    """GRPO's completions tables (each step's own rows, a step column) repeat no row: none is left out, no note."""
+    run = rl_board.open_run(written["grpo"])
+    assert len(board_samples(run)) == 18 + 3 and not any("repeated" in reason for reason in run.problems["reason"])
+
+
+def test_a_numeric_reward_column_beside_trl_s_completions_is_the_reward(written, tmp_path):
+    """Another table's numeric reward column is its rows' reward, also in a run whose completions tables score reward
+    functions (the weighted sum is for the lines they score); a reward column holding text stays a field, with a note."""
+    run_folder = shutil.copytree(written["grpo"], tmp_path / "run")
+    (path,) = (run_folder / "files" / "media" / "table" / "eval").glob("answers_*.table.json")
+    table = json.loads(path.read_text())
+    table["columns"][table["columns"].index("score")] = "reward"
+    path.write_text(json.dumps(table))
+    answers = board_samples(rl_board.open_run(run_folder)).query("`text/wandb_table` == 'eval/answers'")
+    assert answers["reward"].tolist() == [row[2] for row in table["data"]] and "extra/reward (table)" not in answers
+    table["data"][0][2] = "high"
+    path.write_text(json.dumps(table))
+    run = rl_board.open_run(run_folder)
+    answers = board_samples(run).query("`text/wandb_table` == 'eval/answers'")
+    assert answers["reward"].isna().all() and answers["text/reward (table)"].tolist()[0] == "high"
+    assert any("its reward column holds values that are not numbers ('high')" in reason for reason in run.problems["reason"])
 
 
 def test_the_transaction_log_is_the_training_history(written):

@@ -12,6 +12,12 @@ wandb.log, run.finish, in a process of its own (wandb starts its wandb-core serv
   Besides, a table of another program under a key with "/" (eval/answers) and an eval log.
 - bare: a completions table logged with no metrics at all (no reward function named), and log_unique_prompts' one row
   per prompt.
+- openrlhf: OpenRLHF's WandbLogger (openrlhf/utils/logging_utils.py, OpenRLHF/OpenRLHF @ 3c3be623, lines 62-97, with
+  the sample openrlhf/trainer/ppo_trainer.py logs): a cumulative table train/generated_samples (global_step, text,
+  reward), each step's the one before plus a row, logged before that step's train/global_step row.
+- trl_callback: TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290-336):
+  a cumulative completions table whose step column is text (str(state.global_step)), after WandbCallback's
+  train/global_step row.
 """
 
 import json
@@ -91,7 +97,68 @@ def write_bare():
     run.finish()
 
 
-# Runs wandb in a process of its own, writing `what` (write_grpo or write_bare) into folder/wandb/offline-run-*;
+OPENRLHF_STEPS = (1, 2, 3)
+
+
+# OpenRLHF's WandbLogger as it logs (its __init__ but wandb.login and the args; log_train as written), fed what
+# PPOTrainer's status carries: generated_samples = [text, reward] of one sample.
+def write_openrlhf():
+    import wandb
+
+    class WandbLogger:
+        def __init__(self) -> None:
+            wandb.init(mode="offline", project="openrlhf", name="run", config={"n_samples_per_prompt": 2}, reinit=True)
+            wandb.define_metric("train/global_step")
+            wandb.define_metric("train/*", step_metric="train/global_step", step_sync=True)
+            wandb.define_metric("eval/epoch")
+            wandb.define_metric("eval/*", step_metric="eval/epoch", step_sync=True)
+            self.handle = wandb
+            self.samples_table = wandb.Table(columns=["global_step", "text", "reward"])
+
+        def log_train(self, global_step, logs_dict) -> None:
+            logs_dict = dict(logs_dict)
+            generated_samples = logs_dict.pop("generated_samples", None)
+            if generated_samples:
+                new_table = self.handle.Table(columns=self.samples_table.columns, data=self.samples_table.data)
+                new_table.add_data(global_step, *generated_samples)
+                self.samples_table = new_table
+                self.handle.log({"train/generated_samples": new_table})
+            metrics = {k: v for k, v in logs_dict.items() if v is not None}
+            logs = {"train/%s" % k: v for k, v in {**metrics, "global_step": global_step}.items()}
+            self.handle.log(logs)
+
+    logger = WandbLogger()
+    for step in OPENRLHF_STEPS:
+        sample = [f"<|user|>question {step}<|assistant|>answer {step}", 0.25 * step - 0.5]
+        logger.log_train(step, {"policy_loss": 0.1 * step, "reward": 0.5 * step, "generated_samples": sample})
+    wandb.finish()
+
+
+TRL_CALLBACK_STEPS = (10, 20, 30)
+
+
+# TRL's LogCompletionsCallback.on_step_end at each of its steps (generation faked: two prompts, a completion each),
+# after Hugging Face's WandbCallback.on_log row of that step.
+def write_trl_callback():
+    import pandas as pd
+    import wandb
+
+    run = wandb.init(mode="offline", project="dpo")
+    run.define_metric("train/global_step")  # WandbCallback.setup
+    run.define_metric("*", step_metric="train/global_step", step_sync=True)
+    table_rows = []  # the callback's self.table
+    for global_step in TRL_CALLBACK_STEPS:
+        run.log({"train/loss": 1.0 / global_step, "train/global_step": global_step})
+        prompts = [f"question {index}" for index in range(2)]
+        completions = [f"answer to question {index} at {global_step}" for index in range(2)]
+        data = list(zip([str(global_step)] * len(prompts), prompts, completions, strict=True))
+        table_rows.extend(data)
+        table = pd.DataFrame(columns=["step", "prompt", "completion"], data=table_rows)
+        wandb.log({"completions": table})
+    run.finish()
+
+
+# Runs wandb in a process of its own, writing `what` (write_grpo, write_bare, write_openrlhf, write_trl_callback) into folder/wandb/offline-run-*;
 # returns that run folder.
 def write_wandb(folder: Path, what: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
