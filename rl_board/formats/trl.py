@@ -9,7 +9,18 @@ order TRL computed advantages in: each group is num_generations consecutive rows
 and one prompt drawn twice in a batch is two groups, not one. log() writes the deques at every logging step, also at a
 step that trains on a batch generated before (num_iterations > 1, or steps_per_generation > gradient_accumulation_steps):
 that file repeats the earlier one's rows under its own step. trainer_state.json does not hold num_generations; the
-logger's metadata does (beside the folder, or in its default <output_dir>/rollout_samples/<run name>/)."""
+logger's metadata does (beside the folder, or in its default <output_dir>/rollout_samples/<run name>/).
+
+Evaluation (huggingface/trl @ f2cd57710ae345ea6428ae95363267fcf38a3dc8, trl/trainer/grpo_trainer.py): the _logs deques
+(lines 1055-1062) are extended in evaluation too (_generate_and_score_completions, lines 2753-2777), and log() (lines
+3272-3325) writes completions_<global_step>.parquet in either mode. Hugging Face's Trainer logs a training step, then
+evaluates at it (eval_strategy="steps"): evaluate() calls log() at the same global step, which writes that step's file
+again with the last generation_batch_size rows of the evaluation (eval prompts, num_generations_eval completions each;
+training rows too where the eval set was smaller), so the file shows evaluation rows under a training step. With
+num_iterations > 1 a later step that trains without generating writes the deques again: the same rows (a repeated
+file, above). The parquet says nothing of it: where the run's history (trainer_state.json, the logger's metrics) has an
+evaluation at a file's step, the load report says that file may hold evaluation rows. trainer_state.json is written
+at checkpoints, so an evaluation after the last one is not known yet."""
 import contextlib
 import dataclasses
 import functools
@@ -26,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet
 
 from rl_board.formats.base import Folder, RunFormat, RunLayout, summed
-from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_meta
+from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_history, read_meta
 from rl_board.reading.lines import FORMAT_KEYS, as_text, converted
 from rl_board.reading.storage import Entry, FileStatus, is_remote, joined, list_folder, read_file
 from rl_board.text import shorten
@@ -60,15 +71,34 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         return None
     run_dir = folder.run_dir
     near, logged = metadata_folders(run_dir)
-    run_format = completions_format(run_dir, *(history_signature(meta_dir) for meta_dir in near + logged))
+    signatures = {meta_dir: history_signature(meta_dir) for meta_dir in near + logged}
+    run_format = completions_format(run_dir, *signatures.values())
     repeats = repeated_batches(parquet)
     problems = tuple((entry.name, 0, "skipped", repeat_reason(repeats[entry.path])) for entry in parquet if entry.path in repeats)
+    evaluated = evaluation_steps(output_folder(run_dir), signatures[output_folder(run_dir)])
+    problems += tuple((entry.name, 0, "note", EVALUATED.format(step=file_step(entry))) for entry in parquet if file_step(entry) in evaluated)
     problems += tuple((name, 0, "skipped", FOLDER_NOT_FILE) for name in sorted(misnamed))
     if folder.jsonl:
         note = f"{len(folder.jsonl)} .jsonl file(s) beside TRL's completions are not read: put them in a run folder of their own to open them"
         problems += (("", 0, "note", note),)
     run_format = dataclasses.replace(run_format, problems=run_format.problems + problems)
     return folder.sources(entry for entry in parquet if entry.path not in repeats), run_format
+
+
+# The steps the run's history (read_history of the output folder: trainer_state.json, the logger's metrics) has an
+# evaluation at, read again only when its files change.
+@functools.lru_cache(maxsize=64)
+def evaluation_steps(output: str, signature: tuple) -> frozenset:
+    if not signature:
+        return frozenset()
+    return frozenset(int(step) for step in read_history(output).eval["step"])
+
+
+EVALUATED = (
+    "the run's history has an evaluation at step {step}, and GRPOTrainer.log writes its evaluation completions to "
+    "completions_<step>.parquet too: this file may hold evaluation rows (eval prompts, num_generations_eval "
+    "completions each, eval rewards) written over step {step}'s training batch, not the batch trained on"
+)
 
 
 FOLDER_NOT_FILE = "a folder, not a parquet file (TRL writes each logged step's completions as one file): its step is not shown"
