@@ -20,7 +20,7 @@ import pandas as pd
 import rl_board.reading.trackio_db as trackio_db
 import rl_board.reading.wandb_log as wandb_log
 from rl_board.reading.index import PROBLEMS_LISTED, IndexCache
-from rl_board.reading.lines import as_float
+from rl_board.reading.lines import as_float, text_number
 from rl_board.reading.storage import (
     FileStatus,
     canonical_path,
@@ -147,27 +147,54 @@ def training_history(sources: list, train: pd.DataFrame, evaluation: pd.DataFram
 
 
 # Entries of one kind in file order. A step lower than one already seen starts a resumed run: what the earlier run
-# logged from that step on is dropped, the later entry stands; entries of the same step merge key by key. The rows are
-# kept in step order, so that each entry looks at the last only (finding the largest step of all, each entry, took
-# 60 s for a trainer_state.json of 80,000 entries).
+# logged from that step on is dropped (add returns how many entries, for the load report), the later entry stands;
+# entries of the same step merge key by key. The rows are kept in step order, so that each entry looks at the largest
+# step only (finding the largest step of all, each entry, took 60 s for a trainer_state.json of 80,000 entries).
+# add(..., resume=False) keeps an entry below the largest step at its step instead (the logger's metrics file: one
+# launch never resumes within its own file); the rows are then out of order until the next drop_from.
 class HistorySeries:
     def __init__(self):
         self.rows: dict[int, dict] = {}
+        self.last: int | None = None  # the largest step in rows
+        self.in_order = True  # rows' keys ascending
 
-    def add(self, step: int, numbers: dict):
-        if self.rows and step < next(reversed(self.rows)):
-            self.drop_from(step)
+    def add(self, step: int, numbers: dict, resume: bool = True) -> int:
+        dropped = 0
+        if self.rows and step < self.last:
+            if resume:
+                dropped = self.drop_from(step)
+            elif step not in self.rows:
+                self.in_order = False
         self.rows.setdefault(step, {}).update(numbers)
+        self.last = step if self.last is None or step > self.last else self.last
+        return dropped
 
-    def drop_from(self, step: int):
-        while self.rows and next(reversed(self.rows)) >= step:
-            self.rows.popitem()
+    # Drops every row from step on; the number dropped.
+    def drop_from(self, step: int) -> int:
+        before = len(self.rows)
+        if self.in_order:
+            while self.rows and next(reversed(self.rows)) >= step:
+                self.rows.popitem()
+            self.last = next(reversed(self.rows)) if self.rows else None
+        elif self.last is not None and self.last >= step:
+            self.rows = {kept: row for kept, row in self.rows.items() if kept < step}
+            self.last = max(self.rows, default=None)
+        return before - len(self.rows)
 
     def frame(self) -> pd.DataFrame:
         steps = sorted(self.rows)
         table = pd.DataFrame.from_records([self.rows[step] for step in steps], index=range(len(steps)))
         table.insert(0, "step", np.array(steps, dtype=np.int64))
         return table.astype({column: float for column in table.columns if column != "step"})
+
+
+# A load-report note for the entries a resume dropped (HistorySeries.add's count), at where: nothing is replaced
+# unsaid.
+def note_resume(dropped: int, step: int, where: tuple, problems: list):
+    if dropped:
+        file, line, *within = where
+        about = f"{within[0]}: " if within else ""
+        problems.append([file, line, "note", f"{about}step {step} after later steps: a resume; the {dropped:,} entries logged before it from step {step} on are replaced"])
 
 
 # The history of a run folder or training output folder, from the first source it holds (see this section's title).
@@ -264,7 +291,7 @@ def global_step(state: dict) -> int:
 def history_from_metrics_files(folder: Path, paths: list, problems: list) -> TrainingHistory:
     train, evaluation, best = HistorySeries(), HistorySeries(), {}
     for launch, path in enumerate(paths):
-        name, resumed_at = valid_text(path.name), None
+        name, resumed_at, latest = valid_text(path.name), None, {}  # latest: the largest step of each kind so far
         try:
             data = path.read_bytes()
         except OSError as error:
@@ -293,9 +320,15 @@ def history_from_metrics_files(folder: Path, paths: list, problems: list) -> Tra
             # A later launch (a resume) replaces what earlier ones logged, of either kind, from its first trained step on.
             if launch and resumed_at is None and not evaluated:
                 resumed_at = step
-                train.drop_from(step)
-                evaluation.drop_from(step)
-            (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems))
+                dropped = train.drop_from(step), evaluation.drop_from(step)
+                if any(dropped):
+                    problems.append([name, number, "note", f"this launch resumes at step {step}: {dropped[0]:,} train and {dropped[1]:,} eval entries earlier launches logged from step {step} on are replaced by its own"])
+            # Within a launch's file the steps of a kind only go up: one below an earlier line's is no resume (that
+            # starts a new file), it is kept at its step, with a note.
+            if step < latest.get(evaluated, step):
+                problems.append([name, number, "note", f"step {step} after step {latest[evaluated]} in the same launch: kept at its step (a resume starts a new file)"])
+            latest[evaluated] = max(latest.get(evaluated, step), step)
+            (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems, texts=True), resume=False)
     eval_frame = evaluation.frame()
     if best:
         best = best_from_checkpoint(best["path"], None, best["value"], eval_frame)
@@ -317,7 +350,7 @@ def history_from_training_log(name: str, log: dict, problems: list) -> TrainingH
             where = (name, 0, f"{key}[{position}]")
             step = history_entry_step(entry, where, problems)
             if step is not None:
-                series.add(step, entry_numbers(entry, where, problems))
+                note_resume(series.add(step, entry_numbers(entry, where, problems)), step, where, problems)
         frames[key] = series.frame()
     best, final = log.get("best_checkpoint"), log.get("final_metrics")
     if isinstance(best, dict):
@@ -341,7 +374,7 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
         where = (valid_text(name), 0, f"log_history[{position}]")
         step = history_entry_step(entry, where, problems)
         if step is not None:
-            (evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems))
+            note_resume((evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems)), step, where, problems)
     eval_frame = evaluation.frame()
     path = state.get("best_model_checkpoint")
     best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
@@ -352,11 +385,14 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
 # trackio's metrics tables: each row one trackio.log call of a run, its metrics a JSON object (non-finite numbers as
 # "NaN", "Infinity", "-Infinity"). Hugging Face's TrackioCallback logs every Trainer log with rewrite_logs' names
 # (train/<key>, eval/<key>, test/<key>) and train/global_step, on trackio's own step counter: such a row is read back
-# as the Trainer logged it (<key>, eval_<key>, test_<key>; evaluations as in trainer_state.json) at its global step;
-# other rows (verl's, a script's) keep their names at the row's step. A row without numbers (a trackio.log of traces
-# only, as TRL's async GRPO logs rollouts) is passed over. Runs (of a database, or of several: <database>/<run>) are
-# told apart by " · <run>" after each metric's name when several logged metrics, their configurations by run when
-# there are several; one run keeps the names and its configuration.
+# as the Trainer logged it (<key>, eval_<key>, test_<key>; evaluations as in trainer_state.json) at its global step.
+# In such a run (one with train/global_step in any row) a row without it (the callback's on_predict: trainer.predict()'s
+# test_* metrics; a trackio.log of your own) is read back with the same names at the latest global step logged before
+# it (0 before any), never at trackio's counter (11 after ten rows, below the global steps: a resume that would drop
+# them), with a note counting such rows. Other runs' rows (verl's, a script's) keep their names at the row's step. A
+# row without numbers (a trackio.log of traces only, as TRL's async GRPO logs rollouts) is passed over. Runs (of a
+# database, or of several: <database>/<run>) are told apart by " · <run>" after each metric's name when several logged
+# metrics, their configurations by run when there are several; one run keeps the names and its configuration.
 def history_from_trackio(paths: list, problems: list) -> TrainingHistory | None:
     runs, sources = {}, []  # (database, run key) -> [label, train, eval, config]
     for path in paths:
@@ -382,8 +418,8 @@ def history_from_trackio(paths: list, problems: list) -> TrainingHistory | None:
             with contextlib.suppress(ValueError, TypeError, RecursionError):
                 value = json.loads(config)
                 run[3] = value if isinstance(value, dict) else {}
+        logged_rows = {}  # run key -> [(row id, trackio's step, entry)], in the order logged
         for row_id, run_key, step, metrics in rows:
-            where = (name, 0, f"metrics row {row_id}")
             try:
                 entry = json.loads(metrics)
             except (ValueError, TypeError, RecursionError) as error:
@@ -393,15 +429,11 @@ def history_from_trackio(paths: list, problems: list) -> TrainingHistory | None:
                 problems.append([name, 0, "skipped", f"metrics row {row_id}: not a JSON object: entry left out"])
                 continue
             entry = {str(key): trackio_db.number_of(value) for key, value in entry.items()}
-            if not any(type(value) in (int, float) for value in entry.values()):
-                continue
-            entry, logged_step = trainer_names(entry)
-            entry["step"] = step if logged_step is None else logged_step
-            step = history_entry_step(entry, where, problems)
-            if step is None:
-                continue
-            run = runs.setdefault((name, str(run_key)), [labels.get(str(run_key), str(run_key)), HistorySeries(), HistorySeries(), {}])
-            (run[2] if is_evaluation(entry) else run[1]).add(step, entry_numbers(entry, where, problems))
+            if any(type(value) in (int, float) for value in entry.values()):
+                logged_rows.setdefault(str(run_key), []).append((row_id, step, entry))
+        for run_key, logged in logged_rows.items():
+            run = runs.setdefault((name, run_key), [labels.get(run_key, run_key), HistorySeries(), HistorySeries(), {}])
+            add_trainer_rows(logged, (name, f"run {run[0]}"), run[1], run[2], problems)
     if not sources:
         return None
     logged = sum(bool(run[1].rows or run[2].rows) for run in runs.values())  # a run of traces only has no entries
@@ -439,36 +471,62 @@ def history_from_wandb(folder: Path, logs: list, problems: list) -> TrainingHist
         if log.stopped:
             problems.append([name, 0, "note", f"{log.stopped} ({len(log.history)} history rows read before it)"])
         config |= {key: value for key, value in log.config.items() if not key.startswith("_")}
-        for position, row in enumerate(log.history):
-            add_wandb_row(row, (name, 0, f"history row {position}"), train, evaluation, problems)
+        rows = [(f"history row {position}", row.get("_step"), wandb_entry(row)) for position, row in enumerate(log.history)]
+        add_trainer_rows([row for row in rows if row[2]], (name, "the log"), train, evaluation, problems)
     if not sources and (folder / WANDB_SUMMARY).is_file():
         summary = read_json_file(folder / WANDB_SUMMARY, folder, problems)
         if summary is not None:
             sources.append(WANDB_SUMMARY)
-            add_wandb_row(summary, (WANDB_SUMMARY, 0, "the summary"), train, evaluation, problems)
+            rows = [("the summary", summary.get("_step"), wandb_entry(summary))]
+            add_trainer_rows([row for row in rows if row[2]], (WANDB_SUMMARY, "the summary"), train, evaluation, problems)
     return training_history(sources, train.frame(), evaluation.frame(), config, {}, problems)
 
 
-def add_wandb_row(row: dict, where: tuple, train: HistorySeries, evaluation: HistorySeries, problems: list):
+# A W&B row's metrics: not W&B's own keys nor a media object's numbers; {} when it has no number.
+def wandb_entry(row: dict) -> dict:
     media = {key[: -len("._type")] + "." for key in row if key.endswith("._type")}
     entry = {key: value for key, value in row.items() if not key.startswith("_") and not key.startswith(tuple(media))}
-    if not any(type(value) in (int, float) for value in entry.values()):
-        return
-    entry, global_step = trainer_names(entry)
-    entry["step"] = row.get("_step") if global_step is None else global_step
-    step = history_entry_step(entry, where, problems)
-    if step is not None:
-        (evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems))
+    return entry if any(type(value) in (int, float) for value in entry.values()) else {}
 
 
 HF_PREFIXES = (("train/", ""), ("eval/", "eval_"), ("test/", "test_"))  # transformers' rewrite_logs, undone
 
 
-# A row of Hugging Face's TrackioCallback with the Trainer's own names, and its global step (None for other rows).
-def trainer_names(entry: dict) -> tuple[dict, int | None]:
+# One run's rows of trackio or W&B, in the order logged: (row label, the logger's own step, entry with a number). In a
+# run of Hugging Face's TrackioCallback or WandbCallback (a row with train/global_step), every row gets the Trainer's
+# names; one without train/global_step (on_predict's test_* metrics, a log call of your own) is placed at the latest
+# global step logged before it (0, the Trainer's before its first step, when none was), with one note counting such
+# rows, instead of at the logger's counter. Other runs' rows stay as logged, at the logger's step.
+def add_trainer_rows(rows: list, where: tuple, train: HistorySeries, evaluation: HistorySeries, problems: list):
+    file, run = where
+    callback = any(type(entry.get("train/global_step")) is int for _, _, entry in rows)
+    latest, placed = 0, []
+    for label, logger_step, entry in rows:
+        row_where = (file, 0, label if isinstance(label, str) else f"metrics row {label}")
+        entry, global_step = trainer_names(entry, callback)
+        if global_step is not None:
+            latest = global_step
+        elif callback:
+            placed.append(logger_step)
+        entry["step"] = global_step if global_step is not None else latest if callback else logger_step
+        step = history_entry_step(entry, row_where, problems)
+        if step is not None:
+            note_resume((evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, row_where, problems)), step, row_where, problems)
+    if placed:
+        problems.append([file, 0, "note", (
+            f"{run}: {len(placed):,} {'row' if len(placed) == 1 else 'rows'} without train/global_step (trainer.predict's "
+            "test_* metrics, or a log call of your own) placed at the global step logged before, not at the logger's own step "
+            f"({', '.join(str(step) for step in placed[:3])}{', ...' if len(placed) > 3 else ''})")])
+
+
+# A row of Hugging Face's TrackioCallback or WandbCallback with the Trainer's own names (also a row without
+# train/global_step when callback: its run is the callback's), and its global step (None where it has none).
+def trainer_names(entry: dict, callback: bool = False) -> tuple[dict, int | None]:
     global_step = entry.get("train/global_step")
     if type(global_step) is not int:
-        return entry, None
+        global_step = None
+        if not callback:
+            return entry, None
     renamed = {}
     for key, value in entry.items():
         if key == "train/global_step":
@@ -515,18 +573,28 @@ def history_entry_step(entry, where: tuple, problems: list) -> int | None:
 
 
 # The numbers of an entry (not step): other values (texts, lists) are not series; NaN and infinities are left out
-# with a note.
-def entry_numbers(entry: dict, where: tuple, problems: list) -> dict:
+# with a note. texts (the logger's metrics file, whose every value is a number the trainer logged): a number written
+# as text ("0.7") is read as that number, and any other value (a boolean, other text, a list, null: the logger's NaN
+# and infinities) is left out with a note.
+def entry_numbers(entry: dict, where: tuple, problems: list, texts: bool = False) -> dict:
     numbers = {}
+    file, line, *within = where
+    about = f"{within[0]}: " if within else ""
     for key, value in entry.items():
-        if key in ("step", "kind") or type(value) not in (int, float):
+        if key in ("step", "kind"):
+            continue
+        if texts and type(value) is str and text_number(value) is not None:
+            value = text_number(value)
+        if type(value) not in (int, float):
+            if texts:
+                kind = "null (NaN or an infinity, as the logger writes them)" if value is None else f"{'an' if json_kind(value)[0] in 'aeiou' else 'a'} {json_kind(value)}, not a number"
+                problems.append([file, line, "note", f"{about}{valid_text(str(key))} is {kind}: left out"])
             continue
         value = as_float(value)
         if math.isfinite(value):
             numbers[valid_text(str(key))] = value
         else:
-            file, line, *within = where
-            problems.append([file, line, "note", f"{within[0] + ': ' if within else ''}{key} is {value}: left out"])
+            problems.append([file, line, "note", f"{about}{key} is {value}: left out"])
     return numbers
 
 

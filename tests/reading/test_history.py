@@ -9,9 +9,13 @@ config, the best checkpoint, the sources and the problem rows. The reader's rule
   subfolders' (the folder's own wins a tie); an unreadable candidate is a problem row and the next one is tried;
   training_args.bin is never read;
 - per kind, in file order: a step lower than the last kept one starts a resumed run (kept entries with a step at or past
-  it are dropped), the same step as the last kept one merges into it key by key (the later value stands);
+  it are dropped, with a "note" row saying so), the same step as the last kept one merges into it key by key (the later
+  value stands); the logger's metrics files: each file is one launch, a step lower than an earlier line's of its kind
+  in the same file is kept at its step with a "note", and a later launch's first train line replaces what earlier
+  launches logged (train and eval) from its step on, with a "note" counting them;
 - values: finite int/float kept as float64, NaN/Infinity missing plus a "note" row naming the key, bools, strings,
-  lists and dicts ignored; an entry that is no object or has no integral step is "skipped"; a file that is no valid
+  lists and dicts ignored (in a metrics file: a number written as text is that number, anything else not a number a
+  "note" naming the key); an entry that is no object or has no integral step is "skipped"; a file that is no valid
   JSON is one "skipped" row on line 0; in a metrics file, a bad line is "skipped" on its line and an unterminated last
   line is "incomplete".
 """
@@ -81,13 +85,21 @@ def expected_frame(records, problems):
                 values[key] = math.nan
                 problems.append((file, line, "note", key))
         if rows and step < rows[-1][0]:
-            rows = [row for row in rows if row[0] < step]
+            kept = [row for row in rows if row[0] < step]
+            problems.append((file, line, "note", "resume"))  # the rows logged from step on are replaced, said
+            rows = kept
         if rows and rows[-1][0] == step:
             for key, value in values.items():
                 if not (math.isnan(value) and key in rows[-1][1]):
                     rows[-1][1][key] = value
         else:
             rows.append([step, values])
+    return rows_frame(rows)
+
+
+def rows_frame(rows):
+    """The frame of [step, {key: value}] rows, in step order, columns in the order first logged."""
+    rows = sorted(rows, key=lambda row: row[0])
     columns = []
     for _, values in rows:
         columns += [key for key in values if key not in columns]
@@ -162,12 +174,40 @@ def expected_from_trainer_state(folder, relative):
     return {"sources": [relative], "train": train, "eval": evals, "config": config, "best": best, "problems": problems}
 
 
+TEXT_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def metrics_values(file, line, entry, problems):
+    """A metrics-file line's values: numbers, and numbers written as text, as floats (NaN where not finite, with a
+    note); anything else (a boolean, other text, null, a list) left out with a note naming its key."""
+    values = {}
+    for key, value in entry.items():
+        if key in ("step", "kind"):
+            continue
+        if isinstance(value, str) and TEXT_NUMBER.fullmatch(value.strip()):
+            value = float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append((file, line, "note", key))
+            continue
+        if math.isfinite(value):
+            values[key] = float(value)
+        else:
+            values[key] = math.nan
+            problems.append((file, line, "note", key))
+    return values
+
+
 def expected_from_metrics_files(folder):
+    """The logger's rule: each file is one launch, in name order. Within a file nothing is dropped: a step below an
+    earlier line's of its kind is kept at its step, with a note. A later launch's first train line at step s replaces what earlier
+    launches logged (train and eval) from s on, with a note when it replaces anything. Entries of one step merge key by
+    key."""
     names = sorted(path.name for path in folder.glob("rollout_metrics_*.jsonl"))
-    problems, train, evals = [], [], []
-    for name in names:
+    problems, rows = [], {"train": {}, "eval": {}}  # kind -> {step: {key: value}}
+    for launch, name in enumerate(names):
         text = (folder / name).read_text()
         lines = text.split("\n")  # the last piece is "" when the file ends with a newline
+        resumed, latest = False, {}  # latest: the largest step of each kind in this file so far
         for number, raw in enumerate(lines[:-1], start=1):
             try:
                 entry = json.loads(raw)
@@ -175,13 +215,31 @@ def expected_from_metrics_files(folder):
                 problems.append((name, number, "skipped", None))
                 continue
             kind = entry.get("kind") if isinstance(entry, dict) else None
-            if kind == "eval":
-                evals.append((name, number, entry))
-            elif kind != "checkpoint":
-                train.append((name, number, entry))
+            if kind == "checkpoint":
+                continue
+            step = integral_step(entry.get("step")) if isinstance(entry, dict) else None
+            if step is None:
+                problems.append((name, number, "skipped", None))
+                continue
+            kind = "eval" if kind == "eval" else "train"
+            if launch and not resumed and kind == "train":
+                resumed = True
+                before = sum(map(len, rows.values()))
+                rows = {kind_: {s: row for s, row in found.items() if s < step} for kind_, found in rows.items()}
+                if sum(map(len, rows.values())) < before:
+                    problems.append((name, number, "note", "resumes"))
+            if kind in latest and step < latest[kind]:
+                problems.append((name, number, "note", "same launch"))
+            latest[kind] = max(latest.get(kind, step), step)
+            values = metrics_values(name, number, entry, problems)
+            merged = rows[kind].setdefault(step, {})
+            for key, value in values.items():
+                if not (math.isnan(value) and key in merged):
+                    merged[key] = value
         if lines[-1]:
             problems.append((name, len(lines), "incomplete", None))
-    return {"sources": names, "train": expected_frame(train, problems), "eval": expected_frame(evals, problems), "problems": problems}
+    frames = {kind: rows_frame([[step, values] for step, values in found.items()]) for kind, found in rows.items()}
+    return {"sources": names, "train": frames["train"], "eval": frames["eval"], "problems": problems}
 
 
 # ---------------------------------------------------------------- comparisons
@@ -656,10 +714,13 @@ def test_metrics_files():
     expected = expected_from_metrics_files(folder)
     a, b = expected["sources"]
     assert sorted(row[:3] for row in expected["problems"]) == [
-        (a, 9, "skipped"), (a, 10, "skipped"), (a, 11, "skipped"), (a, 13, "note"), (b, 16, "incomplete"),
+        (a, 9, "skipped"), (a, 10, "skipped"), (a, 11, "skipped"), (a, 13, "note"), (b, 2, "note"), (b, 16, "incomplete"),
     ]
     history = read(folder)
     assert_history(history, expected)
+    # the resume is counted: launch B's first trained step 11 replaces A's train steps 11, 12 and its eval of step 12
+    resume = history.problems[(history.problems["file"] == b) & (history.problems["line"] == 2)]["reason"].tolist()
+    assert resume == ["this launch resumes at step 11: 2 train and 1 eval entries earlier launches logged from step 11 on are replaced by its own"]
     assert history.sources == ["rollout_metrics_20261122T185902Z.jsonl", "rollout_metrics_20261123T091500Z.jsonl"]
     train = history.train.set_index("step")
     assert list(train.index) == [1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
@@ -671,6 +732,44 @@ def test_metrics_files():
     assert history.eval.set_index("step").loc[10, "eval_reward"] == 0.79
     for column in ("path", "seconds", "kind"):  # checkpoint records are neither train nor eval
         assert column not in history.train.columns and column not in history.eval.columns
+
+
+# One launch's file never resumes (a resume starts a new file): steps 1, 2, 3, 10, 4, 5 keep step 10's entry (it
+# was silently dropped as a resume), each line below an earlier step says so in the load report.
+def test_a_step_back_within_one_launch_is_kept_with_a_note(tmp_path):
+    name = "rollout_metrics_20260101T000000Z.jsonl"
+    entries = [(1, 0.5), (2, 0.4), (3, 0.3), (10, 9.9), (4, 0.2), (5, 0.1)]
+    (tmp_path / name).write_text("".join(json.dumps({"step": step, "kind": "train", "loss": loss}) + "\n" for step, loss in entries))
+    history = read(tmp_path)
+    assert_history(history, expected_from_metrics_files(tmp_path))
+    assert history.train.to_dict("list") == {"step": [1, 2, 3, 4, 5, 10], "loss": [0.5, 0.4, 0.3, 0.2, 0.1, 9.9]}
+    assert history.problems.values.tolist() == [
+        [name, 5, "note", "step 4 after step 10 in the same launch: kept at its step (a resume starts a new file)"],
+        [name, 6, "note", "step 5 after step 10 in the same launch: kept at its step (a resume starts a new file)"],
+    ]
+    assert history.skipped == 0
+
+
+# A number written as text is that number; a boolean, other text, a list and null (the logger's NaN) are left out,
+# each with a note naming its key, as NaN is.
+def test_metrics_file_values_written_as_text_are_numbers_and_what_is_left_out_is_said(tmp_path):
+    name = "rollout_metrics_20260101T000000Z.jsonl"
+    lines = [
+        {"step": 1, "kind": "train", "loss": 0.5, "reward": "0.7", "lr": True, "steps_done": " 12 "},
+        {"step": 2, "kind": "train", "loss": None, "reward": 0.8, "note": "warm-up", "per_func": [0.1, 0.2]},
+    ]
+    (tmp_path / name).write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 3, "kind": "train", "loss": NaN, "reward": "1e400"}\n')
+    history = read(tmp_path)
+    assert_history(history, expected_from_metrics_files(tmp_path))
+    assert history.train["reward"].tolist()[:2] == [0.7, 0.8] and history.train["steps_done"].tolist()[0] == 12.0
+    assert history.problems.values.tolist() == [
+        [name, 1, "note", "lr is a boolean, not a number: left out"],
+        [name, 2, "note", "loss is null (NaN or an infinity, as the logger writes them): left out"],
+        [name, 2, "note", "note is a string, not a number: left out"],
+        [name, 2, "note", "per_func is an array, not a number: left out"],
+        [name, 3, "note", "loss is nan: left out"],
+        [name, 3, "note", "reward is inf: left out"],
+    ]
 
 
 # A log of many entries each with a problem (a NaN loss, a line that is not JSON) made a load report row each: a file
@@ -744,6 +843,9 @@ def test_a_resumed_launch_replaces_earlier_evaluations_past_its_start(tmp_path):
     assert history.train["step"].tolist() == list(range(1, 10))
     assert history.train["loss"].tolist() == [1.0] * 5 + [2.0] * 4
     assert history.eval.to_dict("list") == {"step": [8], "eval_loss": [0.5]}  # A's step-6 evaluation is of the dropped branch
+    assert history.problems.values.tolist() == [  # what was replaced is counted
+        ["rollout_metrics_B.jsonl", 1, "note", "this launch resumes at step 6: 3 train and 2 eval entries earlier launches logged from step 6 on are replaced by its own"],
+    ]
 
 
 # Trainer.evaluate(metric_key_prefix="test") logs test_* keys: an evaluation too; a "kind" that is no kind is no metric.

@@ -24,7 +24,9 @@ from tests.support.trackio_runs import (
     INSERT_TRACE,
     LIVE_BATCH,
     LONG_TRACE,
+    RESUMED_STEPS,
     SYSTEM,
+    TRAINER_STEPS,
     agent_runs,
     live_writer,
     messy_runs,
@@ -154,6 +156,31 @@ def test_the_metrics_table_is_the_training_history(written):
     assert any("loss is nan: left out" in reason for reason in messy.problems["reason"])
     both = rl_board.open_run(written["both"]).history
     assert {"loss · agent/grpo-a", "score · messy/edge"} <= set(both.train.columns)
+
+
+def test_rows_of_trainer_predict_and_of_the_script_keep_the_trainer_s_steps(tmp_path):
+    """transformers' TrackioCallback logs trainer.predict()'s test_* metrics, and a script logs its own, without
+    train/global_step: trackio files them at its own step counter (13 after twelve rows), below the global steps. Such a
+    row is placed at the global step logged before it, with a note: the train steps 10..100 all stay (they were dropped
+    as a resume), the test_* metrics are the Trainer's names in the eval frame at 100 (test/runtime was a train
+    metric). A real resume (a new launch logging 80..100 again) replaces those steps, and the load report counts them."""
+    folder = write_trackio(tmp_path / "trackio", "write_trainer_callback")
+    with sqlite3.connect(folder / "hf.db") as connection:
+        logged = [(step, json.loads(metrics)) for step, metrics in connection.execute("SELECT step, metrics FROM metrics ORDER BY rowid")]
+    connection.close()
+    predicted = next(step for step, metrics in logged if "test/loss" in metrics)
+    assert predicted < max(TRAINER_STEPS) and not any("train/global_step" in metrics for step, metrics in logged if step == predicted)
+    history = rl_board.open_run(folder).history
+    train = history.train.set_index("step")
+    assert list(train.index) == list(TRAINER_STEPS)
+    assert train["loss"].tolist() == [1.0 / step for step in TRAINER_STEPS if step not in RESUMED_STEPS] + [2.0 / step for step in RESUMED_STEPS]
+    assert train["reward_hacking_rate"].dropna().to_dict() == {50: 0.25}  # logged between steps 50 and 60
+    assert list(history.eval.columns) == ["step", "eval_loss", "eval_runtime", "test_loss", "test_runtime", "test_samples_per_second"]
+    assert history.eval.values.tolist() == [[100, 0.4, 1.5, 0.5, 2.0, 3.0]]
+    reasons = history.problems["reason"].tolist()
+    assert len(reasons) == 2 and history.skipped == 0
+    assert reasons[0].startswith("metrics row ") and reasons[0].endswith("step 80 after later steps: a resume; the 3 entries logged before it from step 80 on are replaced")
+    assert reasons[1].startswith("run sft: 2 rows without train/global_step (trainer.predict's test_* metrics, or a log call of your own) placed at the global step logged before")
 
 
 def test_trackio_s_folder_is_one_run_with_its_own_folders(written):

@@ -214,7 +214,12 @@ def test_the_transaction_log_is_the_training_history(written):
     assert history.train["step"].tolist() == sorted(train) == [1, 2, 3]
     assert history.train["loss"].tolist() == [train[step]["train/loss"] for step in sorted(train)]
     assert history.train["rewards/accuracy/mean"].tolist() == [train[step]["train/rewards/accuracy/mean"] for step in sorted(train)]
-    assert history.eval["step"].tolist() == [2] and history.eval["eval_loss"].tolist() == [next(row["eval/loss"] for row in rows if "eval/loss" in row)]
+    assert history.eval["step"].tolist() == [2, 3] and history.eval["eval_loss"].tolist()[0] == next(row["eval/loss"] for row in rows if "eval/loss" in row)
+    # trainer.predict()'s row: WandbCallback.on_predict logs it without train/global_step, which W&B adds itself
+    # (define_metric's step_sync): it is at that global step, not at W&B's _step, with the Trainer's test_* names
+    predicted = next(row for row in wandb_history(run_folder) if "test/loss" in row)
+    assert predicted["_step"] > 3 and predicted["train/global_step"] == 3
+    assert history.eval.loc[history.eval["step"] == 3, ["test_loss", "test_runtime"]].values.tolist() == [[0.6, 2.0]]
     assert not [column for column in history.train.columns if column.startswith("_") or "completions" in column or "global_step" in column]
     assert history.config["reward_weights"] == REWARD_WEIGHTS and history.sources == [next(run_folder.glob("run-*.wandb")).name]
 

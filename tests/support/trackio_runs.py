@@ -11,6 +11,8 @@ show for it, written out by hand from the messages (never by the board's convert
   LONG_TRACE messages, spans that say a tool failed, a trace of spans only, non-finite metadata.
 - async.db, run grpo: TRL's async GRPO traces of two policy versions with their model_version (the staleness each
   must give), and bad versions: a string, a negative, a fraction, a boolean, a huge one, one after its step, null.
+- hf.db, run sft: transformers' TrackioCallback itself, training, evaluating, predicting and resumed
+  (write_trainer_callback).
 """
 
 import json
@@ -203,13 +205,47 @@ def write_runs(runs: list):  # in the writer's process
         trackio.finish()
 
 
+# Hugging Face's TrackioCallback itself (transformers' integration), driven as the Trainer drives it, project "hf", run
+# "sft": on_log at global steps 10..100 (logging_steps=10; loss 1/step), a trackio.log of the script's own between
+# steps 50 and 60, an evaluation at 100, then trainer.predict()'s on_predict (test_* metrics, without
+# train/global_step: trackio files it at its own step counter, 13). Then the run resumed from checkpoint-70 by a new
+# launch (a new callback: trackio.init(resume="allow") continues the run) logging steps 80, 90, 100 again (loss 2/step).
+TRAINER_STEPS = range(10, 110, 10)
+RESUMED_STEPS = (80, 90, 100)
+
+
+def write_trainer_callback():  # in the writer's process
+    import trackio
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers.integrations.integration_utils import TrackioCallback
+
+    args = TrainingArguments(output_dir=os.path.join(os.environ["TRACKIO_DIR"], "out"), report_to=["trackio"], project="hf", run_name="sft", trackio_static_space_id=False)
+    state, control, callback = TrainerState(), TrainerControl(), TrackioCallback()
+    callback.on_train_begin(args, state, control)
+    for global_step in TRAINER_STEPS:
+        state.global_step = global_step
+        callback.on_log(args, state, control, logs={"loss": 1.0 / global_step, "learning_rate": 1e-4})
+        if global_step == 50:
+            trackio.log({"reward_hacking_rate": 0.25})  # the script's own, no step
+    callback.on_log(args, state, control, logs={"eval_loss": 0.4, "eval_runtime": 1.5})
+    callback.on_predict(args, state, control, metrics={"test_loss": 0.5, "test_runtime": 2.0, "test_samples_per_second": 3.0})
+    trackio.finish()
+    state, callback = TrainerState(), TrackioCallback()  # the resumed launch
+    callback.on_train_begin(args, state, control)
+    for global_step in RESUMED_STEPS:
+        state.global_step = global_step
+        callback.on_log(args, state, control, logs={"loss": 2.0 / global_step, "learning_rate": 1e-4})
+    trackio.finish()
+
+
 def writer_environment(trackio_dir: Path, **extra) -> dict:
     return {**os.environ, "TRACKIO_DIR": str(trackio_dir), "TRACKIO_STORAGE_MODE": "sqlite", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PROJECT), **extra}
 
 
-# Runs trackio in a process of its own, writing `what` (the name of a function here returning runs) into trackio_dir.
+# Runs trackio in a process of its own, writing `what` (the name of a function here returning runs, or of a write_*
+# function that writes them itself) into trackio_dir.
 def write_trackio(trackio_dir: Path, what: str, **environment) -> Path:
-    code = f"from tests.support import trackio_runs as t; t.write_runs(t.{what}())"
+    code = f"from tests.support import trackio_runs as t; t.{what}()" if what.startswith("write_") else f"from tests.support import trackio_runs as t; t.write_runs(t.{what}())"
     subprocess.run([sys.executable, "-c", code], cwd=PROJECT, env=writer_environment(trackio_dir, **environment), check=True, capture_output=True, timeout=300)
     return trackio_dir
 

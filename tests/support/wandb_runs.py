@@ -9,7 +9,8 @@ wandb.log, run.finish, in a process of its own (wandb starts its wandb-core serv
   logs it (trl/trainer/grpo_trainer.py of trl 1.16.0: df_base = pd.DataFrame({"step", "prompt", "completion",
   **rewards, **extra, "advantage"}), logging_backend.log({"completions": logging_backend.Table(dataframe=df)}), no
   step); prompts and completions as chat messages, a reward function that gave None (NaN), a log_extra text column.
-  Besides, a table of another program under a key with "/" (eval/answers) and an eval log.
+  Besides, a table of another program under a key with "/" (eval/answers), an eval log, and trainer.predict()'s
+  test/<key> row (WandbCallback.on_predict: no train/global_step; W&B's step_sync adds it).
 - bare: a completions table logged with no metrics at all (no reward function named), and log_unique_prompts' one row
   per prompt.
 - openrlhf: OpenRLHF's WandbLogger (openrlhf/utils/logging_utils.py, OpenRLHF/OpenRLHF @ 3c3be623, lines 62-97, with
@@ -80,6 +81,9 @@ def write_grpo():
         if step == 2:
             run.log({"eval/loss": 0.75, "train/global_step": step})  # on_log of an evaluation
             run.log({"eval/answers": wandb.Table(columns=["question", "answer", "score", "prompt"], data=[[q, f"a{i}", i / 2, "p"] for i, q in enumerate(QUESTIONS)])})
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    run.log(rewrite_logs({"test_loss": 0.6, "test_runtime": 2.0}))  # WandbCallback.on_predict: no train/global_step
     run.summary["train_runtime"] = 12.5
     run.finish()
 
