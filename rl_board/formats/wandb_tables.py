@@ -23,7 +23,10 @@ float log_extra column too: the load report says so).
 Another table becomes a line per row, every column a field as named (one named like a board key gets " (table)"
 after its name), its response the row as text (a line per column, "name: value"), its prompt empty, its reward its
 reward column where every value of that is a number (else none, and the column a field, with a note). Every line has
-the field wandb_table (the key it was logged under: a facet).
+the field wandb_table (the key it was logged under: a facet). In a run whose log has an evaluation's numbers
+(eval/<key>), every line has the field split too: eval for a table logged right after such a row (TRL's
+GRPOTrainer.log logs the evaluation's completions table, under the same key, right after the evaluation's metrics),
+train for the others; the load report counts the former.
 
 A row's step, in any table, is its step column's (the first of step, global_step the table has; an integer, or an
 integer written as text), else the Trainer's global step when the table was logged (the last train/global_step the
@@ -54,6 +57,7 @@ from dataclasses import dataclass
 
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
 from rl_board.formats.trl import completion_text, encoded_line, scored_row
+from rl_board.reading.history import wandb_entry
 from rl_board.reading.lines import FORMAT_KEYS, text_number
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
 from rl_board.reading.wandb_log import read_log
@@ -89,7 +93,7 @@ WEIGHTS_SOURCE = "the W&B run's config: reward_weights"
 CONVERSION = 2  # the conversion's version: a change makes every table's conversion again
 
 
-OWN_FIELDS = ("wandb_table",)
+OWN_FIELDS = ("wandb_table", "split")
 
 
 # A folder with W&B's transaction log: every table file under files/media/table/ is a source, named in the
@@ -111,8 +115,11 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         key = f"{sub_folder}/{found['key']}" if sub_folder else found["key"]
         wandb_step = int(found["step"])
         global_step = facts.global_step(wandb_step)
-        contexts[entry.path] = (relative.replace("/", "~"), {"key": key, "step": wandb_step if global_step is None else global_step})
+        contexts[entry.path] = (relative.replace("/", "~"), {"key": key, "step": wandb_step if global_step is None else global_step, "split": facts.split(wandb_step)})
         keys.setdefault(key, []).append((wandb_step, entry))
+    evaluated = sum(context[1]["split"] == "eval" for context in contexts.values())
+    if evaluated:
+        problems += (("", 0, "note", f"{evaluated} table file(s) logged right after an evaluation's metrics (eval/<key>): their rows are the evaluation's, at the step it ran at, with the field split eval (the others train)"),)
     for logged in keys.values():  # each file of a key after the first: the one logged before it, whose rows it may repeat
         logged.sort(key=lambda item: (item[0], item[1].name))
         for (_, before), (_, entry) in zip(logged, logged[1:]):
@@ -174,11 +181,21 @@ class LogFacts:
     reward_weights: tuple = ()
     global_steps: tuple = ()  # (W&B step, the Trainer's global step then), by W&B step
     problems: tuple = ()
+    evaluations: tuple = ()  # (W&B step, whether it is an evaluation's: eval/<key>) of the rows of metrics, by W&B step
 
     # The Trainer's global step when W&B's step was `step`: the last one logged at or before it (None: none was).
     def global_step(self, step: int) -> int | None:
         position = bisect.bisect_right(self.global_steps, (step, math.inf))
         return self.global_steps[position - 1][1] if position else None
+
+    # A table logged at W&B's step `step`: "eval" where the last row of metrics logged before it is an evaluation's
+    # (GRPOTrainer.log logs its completions table right after the Trainer's metrics, in evaluation too), else "train";
+    # None in a run that logged no evaluation.
+    def split(self, step: int) -> str | None:
+        if not any(evaluated for _, evaluated in self.evaluations):
+            return None
+        position = bisect.bisect_left(self.evaluations, (step, False))
+        return "eval" if position and self.evaluations[position - 1][1] else "train"
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,13 +206,22 @@ def log_facts(log_path: str, status: FileStatus) -> LogFacts:
         return LogFacts(problems=(("", 0, "note", f"the transaction log could not be read ({shorten(str(error), 200)}): the reward functions are not named"),))
     names = tuple(dict.fromkeys(found["name"] for row in log.history for key in row if (found := REWARD_METRIC.fullmatch(key))))
     steps = tuple(sorted({(row["_step"], row["train/global_step"]) for row in log.history if type(row.get("_step")) is int and type(row.get("train/global_step")) is int}))
+    evaluations = tuple(sorted(
+        (row["_step"], any(key.startswith("eval/") for key in numbers)) for row in log.history if type(row.get("_step")) is int and (numbers := metrics_of(row))
+    ))
     weights = log.config.get("reward_weights")
     if names and isinstance(weights, list) and len(weights) == len(names) and all(type(weight) in (int, float) and math.isfinite(weight) for weight in weights):
-        return LogFacts(names, tuple(map(float, weights)), steps)
+        return LogFacts(names, tuple(map(float, weights)), steps, evaluations=evaluations)
     if names:
-        return LogFacts(names, (), steps)
+        return LogFacts(names, (), steps, evaluations=evaluations)
     note = "the log names no reward functions (TRL's rewards/<name>/mean): in a completions table, every all-float column between completion and advantage is taken as one"
-    return LogFacts((), (), steps, (("", 0, "note", note),))
+    return LogFacts((), (), steps, (("", 0, "note", note),), evaluations)
+
+
+# The keys of a history row's metrics: its numbers but W&B's own (_step, _runtime), a table's (completions.nrows) and
+# the Trainer's step (W&B's step_sync writes it into rows of tables too).
+def metrics_of(row: dict) -> list[str]:
+    return [key for key, value in wandb_entry(row).items() if type(value) in (int, float) and key != "train/global_step"]
 
 
 # One table file as the board's lines, a line per row; notes for the rows left out: those of another length than the
@@ -237,6 +263,8 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
             if step is not None:
                 cells.pop(step_column)
         line["wandb_table"] = table["key"]
+        if table.get("split"):
+            line["split"] = table["split"]
         line |= {(f"{name} (table)" if name in line or name in FORMAT_KEYS or name in OWN_FIELDS else name): cell for name, cell in cells.items()}
         lines.append(encoded_line(line))
     return b"".join(line + b"\n" for line in lines), notes

@@ -17,7 +17,10 @@ import rl_board
 from rl_board.formats import wandb_tables
 from rl_board.reading.wandb_log import read_log
 from tests.support.wandb_runs import (
+    EVALUATED_STEP,
+    NUM_GENERATIONS,
     OPENRLHF_STEPS,
+    QUESTIONS,
     REWARD_FUNCTIONS,
     REWARD_WEIGHTS,
     TRL_CALLBACK_STEPS,
@@ -31,7 +34,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("wandb")
-    return {name: write_wandb(root / name, f"write_{name}") for name in ("grpo", "bare", "openrlhf", "trl_callback")}
+    return {name: write_wandb(root / name, f"write_{name}") for name in ("grpo", "bare", "openrlhf", "trl_callback", "grpo_evaluation")}
 
 
 # The log's history rows as wandb's own reader gives them: {key (nested keys joined by "."): value}.
@@ -89,9 +92,10 @@ def test_every_step_s_completions_table_is_a_step_with_its_rows(written):
     tables = table_files(run_folder)
     expected = expected_completions(tables, dict(zip(REWARD_FUNCTIONS, REWARD_WEIGHTS)))
     run = rl_board.open_run(run_folder)
-    assert run.format == wandb_tables.NAME and run.problems.empty
+    assert run.format == wandb_tables.NAME and run.problems["reason"].tolist() == [EVALUATED_NOTE.format(count=1)]  # eval/answers, below
     samples = board_samples(run)
     completions = samples[samples["text/wandb_table"] == "completions"].reset_index(drop=True)
+    assert set(completions["text/split"]) == {"train"}
     assert sorted(set(expected["step"])) == [1, 2, 3] and len(completions) == len(expected) == 18
     assert completions["step"].tolist() == expected["step"].tolist()
     assert completions["prompt"].tolist() == expected["prompt"].tolist()
@@ -124,7 +128,26 @@ def test_another_table_s_columns_are_fields_at_the_trainer_s_step(written):
     assert answers["extra/score"].tolist() == [row[columns.index("score")] for row in table["data"]]
     assert answers["text/prompt (table)"].tolist() == [row[columns.index("prompt")] for row in table["data"]]
     assert answers["response"].tolist() == ["\n".join(f"{name}: {cell}" for name, cell in zip(columns, row)) for row in table["data"]]
-    assert answers["reward"].isna().all()
+    assert answers["reward"].isna().all() and set(answers["text/split"]) == {"eval"}  # logged after the evaluation's metrics
+
+
+EVALUATED_NOTE = "{count} table file(s) logged right after an evaluation's metrics (eval/<key>): their rows are the evaluation's, at the step it ran at, with the field split eval (the others train)"
+
+
+def test_an_evaluation_s_completions_table_is_told_from_the_training_one_at_its_step(written):
+    """GRPOTrainer.log logs the evaluation's completions under the same key as the training's, at the same global step,
+    right after the evaluation's metrics: its rows are that step's too (nothing is left out), with split eval, the
+    training's with split train, and the load report counts the evaluation's tables (the completions and the table
+    after it)."""
+    run = rl_board.open_run(written["grpo_evaluation"])
+    samples = board_samples(run)
+    at_step = samples[samples["step"] == EVALUATED_STEP]
+    split_of = {prompt.split('"content": "')[1].split(" ")[0]: split for prompt, split in zip(at_step["prompt"], at_step["text/split"]) if prompt}
+    assert split_of == {"train": "train", "eval": "eval"}
+    completions = at_step[at_step["text/wandb_table"] == "completions"]
+    assert len(completions) == 2 * len(QUESTIONS) * NUM_GENERATIONS and (completions["text/split"] == "eval").sum() == len(QUESTIONS) * NUM_GENERATIONS
+    assert set(samples.loc[samples["step"] != EVALUATED_STEP, "text/split"]) == {"train"}
+    assert run.problems["reason"].tolist() == [EVALUATED_NOTE.format(count=2)]
 
 
 # A cumulative table's files in W&B step order, {W&B step: {"columns", "data"}}: each holds the rows of the one before.

@@ -16,6 +16,8 @@ wandb.log, run.finish, in a process of its own (wandb starts its wandb-core serv
 - openrlhf: OpenRLHF's WandbLogger (openrlhf/utils/logging_utils.py, OpenRLHF/OpenRLHF @ 3c3be623, lines 62-97, with
   the sample openrlhf/trainer/ppo_trainer.py logs): a cumulative table train/generated_samples (global_step, text,
   reward), each step's the one before plus a row, logged before that step's train/global_step row.
+- grpo_evaluation: a GRPO run that evaluates at a step: the evaluation's metrics, then its completions table under the
+  same key (GRPOTrainer.log in evaluation), then another table.
 - trl_callback: TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290-336):
   a cumulative completions table whose step column is text (str(state.global_step)), after WandbCallback's
   train/global_step row.
@@ -85,6 +87,35 @@ def write_grpo():
 
     run.log(rewrite_logs({"test_loss": 0.6, "test_runtime": 2.0}))  # WandbCallback.on_predict: no train/global_step
     run.summary["train_runtime"] = 12.5
+    run.finish()
+
+
+EVALUATED_STEP = 1  # the global step the grpo_evaluation run evaluates at
+
+
+# A GRPO run that evaluates (eval_strategy="steps"): at EVALUATED_STEP, after the step's training metrics and table,
+# WandbCallback.on_log logs the evaluation's metrics (eval/<key>, with train/global_step), then GRPOTrainer.log (in
+# evaluation) logs the evaluation's completions table under the same key, another program's table after it.
+def write_grpo_evaluation():
+    import pandas as pd
+    import wandb
+
+    run = wandb.init(mode="offline", project="grpo", config={"num_generations": NUM_GENERATIONS, "reward_weights": REWARD_WEIGHTS})
+    run.define_metric("train/global_step")
+    run.define_metric("*", step_metric="train/global_step", step_sync=True)
+
+    def completions(step: int, question: str) -> pd.DataFrame:
+        rows = completions_rows(step)
+        rows["prompt"] = [[{"role": "user", "content": f"{question} {index // NUM_GENERATIONS}"}] for index in range(len(rows["prompt"]))]
+        return pd.DataFrame({"step": [step] * len(rows["prompt"]), "prompt": rows["prompt"], "completion": rows["completion"], **rows["rewards"], "advantage": rows["advantages"]})
+
+    for step in (1, 2):
+        run.log({"train/loss": 0.5 / step, **{f"train/rewards/{name}/mean": 0.5 for name in REWARD_FUNCTIONS}, "train/global_step": step})
+        run.log({"completions": wandb.Table(dataframe=completions(step, "train question"))})
+        if step == EVALUATED_STEP:
+            run.log({"eval/loss": 0.75, "eval/reward": 0.25, "train/global_step": step})
+            run.log({"completions": wandb.Table(dataframe=completions(step, "eval question"))})
+            run.log({"eval/answers": wandb.Table(columns=["question", "answer"], data=[["q", "a"]])})
     run.finish()
 
 
