@@ -69,12 +69,14 @@ def step_stats(samples: pd.DataFrame, column: str) -> pd.DataFrame:
     counts = np.diff(np.r_[starts, len(steps)])
     if not len(steps):
         return pd.DataFrame({name: np.array([], dtype=np.int64 if name == "count" else float) for name in STEP_STATS}, index=pd.Index(steps, name="step"))
-    stats = sorted_stats(values, starts, counts)
-    overflowed = ~np.logical_and.reduce([np.isfinite(column) for column in stats.values()])
-    if overflowed.any():  # finite values near a float's largest (1e308 + 1e308): each step's scaled to its largest |value|
-        scale = np.maximum.reduceat(np.abs(values), starts)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is computed again below
+        stats = sorted_stats(values, starts, counts)
+    if not all(np.isfinite(column).all() for column in stats.values()):  # finite values near a float's largest (1e308 + 1e308)
+        _, exponent = np.frexp(np.maximum.reduceat(np.abs(values), starts))
+        scale = np.ldexp(1.0, exponent - 1)  # a power of two near each step's largest |value| (2^1024 is inf): dividing by it is exact
         scaled = sorted_stats(values / np.repeat(scale, counts), starts, counts)
         for name, column in stats.items():
+            overflowed = ~np.isfinite(column)
             column[overflowed] = scaled[name][overflowed] * scale[overflowed]
     return pd.DataFrame({name: counts if name == "count" else stats[name] for name in STEP_STATS}, index=pd.Index(steps[starts], name="step"))
 

@@ -143,7 +143,7 @@ def test_step_statistics_of_values_near_the_largest_float_are_finite():
     from fractions import Fraction
     from statistics import median
 
-    groups = {1: [-1e308, 1e308], 2: [1e308, 1.5e308], 3: [1e308, 1e308, -1e308, 0.5, 0.25], 4: [1.0, 2.0, 4.0]}
+    groups = {1: [-1e308, 1e308], 2: [1e308, 1.5e308], 3: [1e308, 1e308, -1e308, 0.5, 0.25], 4: [1.0, 2.0, 4.0], 5: [1e308, 1e-300, 5e-324]}
     samples = pd.DataFrame({"step": [step for step, values in groups.items() for _ in values], "x": [value for values in groups.values() for value in values]})
     stats = step_stats(samples, "x")
     for step, values in groups.items():
@@ -160,6 +160,7 @@ def test_step_statistics_of_values_near_the_largest_float_are_finite():
         expected = {"mean": float(mean), "std": float(variance / max(exact, key=abs) ** 2) ** 0.5 * abs(max(values, key=abs)), "median": float(median(exact)), "q25": float(quantile("0.25")), "q75": float(quantile("0.75"))}
         assert stats.loc[step, list(expected)].to_numpy() == pytest.approx(list(expected.values()), rel=1e-12), step
     assert stats.loc[4].tolist() == pandas_step_stats(samples[samples["step"] == 4], "x").loc[4].tolist()
+    assert stats.loc[5, ["median", "q25"]].tolist() == [1e-300, 5e-301]  # only what overflowed is computed scaled
 
 
 def test_reward_gaps_from_a_run(tmp_path):
