@@ -38,8 +38,9 @@ table before plus a row, in a wandb.log before the one of train/global_step (so 
 before). TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290 and
 330-336) logs {"completions": pd.DataFrame(columns=["step", "prompt", "completion"], data=self.table)} with
 self.table grown each time, step str(state.global_step); it maps as TRL's completions table (no reward functions).
-A row that the file logged before it under the same key had (same columns and values; each earlier row takes one) is
-left out, so each row counts once, where it was first logged; the load report has a note a key with how many.
+A file that holds every row of the file logged before it under the same key (same columns and values; each earlier
+row takes one) is such a table: those rows are left out, so each row counts once, where it was first logged; the load
+report has a note a key with how many. A table of each step's own rows, one alike by chance, loses none.
 
 A table file that is not JSON or not {"columns", "data"} (one being written) is named in the load report and read
 again when it changes; a row of another length than the columns is left out, counted.
@@ -56,7 +57,7 @@ import re
 from dataclasses import dataclass
 
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
-from rl_board.formats.trl import completion_text, encoded_line, scored_row
+from rl_board.formats.trl import completion_text, encoded_line, reward_number, scored_row
 from rl_board.reading.history import wandb_entry
 from rl_board.reading.lines import FORMAT_KEYS, text_number
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
@@ -259,7 +260,7 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
                 line["advantage"] = cells.pop("advantage")
             line["group_id"] = group_of_prompt(line["prompt"])
         else:
-            line |= {"prompt": "", "response": row_text(cells), "reward": cells.pop(reward_column) if reward_column else None}
+            line |= {"prompt": "", "response": row_text(cells), "reward": reward_number(cells.pop(reward_column)) if reward_column else None}
             if step is not None:
                 cells.pop(step_column)
         line["wandb_table"] = table["key"]
@@ -274,22 +275,23 @@ def is_table(value) -> bool:
     return isinstance(value, dict) and isinstance(value.get("columns"), list) and isinstance(value.get("data"), list)
 
 
-# A row's step as its step column gives it: an integer, or an integer written as text (TRL's LogCompletionsCallback
-# writes str(state.global_step)); None for anything else (the table's step then).
+# A row's step as its step column gives it: an integer, a whole float (2.0), or either written as text (TRL's
+# LogCompletionsCallback writes str(state.global_step)); None for anything else (the table's step then).
 def row_step(cell) -> int | None:
-    if type(cell) is int:
-        return cell
-    number = text_number(cell) if isinstance(cell, str) else None
+    number = text_number(cell) if isinstance(cell, str) else cell
+    if type(number) is float and number.is_integer():  # 2.0: pandas makes an integer column with a NaN one of floats
+        return int(number)
     return number if type(number) is int else None
 
 
 # A table's reward column (its name, "" for none) when it has a column named reward whose every value is a number (or
-# null): OpenRLHF's generated_samples. A reward column holding something else stays a field, with a note.
+# null, or a number written as text, as TRL's scores are read: reward_number): OpenRLHF's generated_samples. A reward
+# column holding something else stays a field, with a note.
 def numeric_reward(columns: list, rows: list) -> tuple[str, str]:
     if "reward" not in columns:
         return "", ""
     at = columns.index("reward")
-    other = next((row[at] for row in rows if row[at] is not None and type(row[at]) not in (int, float)), None)
+    other = next((row[at] for row in rows if row[at] is not None and reward_number(row[at]) is None), None)
     if other is None:
         return "reward", ""
     return "", f"its reward column holds values that are not numbers ({shorten(repr(other), 60)}): kept as the field reward (table), the rows have no reward"
@@ -314,15 +316,16 @@ def file_digests(path: str, status: FileStatus) -> collections.Counter | None:
     return collections.Counter(digest for digest in row_digests(value) if digest is not None) if is_table(value) else None
 
 
-# The rows (by position) that the table logged before had: a cumulative table (OpenRLHF's generated_samples, TRL's
-# LogCompletionsCallback table: each the one before plus rows) repeats them; each of the earlier rows takes one.
+# The rows (by position) that repeat the table logged before, when this one holds every row of it: a cumulative table
+# (OpenRLHF's generated_samples, TRL's LogCompletionsCallback table: each the one before plus rows); each of the
+# earlier rows takes one. A table that holds only some of them (each step's own rows, one alike by chance) repeats none.
 def repeated_rows(digests: list, before: collections.Counter | None) -> set[int]:
     left, repeated = collections.Counter(before or ()), set()
     for index, digest in enumerate(digests):
         if digest is not None and left[digest] > 0:
             left[digest] -= 1
             repeated.add(index)
-    return repeated
+    return repeated if repeated and not +left else set()
 
 
 REPEATED_NOTE = "{count} row(s) the {key} table logged before it had: left out"

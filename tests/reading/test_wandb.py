@@ -20,6 +20,7 @@ from tests.support.wandb_runs import (
     EVALUATED_STEP,
     NUM_GENERATIONS,
     OPENRLHF_STEPS,
+    PER_STEP_ROWS,
     QUESTIONS,
     REWARD_FUNCTIONS,
     REWARD_WEIGHTS,
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("wandb")
-    return {name: write_wandb(root / name, f"write_{name}") for name in ("grpo", "bare", "openrlhf", "trl_callback", "grpo_evaluation")}
+    return {name: write_wandb(root / name, f"write_{name}") for name in ("grpo", "bare", "openrlhf", "trl_callback", "grpo_evaluation", "per_step")}
 
 
 # The log's history rows as wandb's own reader gives them: {key (nested keys joined by "."): value}.
@@ -206,6 +207,26 @@ def test_a_table_logged_again_with_new_rows_only_loses_no_row(written):
     """GRPO's completions tables (each step's own rows, a step column) repeat no row: none is left out, no note."""
     run = rl_board.open_run(written["grpo"])
     assert len(board_samples(run)) == 18 + 3 and not any("repeated" in reason for reason in run.problems["reason"])
+
+
+def test_a_table_of_each_step_s_own_rows_keeps_a_row_equal_to_one_before(written):
+    """Only a file holding every row of the one before is cumulative: a step's row that equals one of the step before by
+    chance (no step column tells them apart) is that step's sample too."""
+    run = rl_board.open_run(written["per_step"])
+    samples = board_samples(run)
+    for step, rows in PER_STEP_ROWS.items():
+        at_step = samples[samples["step"] == step]
+        assert at_step["reward"].tolist() == [row[2] for row in rows] and at_step["text/response (table)"].tolist() == [row[1] for row in rows]
+    assert not any("repeated row" in reason for reason in run.problems["reason"])
+
+
+# A step column of whole floats (pandas makes an integer column holding a NaN one of floats) or written as text, and
+# a reward written as text, are read as TRL's scores are; a step that is no whole number is the table's step.
+def test_steps_and_rewards_written_as_floats_or_text_are_read():
+    table = {"columns": ["global_step", "text", "reward"], "data": [[2.0, "a", "0.5"], ["5.0", "b", 1], [2.5, "c", None]]}
+    data, notes = wandb_tables.table_lines(json.dumps(table).encode(), ("samples", (), {"key": "samples", "step": 9}))
+    lines = [json.loads(line) for line in data.splitlines()]
+    assert [(line["step"], line["reward"]) for line in lines] == [(2, 0.5), (5, 1.0), (9, None)] and not notes
 
 
 def test_a_numeric_reward_column_beside_trl_s_completions_is_the_reward(written, tmp_path):

@@ -18,6 +18,7 @@ wandb.log, run.finish, in a process of its own (wandb starts its wandb-core serv
   reward), each step's the one before plus a row, logged before that step's train/global_step row.
 - grpo_evaluation: a GRPO run that evaluates at a step: the evaluation's metrics, then its completions table under the
   same key (GRPOTrainer.log in evaluation), then another table.
+- per_step: a table of each step's own rows without a step column, a row of step 2 equal to one of step 1.
 - trl_callback: TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290-336):
   a cumulative completions table whose step column is text (str(state.global_step)), after WandbCallback's
   train/global_step row.
@@ -116,6 +117,21 @@ def write_grpo_evaluation():
             run.log({"eval/loss": 0.75, "eval/reward": 0.25, "train/global_step": step})
             run.log({"completions": wandb.Table(dataframe=completions(step, "eval question"))})
             run.log({"eval/answers": wandb.Table(columns=["question", "answer"], data=[["q", "a"]])})
+    run.finish()
+
+
+PER_STEP_ROWS = {1: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Lyon", 0.0]], 2: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Paris", 1.0]]}
+
+
+# A table of each step's own rows, without a step column, one row of step 2 equal to one of step 1 (a greedy policy
+# answering a prompt the same way again): not cumulative.
+def write_per_step():
+    import wandb
+
+    run = wandb.init(mode="offline", project="per_step")
+    for step, rows in PER_STEP_ROWS.items():
+        run.log({"train/loss": 1.0 / step, "train/global_step": step})
+        run.log({"samples": wandb.Table(columns=["prompt", "response", "reward"], data=rows)})
     run.finish()
 
 
