@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import rl_board
-from rl_board.formats import relax, skyrl
+from rl_board.formats import conversion, relax, skyrl
 from rl_board.reading.search import export_jsonl
 from tests.support.skyrl_relax import relax_run, skyrl_run
 
@@ -157,6 +157,24 @@ def test_relax_logprobs_of_another_length_are_left_out_with_a_note(tmp_path):
         [2, "note", f"response_rollout_log_probs_mask of 1 values for {len(raw[1]['response_token_ids'])} tokens: ignored, every log-prob kept"],
     ]
     assert "logp" not in run.tokens(0, 0) and run.tokens(0, 1)["logp"].tolist() == raw[1]["response_rollout_log_probs"]
+
+
+# A conversion made by another version of the board's converters is made again: the cached conversions of finished
+# files (Relax's never change) would keep what an older converter made of them, without today's notes.
+def test_a_conversion_made_by_an_earlier_version_is_made_again(tmp_path, monkeypatch):
+    folder = relax_run(tmp_path / "rollout_result", steps=(0,), eval_steps=())
+    path = folder / "train" / "0.jsonl"
+    raw = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    raw[0]["response_rollout_log_probs"] = raw[0]["response_rollout_log_probs"][:-1]
+    path.write_text("".join(json.dumps(line) + "\n" for line in raw), "utf-8")
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(conversion, "CONVERSION_FORMAT", conversion.CONVERSION_FORMAT - 1)
+    without_notes = relax.result_lines
+    monkeypatch.setattr(relax, "result_lines", lambda data, context: (without_notes(data, context)[0], []))
+    assert rl_board.open_run(folder / "train").problems.empty  # as an earlier converter, without the note, made it
+    monkeypatch.undo()
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    assert len(rl_board.open_run(folder / "train").problems) == 1
 
 
 def test_skyrl_training_dumps_converted_in_the_training_environment(tmp_path):
