@@ -122,10 +122,19 @@ def named_rank_files(folder: Folder, pattern, name: str) -> tuple[dict[str, File
     return None
 
 
-# The top-level keys of a file's first line, however long (a reasoning model's line can be MBs), per file version;
-# none for an empty file or a line that is not a JSON object.
-@functools.lru_cache(maxsize=1024)
+# The top-level keys of a file's first line; none for an empty file, a line that is not a JSON object, or a file this
+# process may not read (the conversion of it says so in the load report).
 def first_line_keys(path: str, status: FileStatus) -> set:
+    try:
+        return read_first_line_keys(path, status)
+    except OSError:  # not cached: read once it can be
+        return set()
+
+
+# first_line_keys of a file that can be read, however long its first line (a reasoning model's can be MBs), per file
+# version.
+@functools.lru_cache(maxsize=1024)
+def read_first_line_keys(path: str, status: FileStatus) -> set:
     line, size = b"", 1 << 16
     while b"\n" not in line and len(line) < status.size:
         buffer, got = read_range(path, len(line), min(len(line) + size, status.size))

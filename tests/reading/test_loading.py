@@ -1590,13 +1590,45 @@ def test_a_last_line_continued_without_its_newline_is_read_as_a_whole_parse_read
 # A rank file this process may not read (a trainer in a container wrote it as root, mode 600) is left out with a row
 # of the load report, and the run's other files are shown: open_run raised PermissionError, the page a traceback. As
 # root, which reads any file, the load runs without the capabilities that let it (setpriv).
-def test_a_rank_file_that_cannot_be_read_is_reported_and_the_others_shown(tmp_path):
+# A format the board converts (verl's dumps: <step>.jsonl, their first lines read to tell the format) too.
+@pytest.mark.parametrize("names, line", [
+    (["rollout_data_rank_0.jsonl", "rollout_data_rank_1.jsonl"], sample),
+    (["1.jsonl", "2.jsonl"], lambda step: {"input": f"q{step}", "output": "a", "score": 1.0, "step": step}),
+], ids=["rank files", "verl dumps"])
+def test_a_rank_file_that_cannot_be_read_is_reported_and_the_others_shown(tmp_path, names, line):
     run_dir = tmp_path / "run"
-    write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(0), sample(1)])
-    write_lines(run_dir / "rollout_data_rank_1.jsonl", [sample(0), sample(1)])
-    (run_dir / "rollout_data_rank_1.jsonl").chmod(0)
+    for name in names:
+        write_lines(run_dir / name, [line(1), line(1)])
+    (run_dir / names[0]).chmod(0)
     load = (
         "import rl_board; run = rl_board.open_run(" + repr(str(run_dir)) + "); "
+        "print(len(run.samples), run.problems[['file', 'kind', 'reason']].values.tolist())"
+    )
+    without_override = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if without_override and not shutil.which("setpriv"):
+        pytest.skip("root reads any file, and setpriv (util-linux) is not here to drop that")
+    environment = {**os.environ, "RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run([*without_override, sys.executable, "-c", load], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"2 [['{names[0]}', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
+
+
+# A rank file that cannot be read any more once it changed (a relaunch writing it as another user) is said to be so,
+# not also "gone since the run was loaded" (it is still there), and the others stay shown.
+def test_a_rank_file_that_cannot_be_read_after_a_load_is_not_called_gone(tmp_path):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(1), sample(1)])
+    path = run_dir / "rollout_data_rank_1.jsonl"
+    load = (
+        "import json, os\n"
+        "from rl_board.reading.store import RunStore\n"
+        f"store, path = RunStore({str(run_dir)!r}), {str(path)!r}\n"
+        "store.load(64, parallel=False)\n"
+        "with open(path, 'a') as file:\n"
+        "    file.write(json.dumps({'prompt': 'p', 'response': 'r', 'reward': 1.0, 'step': 2}) + '\\n')\n"
+        "os.chmod(path, 0)\n"
+        "run = store.load(64, parallel=False)\n"
         "print(len(run.samples), run.problems[['file', 'kind', 'reason']].values.tolist())"
     )
     without_override = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
