@@ -271,6 +271,7 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     return b"".join(line + b"\n" for line in lines), notes
 
 
+# Whether a table file's JSON is W&B's table ({"columns", "data"}): one being written, or of another kind, is not.
 def is_table(value) -> bool:
     return isinstance(value, dict) and isinstance(value.get("columns"), list) and isinstance(value.get("data"), list)
 

@@ -147,11 +147,12 @@ def training_history(sources: list, train: pd.DataFrame, evaluation: pd.DataFram
 
 
 # Entries of one kind in file order. A step lower than one already seen starts a resumed run: what the earlier run
-# logged from that step on is dropped (add returns how many entries, for the load report), the later entry stands;
+# logged from that step on is dropped (add returns how many steps, for the load report), the later entry stands;
 # entries of the same step merge key by key. The rows are kept in step order, so that each entry looks at the largest
 # step only (finding the largest step of all, each entry, took 60 s for a trainer_state.json of 80,000 entries).
 # add(..., resume=False) keeps an entry below the largest step at its step instead (the logger's metrics file: one
-# launch never resumes within its own file); the rows are then out of order until the next drop_from.
+# launch never resumes within its own file); the rows are then out of order (frame() sorts them; drop_from drops by
+# step).
 class HistorySeries:
     def __init__(self):
         self.rows: dict[int, dict] = {}
@@ -194,7 +195,7 @@ def note_resume(dropped: int, step: int, where: tuple, problems: list):
     if dropped:
         file, line, *within = where
         about = f"{within[0]}: " if within else ""
-        problems.append([file, line, "note", f"{about}step {step} after later steps: a resume; the {dropped:,} entries logged before it from step {step} on are replaced"])
+        problems.append([file, line, "note", f"{about}step {step} after later steps: a resume; the {dropped:,} step(s) logged before it from step {step} on are replaced"])
 
 
 # The history of a run folder or training output folder, from the first source it holds (see this section's title).
@@ -291,7 +292,7 @@ def global_step(state: dict) -> int:
 def history_from_metrics_files(folder: Path, paths: list, problems: list) -> TrainingHistory:
     train, evaluation, best = HistorySeries(), HistorySeries(), {}
     for launch, path in enumerate(paths):
-        name, resumed_at, latest = valid_text(path.name), None, {}  # latest: the largest step of each kind so far
+        name, resumed_at, latest, nulls = valid_text(path.name), None, {}, {}  # latest: the largest step of each kind so far
         try:
             data = path.read_bytes()
         except OSError as error:
@@ -322,13 +323,15 @@ def history_from_metrics_files(folder: Path, paths: list, problems: list) -> Tra
                 resumed_at = step
                 dropped = train.drop_from(step), evaluation.drop_from(step)
                 if any(dropped):
-                    problems.append([name, number, "note", f"this launch resumes at step {step}: {dropped[0]:,} train and {dropped[1]:,} eval entries earlier launches logged from step {step} on are replaced by its own"])
+                    problems.append([name, number, "note", f"this launch resumes at step {step}: {dropped[0]:,} train and {dropped[1]:,} eval step(s) earlier launches logged from step {step} on are replaced by its own"])
             # Within a launch's file the steps of a kind only go up: one below an earlier line's is no resume (that
             # starts a new file), it is kept at its step, with a note.
             if step < latest.get(evaluated, step):
                 problems.append([name, number, "note", f"step {step} after step {latest[evaluated]} in the same launch: kept at its step (a resume starts a new file)"])
             latest[evaluated] = max(latest.get(evaluated, step), step)
-            (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems, texts=True), resume=False)
+            (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems, nulls), resume=False)
+        for key, (first, count) in nulls.items():  # a metric the trainer logs as NaN at every step: one note, not one a line
+            problems.append([name, first, "note", f"{key} is null (NaN or an infinity, as the logger writes them) at {count:,} line(s), from this one: left out"])
     eval_frame = evaluation.frame()
     if best:
         best = best_from_checkpoint(best["path"], None, best["value"], eval_frame)
@@ -573,22 +576,25 @@ def history_entry_step(entry, where: tuple, problems: list) -> int | None:
 
 
 # The numbers of an entry (not step): other values (texts, lists) are not series; NaN and infinities are left out
-# with a note. texts (the logger's metrics file, whose every value is a number the trainer logged): a number written
-# as text ("0.7") is read as that number, and any other value (a boolean, other text, a list, null: the logger's NaN
-# and infinities) is left out with a note.
-def entry_numbers(entry: dict, where: tuple, problems: list, texts: bool = False) -> dict:
+# with a note. nulls (the logger's metrics file, whose every value is a number the trainer logged; {key: (first line,
+# count)}, which the caller makes one note a key): a number written as text ("0.7") is read as that number, null (the
+# logger's NaN and infinities) counted in nulls, and any other value (a boolean, other text, a list) left out with a
+# note.
+def entry_numbers(entry: dict, where: tuple, problems: list, nulls: dict | None = None) -> dict:
     numbers = {}
     file, line, *within = where
     about = f"{within[0]}: " if within else ""
     for key, value in entry.items():
         if key in ("step", "kind"):
             continue
-        if texts and type(value) is str and text_number(value) is not None:
+        if nulls is not None and type(value) is str and text_number(value) is not None:
             value = text_number(value)
         if type(value) not in (int, float):
-            if texts:
-                kind = "null (NaN or an infinity, as the logger writes them)" if value is None else f"{'an' if json_kind(value)[0] in 'aeiou' else 'a'} {json_kind(value)}, not a number"
-                problems.append([file, line, "note", f"{about}{valid_text(str(key))} is {kind}: left out"])
+            if nulls is not None and value is None:
+                first, count = nulls.get(valid_text(str(key)), (line, 0))
+                nulls[valid_text(str(key))] = (first, count + 1)
+            elif nulls is not None:
+                problems.append([file, line, "note", f"{about}{valid_text(str(key))} is {'an' if json_kind(value)[0] in 'aeiou' else 'a'} {json_kind(value)}, not a number: left out"])
             continue
         value = as_float(value)
         if math.isfinite(value):

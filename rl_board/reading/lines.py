@@ -662,6 +662,7 @@ def with_raw_fields(value: dict, struct_type) -> dict:
     return value
 
 
+# A Python value as the raw JSON a struct's msgspec.Raw field takes.
 def raw_json(value) -> msgspec.Raw:
     return msgspec.Raw(json.dumps(value).encode())
 

@@ -177,15 +177,19 @@ def expected_from_trainer_state(folder, relative):
 TEXT_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
-def metrics_values(file, line, entry, problems):
+def metrics_values(file, line, entry, problems, nulls):
     """A metrics-file line's values: numbers, and numbers written as text, as floats (NaN where not finite, with a
-    note); anything else (a boolean, other text, null, a list) left out with a note naming its key."""
+    note); null counted in nulls ({key: first line}: one note a key, at its first line); anything else (a boolean,
+    other text, a list) left out with a note naming its key."""
     values = {}
     for key, value in entry.items():
         if key in ("step", "kind"):
             continue
         if isinstance(value, str) and TEXT_NUMBER.fullmatch(value.strip()):
             value = float(value)
+        if value is None:
+            nulls.setdefault(key, line)
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             problems.append((file, line, "note", key))
             continue
@@ -207,7 +211,7 @@ def expected_from_metrics_files(folder):
     for launch, name in enumerate(names):
         text = (folder / name).read_text()
         lines = text.split("\n")  # the last piece is "" when the file ends with a newline
-        resumed, latest = False, {}  # latest: the largest step of each kind in this file so far
+        resumed, latest, nulls = False, {}, {}  # latest: the largest step of each kind in this file so far
         for number, raw in enumerate(lines[:-1], start=1):
             try:
                 entry = json.loads(raw)
@@ -231,11 +235,12 @@ def expected_from_metrics_files(folder):
             if kind in latest and step < latest[kind]:
                 problems.append((name, number, "note", "same launch"))
             latest[kind] = max(latest.get(kind, step), step)
-            values = metrics_values(name, number, entry, problems)
+            values = metrics_values(name, number, entry, problems, nulls)
             merged = rows[kind].setdefault(step, {})
             for key, value in values.items():
                 if not (math.isnan(value) and key in merged):
                     merged[key] = value
+        problems += [(name, line, "note", key) for key, line in nulls.items()]
         if lines[-1]:
             problems.append((name, len(lines), "incomplete", None))
     frames = {kind: rows_frame([[step, values] for step, values in found.items()]) for kind, found in rows.items()}
@@ -720,7 +725,7 @@ def test_metrics_files():
     assert_history(history, expected)
     # the resume is counted: launch B's first trained step 11 replaces A's train steps 11, 12 and its eval of step 12
     resume = history.problems[(history.problems["file"] == b) & (history.problems["line"] == 2)]["reason"].tolist()
-    assert resume == ["this launch resumes at step 11: 2 train and 1 eval entries earlier launches logged from step 11 on are replaced by its own"]
+    assert resume == ["this launch resumes at step 11: 2 train and 1 eval step(s) earlier launches logged from step 11 on are replaced by its own"]
     assert history.sources == ["rollout_metrics_20261122T185902Z.jsonl", "rollout_metrics_20261123T091500Z.jsonl"]
     train = history.train.set_index("step")
     assert list(train.index) == [1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
@@ -757,18 +762,19 @@ def test_metrics_file_values_written_as_text_are_numbers_and_what_is_left_out_is
     lines = [
         {"step": 1, "kind": "train", "loss": 0.5, "reward": "0.7", "lr": True, "steps_done": " 12 "},
         {"step": 2, "kind": "train", "loss": None, "reward": 0.8, "note": "warm-up", "per_func": [0.1, 0.2]},
+        {"step": 3, "kind": "train", "loss": None, "reward": 0.9},  # nulls of a key: one note, from its first line
     ]
-    (tmp_path / name).write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 3, "kind": "train", "loss": NaN, "reward": "1e400"}\n')
+    (tmp_path / name).write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 4, "kind": "train", "loss": NaN, "reward": "1e400"}\n')
     history = read(tmp_path)
     assert_history(history, expected_from_metrics_files(tmp_path))
-    assert history.train["reward"].tolist()[:2] == [0.7, 0.8] and history.train["steps_done"].tolist()[0] == 12.0
+    assert history.train["reward"].tolist()[:3] == [0.7, 0.8, 0.9] and history.train["steps_done"].tolist()[0] == 12.0
     assert history.problems.values.tolist() == [
         [name, 1, "note", "lr is a boolean, not a number: left out"],
-        [name, 2, "note", "loss is null (NaN or an infinity, as the logger writes them): left out"],
         [name, 2, "note", "note is a string, not a number: left out"],
         [name, 2, "note", "per_func is an array, not a number: left out"],
-        [name, 3, "note", "loss is nan: left out"],
-        [name, 3, "note", "reward is inf: left out"],
+        [name, 4, "note", "loss is nan: left out"],
+        [name, 4, "note", "reward is inf: left out"],
+        [name, 2, "note", "loss is null (NaN or an infinity, as the logger writes them) at 2 line(s), from this one: left out"],
     ]
 
 
@@ -844,7 +850,7 @@ def test_a_resumed_launch_replaces_earlier_evaluations_past_its_start(tmp_path):
     assert history.train["loss"].tolist() == [1.0] * 5 + [2.0] * 4
     assert history.eval.to_dict("list") == {"step": [8], "eval_loss": [0.5]}  # A's step-6 evaluation is of the dropped branch
     assert history.problems.values.tolist() == [  # what was replaced is counted
-        ["rollout_metrics_B.jsonl", 1, "note", "this launch resumes at step 6: 3 train and 2 eval entries earlier launches logged from step 6 on are replaced by its own"],
+        ["rollout_metrics_B.jsonl", 1, "note", "this launch resumes at step 6: 3 train and 2 eval step(s) earlier launches logged from step 6 on are replaced by its own"],
     ]
 
 

@@ -179,7 +179,7 @@ def test_rows_of_trainer_predict_and_of_the_script_keep_the_trainer_s_steps(tmp_
     assert history.eval.values.tolist() == [[100, 0.4, 1.5, 0.5, 2.0, 3.0]]
     reasons = history.problems["reason"].tolist()
     assert len(reasons) == 2 and history.skipped == 0
-    assert reasons[0].startswith("metrics row ") and reasons[0].endswith("step 80 after later steps: a resume; the 3 entries logged before it from step 80 on are replaced")
+    assert reasons[0].startswith("metrics row ") and reasons[0].endswith("step 80 after later steps: a resume; the 3 step(s) logged before it from step 80 on are replaced")
     assert reasons[1].startswith("run sft: 2 rows without train/global_step (trainer.predict's test_* metrics, or a log call of your own) placed at the global step logged before")
 
 
