@@ -56,7 +56,7 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     run_dir = folder.run_dir.rstrip("/")
     if results(folder.jsonl):
         name = parent_and_name(run_dir)[1]
-        split = name if name in SPLITS else ("eval" if "dataset" in first_line_keys(folder.jsonl[0].path, folder.jsonl[0].status) else "train")
+        split = name if name in SPLITS else ("eval" if "dataset" in first_keys(folder.jsonl) else "train")
         found = {split: folder.jsonl}
     elif folder.folders & set(SPLITS) and not folder.jsonl:
         listed = {split: tuple(entry for entry in list_folder(joined(run_dir, split)) if not entry.is_dir) for split in SPLITS if split in folder.folders}
@@ -78,8 +78,13 @@ def results(files) -> bool:
     jsonl = [entry for entry in files if entry.name.endswith(".jsonl")]
     if not jsonl or len(jsonl) != len(files) or not all(DUMP_FILE.fullmatch(entry.name) for entry in jsonl):
         return False
-    keys = next(filter(None, (first_line_keys(entry.path, entry.status) for entry in jsonl[:3])), set())
-    return RELAX_KEYS <= keys
+    return RELAX_KEYS <= first_keys(jsonl)
+
+
+# The keys of the first line of the first of a folder's first files that has one to read (an empty file, or one this
+# process may not read, has none).
+def first_keys(files) -> set:
+    return next(filter(None, (first_line_keys(entry.path, entry.status) for entry in files[:3])), set())
 
 
 # A <rollout_id>.jsonl as the board's lines, line for line (a line that is not a JSON object stays as it is: a bad line

@@ -22,14 +22,19 @@ float log_extra column too: the load report says so).
 
 Another table becomes a line per row, every column a field as named (one named like a board key gets " (table)"
 after its name), its response the row as text (a line per column, "name: value"), its prompt empty, its reward its
-reward column where every value of that is a number (else none, and the column a field, with a note). Every line has
-the field wandb_table (the key it was logged under: a facet). In a run whose log has an evaluation's numbers
-(eval/<key>), every line has the field split too: eval for a table logged right after such a row (TRL's
-GRPOTrainer.log logs the evaluation's completions table, under the same key, right after the evaluation's metrics),
-train for the others; the load report counts the former.
+reward column where every value of that is a number, or a number written as text (else none, and the column a
+field, with a note). Every line has the field wandb_table (the key it was logged under: a facet).
 
-A row's step, in any table, is its step column's (the first of step, global_step the table has; an integer, or an
-integer written as text), else the Trainer's global step when the table was logged (the last train/global_step the
+Evaluations: GRPOTrainer.log logs the evaluation's completions table too, under the same key, at the step the
+evaluation ran at, right after the evaluation's metrics (eval/<key>), from the same buffer (_logs, a deque of
+generation_batch_size rows, never cleared): an evaluation of fewer rows leaves the tail of the step's training batch
+in it, logged again. In a run whose log has an evaluation, a GRPOTrainer completions table (its advantage column
+tells it from LogCompletionsCallback's) has the field split: eval where the last row of metrics logged before it is an
+evaluation's, else train, the former counted in the load report. Other tables have no split: other loggers log their
+tables before their metrics (OpenRLHF), or before the evaluation of their step (LogCompletionsCallback.on_step_end).
+
+A row's step, in any table, is its step column's (the first of step, global_step the table has; an integer or a whole
+float, or either written as text), else the Trainer's global step when the table was logged (the last train/global_step the
 log has at or before the W&B step in the file's name), else that W&B step. Cumulative tables: a logger that logs its
 whole table again at every step, grown by the step's rows, writes each row again in every later file. OpenRLHF's
 WandbLogger.log_train (openrlhf/utils/logging_utils.py, OpenRLHF/OpenRLHF @ 3c3be623, lines 84-97; the sample from
@@ -38,9 +43,11 @@ table before plus a row, in a wandb.log before the one of train/global_step (so 
 before). TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290 and
 330-336) logs {"completions": pd.DataFrame(columns=["step", "prompt", "completion"], data=self.table)} with
 self.table grown each time, step str(state.global_step); it maps as TRL's completions table (no reward functions).
-A file that holds every row of the file logged before it under the same key (same columns and values; each earlier
-row takes one) is such a table: those rows are left out, so each row counts once, where it was first logged; the load
-report has a note a key with how many. A table of each step's own rows, one alike by chance, loses none.
+Rows that repeat rows of the file logged before it under the same key (same columns and values; each earlier row takes
+one) are left out, so each row counts once, where it was first logged (the load report has a note a key with how
+many): in a table with a step column, any (a row holds its step: the same sample at the same step); in one without,
+only where the file holds every row of the one before and more (cumulative). A table without a step column of each
+step's own rows, one alike by chance or all unchanged, loses none.
 
 A table file that is not JSON or not {"columns", "data"} (one being written) is named in the load report and read
 again when it changes; a row of another length than the columns is left out, counted.
@@ -94,7 +101,7 @@ WEIGHTS_SOURCE = "the W&B run's config: reward_weights"
 CONVERSION = 2  # the conversion's version: a change makes every table's conversion again
 
 
-OWN_FIELDS = ("wandb_table", "split")
+OWN_FIELDS = ("wandb_table",)
 
 
 # A folder with W&B's transaction log: every table file under files/media/table/ is a source, named in the
@@ -118,9 +125,6 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         global_step = facts.global_step(wandb_step)
         contexts[entry.path] = (relative.replace("/", "~"), {"key": key, "step": wandb_step if global_step is None else global_step, "split": facts.split(wandb_step)})
         keys.setdefault(key, []).append((wandb_step, entry))
-    evaluated = sum(context[1]["split"] == "eval" for context in contexts.values())
-    if evaluated:
-        problems += (("", 0, "note", f"{evaluated} table file(s) logged right after an evaluation's metrics (eval/<key>): their rows are the evaluation's, at the step it ran at, with the field split eval (the others train)"),)
     for logged in keys.values():  # each file of a key after the first: the one logged before it, whose rows it may repeat
         logged.sort(key=lambda item: (item[0], item[1].name))
         for (_, before), (_, entry) in zip(logged, logged[1:]):
@@ -131,7 +135,7 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
         problems += (("", 0, "note", "no table was logged (wandb.Table): the run's metrics are its Training metrics"),)
     names, weights = ordered_weights(facts, sources)
     return sources, RunFormat(
-        NAME, table_lines, (CONVERSION, names), problems, weights, weights_source=WEIGHTS_SOURCE, sums_reward=True, file_contexts=contexts, merged_notes=repeats_by_key
+        NAME, table_lines, (CONVERSION, names), problems, weights, weights_source=WEIGHTS_SOURCE, sums_reward=True, file_contexts=contexts, merged_notes=notes_by_key
     )
 
 
@@ -183,17 +187,18 @@ class LogFacts:
     global_steps: tuple = ()  # (W&B step, the Trainer's global step then), by W&B step
     problems: tuple = ()
     evaluations: tuple = ()  # (W&B step, whether it is an evaluation's: eval/<key>) of the rows of metrics, by W&B step
+    evaluates: bool = False  # whether any row of metrics is an evaluation's
 
     # The Trainer's global step when W&B's step was `step`: the last one logged at or before it (None: none was).
     def global_step(self, step: int) -> int | None:
         position = bisect.bisect_right(self.global_steps, (step, math.inf))
         return self.global_steps[position - 1][1] if position else None
 
-    # A table logged at W&B's step `step`: "eval" where the last row of metrics logged before it is an evaluation's
-    # (GRPOTrainer.log logs its completions table right after the Trainer's metrics, in evaluation too), else "train";
-    # None in a run that logged no evaluation.
+    # A GRPOTrainer completions table logged at W&B's step `step`: "eval" where the last row of metrics logged before it
+    # is an evaluation's (GRPOTrainer.log logs its table right after the Trainer's metrics, in evaluation too), else
+    # "train"; None in a run that logged no evaluation.
     def split(self, step: int) -> str | None:
-        if not any(evaluated for _, evaluated in self.evaluations):
+        if not self.evaluates:
             return None
         position = bisect.bisect_left(self.evaluations, (step, False))
         return "eval" if position and self.evaluations[position - 1][1] else "train"
@@ -210,13 +215,14 @@ def log_facts(log_path: str, status: FileStatus) -> LogFacts:
     evaluations = tuple(sorted(
         (row["_step"], any(key.startswith("eval/") for key in numbers)) for row in log.history if type(row.get("_step")) is int and (numbers := metrics_of(row))
     ))
+    evaluated = {"evaluations": evaluations, "evaluates": any(evaluation for _, evaluation in evaluations)}
     weights = log.config.get("reward_weights")
     if names and isinstance(weights, list) and len(weights) == len(names) and all(type(weight) in (int, float) and math.isfinite(weight) for weight in weights):
-        return LogFacts(names, tuple(map(float, weights)), steps, evaluations=evaluations)
+        return LogFacts(names, tuple(map(float, weights)), steps, **evaluated)
     if names:
-        return LogFacts(names, (), steps, evaluations=evaluations)
+        return LogFacts(names, (), steps, **evaluated)
     note = "the log names no reward functions (TRL's rewards/<name>/mean): in a completions table, every all-float column between completion and advantage is taken as one"
-    return LogFacts((), (), steps, (("", 0, "note", note),), evaluations)
+    return LogFacts((), (), steps, (("", 0, "note", note),), **evaluated)
 
 
 # The keys of a history row's metrics: its numbers but W&B's own (_step, _runtime), a table's (completions.nrows) and
@@ -226,24 +232,27 @@ def metrics_of(row: dict) -> list[str]:
 
 
 # One table file as the board's lines, a line per row; notes for the rows left out: those of another length than the
-# columns, and those the table logged before it under the same key had (a cumulative table's), counted in a note that
-# repeats_by_key makes one per key.
+# columns, and those repeating the table logged before it under the same key (repeated_rows), counted in a note that
+# notes_by_key makes one per key, as the note on an evaluation's completions (GRPOTrainer's table: split).
 def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     _, names, table = context
     value = json.loads(data)
     if not is_table(value):
         raise ValueError("not a W&B table ({\"columns\", \"data\"})")
     columns = [valid_text(str(column)) for column in value["columns"]]
+    step_column = next((name for name in STEP_COLUMNS if name in columns), None)
     digests = row_digests(value)
-    repeated = repeated_rows(digests, file_digests(*table["before"]) if "before" in table else None)
+    repeated = repeated_rows(digests, file_digests(*table["before"]) if "before" in table else None, step_column is not None)
     rows = [row for index, (row, digest) in enumerate(zip(value["data"], digests)) if digest is not None and index not in repeated]
     wrong = digests.count(None)
     notes = [(0, f"{wrong} row(s) of another length than its {len(columns)} columns: left out")] if wrong else []
     if repeated:
         notes.append((0, REPEATED_NOTE.format(count=len(repeated), key=table["key"])))
     trl = TRL_COLUMNS <= set(columns)
+    split = table.get("split") if trl and "advantage" in columns else None  # GRPOTrainer's table: logged right after the metrics
+    if split == "eval" and rows:
+        notes.append((0, EVALUATED_NOTE.format(count=len(rows), key=table["key"])))
     functions = (list(names) if names else float_columns(columns, rows)) if trl else []
-    step_column = next((name for name in STEP_COLUMNS if name in columns), None)
     reward_column, reward_note = ("", "") if trl else numeric_reward(columns, rows)
     notes += [(0, reward_note)] if reward_note else []
     lines = []
@@ -264,8 +273,8 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
             if step is not None:
                 cells.pop(step_column)
         line["wandb_table"] = table["key"]
-        if table.get("split"):
-            line["split"] = table["split"]
+        if split:
+            line["split"] = split
         line |= {(f"{name} (table)" if name in line or name in FORMAT_KEYS or name in OWN_FIELDS else name): cell for name, cell in cells.items()}
         lines.append(encoded_line(line))
     return b"".join(line + b"\n" for line in lines), notes
@@ -317,42 +326,58 @@ def file_digests(path: str, status: FileStatus) -> collections.Counter | None:
     return collections.Counter(digest for digest in row_digests(value) if digest is not None) if is_table(value) else None
 
 
-# The rows (by position) that repeat the table logged before, when this one holds every row of it: a cumulative table
-# (OpenRLHF's generated_samples, TRL's LogCompletionsCallback table: each the one before plus rows); each of the
-# earlier rows takes one. A table that holds only some of them (each step's own rows, one alike by chance) repeats none.
-def repeated_rows(digests: list, before: collections.Counter | None) -> set[int]:
+# The rows (by position) that repeat rows of the table logged before (each of those takes one): in a table with a step
+# column, any (the same sample at the same step, logged again: TRL's GRPOTrainer logs its evaluation's completions
+# from the buffer that still holds the tail of the step's training batch); in one without, only where this one holds
+# every row of the one before and more (a cumulative table, each the one before plus rows: OpenRLHF's
+# generated_samples). A table without a step column that holds some of them, or all and no more (each step's own
+# rows, alike by chance or unchanged), repeats none.
+def repeated_rows(digests: list, before: collections.Counter | None, step_column: bool) -> set[int]:
     left, repeated = collections.Counter(before or ()), set()
     for index, digest in enumerate(digests):
         if digest is not None and left[digest] > 0:
             left[digest] -= 1
             repeated.add(index)
-    return repeated if repeated and not +left else set()
+    grown = not +left and len(repeated) < sum(digest is not None for digest in digests)
+    return repeated if step_column or grown else set()
 
 
-REPEATED_NOTE = "{count} row(s) the {key} table logged before it had: left out"
+REPEATED_NOTE = "{count} row(s) repeating the {key} table logged before it: left out"
 
 
-REPEATED = re.compile(re.escape(REPEATED_NOTE).replace(r"\{count\}", r"(?P<count>\d+)").replace(r"\{key\}", "(?P<key>.+)"), re.DOTALL)
+EVALUATED_NOTE = "{count} row(s) of the {key} table logged right after an evaluation's metrics: split eval"
 
 
-# The conversions' load-report rows with each key's repeated rows (REPEATED_NOTE, one a file) as one note.
-def repeats_by_key(problems: tuple) -> tuple:
-    counts, files, kept = {}, {}, []
+# Each note of table_lines that notes_by_key makes one a key: its pattern, and the note it makes (count, files, key).
+KEYED_NOTES = (
+    (REPEATED_NOTE, (
+        "{key}: {count} repeated row(s) left out, from {files} table file(s) that logged again rows of the table logged before them "
+        "(a cumulative table, each step's the one before plus new rows, as the W&B page shows only the latest; or the same sample at "
+        "the same step): each row counts once, at its step column's step, else where it was first logged"
+    )),
+    (EVALUATED_NOTE, (
+        "{key}: {count} row(s) of {files} table file(s) logged right after an evaluation's metrics (eval/<key>) are the evaluation's "
+        "completions (GRPOTrainer.log logs them under the same key, at the step the evaluation ran at): they have the field split "
+        "eval, the training's split train"
+    )),
+)
+
+
+KEYED_PATTERNS = tuple(re.compile(re.escape(note).replace(r"\{count\}", r"(?P<count>\d+)").replace(r"\{key\}", "(?P<key>.+)"), re.DOTALL) for note, _ in KEYED_NOTES)
+
+
+# The conversions' load-report rows with each key's notes of one kind (KEYED_NOTES, one a file) made one note.
+def notes_by_key(problems: tuple) -> tuple:
+    merged, kept = {}, []  # (kind, key) -> [rows, files]
     for problem in problems:
-        found = REPEATED.fullmatch(problem[3]) if problem[2] == "note" else None
+        found = next(((kind, match) for kind, pattern in enumerate(KEYED_PATTERNS) if problem[2] == "note" and (match := pattern.fullmatch(problem[3]))), None)
         if found is None:
             kept.append(problem)
             continue
-        counts[found["key"]] = counts.get(found["key"], 0) + int(found["count"])
-        files[found["key"]] = files.get(found["key"], 0) + 1
-    notes = [
-        ("", 0, "note", (
-            f"{key}: {count} repeated row(s) left out, from {files[key]} table file(s) that held the rows of the table logged before them "
-            "(a cumulative table, each step's the one before plus new rows: the W&B page shows the latest): each row counts once, at its "
-            "step column's step, else where it was first logged"
-        ))
-        for key, count in counts.items()
-    ]
+        kind, match = found
+        counts = merged.setdefault((kind, match["key"]), [0, 0])
+        counts[0], counts[1] = counts[0] + int(match["count"]), counts[1] + 1
+    notes = [("", 0, "note", KEYED_NOTES[kind][1].format(key=key, count=count, files=files)) for (kind, key), (count, files) in merged.items()]
     return (*notes, *kept)
 
 

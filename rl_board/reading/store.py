@@ -4,6 +4,7 @@ Max Samples Each Step; a worker that dies is replaced and the load read again. l
 root are runs."""
 import dataclasses
 import math
+import os
 import threading
 from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -62,8 +63,6 @@ class RunStore:
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
         self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
         self.gone: dict[str, int] = {}  # a file loaded before and no longer listed -> its lines then (a note says so)
-        self.opened: dict[str, FileStatus] = {}  # a file on disk -> its status when it was last opened (readable_files)
-        self.unreadable: set[str] = set()  # the files on disk that could not be opened at the last listing
         self.run_cached = False  # its files' indexes were read from, or written to, the run's one cache file
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
@@ -72,7 +71,7 @@ class RunStore:
     def current_files(self) -> tuple[dict[str, "FileStatus"], "RunFormat"]:
         sources, run_format = run_sources(self.run_dir)
         if run_format.convert is None:
-            return self.readable_files(sources, run_format)
+            return readable_files(sources, run_format)
         folder = conversions_folder(self.cache, self.run_dir)
         if not self.conversions:
             self.conversions.update(known_conversions(folder))
@@ -106,24 +105,6 @@ class RunStore:
             return None, (problem,)
         name = valid_text(Path(path).name)  # the conversion's lines are reported under its name
         return path, tuple((name, line, "note", valid_text(reason)) for line, reason in notes)
-
-    # The files of a run on disk that this process may open, and a load-report row for each other (a rank file a
-    # trainer in a container wrote as root with mode 600): the run's other files are shown. A file is tried when it is
-    # new or changed since it last opened (a refresh of an idle run of thousands of files opens none).
-    def readable_files(self, sources: dict[str, "FileStatus"], run_format: "RunFormat") -> tuple[dict[str, "FileStatus"], "RunFormat"]:
-        unreadable = {}
-        for path, status in sources.items():
-            if not is_remote(path) and self.opened.get(path) != status:
-                try:
-                    open(path, "rb").close()
-                    self.opened[path] = status
-                except OSError as error:
-                    unreadable[path] = error.strerror or type(error).__name__
-        self.unreadable = set(unreadable)
-        if not unreadable:
-            return sources, run_format
-        problems = tuple((valid_text(Path(path).name), 0, "skipped", f"cannot be read ({reason}): left out, read once it can be") for path, reason in unreadable.items())
-        return {path: status for path, status in sources.items() if path not in unreadable}, dataclasses.replace(run_format, problems=run_format.problems + problems)
 
     # The run's files and format as listed now when load() would read anything, else None. Cheap: a listing.
     def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
@@ -165,7 +146,7 @@ class RunStore:
             return self.snapshots[max_samples]
         listing, run_format = pending
         self.gone = {path: lines for path, lines in self.gone.items() if path not in listing}
-        self.gone |= {path: len(index.lines["offset"]) for path, index in self.files.items() if path not in listing and path not in self.unreadable}
+        self.gone |= {path: len(index.lines["offset"]) for path, index in self.files.items() if path not in listing and not still_a_file(path)}
         same_files = list(listing) == list(self.files) and run_format == self.built_format
         bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
         self.run_cached = self.run_cached or bool(bundled)
@@ -302,6 +283,28 @@ class RunStore:
 def edges(path: str, status: "FileStatus") -> tuple[str, str] | None:
     identity = read_identity(path, status.size, status)
     return identity and (identity.head_hash, identity.tail_hash)
+
+
+# The files of a run on disk that this process may open, and a load-report row for each other (a rank file a trainer
+# in a container wrote as root with mode 600; one whose mode changed since: a chmod changes no size or time): the
+# run's other files are shown. Tried at each listing: an open a file (3,000 files: about 15 ms).
+def readable_files(sources: dict[str, "FileStatus"], run_format: "RunFormat") -> tuple[dict[str, "FileStatus"], "RunFormat"]:
+    unreadable = {}
+    for path in sources:
+        if not is_remote(path):
+            try:
+                open(path, "rb").close()
+            except OSError as error:
+                unreadable[path] = error.strerror or type(error).__name__
+    if not unreadable:
+        return sources, run_format
+    problems = tuple((valid_text(Path(path).name), 0, "skipped", f"cannot be read ({reason}): left out, read once it can be") for path, reason in unreadable.items())
+    return {path: status for path, status in sources.items() if path not in unreadable}, dataclasses.replace(run_format, problems=run_format.problems + problems)
+
+
+# Whether a file no longer listed is still a file on disk (one that cannot be read: not gone, its own row says why).
+def still_a_file(path: str) -> bool:
+    return not is_remote(path) and os.path.isfile(path)
 
 
 # Runs are the root's sub-folders, and the root itself when one of the formats' layouts makes it a run (it holds rank

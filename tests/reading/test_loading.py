@@ -54,6 +54,7 @@ from rl_board.reading.store import RunStore, list_runs
 from rl_board.reading.workers import index_chunk, started_worker_pool, worker_pool
 from rollout_logger.metadata import FORMAT_KEYS
 from tests.support.runs import load, sample, sample_tokens, write_lines
+from tests.support.unprivileged import output_of_unprivileged
 from tests.support.worker_faults import index_chunk_killed_once
 
 
@@ -1604,18 +1605,14 @@ def test_a_rank_file_that_cannot_be_read_is_reported_and_the_others_shown(tmp_pa
         "import rl_board; run = rl_board.open_run(" + repr(str(run_dir)) + "); "
         "print(len(run.samples), run.problems[['file', 'kind', 'reason']].values.tolist())"
     )
-    without_override = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
-    if without_override and not shutil.which("setpriv"):
-        pytest.skip("root reads any file, and setpriv (util-linux) is not here to drop that")
-    environment = {**os.environ, "RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run([*without_override, sys.executable, "-c", load], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=environment)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"2 [['{names[0]}', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
+    assert output_of_unprivileged(load, {"RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}) == f"2 [['{names[0]}', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
 
 
-# A rank file that cannot be read any more once it changed (a relaunch writing it as another user) is said to be so,
-# not also "gone since the run was loaded" (it is still there), and the others stay shown.
-def test_a_rank_file_that_cannot_be_read_after_a_load_is_not_called_gone(tmp_path):
+# A rank file that cannot be read any more after a load (a relaunch writing it as another user; a chmod, which changes
+# no size or time: a load asking for more of its lines raised) is said to be so, not also "gone since the run was
+# loaded" (it is still there), and the others stay shown.
+@pytest.mark.parametrize("appended", [True, False], ids=["appended", "only its mode changed"])
+def test_a_rank_file_that_cannot_be_read_after_a_load_is_said_so(tmp_path, appended):
     run_dir = tmp_path / "run"
     for rank in (0, 1):
         write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(1), sample(1)])
@@ -1624,20 +1621,15 @@ def test_a_rank_file_that_cannot_be_read_after_a_load_is_not_called_gone(tmp_pat
         "import json, os\n"
         "from rl_board.reading.store import RunStore\n"
         f"store, path = RunStore({str(run_dir)!r}), {str(path)!r}\n"
-        "store.load(64, parallel=False)\n"
-        "with open(path, 'a') as file:\n"
-        "    file.write(json.dumps({'prompt': 'p', 'response': 'r', 'reward': 1.0, 'step': 2}) + '\\n')\n"
+        "store.load(1, parallel=False)\n"
+        f"if {appended}:\n"
+        "    with open(path, 'a') as file:\n"
+        "        file.write(json.dumps({'prompt': 'p', 'response': 'r', 'reward': 1.0, 'step': 2}) + '\\n')\n"
         "os.chmod(path, 0)\n"
         "run = store.load(64, parallel=False)\n"
         "print(len(run.samples), run.problems[['file', 'kind', 'reason']].values.tolist())"
     )
-    without_override = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
-    if without_override and not shutil.which("setpriv"):
-        pytest.skip("root reads any file, and setpriv (util-linux) is not here to drop that")
-    environment = {**os.environ, "RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run([*without_override, sys.executable, "-c", load], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=environment)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "2 [['rollout_data_rank_1.jsonl', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
+    assert output_of_unprivileged(load, {"RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}) == "2 [['rollout_data_rank_1.jsonl', 'skipped', 'cannot be read (Permission denied): left out, read once it can be']]"
 
 
 # A file rewritten in place while a load reads its new bytes (a tool that writes its whole JSONL again each step, in

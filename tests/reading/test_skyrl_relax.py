@@ -12,6 +12,7 @@ import rl_board
 from rl_board.formats import conversion, relax, skyrl
 from rl_board.reading.search import export_jsonl
 from tests.support.skyrl_relax import relax_run, skyrl_run
+from tests.support.unprivileged import output_of_unprivileged
 
 
 def lines(path: Path) -> list[dict]:
@@ -157,6 +158,16 @@ def test_relax_logprobs_of_another_length_are_left_out_with_a_note(tmp_path):
         [2, "note", f"response_rollout_log_probs_mask of 1 values for {len(raw[1]['response_token_ids'])} tokens: ignored, every log-prob kept"],
     ]
     assert "logp" not in run.tokens(0, 0) and run.tokens(0, 1)["logp"].tolist() == raw[1]["response_rollout_log_probs"]
+
+
+# An evaluation folder opened on its own under another name is told by its records' dataset key, read from the first
+# file that can be read: one this process may not read (its row says so) made the evaluation's lines train.
+def test_relax_evaluations_are_told_by_a_file_that_can_be_read(tmp_path):
+    folder = relax_run(tmp_path / "rollout_result", steps=(), eval_steps=(1, 2, 3))
+    renamed = (folder / "eval").rename(tmp_path / "evals_copy")
+    (renamed / "1.jsonl").chmod(0)
+    load = f"import rl_board; run = rl_board.open_run({str(renamed)!r}); print(sorted(set(run.samples['text/split'])), run.problems['file'].tolist())"
+    assert output_of_unprivileged(load, {"RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache")}) == "['eval'] ['eval_1.jsonl']"
 
 
 # A conversion made by another version of the board's converters is made again: the cached conversions of finished

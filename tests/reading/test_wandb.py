@@ -17,6 +17,7 @@ import rl_board
 from rl_board.formats import wandb_tables
 from rl_board.reading.wandb_log import read_log
 from tests.support.wandb_runs import (
+    EVAL_ROWS,
     EVALUATED_STEP,
     NUM_GENERATIONS,
     OPENRLHF_STEPS,
@@ -93,10 +94,10 @@ def test_every_step_s_completions_table_is_a_step_with_its_rows(written):
     tables = table_files(run_folder)
     expected = expected_completions(tables, dict(zip(REWARD_FUNCTIONS, REWARD_WEIGHTS)))
     run = rl_board.open_run(run_folder)
-    assert run.format == wandb_tables.NAME and run.problems["reason"].tolist() == [EVALUATED_NOTE.format(count=1)]  # eval/answers, below
+    assert run.format == wandb_tables.NAME and run.problems.empty
     samples = board_samples(run)
     completions = samples[samples["text/wandb_table"] == "completions"].reset_index(drop=True)
-    assert set(completions["text/split"]) == {"train"}
+    assert set(completions["text/split"]) == {"train"}  # the run evaluates (its eval/loss): its completions tables are the training's
     assert sorted(set(expected["step"])) == [1, 2, 3] and len(completions) == len(expected) == 18
     assert completions["step"].tolist() == expected["step"].tolist()
     assert completions["prompt"].tolist() == expected["prompt"].tolist()
@@ -129,26 +130,28 @@ def test_another_table_s_columns_are_fields_at_the_trainer_s_step(written):
     assert answers["extra/score"].tolist() == [row[columns.index("score")] for row in table["data"]]
     assert answers["text/prompt (table)"].tolist() == [row[columns.index("prompt")] for row in table["data"]]
     assert answers["response"].tolist() == ["\n".join(f"{name}: {cell}" for name, cell in zip(columns, row)) for row in table["data"]]
-    assert answers["reward"].isna().all() and set(answers["text/split"]) == {"eval"}  # logged after the evaluation's metrics
-
-
-EVALUATED_NOTE = "{count} table file(s) logged right after an evaluation's metrics (eval/<key>): their rows are the evaluation's, at the step it ran at, with the field split eval (the others train)"
+    assert answers["reward"].isna().all()
+    assert "text/split" not in answers or answers["text/split"].isna().all()  # another program's table: no split
 
 
 def test_an_evaluation_s_completions_table_is_told_from_the_training_one_at_its_step(written):
     """GRPOTrainer.log logs the evaluation's completions under the same key as the training's, at the same global step,
-    right after the evaluation's metrics: its rows are that step's too (nothing is left out), with split eval, the
-    training's with split train, and the load report counts the evaluation's tables (the completions and the table
-    after it)."""
+    right after the evaluation's metrics, from a buffer still holding the tail of the step's training batch: the
+    evaluation's rows are that step's too, with split eval, the training's with split train, each training row once
+    (the tail logged again is a repeat: the same rows at the same step), and the load report says both."""
     run = rl_board.open_run(written["grpo_evaluation"])
     samples = board_samples(run)
-    at_step = samples[samples["step"] == EVALUATED_STEP]
-    split_of = {prompt.split('"content": "')[1].split(" ")[0]: split for prompt, split in zip(at_step["prompt"], at_step["text/split"]) if prompt}
-    assert split_of == {"train": "train", "eval": "eval"}
-    completions = at_step[at_step["text/wandb_table"] == "completions"]
-    assert len(completions) == 2 * len(QUESTIONS) * NUM_GENERATIONS and (completions["text/split"] == "eval").sum() == len(QUESTIONS) * NUM_GENERATIONS
-    assert set(samples.loc[samples["step"] != EVALUATED_STEP, "text/split"]) == {"train"}
-    assert run.problems["reason"].tolist() == [EVALUATED_NOTE.format(count=2)]
+    completions = samples[samples["text/wandb_table"] == "completions"]
+    at_step = completions[completions["step"] == EVALUATED_STEP]
+    batch = len(QUESTIONS) * NUM_GENERATIONS
+    assert len(at_step) == batch + EVAL_ROWS and at_step["text/split"].tolist() == ["train"] * batch + ["eval"] * EVAL_ROWS
+    assert all(('"train question' in prompt) == (split == "train") for prompt, split in zip(at_step["prompt"], at_step["text/split"]))
+    assert set(completions.loc[completions["step"] != EVALUATED_STEP, "text/split"]) == {"train"}
+    assert samples.loc[samples["text/wandb_table"] == "eval/answers", "text/split"].isna().all()
+    assert run.problems["reason"].tolist() == [
+        wandb_tables.KEYED_NOTES[0][1].format(key="completions", count=batch - EVAL_ROWS, files=1),
+        wandb_tables.KEYED_NOTES[1][1].format(key="completions", count=EVAL_ROWS, files=1),
+    ]
 
 
 # A cumulative table's files in W&B step order, {W&B step: {"columns", "data"}}: each holds the rows of the one before.
@@ -210,8 +213,9 @@ def test_a_table_logged_again_with_new_rows_only_loses_no_row(written):
 
 
 def test_a_table_of_each_step_s_own_rows_keeps_a_row_equal_to_one_before(written):
-    """Only a file holding every row of the one before is cumulative: a step's row that equals one of the step before by
-    chance (no step column tells them apart) is that step's sample too."""
+    """Without a step column, only a file holding every row of the one before and more is cumulative: a step's row
+    that equals one of the step before by chance, or a step's rows all as the step before's (a greedy policy's answers
+    unchanged), are that step's samples too."""
     run = rl_board.open_run(written["per_step"])
     samples = board_samples(run)
     for step, rows in PER_STEP_ROWS.items():

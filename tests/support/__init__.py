@@ -10,6 +10,7 @@ logger/ (rollout_logger in a real GRPOTrainer), project/ (set-up and the import 
 - prime_rl_nemo_rl.py: prime-rl's token exports and traces, NeMo-RL's train_data_step files, by their own writing code.
 - trl_completions_run.py: TRL's own completion parquet from a tiny offline GRPOTrainer run.
 - vision_tool_runs.py: a vision-language run with good and hostile image files, and a tool-use run.
+- unprivileged.py: code run as a process that may not read a file made unreadable (root without its override).
 - logger_runs.py, logger_tool_runs.py: one tiny model per session, GRPO runs with the logger, exact re-scoring.
 - logger_two_ranks.py: one rank of the two-process run (torchrun runs it as a script).
 - progress_bars_app.py: a page of progress bars (AppTest runs it as a page).

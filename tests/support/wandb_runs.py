@@ -18,7 +18,8 @@ wandb.log, run.finish, in a process of its own (wandb starts its wandb-core serv
   reward), each step's the one before plus a row, logged before that step's train/global_step row.
 - grpo_evaluation: a GRPO run that evaluates at a step: the evaluation's metrics, then its completions table under the
   same key (GRPOTrainer.log in evaluation), then another table.
-- per_step: a table of each step's own rows without a step column, a row of step 2 equal to one of step 1.
+- per_step: a table of each step's own rows without a step column, a row of step 2 equal to one of step 1, step 3's
+  all as step 2's.
 - trl_callback: TRL's LogCompletionsCallback.on_step_end (trl/trainer/callbacks.py, huggingface/trl @ f2cd577, ~290-336):
   a cumulative completions table whose step column is text (str(state.global_step)), after WandbCallback's
   train/global_step row.
@@ -94,37 +95,55 @@ def write_grpo():
 EVALUATED_STEP = 1  # the global step the grpo_evaluation run evaluates at
 
 
+EVAL_ROWS = 4  # the evaluation's completions: fewer than a training batch's (len(QUESTIONS) * NUM_GENERATIONS)
+
+
 # A GRPO run that evaluates (eval_strategy="steps"): at EVALUATED_STEP, after the step's training metrics and table,
 # WandbCallback.on_log logs the evaluation's metrics (eval/<key>, with train/global_step), then GRPOTrainer.log (in
-# evaluation) logs the evaluation's completions table under the same key, another program's table after it.
+# evaluation) logs its completions buffer under the same key: GRPOTrainer._logs, deques of maxlen
+# generation_batch_size never cleared (trl/trainer/grpo_trainer.py @ f2cd577, 1055-1062), so EVAL_ROWS evaluation
+# rows after the tail of the step's training batch; another program's table after it.
 def write_grpo_evaluation():
+    import collections
+
     import pandas as pd
     import wandb
 
     run = wandb.init(mode="offline", project="grpo", config={"num_generations": NUM_GENERATIONS, "reward_weights": REWARD_WEIGHTS})
     run.define_metric("train/global_step")
     run.define_metric("*", step_metric="train/global_step", step_sync=True)
+    logs = collections.deque(maxlen=len(QUESTIONS) * NUM_GENERATIONS)  # a row each, as the _logs deques together hold them
 
-    def completions(step: int, question: str) -> pd.DataFrame:
+    def generated(step: int, question: str, count: int):
         rows = completions_rows(step)
-        rows["prompt"] = [[{"role": "user", "content": f"{question} {index // NUM_GENERATIONS}"}] for index in range(len(rows["prompt"]))]
-        return pd.DataFrame({"step": [step] * len(rows["prompt"]), "prompt": rows["prompt"], "completion": rows["completion"], **rows["rewards"], "advantage": rows["advantages"]})
+        for index in range(count):
+            prompt = [{"role": "user", "content": f"{question} {index // NUM_GENERATIONS}"}]
+            logs.append((step, prompt, rows["completion"][index], rows["rewards"]["accuracy"][index], rows["rewards"]["format"][index], rows["advantages"][index]))
+
+    def logged_table():  # GRPOTrainer.log's df_base, "step" the Trainer's global step when it logs
+        return pd.DataFrame([dict(zip(["step", "prompt", "completion", *REWARD_FUNCTIONS, "advantage"], (step, *row[1:]))) for row in logs])
 
     for step in (1, 2):
+        generated(step, "train question", logs.maxlen)
         run.log({"train/loss": 0.5 / step, **{f"train/rewards/{name}/mean": 0.5 for name in REWARD_FUNCTIONS}, "train/global_step": step})
-        run.log({"completions": wandb.Table(dataframe=completions(step, "train question"))})
+        run.log({"completions": wandb.Table(dataframe=logged_table())})
         if step == EVALUATED_STEP:
+            generated(step, "eval question", EVAL_ROWS)
             run.log({"eval/loss": 0.75, "eval/reward": 0.25, "train/global_step": step})
-            run.log({"completions": wandb.Table(dataframe=completions(step, "eval question"))})
+            run.log({"completions": wandb.Table(dataframe=logged_table())})
             run.log({"eval/answers": wandb.Table(columns=["question", "answer"], data=[["q", "a"]])})
     run.finish()
 
 
-PER_STEP_ROWS = {1: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Lyon", 0.0]], 2: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Paris", 1.0]]}
+PER_STEP_ROWS = {
+    1: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Lyon", 0.0]],
+    2: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Paris", 1.0]],
+    3: [["What is 2+2?", "4", 1.0], ["Capital of France?", "Paris", 1.0]],
+}
 
 
-# A table of each step's own rows, without a step column, one row of step 2 equal to one of step 1 (a greedy policy
-# answering a prompt the same way again): not cumulative.
+# A table of each step's own rows, without a step column, one row of step 2 equal to one of step 1 and step 3's all
+# as step 2's (a greedy policy answering the same way again): not cumulative.
 def write_per_step():
     import wandb
 
