@@ -48,12 +48,13 @@ def save_known_conversions(folder: str, known: dict):
 # stamp beside it records what it was made from, and the conversion's notes. Returns the conversion's path and notes.
 # The conversion has its source's name (or its file_contexts name), whatever its format: the load report, search hits
 # and exports name its lines by it, so they name the user's file (completions_00003.parquet), not one made here.
-def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: str, known: dict) -> tuple[str, tuple]:
+# canonical: the source's canonical_path, where the caller found it already (canonical_paths).
+def converted_file(source: str, status: FileStatus, run_format: RunFormat, folder: str, known: dict, canonical: str | None = None) -> tuple[str, tuple]:
     name, extra = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1], None))
     context = run_format.context if extra is None else (*run_format.context, extra)
     target = joined(folder, name)
     stamp_path = f"{target}.source"
-    stamp = {"source": canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(context))}
+    stamp = {"source": canonical or canonical_path(source), "status": list(status), "conversion": CONVERSION_FORMAT, "context": json.loads(json.dumps(context))}
     if source in known and known[source][:2] == (stamp, target) and is_file(target):
         return target, known[source][2]
     with contextlib.suppress(OSError, ValueError, TypeError):

@@ -80,6 +80,22 @@ def canonical_path(path: str) -> str:
     return f"{path} at {endpoint}" if endpoint else path
 
 
+# canonical_path of many files, each folder's real path found once: a run of thousands of files in a folder (a file a
+# step) took a realpath of each, a stat of every folder above it, at every refresh. A file that is a link is resolved
+# on its own.
+def canonical_paths(paths) -> dict[str, str]:
+    folders, canonical = {}, {}
+    for path in paths:
+        if is_remote(path) or os.path.islink(path):
+            canonical[path] = canonical_path(path)
+            continue
+        folder, name = os.path.split(path)
+        if folder not in folders:
+            folders[folder] = os.path.realpath(folder)
+        canonical[path] = os.path.join(folders[folder], name)
+    return canonical
+
+
 REMOTE_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
 
 

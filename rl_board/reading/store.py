@@ -27,7 +27,15 @@ from rl_board.formats.conversion import (
 from rl_board.reading.history import history_signature
 from rl_board.reading.index import BAD, BUNDLED_FILES, UNPARSED, FileIndex, IndexCache, cached_together, read_identity
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
-from rl_board.reading.storage import FileStatus, StorageError, file_status, is_remote, joined, list_folder
+from rl_board.reading.storage import (
+    FileStatus,
+    StorageError,
+    canonical_paths,
+    file_status,
+    is_remote,
+    joined,
+    list_folder,
+)
 from rl_board.reading.workers import (
     PARALLEL_MIN_BYTES,
     WORKERS,
@@ -77,8 +85,9 @@ class RunStore:
             self.conversions.update(known_conversions(folder))
         before = dict(self.conversions)
         at_once = is_remote(self.run_dir) or is_remote(folder)  # on object storage the files are fetched and written at once
+        canonical = canonical_paths(sources)
         with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as pool:
-            results = list((pool.map if at_once else map)(lambda item: self.conversion(*item, run_format, folder), sources.items()))
+            results = list((pool.map if at_once else map)(lambda item: self.conversion(*item, run_format, folder, canonical[item[0]]), sources.items()))
         if self.conversions != before:  # the current sources' (a source gone is forgotten)
             save_known_conversions(folder, {source: self.conversions[source] for source in sources if source in self.conversions})
         converted = tuple(problem for _, problems in results for problem in problems)
@@ -87,12 +96,12 @@ class RunStore:
         return {path: listed.get(path) or file_status(path) for path, _ in results if path}, run_format
 
     # A source file's conversion and its notes, or the problem that stops it (tried again only once the file changed).
-    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: str) -> tuple[str | None, tuple]:
+    def conversion(self, source: str, status: "FileStatus", run_format: "RunFormat", folder: str, canonical: str) -> tuple[str | None, tuple]:
         failed = self.failures.get(source)
         if failed and failed[0] == (status, run_format.context):
             return None, (failed[1],)
         try:
-            path, notes = converted_file(source, status, run_format, folder, self.conversions)
+            path, notes = converted_file(source, status, run_format, folder, self.conversions, canonical)
         except Exception as error:  # a parquet file still being written, a file of any shape: its problem, never the load's
             name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
             if isinstance(error, ConversionNotWritten):  # not kept: the cache may be writable on the next load

@@ -197,3 +197,22 @@ def test_the_load_report_names_the_logger_s_files_as_the_logger_names_them(bucke
     assert "rollout_data_rank_" in remote.format
 
 
+
+
+# canonical_paths finds each folder's real path once (a run of thousands of converted files took a realpath of each at
+# every refresh) and gives what canonical_path gives each: through a linked folder, a file that is a link, a link to a
+# link, a path with "..", an object's URL.
+def test_canonical_paths_are_each_file_s_canonical_path(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (real / name).write_text("{}\n")
+    (tmp_path / "linked").symlink_to(real)
+    (real / "c.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    (tmp_path / "elsewhere.jsonl").write_text("{}\n")
+    (real / "d.jsonl").symlink_to(real / "c.jsonl")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    paths = [str(tmp_path / "linked" / name) for name in ("a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl")] + [str(real / ".." / "real" / "a.jsonl"), "s3://bucket/run/a.jsonl"]
+    canonical = rl_board.reading.storage.canonical_paths(paths)
+    assert canonical == {path: rl_board.reading.storage.canonical_path(path) for path in paths}
+    assert canonical[paths[0]] == str(real.resolve() / "a.jsonl") and canonical[paths[2]] == canonical[paths[3]] == str((tmp_path / "elsewhere.jsonl").resolve())
