@@ -164,14 +164,15 @@ from rl_board.reading.snapshot import (
     total_reward,
 )
 from rl_board.reading.storage import (
-    REMOTE_URL,
     StorageError,
     is_remote,
     is_within,
     joined,
     link_leading_outside,
+    lower_scheme,
     remote_storage,
     run_label,
+    shown_url,
     storage_errors,
 )
 from rl_board.reading.store import RunStore, list_runs
@@ -352,6 +353,7 @@ def launch_options() -> argparse.Namespace:
         "model in the local Hugging Face cache (never downloaded); default: the RL_LOGGING_BOARD_TOKENIZER variable",
     )
     options, _ = parser.parse_known_args(sys.argv[1:])
+    options.root = shown_url(options.root)  # credentials in its URL are not read (storage says where they go), nor shown
     if options.endpoint_url:  # before the workers start: they read it too
         os.environ["AWS_ENDPOINT_URL"] = options.endpoint_url
     if options.tokenizer:
@@ -636,7 +638,7 @@ def draw_sidebar(default_root: str, allowed_root: str | None) -> tuple["Settings
     sidebar = st.sidebar
     sidebar.title("📖 RL Logging Board")
     root = sidebar.text_input("Log(s) Root Path", value=default_root)
-    root = REMOTE_URL.sub(lambda scheme: scheme.group(0).lower(), root, count=1) if is_remote(root) else root  # S3:// as s3://
+    root = lower_scheme(root)  # S3:// as s3://
     if allowed_root is not None and not is_within(root, allowed_root):
         sidebar.warning(f"Served to the network, this board opens only folders under {markdown_literal(allowed_root)}.")
         root = allowed_root

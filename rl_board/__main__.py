@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rl_board.indexing import IndexedRun, index_runs
 from rl_board.reading.index import IndexCache
-from rl_board.reading.storage import StorageError, is_remote, write_problem
+from rl_board.reading.storage import StorageError, is_remote, lower_scheme, shown_url, write_problem
 from rl_board.reading.workers import WORKERS
 from rl_board.run import list_runs
 from rl_board.text import valid_text
@@ -33,18 +33,18 @@ def main(argv: list[str] | None = None) -> int:
     cache = IndexCache().folder
     problem = write_problem(cache)
     if problem:  # found now, not after hours of indexing
-        print(f"the cache {cache} cannot be written: {problem}", file=sys.stderr)
+        print(f"the cache {shown_url(cache)} cannot be written: {problem}", file=sys.stderr)
         return 2
     try:
-        run_dirs = list_runs(arguments.root)
+        run_dirs = list_runs(lower_scheme(arguments.root))
     except (OSError, StorageError) as error:
-        print(f"{arguments.root} could not be listed: {error}", file=sys.stderr)
+        print(f"{shown_url(arguments.root)} could not be listed: {error}", file=sys.stderr)
         return 2
     if not run_dirs:
-        print(f"no runs under {arguments.root}", file=sys.stderr)
+        print(f"no runs under {shown_url(arguments.root)}", file=sys.stderr)
         return 2
     with workers_of(arguments.dask) as (workers, described):
-        print(f"Indexing {len(run_dirs)} run(s) under {arguments.root} into {IndexCache().folder}, on {described}", flush=True)
+        print(f"Indexing {len(run_dirs)} run(s) under {shown_url(arguments.root)} into {shown_url(IndexCache().folder)}, on {described}", flush=True)
         started, indexed = time.perf_counter(), []
         for run in index_runs(run_dirs, workers):
             indexed.append(run)

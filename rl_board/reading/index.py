@@ -42,10 +42,13 @@ from rl_board.reading.storage import (
     file_status,
     is_remote,
     joined,
+    lower_scheme,
     read_file,
     read_range,
     read_spans,
     remove_file,
+    shown_url,
+    without_secrets,
     write_file,
 )
 from rl_board.reading.summaries import (
@@ -526,7 +529,7 @@ class IndexCache:
         default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_logging_board"
         named = os.environ.get("RL_LOGGING_BOARD_CACHE") or str(default)
         # Where the indexes and conversions are: a folder, or a prefix of object storage that boards share.
-        self.folder = named if is_remote(named) else str(Path(named).expanduser())
+        self.folder = lower_scheme(named) if is_remote(named) else str(Path(named).expanduser())
         # This machine's own files (the training-history copies of runs on object storage, the saved watch patterns):
         # the cache folder, or the default folder here when the cache is on object storage.
         self.local_folder = default if is_remote(named) else Path(self.folder)
@@ -637,7 +640,7 @@ class IndexCache:
         try:
             write_file(target, sink.getvalue())
         except OSError as error:
-            self.error = f"index cache not written to {self.folder}: {error}"
+            self.error = f"index cache not written to {shown_url(self.folder)}: {without_secrets(error)}"
             return False
         return True
 

@@ -160,7 +160,19 @@ def storage(protocol: str):
 
 
 def remote_storage(path: str):
+    if URL_USER_INFO.search(path):  # botocore takes "key:secret@bucket" for a bucket's name, and messages would show it
+        raise StorageError(f"{shown_url(path)}: credentials in the URL are not read: give them as the storage's own tools take them (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role)")
     return storage(REMOTE_URL.match(path).group(1).lower())
+
+
+# A URL as messages show it: without a user and password (s3://key:secret@bucket/...).
+def shown_url(path) -> str:
+    return URL_USER_INFO.sub("…@", str(path))
+
+
+# A URL with its scheme in lower case (S3://bucket as s3://bucket, which fsspec needs); a path as it is.
+def lower_scheme(path: str) -> str:
+    return REMOTE_URL.sub(lambda scheme: scheme.group(0).lower(), path, count=1) if is_remote(path) else path
 
 
 # A storage call's failure as a StorageError naming the path and what went wrong (never a credential).
@@ -171,15 +183,20 @@ def storage_errors(path: str):
     except StorageError:
         raise
     except FileNotFoundError:
-        raise StorageError(f"{path} was not found (no such bucket, folder or object)") from None
+        raise StorageError(f"{shown_url(path)} was not found (no such bucket, folder or object)") from None
     except PermissionError as error:
-        raise StorageError(f"{path}: permission denied ({without_secrets(error)}); check the credentials") from None
+        raise StorageError(f"{shown_url(path)}: permission denied ({without_secrets(error)}); check the credentials") from None
     except Exception as error:  # network and service errors come as many types (botocore, aiohttp, asyncio)
-        raise StorageError(f"{path} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
+        raise StorageError(f"{shown_url(path)} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
 
 
+# A user and password anywhere in a text (botocore quotes a URL's "key:secret@bucket" as a bucket's name).
+USER_INFO_ANYWHERE = re.compile(r"[^\s/@\"':]+:[^\s/@\"']+@")
+
+
+# An error's message without a URL's user and password, nor the value of an environment variable holding a secret.
 def without_secrets(error: Exception) -> str:
-    text = URL_USER_INFO.sub("…@", str(error))
+    text = USER_INFO_ANYWHERE.sub("…@", URL_USER_INFO.sub("…@", str(error)))
     for name, value in os.environ.items():
         if SECRET_VARIABLES.search(name) and len(value) >= 4:
             text = text.replace(value, "…")

@@ -5,6 +5,7 @@ wrong (missing bucket, refused credentials, endpoint down) in a message that nev
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -13,10 +14,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.feather
 import pytest
+from streamlit.testing.v1 import AppTest
 
 import rl_board.reading.storage
 import rl_board.reading.store
 import rl_board.reading.workers
+import rl_board.run
 import rl_logging_board as board
 from rl_board.reading.history import read_history
 from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
@@ -25,7 +28,7 @@ from rl_board.reading.search import RunTexts, search_pattern, search_samples
 from rl_board.reading.snapshot import read_sample_tokens, read_step_batch
 from rl_board.reading.storage import StorageError
 from rl_board.reading.store import RunStore, list_runs
-from tests.support import SAMPLES
+from tests.support import PROJECT, SAMPLES
 from tests.support.s3_runs import (  # noqa: F401  (fixtures)
     GRPO,
     RUNS,
@@ -40,6 +43,7 @@ from tests.support.s3_runs import (  # noqa: F401  (fixtures)
     loaded,
     next_step,
     numbers,
+    page_text,
     write_both,
 )
 from tests.support.s3_server import (  # noqa: F401  (s3_server: a fixture)
@@ -216,3 +220,34 @@ def test_canonical_paths_are_each_file_s_canonical_path(tmp_path, monkeypatch):
     canonical = rl_board.reading.storage.canonical_paths(paths)
     assert canonical == {path: rl_board.reading.storage.canonical_path(path) for path in paths}
     assert canonical[paths[0]] == str(real.resolve() / "a.jsonl") and canonical[paths[2]] == canonical[paths[3]] == str((tmp_path / "elsewhere.jsonl").resolve())
+
+
+SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYzzSECRET"
+
+
+# Credentials in a URL (s3://key:secret@bucket/...) are refused before any request, with where they go instead, and
+# no message shows them: the API's, the indexer's (its root or its cache), the page's (its root, sidebar and errors).
+# botocore took "key:secret@bucket" for a bucket's name and quoted it in its error, which every message showed.
+def test_credentials_in_a_url_are_neither_read_nor_shown(tmp_path, monkeypatch):
+    url = f"s3://AKIAIOSFODNN7EXAMPLE:{SECRET}@bucket/runs"
+    for call in (rl_board.run.list_runs, rl_board.run.open_run):
+        with pytest.raises(StorageError) as raised:
+            call(url)
+        assert SECRET not in str(raised.value) and "credentials in the URL are not read" in str(raised.value) and "s3://…@bucket/runs" in str(raised.value)
+    for arguments in ([url, "--cache", str(tmp_path / "cache")], [str(SAMPLES / "grpo_tiny_example"), "--cache", url]):
+        result = subprocess.run([sys.executable, "-m", "rl_board", "index", *arguments], capture_output=True, text=True, cwd=PROJECT)
+        assert result.returncode == 2 and SECRET not in result.stdout + result.stderr and "credentials in the URL are not read" in result.stderr
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", url)
+    app = AppTest.from_file(board.__file__, default_timeout=120)
+    app.run()
+    assert not app.exception and SECRET not in page_text(app) and "credentials in the URL are not read" in page_text(app)
+
+
+# S3:// (a scheme in capitals, as the page takes it) opens in the API and the indexer too: fsspec took "S3:" for a
+# bucket's name.
+def test_a_url_s_scheme_in_capitals_is_the_same_storage(bucket, tmp_path, monkeypatch):
+    upper = f"S3://{bucket}/runs"
+    assert rl_board.run.list_runs(upper) == [f"s3://{bucket}/runs/{name}" for name in RUNS]
+    assert len(rl_board.run.open_run(f"S3://{bucket}/runs/{RUNS[0]}").samples) == len(rl_board.run.open_run(f"s3://{bucket}/runs/{RUNS[0]}").samples) > 0
+    result = subprocess.run([sys.executable, "-m", "rl_board", "index", upper, "--cache", str(tmp_path / "cache")], capture_output=True, text=True, cwd=PROJECT, env=os.environ)
+    assert result.returncode == 0, result.stderr
