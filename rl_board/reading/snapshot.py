@@ -46,7 +46,7 @@ from rl_board.reading.lines import (
     numbers_beyond_range,
     token_list,
 )
-from rl_board.reading.storage import list_folder, read_spans
+from rl_board.reading.storage import StorageUnreachable, is_remote, list_folder, read_spans
 from rl_board.reading.summaries import texts_file
 from rl_board.text import markdown_literal, readable_tokens, valid_text
 
@@ -438,17 +438,32 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     paths = [texts_file(path) if use else path for path, use in zip(rows["path"], in_texts.tolist())]
     offsets = np.where(in_texts, rows["texts_offset"], rows["offset"]).tolist()
     lengths = np.where(in_texts, rows["texts_length"], rows["length"]).tolist()
-    with contextlib.suppress(OSError):  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
+    unanswered = []  # object storage that did not answer: its other lines are not asked (each would wait as long)
+    try:  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
         raw_lines = read_spans(paths, offsets, lengths)
+    except StorageUnreachable as error:
+        unanswered.append(error)
+    except OSError:
+        pass
+
+    def read_one(path: str, offset: int, length: int) -> bytes:
+        if unanswered and is_remote(path):
+            raise unanswered[0]
+        try:
+            return read_line(path, offset, length)
+        except StorageUnreachable as error:
+            unanswered.append(error)
+            raise
+
     places = zip(paths, offsets, lengths, in_texts.tolist(), rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"])
     for position, (path, offset, length, from_texts, line_path, line_offset, line_length, line, step) in enumerate(places):
         try:
-            record = read_back(raw_lines[position] if raw_lines else read_line(path, offset, length), step)
+            record = read_back(raw_lines[position] if raw_lines else read_one(path, offset, length), step)
         except (OSError, BadLine) as error:
             record, problem = None, error
             if from_texts:  # its texts file changed since it was checked (the next load stops using it): the line
                 try:
-                    record = read_back(read_line(line_path, line_offset, line_length), step)
+                    record = read_back(read_one(line_path, line_offset, line_length), step)
                 except (OSError, BadLine) as line_error:
                     problem = line_error
             if record is None:

@@ -103,8 +103,11 @@ REMOTE_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
 STORAGE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
 
 
-# S3 requests fail in seconds, not minutes, when the endpoint is down (botocore retries for long by default).
-S3_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+# S3 requests fail in seconds, not minutes, when the endpoint is down (botocore retries for long by default), and in
+# a minute at most when it stalls (a connection taken, no answer): botocore's attempts are the only ones (s3fs retries
+# each call 5 times more, around botocore's, and a read twice over: 75 attempts, over an hour at a 60 s timeout).
+S3_CONFIG = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 3, "mode": "standard"}}
+S3FS_RETRIES = 1
 
 
 # Lines closer than SPAN_GAP bytes are read from object storage in one request of at most SPAN_BLOCK bytes.
@@ -118,6 +121,19 @@ SECRET_VARIABLES = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|ACCOUNT_KEY|CRE
 class StorageError(OSError):
     """A run folder could not be listed or read (object storage's errors, a folder name that is not UTF-8): the message
     says why, without any credential."""
+
+
+class StorageUnreachable(StorageError):
+    """Object storage did not answer (a timeout, a connection refused or cut): other requests to it would wait as long."""
+
+
+# The errors of a store that does not answer, as botocore, aiohttp and asyncio raise them (by name: their packages are
+# the backends').
+UNREACHABLE_ERRORS = {"ConnectTimeoutError", "ReadTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ClientConnectorError", "ServerTimeoutError", "ServerDisconnectedError"}
+
+
+def unreachable(error: Exception) -> bool:
+    return isinstance(error, (TimeoutError, ConnectionError)) or any(kind.__name__ in UNREACHABLE_ERRORS for kind in type(error).__mro__)
 
 
 # A file's size and version as listed: a local file's stat, or an object's size and ETag (mtime, inode and device 0).
@@ -153,10 +169,13 @@ def storage(protocol: str):
         endpoint = os.environ.get("AWS_ENDPOINT_URL")
         options = {"config_kwargs": S3_CONFIG, "client_kwargs": {"endpoint_url": endpoint} if endpoint else {}}
     try:
-        return fsspec.filesystem(protocol, **options)
+        filesystem = fsspec.filesystem(protocol, **options)
     except ImportError:
         package = STORAGE_PACKAGES.get(protocol, "fsspec backend")
         raise StorageError(f"{protocol}:// paths need the {package} package: pip install {package}") from None
+    if protocol == "s3":
+        filesystem.retries = S3FS_RETRIES
+    return filesystem
 
 
 def remote_storage(path: str):
@@ -187,7 +206,8 @@ def storage_errors(path: str):
     except PermissionError as error:
         raise StorageError(f"{shown_url(path)}: permission denied ({without_secrets(error)}); check the credentials") from None
     except Exception as error:  # network and service errors come as many types (botocore, aiohttp, asyncio)
-        raise StorageError(f"{shown_url(path)} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
+        kind = StorageUnreachable if unreachable(error) else StorageError
+        raise kind(f"{shown_url(path)} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
 
 
 # A user and password anywhere in a text (botocore quotes a URL's "key:secret@bucket" as a bucket's name).

@@ -2,11 +2,13 @@
 same runs on disk, keeps their indexes by ETag, reads only what an object uploaded again added, and says what went
 wrong (missing bucket, refused credentials, endpoint down) in a message that never holds a secret."""
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -183,6 +185,37 @@ def test_an_unreachable_endpoint_fails_within_seconds_with_a_message(bucket):
                 list_runs(f"s3://{bucket}/runs")
             assert time.monotonic() - began < 15
     assert list_runs(f"s3://{bucket}/runs") == RUNS  # the real endpoint again
+
+
+# An endpoint that takes connections and never answers (a stalled proxy, a hung store): a read fails after botocore's
+# few attempts, not s3fs's retries around them (75 attempts: over an hour at the read timeout), and a step's texts,
+# whose read of them all failed so, are not asked line by line (each line waited as long: 438 s for 8 at a 1 s timeout).
+def test_a_stalled_endpoint_fails_a_read_after_a_few_attempts_and_a_step_does_not_ask_each_line(bucket, monkeypatch):
+    run = loaded(f"s3://{bucket}/runs/{GRPO}")
+    rows = run.step_rows(run.steps[0])
+    accepted = []
+    with socket.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(64)
+
+        def take_connections():
+            with contextlib.suppress(OSError):  # closed at the end
+                while True:
+                    accepted.append(stalled.accept()[0])
+
+        threading.Thread(target=take_connections, daemon=True).start()
+        monkeypatch.setattr(rl_board.reading.storage, "S3_CONFIG", {**rl_board.reading.storage.S3_CONFIG, "read_timeout": 0.5})
+        with fresh_storage({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{stalled.getsockname()[1]}"}):
+            began = time.monotonic()
+            with pytest.raises(rl_board.reading.storage.StorageUnreachable, match="could not be read: ReadTimeoutError"):
+                rl_board.reading.storage.read_remote_range(rows["path"].iloc[0], 0, 100)
+            assert len(accepted) <= 4 and time.monotonic() - began < 15
+            asked, began = len(accepted), time.monotonic()
+            batch = read_step_batch("stalled", rows)
+            assert len(batch.problems) == len(rows) > 1 and all("ReadTimeoutError" in problem for problem in batch.problems)
+            assert len(accepted) - asked <= 8 and time.monotonic() - began < 20  # one read of them all, its attempts
+        for connection in accepted:
+            connection.close()
 
 
 def test_the_endpoint_url_option_sets_the_s3_endpoint(monkeypatch):
