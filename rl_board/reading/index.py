@@ -87,13 +87,17 @@ class FileIdentity:
     etag: str = ""  # an object's, on object storage (where mtime, inode and device are 0)
 
 
-# Hash the first and last 4 KiB of the indexed bytes: enough to tell an append from a rewrite.
+# Hash the first and last 4 KiB of the indexed bytes: enough to tell an append from a rewrite. Up to 8 KiB, one read
+# (on object storage, a request fewer for each of a run's many small objects).
 def read_identity(path: str, indexed_to: int, status: "FileStatus | None" = None) -> FileIdentity | None:
+    tail_start = max(0, indexed_to - 4096)
     try:
         status = status or file_status(path)
-        head = bytes(read_range(path, 0, min(indexed_to, 4096))[0][: min(indexed_to, 4096)])
-        tail_start = max(0, indexed_to - 4096)
-        tail = bytes(read_range(path, tail_start, indexed_to)[0][: indexed_to - tail_start])
+        if indexed_to <= 8192:
+            data = read_bytes(path, 0, indexed_to)
+            head, tail = data[:4096], data[tail_start:]
+        else:
+            head, tail = read_bytes(path, 0, 4096), read_bytes(path, tail_start, indexed_to)
     except OSError:
         return None
     return FileIdentity(
@@ -106,6 +110,12 @@ def read_identity(path: str, indexed_to: int, status: "FileStatus | None" = None
         tail_hash=hashlib.sha1(tail).hexdigest(),
         etag=status.etag,
     )
+
+
+# Bytes [start, end) of a file as they are (fewer where it is shorter now), not the read buffer's stale bytes past them.
+def read_bytes(path: str, start: int, end: int) -> bytes:
+    buffer, got = read_range(path, start, end)
+    return bytes(buffer[:got])
 
 
 # "same", "grew" (the bytes `old` covers unchanged, more after them) or "new" (replaced, truncated, rewritten) for a
