@@ -43,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     if not run_dirs:
         print(f"no runs under {shown_url(arguments.root)}", file=sys.stderr)
         return 2
-    with workers_of(arguments.dask) as (workers, described):
+    with contextlib.ExitStack() as stack:
+        try:
+            workers, described = stack.enter_context(workers_of(arguments.dask))
+        except SchedulerMissing as error:  # before indexing anything, as a root that cannot be listed
+            print(error, file=sys.stderr)
+            return 2
         print(f"Indexing {len(run_dirs)} run(s) under {shown_url(arguments.root)} into {shown_url(IndexCache().folder)}, on {described}", flush=True)
         started, indexed = time.perf_counter(), []
         for run in index_runs(run_dirs, workers):
@@ -52,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(summary_table(sorted(indexed, key=lambda run: run_dirs.index(run.run_dir)), time.perf_counter() - started))
     return 1 if any(run.error for run in indexed) else 0
+
+
+class SchedulerMissing(Exception):
+    """--dask cannot run: Dask is not installed, or no scheduler answers at the address given."""
 
 
 # The workers the tasks run on, and in words: the worker pool, or a Dask client's (imported only here: Dask is needed
@@ -64,7 +73,7 @@ def workers_of(scheduler: str | None):
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise SystemExit(DASK_MISSING) from None
+        raise SchedulerMissing(DASK_MISSING) from None
     with contextlib.ExitStack() as stack:
         if scheduler == "local":  # processes, a thread each: indexing holds the GIL
             cluster = stack.enter_context(LocalCluster(n_workers=WORKERS, threads_per_worker=1, dashboard_address=None))
@@ -73,7 +82,7 @@ def workers_of(scheduler: str | None):
             try:
                 client = stack.enter_context(Client(scheduler, timeout="30s"))
             except (OSError, ValueError) as error:
-                raise SystemExit(f"no Dask scheduler at {scheduler}: {error}") from None
+                raise SchedulerMissing(f"no Dask scheduler at {scheduler}: {error}") from None
         workers = len(client.scheduler_info()["workers"])
         yield client.get_executor(), f"Dask at {client.scheduler.address} ({workers} workers)"
 
