@@ -34,7 +34,7 @@ from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.search import RunTexts
 from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
-from rl_board.reading.storage import is_remote, joined, lower_scheme
+from rl_board.reading.storage import is_file, is_folder, is_remote, joined, lower_scheme, shown_url
 from rl_board.signals import DEFAULT_WINDOW, SIGNALS, firing_examples, signals_by_step
 from rl_board.staleness import staleness_by_step, staleness_distribution
 from rl_board.tokenizer import TOKENIZER_VARIABLE
@@ -246,6 +246,8 @@ def prompt_changes(a: Run, b: Run, steps_a: tuple[int, int] | None = None, steps
 # The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for ".").
 def list_runs(root) -> list[str]:
     root = lower_scheme(str(root))
+    if is_remote(root) and not is_folder(root):  # an object's listing is the object itself: it would be a run
+        raise NotADirectoryError(f"{shown_url(root)} is not a folder of runs: " + ("it is a file (name the folder that holds it)" if is_file(root) else "it does not exist"))
     return [root if name == "." else joined(root, name) for name in store.list_runs(root)]
 
 
@@ -266,7 +268,7 @@ def open_run(path, max_samples: int | None = None, parallel: bool = False, token
     if tokenizer is not None:
         os.environ[TOKENIZER_VARIABLE] = str(tokenizer)
     path = lower_scheme(str(path)) if is_remote(str(path)) else str(Path(path).expanduser())
-    if not is_remote(path) and not Path(path).is_dir():
-        raise NotADirectoryError(f"{path} is not a run folder: " + ("it is a file (open the folder that holds it)" if Path(path).exists() else "it does not exist"))
+    if not is_folder(path):
+        raise NotADirectoryError(f"{shown_url(path)} is not a run folder: " + ("it is a file (open the folder that holds it)" if is_file(path) else "it does not exist"))
     snapshot = store.RunStore(path).load(ALL_SAMPLES if max_samples is None else max_samples, parallel=parallel)
     return Run(snapshot, read_history(snapshot.history_dir))

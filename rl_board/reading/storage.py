@@ -281,6 +281,14 @@ def is_file(path: str) -> bool:
         return remote_storage(path).isfile(path)
 
 
+# A folder (on object storage, a prefix with objects under it; an object's listing is the object itself).
+def is_folder(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.isdir(path)
+    with storage_errors(path):
+        return remote_storage(path).isdir(path)
+
+
 # Write a whole file so that a reader finds the old content or the new, never part of it: on disk a file of its own
 # renamed over it (each writer its own, folders made), on object storage one request (an object appears whole).
 def write_file(path: str, data) -> None:

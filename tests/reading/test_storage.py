@@ -215,6 +215,21 @@ def test_many_small_objects_are_indexed_at_once(s3_server, bucket, tmp_path, mon
     pd.testing.assert_frame_equal(numbers(snapshot), numbers(loaded(local)))
 
 
+# A rank file's URL is no run nor folder of runs, on object storage as on disk (its listing was the object itself: it
+# opened as a run of one file, and the indexer indexed it).
+def test_an_object_is_not_a_run_folder(bucket, tmp_path):
+    run_url = f"s3://{bucket}/runs/{GRPO}"
+    url = f"{run_url}/{next(entry.name for entry in rl_board.reading.storage.list_folder(run_url) if entry.name.endswith('.jsonl'))}"
+    with pytest.raises(NotADirectoryError, match="is not a run folder: it is a file"):
+        rl_board.run.open_run(url)
+    with pytest.raises(NotADirectoryError, match="is not a folder of runs: it is a file"):
+        rl_board.run.list_runs(url)
+    with pytest.raises(NotADirectoryError, match="is not a run folder: it does not exist"):
+        rl_board.run.open_run(f"s3://{bucket}/runs/missing")
+    result = subprocess.run([sys.executable, "-m", "rl_board", "index", url, "--cache", str(tmp_path / "cache")], capture_output=True, text=True, cwd=PROJECT, env=os.environ)
+    assert result.returncode == 2 and "is not a folder of runs: it is a file" in result.stderr
+
+
 def test_a_missing_bucket_is_a_message(bucket):
     """A root in a bucket that does not exist is reported as not found."""
     with pytest.raises(StorageError, match="was not found"):
