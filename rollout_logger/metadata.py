@@ -119,4 +119,5 @@ METRICS_FILES = "rollout_metrics_*.jsonl"
 # The prompts' images, named by their content's hash; a line lists them as {"path": "images/<hash>.<png|jpg>", ...}.
 IMAGES_FOLDER = "images"
 # A URL's user and password (https://user:password@host/...): neither side keeps them where it writes or shows a URL.
-URL_USER_INFO = re.compile(r"(?<=://)[^/@\s]+@")
+# A password may hold "/" (AWS's secret keys do) and "@": it runs to the last "@" of the URL.
+URL_USER_INFO = re.compile(r"(?<=://)(?:[^/@\s:\"']+:[^\s\"']*|[^/@\s\"']+)@")

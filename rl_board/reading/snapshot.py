@@ -438,21 +438,23 @@ def read_step_batch(key: str, rows: pd.DataFrame) -> StepBatch:
     paths = [texts_file(path) if use else path for path, use in zip(rows["path"], in_texts.tolist())]
     offsets = np.where(in_texts, rows["texts_offset"], rows["offset"]).tolist()
     lengths = np.where(in_texts, rows["texts_length"], rows["length"]).tolist()
-    unanswered = []  # object storage that did not answer: its other lines are not asked (each would wait as long)
+    unanswered = {}  # a file -> object storage's not answering for it: its other lines are not asked (each would wait as long)
     try:  # all at once (on object storage, a few requests at the same time); else line by line, each saying why
         raw_lines = read_spans(paths, offsets, lengths)
     except StorageUnreachable as error:
-        unanswered.append(error)
+        unanswered[error.path] = str(error)
     except OSError:
         pass
 
+    # A line read on its own, but not from a file the store did not answer for, nor from the store at all once it did
+    # not answer for two files.
     def read_one(path: str, offset: int, length: int) -> bytes:
-        if unanswered and is_remote(path):
-            raise unanswered[0]
+        if is_remote(path) and (path in unanswered or len(unanswered) > 1):
+            raise StorageUnreachable(unanswered.get(path) or next(iter(unanswered.values())), path)
         try:
             return read_line(path, offset, length)
         except StorageUnreachable as error:
-            unanswered.append(error)
+            unanswered[path] = str(error)
             raise
 
     places = zip(paths, offsets, lengths, in_texts.tolist(), rows["path"], rows["offset"], rows["length"], rows["line"], rows["step"])

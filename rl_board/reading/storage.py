@@ -124,7 +124,12 @@ class StorageError(OSError):
 
 
 class StorageUnreachable(StorageError):
-    """Object storage did not answer (a timeout, a connection refused or cut): other requests to it would wait as long."""
+    """Object storage did not answer (a timeout, a connection refused or cut) for `path`: other requests to it would wait
+    as long."""
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        self.path = path
 
 
 # The errors of a store that does not answer, as botocore, aiohttp and asyncio raise them (by name: their packages are
@@ -132,6 +137,7 @@ class StorageUnreachable(StorageError):
 UNREACHABLE_ERRORS = {"ConnectTimeoutError", "ReadTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ClientConnectorError", "ServerTimeoutError", "ServerDisconnectedError"}
 
 
+# Whether a storage call's error says the store did not answer (rather than refused: a 404, a 403).
 def unreachable(error: Exception) -> bool:
     return isinstance(error, (TimeoutError, ConnectionError)) or any(kind.__name__ in UNREACHABLE_ERRORS for kind in type(error).__mro__)
 
@@ -178,15 +184,16 @@ def storage(protocol: str):
     return filesystem
 
 
+# The filesystem of a URL's store; a URL holding credentials is refused.
 def remote_storage(path: str):
     if URL_USER_INFO.search(path):  # botocore takes "key:secret@bucket" for a bucket's name, and messages would show it
         raise StorageError(f"{shown_url(path)}: credentials in the URL are not read: give them as the storage's own tools take them (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role)")
     return storage(REMOTE_URL.match(path).group(1).lower())
 
 
-# A URL as messages show it: without a user and password (s3://key:secret@bucket/...).
+# A URL as messages show it: without a user and password (s3://key:secret@bucket/...) nor a query's token.
 def shown_url(path) -> str:
-    return URL_USER_INFO.sub("…@", str(path))
+    return QUERY_SECRET.sub(r"\1…", URL_USER_INFO.sub("…@", str(path)))
 
 
 # A URL with its scheme in lower case (S3://bucket as s3://bucket, which fsspec needs); a path as it is.
@@ -206,17 +213,19 @@ def storage_errors(path: str):
     except PermissionError as error:
         raise StorageError(f"{shown_url(path)}: permission denied ({without_secrets(error)}); check the credentials") from None
     except Exception as error:  # network and service errors come as many types (botocore, aiohttp, asyncio)
-        kind = StorageUnreachable if unreachable(error) else StorageError
-        raise kind(f"{shown_url(path)} could not be read: {type(error).__name__}: {without_secrets(error)}") from None
+        message = f"{shown_url(path)} could not be read: {type(error).__name__}: {without_secrets(error)}"
+        raise (StorageUnreachable(message, path) if unreachable(error) else StorageError(message)) from None
 
 
-# A user and password anywhere in a text (botocore quotes a URL's "key:secret@bucket" as a bucket's name).
-USER_INFO_ANYWHERE = re.compile(r"[^\s/@\"':]+:[^\s/@\"']+@")
+# A user and password anywhere in a text (botocore quotes a URL's "key:secret@bucket" as a bucket's name; a secret
+# may hold "/"), and a signature or token in a URL's query (?X-Amz-Signature=..., ?token=...).
+USER_INFO_ANYWHERE = re.compile(r"[^\s/@\"':]+:[^\s\"']*@")
+QUERY_SECRET = re.compile(r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|token|access_token|sig|signature|key|secret|password)=)[^&\s\"']*")
 
 
 # An error's message without a URL's user and password, nor the value of an environment variable holding a secret.
 def without_secrets(error: Exception) -> str:
-    text = USER_INFO_ANYWHERE.sub("…@", URL_USER_INFO.sub("…@", str(error)))
+    text = QUERY_SECRET.sub(r"\1…", USER_INFO_ANYWHERE.sub("…@", URL_USER_INFO.sub("…@", str(error))))
     for name, value in os.environ.items():
         if SECRET_VARIABLES.search(name) and len(value) >= 4:
             text = text.replace(value, "…")

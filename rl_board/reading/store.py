@@ -286,13 +286,15 @@ class RunStore:
         return {path for path, _ in owners}
 
 
-# Where a load's chunks are indexed (run_tasks' parallel): as asked; else on the worker processes when there is much
-# to parse; else, on object storage, threads when there are several chunks (many small objects: each a request, whose
-# round trip, not the parse, is the time: 300 objects of 30 kB took 24 s one after the other at 30 ms a request).
+# Where a load's chunks are indexed (run_tasks' parallel): the executor or the worker processes asked for, or theirs
+# when there is much to parse (parallel None); else, on object storage, threads when there are several chunks (many
+# small objects: each a request, whose round trip, not the parse, is the time: 300 objects of 30 kB took 24 s one
+# after the other at 30 ms a request); else this thread.
 @contextlib.contextmanager
 def index_executor(parallel: "bool | Executor | None", new_bytes: int, chunks: int, remote: bool):
-    if parallel is not None or (WORKERS > 1 and new_bytes > PARALLEL_MIN_BYTES) or not remote or chunks < 2:
-        yield (WORKERS > 1 and new_bytes > PARALLEL_MIN_BYTES) if parallel is None else parallel
+    processes = (WORKERS > 1 and new_bytes > PARALLEL_MIN_BYTES) if parallel is None else parallel
+    if processes or not remote or chunks < 2:
+        yield processes
         return
     with ThreadPoolExecutor(max_workers=CONVERSION_THREADS) as threads:
         yield threads
@@ -307,10 +309,13 @@ def edges(path: str, status: "FileStatus") -> tuple[str, str] | None:
 
 
 # Whether a file was rewritten while a pass read it: on disk its edges changed (an append leaves them); on object
-# storage it is another object than listed (an upload, whole each time, has its own ETag). Where it cannot be told, so.
+# storage it is another object than listed (an upload, whole each time, has its own ETag; a store that gives none,
+# hf://, cannot tell). Where it cannot be read, so.
 def rewritten_meanwhile(path: str, status: "FileStatus", edges_before: tuple | None) -> bool:
     if not is_remote(path):
         return edges_before is None or edges(path, status) != edges_before
+    if not status.etag:
+        return False
     try:
         return file_status(path).etag != status.etag
     except OSError:

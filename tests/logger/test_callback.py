@@ -595,8 +595,8 @@ def test_tool_messages_of_other_shapes_are_read_as_far_as_they_go():
 # Credentials in a URL of the training arguments (a vLLM server's https://user:password@host) and keys named as
 # credentials are left out of the metadata; a key that only looks alike (author) is kept.
 def test_the_metadata_keeps_no_credentials_of_a_url_or_an_access_key():
-    config = {"vllm_server_base_url": "https://user:s3cr3t@host:8000/v1", "aws_access_key_id": "A", "apikey": "k", "http_auth": "x", "author": "me", "nested": [{"url": "s3://key:secret@bucket/x"}]}
-    assert rollout_logger.callback._without_secrets(config) == {"vllm_server_base_url": "https://host:8000/v1", "author": "me", "nested": [{"url": "s3://bucket/x"}]}
+    config = {"vllm_server_base_url": "https://user:s3cr3t@host:8000/v1", "aws_access_key_id": "A", "apikey": "k", "http_auth": "x", "author": "me", "nested": [{"url": "s3://key:secret@bucket/x"}, "s3://key:sec/ret+K@bucket/y"]}
+    assert rollout_logger.callback._without_secrets(config) == {"vllm_server_base_url": "https://host:8000/v1", "author": "me", "nested": [{"url": "s3://bucket/x"}, "s3://bucket/y"]}
 
 
 # A training log holding a metric of its own named eval_<something> (log_metric) is a training entry: every one was

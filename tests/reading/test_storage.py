@@ -280,6 +280,31 @@ def test_a_stalled_endpoint_fails_a_read_after_a_few_attempts_and_a_step_does_no
             connection.close()
 
 
+# One file's request unanswered (a stalled connection, a slow block) while the others' answer: their texts are shown,
+# only that file's lines said (all were hidden: the read of them all raised, and no line was asked again).
+def test_a_step_shows_the_texts_of_the_files_the_store_answered_for(s3_server, bucket, tmp_path, monkeypatch):
+    import botocore.exceptions
+    import s3fs
+
+    local = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(local / f"rollout_data_rank_{rank}.jsonl", [{"prompt": "p", "response": f"rank {rank}, {index}", "reward": float(index), "step": 1} for index in range(4)])
+    url = f"s3://{bucket}/one-unanswered-{uuid.uuid4().hex[:8]}/run"
+    upload_folder(s3_server.endpoint_url, local, url)
+    run = loaded(url)
+    cat_file = s3fs.S3FileSystem._cat_file
+
+    async def rank_1_unanswered(self, path, *arguments, **options):
+        if "rank_1" in path:
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url=path)
+        return await cat_file(self, path, *arguments, **options)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", rank_1_unanswered)
+    batch = read_step_batch("one unanswered", run.step_rows(1))
+    assert batch.table["response"].tolist() == [f"rank 0, {index}" for index in range(4)] + [""] * 4
+    assert len(batch.problems) == 4 and all("rollout\\_data\\_rank\\_1.jsonl" in problem and "ReadTimeoutError" in problem for problem in batch.problems)
+
+
 def test_the_endpoint_url_option_sets_the_s3_endpoint(monkeypatch):
     """streamlit run rl_logging_board.py -- --endpoint-url URL sends s3:// requests to URL."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")  # put back after the test
@@ -317,7 +342,7 @@ def test_canonical_paths_are_each_file_s_canonical_path(tmp_path, monkeypatch):
     assert canonical[paths[0]] == str(real.resolve() / "a.jsonl") and canonical[paths[2]] == canonical[paths[3]] == str((tmp_path / "elsewhere.jsonl").resolve())
 
 
-SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYzzSECRET"
+SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzSECRET"  # AWS's secret keys are base64: "/" and "+" in them
 
 
 # Credentials in a URL (s3://key:secret@bucket/...) are refused before any request, with where they go instead, and
@@ -336,6 +361,15 @@ def test_credentials_in_a_url_are_neither_read_nor_shown(tmp_path, monkeypatch):
     app = AppTest.from_file(board.__file__, default_timeout=120)
     app.run()
     assert not app.exception and SECRET not in page_text(app) and "credentials in the URL are not read" in page_text(app)
+    assert rl_board.reading.storage.shown_url(f"s3://user:pass@word{SECRET}@bucket/runs") == "s3://…@bucket/runs"  # an "@" in it
+
+
+# A signature or token in a URL's query (a presigned URL's X-Amz-Signature, hf's token) is not shown either.
+def test_a_token_in_a_url_s_query_is_not_shown(bucket):
+    for call in (rl_board.run.list_runs, rl_board.run.open_run):
+        with pytest.raises(OSError) as raised:
+            call(f"s3://{bucket}/runs?X-Amz-Signature={SECRET}&X-Amz-Expires=60")
+        assert SECRET not in str(raised.value) and "X-Amz-Signature=…&X-Amz-Expires=60" in str(raised.value)
 
 
 # S3:// (a scheme in capitals, as the page takes it) opens in the API and the indexer too: fsspec took "S3:" for a
