@@ -40,11 +40,13 @@ from rl_board.reading.storage import (
 from rl_board.reading.workers import (
     PARALLEL_MIN_BYTES,
     WORKERS,
+    Unread,
     batches_of_rows,
     index_chunk,
     line_aligned_chunks,
     run_tasks,
     summarize_lines,
+    unless_unreadable,
 )
 from rl_board.text import shorten, valid_text
 from rollout_logger.metadata import ROLLOUTS_FOLDER
@@ -156,7 +158,7 @@ class RunStore:
             return self.snapshots[max_samples]
         listing, run_format = pending
         self.gone = {path: lines for path, lines in self.gone.items() if path not in listing}
-        self.gone |= {path: len(index.lines["offset"]) for path, index in self.files.items() if path not in listing and not still_a_file(path)}
+        self.gone |= {path: len(index.lines["offset"]) for path, index in self.files.items() if path not in listing and not still_a_file(path) and len(index.lines["offset"])}
         same_files = list(listing) == list(self.files) and run_format == self.built_format
         bundled = self.cache.load_run(self.run_dir, listing) if len(listing) >= BUNDLED_FILES and not self.files else {}
         self.run_cached = self.run_cached or bool(bundled)
@@ -180,11 +182,13 @@ class RunStore:
         new_bytes = sum(size - index.indexed_to for index, size, _ in jobs)
         before = {index.path: edges(index.path, listing[index.path]) for index in changed if not is_remote(index.path)}
         with index_executor(parallel, new_bytes, sum(len(chunks) for _, _, chunks in jobs), is_remote(self.run_dir)) as indexing:
-            self.index_files(jobs, max_samples, indexing, files_progress, samples_progress)
+            unread = self.index_files(jobs, max_samples, indexing, files_progress, samples_progress)
         selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = cached_together(list(self.files.values()))
         self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
         self.each_file(changed, lambda index: rewritten_meanwhile(index.path, listing[index.path], before.get(index.path)) and setattr(index, "identity", None))  # read anew next time
+        for path in unread:
+            self.files[path].identity = None  # its new bytes read at the next load
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
         written = parsed | retexted | {index.path for index in changed}
         if not bundle:
@@ -201,6 +205,7 @@ class RunStore:
             self.snapshots = {}
         self.built_format = run_format
         gone = tuple((valid_text(Path(path).name), 0, "note", f"gone since the run was loaded (deleted, or no longer a file): its {lines:,} line(s) are no longer shown") for path, lines in self.gone.items())
+        gone += tuple((valid_text(Path(path).name), 0, "skipped", f"its new lines could not be read ({shorten(reason, 300)}): left out, read again at the next load") for path, reason in unread.items())
         snapshot = build_run(self.run_dir, self.files, selected, max_samples, dataclasses.replace(run_format, problems=run_format.problems + gone), self.cache.error, previous)
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
@@ -219,30 +224,37 @@ class RunStore:
     # One pass over the new bytes of every changed file, chunks spread over the workers. Each chunk parses its file's
     # share of Max Samples Each Step per step: new lines are only in the changed files of a launch, so a step appended
     # to one rank file is parsed there in full, and one appended to every rank file a share in each.
-    def index_files(self, jobs: list, max_samples: int, parallel: bool, files_progress, samples_progress):
+    # Returns the files whose new bytes could not be read, with why (deleted since the listing): their new lines are left
+    # out of this load, and read at the next.
+    def index_files(self, jobs: list, max_samples: int, parallel: bool, files_progress, samples_progress) -> dict[str, str]:
         changed_per_launch = Counter(index.launch for index, _, _ in jobs)
         tasks = [
-            (index_chunk, (index.path, start, end, math.ceil(max_samples / changed_per_launch[index.launch])))
+            (unless_unreadable, (index_chunk, index.path, start, end, math.ceil(max_samples / changed_per_launch[index.launch])))
             for index, _, chunks in jobs
             for start, end in chunks
         ]
         results = run_tasks(tasks, parallel)
         total_bytes = max(sum(end - start for _, _, chunks in jobs for start, end in chunks), 1)
-        files_done, bytes_done, lines_done = len(self.files) - len(jobs), 0, 0
+        files_done, bytes_done, lines_done, unread = len(self.files) - len(jobs), 0, 0, {}
         for index, size, chunks in jobs:
             indexed = []
             for start, end in chunks:
                 indexed.append(next(results))
                 bytes_done += end - start
-                lines_done += len(indexed[-1].lines.offset)
+                lines_done += 0 if isinstance(indexed[-1], Unread) else len(indexed[-1].lines.offset)
                 if samples_progress:
                     samples_progress(bytes_done / total_bytes, f"Processing {lines_done} samples...")
-            index.add_chunks(indexed, size)
+            failed = next((chunk.reason for chunk in indexed if isinstance(chunk, Unread)), None)
+            if failed is None:
+                index.add_chunks(indexed, size)
+            else:
+                unread[index.path] = failed
             files_done += 1
             if files_progress:
                 files_progress(files_done / len(self.files), f"Loading {files_done} / {len(self.files)} files...")
         if files_progress and not jobs:
             files_progress(1.0, f"Loading {len(self.files)} / {len(self.files)} files...")
+        return unread
 
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
     # (a line that turns out bad makes room for the next one of its step); returns the selection and the paths of the

@@ -14,6 +14,7 @@ import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import NamedTuple
 
 import numpy as np
 
@@ -220,6 +221,20 @@ def page_not_rerun():
 # and only the latest view's neighbours are worth reading. While the user moves on quickly (and the browser, on the
 # same cores, draws each step) it reads nothing. A job that fails is dropped: reading that step again when it is
 # shown says why.
+# A task's error that stopped it reading its file (deleted since it was listed; on object storage, while the load's
+# requests ran; unreadable), as a task's result: the load goes on with the other files.
+class Unread(NamedTuple):
+    reason: str
+
+
+# A task run so that an error reading its file is its result (Unread), not the whole load's.
+def unless_unreadable(function, *arguments):
+    try:
+        return function(*arguments)
+    except OSError as error:
+        return Unread(str(error))
+
+
 class LatestJobThread:
     def __init__(self, delay: float):
         self.delay = delay

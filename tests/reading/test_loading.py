@@ -1655,3 +1655,27 @@ def test_a_file_rewritten_while_it_is_read_is_read_anew_by_the_next_load(tmp_pat
     monkeypatch.setattr(rl_board.reading.store, "index_chunk", index_chunk)
     for shown in (store.load(64, parallel=False), RunStore(str(path.parent)).load(64, parallel=False)):
         assert shown.samples["reward"].tolist() == [0.123456789] * 6 and shown.samples["step"].tolist() == [1, 1, 1, 2, 2, 2] and shown.problems.empty
+
+
+# A rank file deleted between the listing and the read of its new bytes (a launch cleaned away while the board follows
+# the run): that file is said, the others shown; it failed the whole load. The next load does not list it.
+def test_a_rank_file_deleted_while_a_load_reads_it_leaves_the_others_shown(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(1, reward=float(rank)), sample(2, reward=float(rank))])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    index_chunk = rl_board.reading.store.index_chunk
+
+    def deleted_meanwhile(path, *arguments):
+        if path.endswith("rank_1.jsonl") and os.path.exists(path):
+            os.remove(path)
+        return index_chunk(path, *arguments)
+
+    monkeypatch.setattr(rl_board.reading.store, "index_chunk", deleted_meanwhile)
+    store = RunStore(str(run_dir))
+    run = store.load(64, parallel=False)
+    assert run.samples["reward"].tolist() == [0.0, 0.0]
+    [[name, kind, reason]] = run.problems[["file", "kind", "reason"]].values.tolist()
+    assert (name, kind) == ("rollout_data_rank_1.jsonl", "skipped") and reason.startswith("its new lines could not be read ([Errno 2] No such file or directory")
+    again = store.load(64, parallel=False)
+    assert again.samples["reward"].tolist() == [0.0, 0.0] and again.problems.empty
