@@ -878,19 +878,30 @@ def test_served_to_the_network_a_token_in_the_link_is_accepted_and_dropped(grpo_
     assert wrong.sidebar.button and not wrong.error and "token" not in wrong.query_params
 
 
-# A disk's error while a run is read (an I/O error, an NFS handle gone stale when a file is replaced) is said in an
-# error box naming the run, not a traceback; the run is read again at the next load.
+# A disk's error while a run is read is said, not raised: one file's read while the run is indexed, as a row of the
+# load report (the other files shown); the run folder's own (a listing on a mount gone bad), in an error box naming
+# the run. Either is read again at the next load.
 def test_a_disk_error_while_reading_a_run_is_said_not_raised(tmp_path, monkeypatch):
     write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", [sample(0), sample(1)])
     monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    rank_file, run_dir = tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", tmp_path / "runs" / "run"
 
-    def failing(path, start, end):
+    def failing(path, *_):
         raise OSError(5, "Input/output error", path)
 
     monkeypatch.setattr("rl_board.reading.workers.read_range", failing)
-    monkeypatch.setattr("rl_board.reading.index.read_range", failing)
     app = start(tmp_path / "runs", monkeypatch)
-    assert [error.value for error in app.error] == [markdown_literal(f"{tmp_path / 'runs' / 'run'} could not be read ([Errno 5] Input/output error: '{tmp_path / 'runs' / 'run' / 'rollout_data_rank_0.jsonl'}'): it is read again at the next load or refresh.")]
+    assert not app.error and [w.value for w in app.warning] == ["No loadable sample in this run: open the load report above to see why."]
+    app.session_state["load_report_details"] = True
+    app.run()
+    problems = widget(app.expander, "Load report").dataframe[-1].value
+    assert problems["reason"].tolist() == [f"its new lines could not be read ([Errno 5] Input/output error: '{rank_file}'): left out, read again at the next load"]
+    monkeypatch.undo()
+    monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("rl_board.reading.store.run_sources", failing)
+    load_and_view(app)
+    assert [error.value for error in app.error] == [markdown_literal(f"{run_dir} could not be read ([Errno 5] Input/output error: '{run_dir}'): it is read again at the next load or refresh.")]
     monkeypatch.undo()
     monkeypatch.setenv("RL_LOGGING_BOARD_ROOT", str(tmp_path / "runs"))
     monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
