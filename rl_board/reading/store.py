@@ -26,7 +26,16 @@ from rl_board.formats.conversion import (
     save_known_conversions,
 )
 from rl_board.reading.history import history_signature
-from rl_board.reading.index import BAD, BUNDLED_FILES, UNPARSED, FileIndex, IndexCache, cached_together, read_identity
+from rl_board.reading.index import (
+    BAD,
+    BUNDLED_FILES,
+    UNPARSED,
+    FileIdentity,
+    FileIndex,
+    IndexCache,
+    cached_together,
+    read_identity,
+)
 from rl_board.reading.snapshot import RunSnapshot, Selection, build_run, select_lines
 from rl_board.reading.storage import (
     FileStatus,
@@ -185,10 +194,7 @@ class RunStore:
             unread = self.index_files(jobs, max_samples, indexing, files_progress, samples_progress)
         selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = cached_together(list(self.files.values()))
-        self.each_file(changed, lambda index: setattr(index, "identity", read_identity(index.path, index.indexed_to, listing[index.path])))
-        self.each_file(changed, lambda index: rewritten_meanwhile(index.path, listing[index.path], before.get(index.path)) and setattr(index, "identity", None))  # read anew next time
-        for path in unread:
-            self.files[path].identity = None  # its new bytes read at the next load
+        self.each_file(changed, lambda index: setattr(index, "identity", identity_after_pass(index, listing[index.path], before.get(index.path), index.path in unread)))
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
         written = parsed | retexted | {index.path for index in changed}
         if not bundle:
@@ -318,6 +324,15 @@ def index_executor(parallel: "bool | Executor | None", new_bytes: int, chunks: i
 def edges(path: str, status: "FileStatus") -> tuple[str, str] | None:
     identity = read_identity(path, status.size, status)
     return identity and (identity.head_hash, identity.tail_hash)
+
+
+# A changed file's identity after the pass over it; None (read anew at the next load) where its new bytes could not be
+# read, or it was rewritten while they were (asked after the identity is taken: a rewrite in between is seen too).
+def identity_after_pass(index: FileIndex, status: "FileStatus", edges_before: tuple | None, unread: bool) -> FileIdentity | None:
+    if unread:
+        return None
+    identity = read_identity(index.path, index.indexed_to, status)
+    return None if rewritten_meanwhile(index.path, status, edges_before) else identity
 
 
 # Whether a file was rewritten while a pass read it: on disk its edges changed (an append leaves them); on object
