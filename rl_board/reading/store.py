@@ -184,15 +184,19 @@ class RunStore:
                 if index.path in run_format.summaries:
                     summarized.append((index, change))
         self.each_file(summarized, lambda item: (item[0].take_summaries if item[1] == "new" else item[0].take_more_summaries)(run_format.summaries[item[0].path], listing[item[0].path].size))
-        jobs = []
+        jobs, unchunked = [], {}
         for index in changed:
             size = listing[index.path].size
-            jobs.append((index, size, line_aligned_chunks(index.path, index.scan_start(), size)))
+            chunks = unless_unreadable(line_aligned_chunks, index.path, index.scan_start(), size)
+            if isinstance(chunks, Unread):
+                unchunked[index.path] = chunks.reason
+            else:
+                jobs.append((index, size, chunks))
         new_bytes = sum(size - index.indexed_to for index, size, _ in jobs)
         before = {index.path: edges(index.path, listing[index.path]) for index in changed if not is_remote(index.path)}
         with index_executor(parallel, new_bytes, sum(len(chunks) for _, _, chunks in jobs), is_remote(self.run_dir)) as indexing:
-            unread = self.index_files(jobs, max_samples, indexing, files_progress, samples_progress)
-        selected, parsed = self.parse_selected(max_samples, parallel, samples_progress)
+            unread = unchunked | self.index_files(jobs, max_samples, indexing, files_progress, samples_progress)
+        selected, parsed, unparsed = self.parse_selected(max_samples, parallel, samples_progress)
         bundle = cached_together(list(self.files.values()))
         self.each_file(changed, lambda index: setattr(index, "identity", identity_after_pass(index, listing[index.path], before.get(index.path), index.path in unread)))
         # Written: the files read anew, and those of which lines were parsed (a larger selection's numbers are kept too)
@@ -211,7 +215,8 @@ class RunStore:
             self.snapshots = {}
         self.built_format = run_format
         gone = tuple((valid_text(Path(path).name), 0, "note", f"gone since the run was loaded (deleted, or no longer a file): its {lines:,} line(s) are no longer shown") for path, lines in self.gone.items())
-        gone += tuple((valid_text(Path(path).name), 0, "skipped", f"its new lines could not be read ({shorten(reason, 300)}): left out, read again at the next load") for path, reason in unread.items())
+        gone += tuple((valid_text(Path(path).name), 0, "skipped", f"its new lines could not be read ({shorten(reason, 300)}): left out, read again at the next load") for path, reason in unread.items() if path not in unparsed)
+        gone += tuple((valid_text(Path(path).name), 0, "skipped", f"its lines could not be read ({shorten(reason, 300)}): left out of this load, read again at the next") for path, reason in unparsed.items())
         snapshot = build_run(self.run_dir, self.files, selected, max_samples, dataclasses.replace(run_format, problems=run_format.problems + gone), self.cache.error, previous)
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
@@ -263,29 +268,32 @@ class RunStore:
         return unread
 
     # Parse lines of unknown step first, then what the selection wants, until it wants nothing new
-    # (a line that turns out bad makes room for the next one of its step); returns the selection and the paths of the
-    # files of which lines were parsed.
-    def parse_selected(self, max_samples: int, parallel: "bool | Executor | None", progress) -> tuple["Selection", set[str]]:
+    # (a line that turns out bad makes room for the next one of its step); returns the selection, the paths of the
+    # files of which lines were parsed, and those whose lines could not be read (deleted since the listing), with why:
+    # left out of this selection.
+    def parse_selected(self, max_samples: int, parallel: "bool | Executor | None", progress) -> tuple["Selection", set[str], dict[str, str]]:
         unknown = {path: np.flatnonzero((index.lines["status"] == UNPARSED) & np.isnan(index.lines["step"])) for path, index in self.files.items()}
-        parsed = self.parse_rows(unknown, parallel, progress)
+        unparsed: dict[str, str] = {}
+        parsed = self.parse_rows(unknown, parallel, progress, unparsed)
         wider: dict[float, int] = {}  # steps whose lines parsed last were bad: twice as many of their next are parsed
         while True:
-            wanted = select_lines(self.files, max_samples)
+            readable = {path: index for path, index in self.files.items() if path not in unparsed}
+            wanted = select_lines(readable, max_samples)
             todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in wanted.rows.items()}
             if not any(len(rows) for rows in todo.values()):
-                return wanted, parsed
+                return wanted, parsed - set(unparsed), unparsed
             if wider:  # the lines the selection would take next, were these bad too: a step of thousands of bad lines took as many rounds over every line
-                todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in select_lines(self.files, max_samples, wider).rows.items()}
-            parsed |= self.parse_rows(todo, parallel, progress)
+                todo = {path: rows[self.files[path].lines["status"][rows] == UNPARSED] for path, rows in select_lines(readable, max_samples, wider).rows.items()}
+            parsed |= self.parse_rows(todo, parallel, progress, unparsed)
             for path, rows in todo.items():
                 lines = self.files[path].lines
                 for step in np.unique(lines["step"][rows[lines["status"][rows] == BAD]]).tolist():
                     wider[step] = 2 * wider.get(step, max_samples)
 
-    # Parse the rows of each file in todo; returns the paths of the files of which rows were parsed. parallel None: on
-    # the workers when the rows are big enough (a raised Max Samples Each Step parses many lines of files already
-    # indexed, which have no new bytes).
-    def parse_rows(self, todo: dict, parallel: "bool | Executor | None", progress) -> set[str]:
+    # Parse the rows of each file in todo; returns the paths of the files of which rows were parsed, and adds to
+    # unparsed those that could not be read, with why. parallel None: on the workers when the rows are big enough (a
+    # raised Max Samples Each Step parses many lines of files already indexed, which have no new bytes).
+    def parse_rows(self, todo: dict, parallel: "bool | Executor | None", progress, unparsed: dict[str, str]) -> set[str]:
         if parallel is None:
             parallel = WORKERS > 1 and sum(int(self.files[path].lines["length"][rows].sum()) for path, rows in todo.items()) > PARALLEL_MIN_BYTES
         tasks, owners = [], []
@@ -293,11 +301,14 @@ class RunStore:
             lines = self.files[path].lines
             offsets, lengths = lines["offset"], lines["length"]
             for part in batches_of_rows(rows, lengths):
-                tasks.append((summarize_lines, (path, offsets[part], lengths[part])))
+                tasks.append((unless_unreadable, (summarize_lines, path, offsets[part], lengths[part])))
                 owners.append((path, part))
         total, done = sum(len(part) for _, part in owners), 0
         for (path, part), result in zip(owners, run_tasks(tasks, parallel)):
-            self.files[path].add_summaries(part, result)
+            if isinstance(result, Unread):
+                unparsed.setdefault(path, result.reason)
+            else:
+                self.files[path].add_summaries(part, result)
             done += len(part)
             if progress:
                 progress(done / total, f"Processing {done} / {total} more samples...")

@@ -1659,19 +1659,23 @@ def test_a_file_rewritten_while_it_is_read_is_read_anew_by_the_next_load(tmp_pat
 
 # A rank file deleted between the listing and the read of its new bytes (a launch cleaned away while the board follows
 # the run): that file is said, the others shown; it failed the whole load. The next load does not list it.
-def test_a_rank_file_deleted_while_a_load_reads_it_leaves_the_others_shown(tmp_path, monkeypatch):
+# Deleted before its bytes are split into chunks (a file of more than one chunk is read for their line starts), or
+# while a chunk is read.
+@pytest.mark.parametrize("reading", ["line_aligned_chunks", "index_chunk"])
+def test_a_rank_file_deleted_while_a_load_reads_it_leaves_the_others_shown(tmp_path, monkeypatch, reading):
     run_dir = tmp_path / "run"
     for rank in (0, 1):
         write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(1, reward=float(rank)), sample(2, reward=float(rank))])
     monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
-    index_chunk = rl_board.reading.store.index_chunk
+    monkeypatch.setattr(rl_board.reading.workers, "CHUNK_BYTES", 16)  # files of several chunks
+    read = getattr(rl_board.reading.store, reading)
 
     def deleted_meanwhile(path, *arguments):
         if path.endswith("rank_1.jsonl") and os.path.exists(path):
             os.remove(path)
-        return index_chunk(path, *arguments)
+        return read(path, *arguments)
 
-    monkeypatch.setattr(rl_board.reading.store, "index_chunk", deleted_meanwhile)
+    monkeypatch.setattr(rl_board.reading.store, reading, deleted_meanwhile)
     store = RunStore(str(run_dir))
     run = store.load(64, parallel=False)
     assert run.samples["reward"].tolist() == [0.0, 0.0]
@@ -1679,3 +1683,28 @@ def test_a_rank_file_deleted_while_a_load_reads_it_leaves_the_others_shown(tmp_p
     assert (name, kind) == ("rollout_data_rank_1.jsonl", "skipped") and reason.startswith("its new lines could not be read ([Errno 2] No such file or directory")
     again = store.load(64, parallel=False)
     assert again.samples["reward"].tolist() == [0.0, 0.0] and again.problems.empty
+
+
+def test_a_rank_file_deleted_while_a_larger_selection_parses_its_lines_leaves_the_others_shown(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(step, reward=float(rank)) for step in (1, 2) for _ in range(3)])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(run_dir))
+    assert sorted(store.load(2, parallel=False).samples["reward"].tolist()) == [0.0, 0.0, 1.0, 1.0]
+    summarize_lines = rl_board.reading.store.summarize_lines
+
+    def deleted_meanwhile(path, *arguments):
+        if path.endswith("rank_1.jsonl") and os.path.exists(path):
+            os.remove(path)
+        return summarize_lines(path, *arguments)
+
+    monkeypatch.setattr(rl_board.reading.store, "summarize_lines", deleted_meanwhile)
+    run = store.load(64, parallel=False)
+    assert run.samples["reward"].tolist() == [0.0] * 6
+    [[name, kind, reason]] = run.problems[["file", "kind", "reason"]].values.tolist()
+    assert (name, kind) == ("rollout_data_rank_1.jsonl", "skipped") and reason.startswith("its lines could not be read ([Errno 2] No such file or directory")
+    again = store.load(64, parallel=False)
+    assert again.samples["reward"].tolist() == [0.0] * 6
+    [[name, kind, reason]] = again.problems[["file", "kind", "reason"]].values.tolist()
+    assert (name, kind) == ("rollout_data_rank_1.jsonl", "note") and reason.startswith("gone since the run was loaded")
