@@ -46,7 +46,7 @@ from rl_board.reading.lines import (
     numbers_beyond_range,
     token_list,
 )
-from rl_board.reading.storage import StorageUnreachable, is_remote, list_folder, read_spans
+from rl_board.reading.storage import StorageUnreachable, is_remote, jsonl_left_out, read_spans
 from rl_board.reading.summaries import texts_file
 from rl_board.text import markdown_literal, readable_tokens, valid_text
 
@@ -357,9 +357,7 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
         problems.append(["", 0, "note", cache_error])
     problems += [list(problem) for problem in run_format.problems]
     with contextlib.suppress(OSError):
-        for entry in list_folder(run_dir):
-            if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name:
-                problems.append([valid_text(entry.name), 0, "skipped", "the file name is not valid UTF-8: rename the file to load it"])
+        problems += [[valid_text(name), 0, "skipped", reason] for name, reason in jsonl_left_out(run_dir)]
     names, fields_left_out = sample_columns(files, chosen)
     if fields_left_out:
         problems.append(["", 0, "note", fields_left_out_note(fields_left_out)])

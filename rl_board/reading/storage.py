@@ -255,6 +255,24 @@ def list_folder(folder: str) -> list[Entry]:
     return sorted((entry for entry in entries if not entry.name.startswith(".")), key=lambda entry: entry.name)
 
 
+# The JSONL files of a run folder that list_folder leaves out, each with why: a name that is not UTF-8 (tables and
+# caches need it), on disk a link to nothing (its target deleted, or on a mount not there now).
+def jsonl_left_out(folder: str) -> list[tuple[str, str]]:
+    not_utf8 = "the file name is not valid UTF-8: rename the file to load it"
+    if is_remote(folder):
+        return [(entry.name, not_utf8) for entry in list_folder(folder) if entry.name.endswith(".jsonl") and valid_text(entry.name) != entry.name]
+    left_out = []
+    with os.scandir(folder) as found:
+        for entry in found:
+            if not entry.name.endswith(".jsonl") or entry.name.startswith("."):
+                continue
+            if valid_text(entry.name) != entry.name:
+                left_out.append((entry.name, not_utf8))
+            elif entry.is_symlink() and not os.path.exists(entry.path):
+                left_out.append((entry.name, "a link to a file that is not there (deleted, or on a mount not there now): left out, read once it is"))
+    return sorted(left_out)
+
+
 def local_status(status: os.stat_result) -> FileStatus:
     return FileStatus(status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
 

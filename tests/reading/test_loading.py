@@ -1315,6 +1315,19 @@ def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(tmp_path):
     assert problems_of(run, "skipped") == {("rank_\ufffd.jsonl", 0): "the file name is not valid UTF-8: rename the file to load it"}
 
 
+def test_a_rank_file_that_is_a_link_to_nothing_is_reported(tmp_path):
+    run_dir = tmp_path / "run"
+    write_lines(run_dir / "rollout_data_rank_0.jsonl", [sample(1)])
+    (run_dir / "rollout_data_rank_1.jsonl").symlink_to(tmp_path / "elsewhere" / "rank_1.jsonl")
+    run = load(run_dir)
+    assert len(run.samples) == 1 and run.report["file"].tolist() == ["rollout_data_rank_0.jsonl"]
+    assert list(problems_of(run, "skipped")) == [("rollout_data_rank_1.jsonl", 0)]
+    assert problems_of(run, "skipped")[("rollout_data_rank_1.jsonl", 0)].startswith("a link to a file that is not there")
+    write_lines(tmp_path / "elsewhere" / "rank_1.jsonl", [sample(1, reward=2.0)])  # the mount back
+    run = load(run_dir)
+    assert len(run.samples) == 2 and not problems_of(run, "skipped")
+
+
 def test_a_per_token_list_of_the_wrong_type_is_left_out_with_a_note_not_the_sample_s_tokens(tmp_path):
     tokens = dict(logprobs=[-1.0, -2.0], ref_logprobs=[-1.5, -2.5], sampler_logprobs=[-1.1, -2.1])
     lines = [
