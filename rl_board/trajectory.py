@@ -182,7 +182,9 @@ def number_of(value) -> float:
 
 # Each turn's numbers from the sample's per-token values over its span (NaN without tokens or a span; a span past the
 # tokens gets numbers over the part that fits, and a note): tokens, mean logp, mean KL under `estimator`, mean
-# entropy, mean |Δ| of the sampler-trainer mismatch, over the tokens that have each value (a tool's have none).
+# entropy, mean |Δ| of the sampler-trainer mismatch, over the tokens that have each value (a tool's have none). An
+# infinite value counts, as in the sample's own means: a token of probability 0 makes its turn's mean logp -inf (one of
+# +inf and one of -inf: NaN).
 def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str = "k3") -> Trajectory:
     table, notes = trajectory.table.copy(), list(trajectory.notes)
     for column in NUMBER_COLUMNS[:5]:
@@ -208,13 +210,16 @@ def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str
     starts = np.minimum(np.asarray(raw_starts, dtype=np.int64), length)
     ends = np.minimum(np.asarray(raw_ends, dtype=np.int64), length)
     table["tokens"] = np.where(spanned, np.maximum(ends - starts, 0), np.nan)
-    for column, values in per_token.items():  # each span's mean from prefix sums: one pass however many turns
-        finite = np.isfinite(values)
-        sums = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
-        counts = np.concatenate([[0], np.cumsum(finite)])
-        count = counts[ends] - counts[starts]
+    def over_spans(values: np.ndarray) -> np.ndarray:  # each span's sum from prefix sums: one pass however many turns
+        sums = np.concatenate([[0], np.cumsum(values)])
+        return sums[ends] - sums[starts]
+
+    for column, values in per_token.items():
+        count, above, below = (over_spans(kind) for kind in (~np.isnan(values), values == np.inf, values == -np.inf))
         with np.errstate(invalid="ignore", divide="ignore"):
-            table[column] = np.where(spanned & (count > 0), (sums[ends] - sums[starts]) / count, np.nan)
+            means = over_spans(np.where(np.isfinite(values), values, 0.0)) / count
+        means = np.where(above > 0, np.where(below > 0, np.nan, np.inf), np.where(below > 0, -np.inf, means))
+        table[column] = np.where(spanned & (count > 0), means, np.nan)
     return Trajectory(table=table, stop_reason=trajectory.stop_reason, notes=notes)
 
 

@@ -50,20 +50,22 @@ def exp_minus_one_minus(x: np.ndarray) -> np.ndarray:
     return result
 
 
-# Sums and NaN-aware means over consecutive segments (one per sample) of each row of a 2-D array.
+# Sums and NaN-aware means over consecutive segments (one per sample) of each row of a 2-D array (NaN where a segment
+# holds both +inf and -inf).
 def segment_sums_and_means(values: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sums = np.zeros((len(values), len(lengths)))
     counts = np.zeros((len(values), len(lengths)))
     nonempty = lengths > 0
-    if nonempty.any():
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[nonempty]
-        present = ~np.isnan(values)
-        if present.all():
-            sums[:, nonempty] = np.add.reduceat(values, starts, axis=1)
-            counts[:, nonempty] = lengths[nonempty]
-        else:
-            sums[:, nonempty] = np.add.reduceat(np.where(present, values, 0.0), starts, axis=1)
-            counts[:, nonempty] = np.add.reduceat(present, starts, axis=1)
+    with np.errstate(invalid="ignore"):
+        if nonempty.any():
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[nonempty]
+            present = ~np.isnan(values)
+            if present.all():
+                sums[:, nonempty] = np.add.reduceat(values, starts, axis=1)
+                counts[:, nonempty] = lengths[nonempty]
+            else:
+                sums[:, nonempty] = np.add.reduceat(np.where(present, values, 0.0), starts, axis=1)
+                counts[:, nonempty] = np.add.reduceat(present, starts, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / counts
     sums[counts == 0] = np.nan

@@ -4,6 +4,7 @@ shown (found by a review: each of these raised)."""
 import json
 import warnings
 
+import pandas as pd
 import pytest
 
 import rl_board
@@ -84,6 +85,30 @@ def test_a_turn_of_another_shape_leaves_out_itself_and_errors_are_what_they_say(
     assert table["reward"].tolist()[1] == 0.5 and table["advantage"].tolist()[1] == float("inf")
     summary = run.tool_summary().set_index("tool")
     assert summary.loc["calc", ["calls", "results", "errors"]].tolist() == [1, 6, 1] and summary.loc["search", "calls"] == 1
+
+
+# A token of probability 0 (logp -inf; a sampler's -inf, Δ = +inf) counts in its turn's means as in the sample's: they
+# were means over the finite tokens alone, with no note. NaN (no value) is left out; +inf beside -inf is NaN.
+def test_a_turn_s_means_count_its_infinite_tokens_as_the_sample_s_do(tmp_path):
+    inf = float("inf")
+    turns = [
+        {"role": "assistant", "text": "ab", "token_start": 0, "token_end": 2},
+        {"role": "assistant", "text": "cd", "token_start": 2, "token_end": 4},
+        {"role": "assistant", "text": "ef", "token_start": 4, "token_end": 6},
+    ]
+    line = sample(
+        1, response_tokens=list("abcdef"), turns=turns,
+        logprobs=[-inf, -1.0, -1.0, -2.0, inf, -inf], ref_logprobs=[-1.0] * 6, sampler_logprobs=[-1.0, -inf, -1.5, None, -1.0, -1.0],
+    )
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [line])
+    run = rl_board.open_run(tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = run.turns(1, 0)
+    assert not caught and table["tokens"].tolist() == [2, 2, 2]
+    assert table["mean_logp"].tolist()[:2] == [-inf, -1.5] and pd.isna(table["mean_logp"].tolist()[2])
+    assert table["mean_kl"].tolist()[0] == inf and table["mean_abs_mismatch"].tolist()[:2] == [inf, 0.5]  # the None: no value
+    assert run.samples["avg_logp"].isna().all() and run.samples["avg_abs_mismatch"].tolist() == [inf]
 
 
 # A line msgspec refuses (a bare NaN anywhere in it: trackio's "NaN" metadata, rLLM's json.dumps of a NaN metric) keeps
