@@ -123,11 +123,15 @@ def decoded_mismatch(raw: bytes, parser: simdjson.Parser) -> RolloutMismatch:
 def corrected(ratio: np.ndarray, mode: str, clip_min: float | None, clip_max: float | None) -> np.ndarray:
     if mode not in CORRECTIONS:
         raise ValueError(f"unknown correction {mode!r}: one of {', '.join(CORRECTIONS)}")
-    low = -np.inf if clip_min is None else clip_min
-    high = np.inf if clip_max is None else clip_max
     if mode.endswith("truncate"):
-        return np.clip(ratio, low, high)
-    return np.where((ratio < low) | (ratio > high), 0.0, ratio)
+        return np.clip(ratio, -np.inf if clip_min is None else clip_min, np.inf if clip_max is None else clip_max)
+    return np.where(outside_band(ratio, clip_min, clip_max), 0.0, ratio)
+
+
+# Where the ratio r is outside [clip_min, clip_max]: what a correction changes, clipped or masked (a ratio of 0, a
+# token the trainer gives probability 0, masked to 0 is changed too; NaN is in no band, as in TRL's comparisons).
+def outside_band(ratio: np.ndarray, clip_min: float | None, clip_max: float | None) -> np.ndarray:
+    return (ratio < (-np.inf if clip_min is None else clip_min)) | (ratio > (np.inf if clip_max is None else clip_max))
 
 
 # Tokens reduced at a time: the temporaries of a pass over a run's tokens stay this many floats each.
@@ -204,14 +208,14 @@ def corrected_sums(tokens: MismatchTokens, sums: dict, mode: str, clip_min: floa
         with np.errstate(over="ignore"):
             ratio = np.exp(sums["delta"])
         weight = corrected(ratio, mode, clip_min, clip_max)
-        return np.where(weight != ratio, sums["count"], 0.0), weight * sums["count"]
+        return np.where(outside_band(ratio, clip_min, clip_max), sums["count"], 0.0), weight * sums["count"]
     changed, weights = np.zeros(len(tokens.lengths)), np.zeros(len(tokens.lengths))
     for first, last, delta, present in token_blocks(tokens):
         with np.errstate(over="ignore"):
             ratio = np.exp(delta)
         weight = corrected(ratio, mode, clip_min, clip_max)
         lengths = tokens.lengths[first:last]
-        changed[first:last] = segment_reduce(np.add, ((weight != ratio) & present).astype(float), lengths, 0.0)
+        changed[first:last] = segment_reduce(np.add, (outside_band(ratio, clip_min, clip_max) & present).astype(float), lengths, 0.0)
         weights[first:last] = segment_reduce(np.add, np.where(present, weight, 0.0), lengths, 0.0)
     return changed, weights
 

@@ -110,7 +110,8 @@ def test_the_step_table_under_each_correction_is_the_recomputation(run_lines, mo
                 continue
             line_weights = weights(line_deltas, mode, low, high)
             raw = weights(line_deltas, mode, None, None)
-            flags = [w != r for w, r, d in zip(line_weights, raw, line_deltas) if d is not None]
+            bounds = (-math.inf if low is None else low, math.inf if high is None else high)
+            flags = [not bounds[0] <= r <= bounds[1] for r, d in zip(raw, line_deltas) if d is not None]  # clipped or masked
             kept += [d for d in line_deltas if d is not None]
             changed += flags
             sequences_changed.append(any(flags))
@@ -282,6 +283,11 @@ def test_infinite_ratios_give_the_limits_of_the_numbers(tmp_path):
         expected = {step: 100 * sum(r) ** 2 / (len(r) * sum(x * x for x in r)) if math.inf not in r else 100 * r.count(math.inf) / len(r) for step, r in ratios.items()}
         assert table["effective sample size (%)"].to_dict() == pytest.approx(expected), mode
     assert mismatch_by_step(steps[:1], read_mismatch_tokens(run.snapshot.samples.iloc[:1]), "token_mask", None, None).loc[1, "mean applied weight"] == pytest.approx(1e39 / 3)
+    # a ratio of 0 (Δ = -inf) is outside a band from 0.5: masked or clipped, so corrected (masked to 0 it was counted
+    # unchanged); at step 2 the sample of one such token, and 1 token of 3
+    for mode in CORRECTIONS:
+        table = mismatch_by_step(steps, tokens, mode, 0.5, 2.0)
+        assert table.loc[2, ["tokens corrected (%)", "sequences corrected (%)"]].tolist() == pytest.approx([100 / 3, 50.0]), mode
     assert mismatch_by_bucket(tokens, "position")["mismatch KL"].tolist() == [math.inf]
     assert run.tokens(1, 0)["mismatch_kl"].tolist() == [pytest.approx(kl(0.05)), math.inf, 0.0]
 
