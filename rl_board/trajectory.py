@@ -147,7 +147,8 @@ def span_of(turn: Turn, number: int, notes: list) -> tuple:
     if start is None and end is None:
         return None, None
     if not (type(start) is int and type(end) is int and 0 <= start <= end < 2**53):
-        notes.append(f"turn {number}: token span [{str(start)[:20]}, {str(end)[:20]}) is not two integers 0 ≤ start ≤ end; no numbers")
+        written = ", ".join(json.dumps(value[:20]) if isinstance(value, str) else str(value)[:20] for value in (start, end))  # "1": text, not 1
+        notes.append(f"turn {number}: token span [{written}) is not two integers 0 ≤ start ≤ end; no numbers")
         return None, None
     return start, end
 

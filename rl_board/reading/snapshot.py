@@ -537,9 +537,11 @@ class SampleTokens:
 # logprobs.
 def read_sample_tokens(path: str, offset: int, length: int, step: int, most_tokens: int | None = None) -> "SampleTokens | None":
     raw = read_line(path, offset, length)
-    record, _ = decode_line(raw, ROLLOUT_DECODER)
+    record, note = decode_line(raw, ROLLOUT_DECODER)
     ensure_same_step(record, step)
     detail = token_detail(record, most_tokens)
+    if detail is not None and note:  # a per-token list of the wrong type (a text, nested lists), left out of the line
+        detail.notes.extend(part for part in note.split("; ") if part.startswith(tuple(f"{key} left out: " for key in TOKEN_KEYS)))
     lists = (getattr(detail, key) for key in TOKEN_KEYS) if detail is not None else ()
     if any(array is not None and np.isinf(array).any() for array in lists) and (places := numbers_beyond_range(raw, TOKEN_KEYS, outside_format=False)):
         detail.notes.append(beyond_range_note(places))  # values, token_rewards and sampler_kept_logmass are in no load report

@@ -42,6 +42,7 @@ def test_bad_turns_are_noted_and_the_tools_counted(tmp_path):
         {"role": "tool", "tool_name": "deep", "text": "r", "token_start": 10**23, "token_end": 10**23},
         {"role": "tool", "tool_name": "deep", "text": "r", "token_start": 2**63 - 1, "token_end": 2**63 - 1, "error": "boom"},
         {"role": "assistant", "text": "b", "token_start": 1, "token_end": 500},
+        {"role": "assistant", "text": "c", "token_start": "1", "token_end": 2},
     ]
     write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", [sample(1, logprobs=[-1.0, -2.0], response_tokens=["a", "b"], turns=turns)])
     run = rl_board.open_run(tmp_path / "run")
@@ -51,6 +52,7 @@ def test_bad_turns_are_noted_and_the_tools_counted(tmp_path):
     notes = " ".join(str(warning.message) for warning in caught)
     assert table["tool_arguments"].iloc[0] == DEEP  # too deep to parse: kept as written
     assert "turn 1: token span" in notes and "turn 3: token span [1, 500) goes past" in notes
+    assert 'turn 4: token span ["1", 2) is not two integers' in notes  # a text, said so (it read [1, 2))
     assert table["tokens"].tolist()[3] == 1 and table["mean_logp"].tolist()[3] == pytest.approx(-2.0)
     summary = run.tool_summary().set_index("tool")
     assert summary.loc["deep", ["calls", "results", "errors"]].tolist() == [1, 2, 1]

@@ -1354,6 +1354,20 @@ def test_a_per_token_list_of_the_wrong_type_is_left_out_with_a_note_not_the_samp
         assert rl_board.open_run(tmp_path / "run").tokens(1, 0)["logp"].tolist() == [-1.0, -2.0]
 
 
+# A list the load report names as left out of its line (not a list, lists in a list) is named above the sample's tokens
+# too, where the others of the wrong type are: the sampler's columns were missing from the sample with no word.
+def test_a_per_token_list_left_out_of_its_line_is_named_above_the_sample_s_tokens(tmp_path):
+    lines = [sample(1, response_tokens=["a", "b"], logprobs=[-1.0, -2.0], sampler_logprobs=wrong) for wrong in ("oops", [[-1.0], [-2.0]])]
+    write_lines(tmp_path / "run" / "r.jsonl", lines)
+    run = load(tmp_path / "run")
+    assert [reason.split(":")[0] for reason in problems_of(run, "note").values()] == ["sampler_logprobs left out"] * 2
+    for index in range(2):
+        detail = sample_tokens(run, 1, index)
+        assert detail.sampler_logprobs is None and [note.split(":")[0] for note in detail.notes] == ["sampler_logprobs left out"]
+    with pytest.warns(UserWarning, match="sampler_logprobs left out"):
+        assert "sampler_logp" not in rl_board.open_run(tmp_path / "run").tokens(1, 0)
+
+
 def test_lists_of_different_lengths_are_cut_to_the_shortest_and_each_note_says_so(tmp_path):
     write_lines(tmp_path / "run" / "r.jsonl", [sample(1, logprobs=[-1.0] * 6, ref_logprobs=[-1.0], entropies=[0.5] * 6, values=[1.0] * 4)])
     detail = sample_tokens(load(tmp_path / "run"), 1, 0)
