@@ -336,12 +336,9 @@ def largest_mismatches(tokens: MismatchTokens, count: int) -> pd.DataFrame:
     order = np.concatenate(candidates) if candidates else np.zeros(0, dtype=np.int64)
     order = order[np.lexsort((order, -np.abs(tokens.delta[order])))][:count]  # largest first; the earlier token on a tie
     owners = np.searchsorted(np.cumsum(tokens.lengths), order, side="right")
-    table = pd.DataFrame({
-        "sample": owners,
-        "position": order - tokens.starts[owners],
-        "Δ": tokens.delta[order],
-        "ratio": np.exp(tokens.delta[order]),
-    })
+    with np.errstate(over="ignore"):  # Δ past 709: a ratio of inf
+        ratio = np.exp(tokens.delta[order])
+    table = pd.DataFrame({"sample": owners, "position": order - tokens.starts[owners], "Δ": tokens.delta[order], "ratio": ratio})
     if tokens.kept_logmass is not None:
         table["log kept mass"] = tokens.kept_logmass[order]
         table["drift"] = tokens.delta[order] - tokens.kept_logmass[order]

@@ -919,7 +919,8 @@ def add_token_statistics(numbers: dict, token_arrays: dict):
         numbers["mismatch_tokens"][owners] = np.nan_to_num(present)
         for column, function, values in (("max_abs_mismatch", np.fmax, np.abs(delta)), ("max_is_ratio", np.fmax, delta), ("min_is_ratio", np.fmin, delta)):
             extremes = segment_reduce(function, values, lengths, np.nan)  # NaN also where all are NaN (fmax, fmin)
-            numbers[column][owners] = extremes if column == "max_abs_mismatch" else np.exp(extremes)
+            with np.errstate(over="ignore"):  # Δ past 709: a ratio of inf
+                numbers[column][owners] = extremes if column == "max_abs_mismatch" else np.exp(extremes)
     if token_arrays["is_ratio"]:
         owners, lengths, applied = flat("is_ratio")
         numbers["avg_applied_is_ratio"][owners] = segment_sums_and_means(applied[None], lengths)[1][0]

@@ -5,6 +5,7 @@ a line without sampler log-probs included); and Δ split into the renormalisatio
 drift where lines carry the kept mass (sampler_kept_logmass; some lines do, some not)."""
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -253,6 +254,18 @@ def test_the_effective_sample_size_does_not_overflow(tmp_path):
     assert per_token.loc[2, "effective sample size (%)"] == pytest.approx(100 / 3)
     ratios = np.exp([0.05] * 8000 + [0.0] * 4)  # token level, step 1: no overflow, the formula as it is
     assert per_token.loc[1, "effective sample size (%)"] == pytest.approx(100 * ratios.sum() ** 2 / (len(ratios) * (ratios**2).sum()))
+
+
+# A Δ past exp's range (800: the sampler's log-prob -801) is a ratio of inf in the largest mismatches, without numpy's
+# overflow warning at every draw.
+def test_the_largest_mismatches_of_a_huge_delta_have_an_infinite_ratio_without_a_warning(tmp_path):
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response_tokens=["a", "b"], logprobs=[-1.0, -1.0], sampler_logprobs=[-801.0, -1.5])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = rl_board.open_run(tmp_path / "run", parallel=False)
+        largest = largest_mismatches(read_mismatch_tokens(run.snapshot.samples), 5)
+    assert run.samples["max_is_ratio"].tolist() == [math.inf]
+    assert largest["Δ"].tolist() == [800.0, 0.5] and largest["ratio"].tolist() == [math.inf, pytest.approx(math.exp(0.5))]
 
 
 # Infinite ratios, the bug the tab is for: a sampled token the sampler gave no probability (Δ = +inf), or the trainer
