@@ -162,6 +162,7 @@ from rl_board.reading.snapshot import (
     read_step_batch,
     reward_sum_note,
     total_reward,
+    unread_lines_note,
 )
 from rl_board.reading.storage import (
     StorageError,
@@ -399,8 +400,7 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
     batch = load_step_batch(key, rows)
     unread = st.empty()  # always there (STABLE_LAYOUT)
     if batch.problems:
-        more = len(batch.problems) - 1
-        unread.warning(batch.problems[0] + (f" {more} more line(s) of this step could not be read back either." if more else ""))
+        unread.warning(markdown_literal(unread_lines_note(batch.problems, RELOAD)))
         load_step_batch.clear(key, rows)  # lines that could not be read back are tried again next time
     if settings.view.show_charts:
         draw_batch_charts(run, batch)
@@ -410,6 +410,11 @@ def draw_step_response(run: "RunSnapshot", compared: list["RunSnapshot"], settin
     if st.session_state.get(StateKey.SCROLL_TO, ([], 0))[0]:
         scroll_into_view(*st.session_state[StateKey.SCROLL_TO])
         st.session_state[StateKey.SCROLL_TO] = ([], st.session_state[StateKey.SCROLL_TO][1])  # done; its number goes on
+
+
+# A line of the step in view that could not be read back, as a warning says it.
+def unread_line_text(row: pd.Series, error: Exception) -> str:
+    return markdown_literal(unread_lines_note([read_back_problem(row["path"], row["line"], error)], RELOAD))
 
 
 # The steps either side of the one in view, read in the background while the user looks at it: their lines' texts,
@@ -623,6 +628,9 @@ PROGRESS_AFTER_S, PROGRESS_EVERY_S = 0.3, 0.5
 
 # Seconds the user stays on a step before its neighbours are read ahead: by then the browser has drawn it.
 READ_AHEAD_DELAY = 1.0
+
+# What to do about a file rewritten since it was loaded (a line no longer where the index has it).
+RELOAD = "press Load & View"
 
 # STABLE_LAYOUT: an element drawn in one rerun and not the next (a progress bar, a notice) moves every element after it
 # to another place in the page, where the browser builds it anew: charts and grids drawn again from nothing, and the
@@ -1395,7 +1403,7 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
         trajectory = load_sample_trajectory(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
         tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"])) if trajectory else None
     except (OSError, BadLine) as error:
-        st.warning(read_back_problem(row["path"], row["line"], error))
+        st.warning(unread_line_text(row, error))
         return None
     if trajectory is None:
         return None
@@ -2359,7 +2367,7 @@ def draw_other_fields(row: pd.Series):
     try:
         fields = load_other_fields(row["index_id"], row["path"], int(row["offset"]), int(row["length"]))
     except OSError as error:
-        details.warning(read_back_problem(row["path"], row["line"], error))
+        details.warning(unread_line_text(row, error))
         return
     short = {name: value for name, value in fields.items() if not isinstance(value, (dict, list)) and len(str(value)) <= TEXT_FIELD_CHARACTERS}
     if short:
@@ -2427,7 +2435,7 @@ def draw_token_area(batch: "StepBatch", sample: int, settings: "Settings", span:
     try:
         tokens = load_sample_tokens(row["index_id"], row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
     except OSError as error:
-        st.warning(read_back_problem(row["path"], row["line"], error))
+        st.warning(unread_line_text(row, error))
         return
     except BadLine as error:  # rewritten since it was indexed (its step changed, or it is no JSON object now)
         st.warning(f"{markdown_literal(Path(row['path']).name)} line {row['line']}: no token area, the line cannot be read in full ({markdown_literal(error)}); if the file was rewritten, press Load & View.")

@@ -33,10 +33,18 @@ from rl_board.reading import store
 from rl_board.reading.history import TrainingHistory, read_history
 from rl_board.reading.lines import KL_ESTIMATORS, BadLine
 from rl_board.reading.search import RunTexts
-from rl_board.reading.snapshot import RunSnapshot, lines_key, read_back_problem, read_sample_tokens, read_step_batch
+from rl_board.reading.snapshot import (
+    RunSnapshot,
+    lines_key,
+    read_back_problem,
+    read_sample_tokens,
+    read_step_batch,
+    unread_lines_note,
+)
 from rl_board.reading.storage import is_file, is_folder, is_remote, joined, lower_scheme, shown_url
 from rl_board.signals import DEFAULT_WINDOW, SIGNALS, firing_examples, signals_by_step
 from rl_board.staleness import staleness_by_step, staleness_distribution
+from rl_board.text import valid_text
 from rl_board.tokenizer import TOKENIZER_VARIABLE
 from rl_board.trajectory import numbered, read_tool_events, read_trajectory, tool_summary, tools_by_step
 from rl_board.update import read_loss_passes, sample_shares, sequence_level, update_by_step
@@ -46,6 +54,8 @@ ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample 
 
 # The columns of a snapshot's samples that are the index's bookkeeping (where a line and its texts are, its parse
 # status): the API says file and line instead.
+OPEN_AGAIN = "open the run again (rl_board.open_run)"  # how a notebook reads a rewritten file anew
+
 LOCATION_COLUMNS = ["path", "index_id", "offset", "length", "status", "texts_offset", "texts_length", "prompt_key", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
 
 
@@ -72,9 +82,15 @@ class Run:
     def samples(self) -> pd.DataFrame:
         """A row per loaded sample, in the page's order: step, sample (its index in the step's batch, as the page
         numbers it), reward, rewards/<function>, advantage, group_id, avg_kl_<estimator>, lengths, fields; file and
-        line say where it is."""
+        line say where it is (another trainer's own file, not the board's conversion of it: a parquet file's line N is
+        its row N)."""
         samples = self.snapshot.samples
-        return samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]).assign(file=samples["path"])
+        return samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]).assign(file=self.source_paths(samples["path"]))
+
+    # The files rows are in, as the user knows them: a converted file's source (another trainer's own file).
+    def source_paths(self, paths: pd.Series) -> np.ndarray:
+        sources = self.snapshot.source_files
+        return paths.map(sources).fillna(paths).to_numpy(dtype=object) if sources else paths.to_numpy(dtype=object)
 
     @functools.cached_property
     def texts(self) -> RunTexts:
@@ -92,10 +108,10 @@ class Run:
         if rows.empty:
             raise KeyError(f"step {step!r} is not among the loaded steps ({len(self.snapshot.steps)} steps, whole numbers)")
         batch = read_step_batch(lines_key(rows), rows)
-        for problem in batch.problems:
-            warnings.warn(problem, stacklevel=2)
+        if batch.problems:
+            warnings.warn(unread_lines_note(batch.problems, OPEN_AGAIN), stacklevel=2)
         table = batch.table.drop(columns=[column for column in LOCATION_COLUMNS if column in batch.table])
-        return table.assign(file=rows["path"].to_numpy())
+        return table.assign(file=self.source_paths(rows["path"]))
 
     def tokens(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
         """A row per token of the sample (its index in the step's batch), as the page's token table has them: position,
@@ -114,7 +130,7 @@ class Run:
         try:
             detail = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
         except (OSError, BadLine) as error:
-            raise ValueError(read_back_problem(row["path"], row["line"], error)) from error
+            raise ValueError(unread_lines_note([read_back_problem(row["path"], row["line"], error)], OPEN_AGAIN)) from error
         if detail is None:
             return pd.DataFrame({"token": pd.Series(dtype=object)})
         for note in detail.notes:
@@ -137,7 +153,7 @@ class Run:
             trajectory = read_trajectory(row["path"], int(row["offset"]), int(row["length"]), int(row["step"]))
             tokens = read_sample_tokens(row["path"], int(row["offset"]), int(row["length"]), int(row["step"])) if trajectory else None
         except (OSError, BadLine) as error:
-            raise ValueError(read_back_problem(row["path"], row["line"], error)) from error
+            raise ValueError(unread_lines_note([read_back_problem(row["path"], row["line"], error)], OPEN_AGAIN)) from error
         if trajectory is None:
             return pd.DataFrame(columns=["turn", "role", "text"])
         trajectory = numbered(trajectory, tokens, kl_estimator)
@@ -243,12 +259,16 @@ def prompt_changes(a: Run, b: Run, steps_a: tuple[int, int] | None = None, steps
     return changes.table.reset_index(drop=True)
 
 
-# The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for ".").
+# The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for "."). A run
+# folder whose name is not UTF-8 is not listed, as on the page (open_run refuses it): a warning names it.
 def list_runs(root) -> list[str]:
-    root = lower_scheme(str(root))
-    if is_remote(root) and not is_folder(root):  # an object's listing is the object itself: it would be a run
+    root = lower_scheme(str(root)) if is_remote(str(root)) else str(Path(root).expanduser())
+    if not is_folder(root):  # an object's listing is the object itself: it would be a run
         raise NotADirectoryError(f"{shown_url(root)} is not a folder of runs: " + ("it is a file (name the folder that holds it)" if is_file(root) else "it does not exist"))
-    return [root if name == "." else joined(root, name) for name in store.list_runs(root)]
+    names = store.list_runs(root)
+    if misnamed := [name for name in names if valid_text(name) != name]:
+        warnings.warn(f"Not listed, its name not valid UTF-8 (rename the folder to open it): {', '.join(valid_text(name) for name in misnamed)}", stacklevel=2)
+    return [root if name == "." else joined(root, name) for name in names if name not in misnamed]
 
 
 # An int or numpy's (run.samples' numbers), not a bool, a float or a text.
@@ -271,4 +291,13 @@ def open_run(path, max_samples: int | None = None, parallel: bool = False, token
     if not is_folder(path):
         raise NotADirectoryError(f"{shown_url(path)} is not a run folder: " + ("it is a file (open the folder that holds it)" if is_file(path) else "it does not exist"))
     snapshot = store.RunStore(path).load(ALL_SAMPLES if max_samples is None else max_samples, parallel=parallel)
-    return Run(snapshot, read_history(snapshot.history_dir))
+    run = Run(snapshot, read_history(snapshot.history_dir))
+    if snapshot.report.empty and snapshot.problems.empty and run.history.empty and run.history.problems.empty:
+        inside = [run_dir for run_dir in list_runs(path) if run_dir != path]
+        warnings.warn(
+            f"{shown_url(path)} holds no rollout file and no training history: a run is a folder of JSONL files, one per rank, "
+            "another trainer's files (docs/formats.md) or a training output folder"
+            + (f". It holds runs: open one of rl_board.list_runs({shown_url(path)!r}): {', '.join(Path(run_dir).name for run_dir in inside[:5])}{' ...' if len(inside) > 5 else ''}" if inside else ""),
+            stacklevel=2,
+        )
+    return run

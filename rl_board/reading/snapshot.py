@@ -48,7 +48,7 @@ from rl_board.reading.lines import (
 )
 from rl_board.reading.storage import StorageUnreachable, is_remote, jsonl_left_out, read_spans
 from rl_board.reading.summaries import texts_file
-from rl_board.text import markdown_literal, readable_tokens, valid_text
+from rl_board.text import readable_tokens, valid_text
 
 
 # TRL's reward of a sample: the reward functions' scores times their weights (1 where none is given), summed
@@ -171,6 +171,7 @@ class RunSnapshot:
     reward_weights: dict = field(default_factory=dict)  # TRL's: the weights reward was summed with ({}: all 1)
     selection: Selection | None = field(default=None, compare=False, repr=False)  # the lines it holds
     fields_left_out: list = field(default_factory=list)  # names of fields with values in its samples that are not columns
+    source_files: dict = field(default_factory=dict)  # a conversion's path (a path of samples) -> its source, another trainer's file
     # What step_rows, step_mean, has_values and has_positive found: every rerun of the page asks again, and on a run of 100,000
     # samples each answer costs milliseconds. A snapshot's samples do not change (a changed copy is a new snapshot).
     answers: dict = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -590,5 +591,13 @@ def lines_read_back(samples: pd.DataFrame, positions: np.ndarray | None = None):
             yield position, raw, step, f"{path} line {line}"
 
 
+# A line that could not be read back, in plain words (the page shows them as text).
 def read_back_problem(path: str, line: int, error: Exception) -> str:
-    return f"{markdown_literal(Path(path).name)} line {line} could not be read back ({markdown_literal(error)}); if the file was rewritten, press Load & View."
+    return f"{valid_text(Path(path).name)} line {line} could not be read back ({error})"
+
+
+# Lines that could not be read back, said once: the first, how many more, and how to read the files anew (`again`: the
+# page's button, the API's open_run).
+def unread_lines_note(problems: list[str], again: str) -> str:
+    more = len(problems) - 1
+    return f"{problems[0]}; if the file was rewritten, {again}." + (f" {more} more line(s) of this step could not be read back either." if more else "")

@@ -218,6 +218,8 @@ class RunStore:
         gone += tuple((valid_text(Path(path).name), 0, "skipped", f"its new lines could not be read ({shorten(reason, 300)}): left out, read again at the next load") for path, reason in unread.items() if path not in unparsed)
         gone += tuple((valid_text(Path(path).name), 0, "skipped", f"its lines could not be read ({shorten(reason, 300)}): left out of this load, read again at the next") for path, reason in unparsed.items())
         snapshot = build_run(self.run_dir, self.files, selected, max_samples, dataclasses.replace(run_format, problems=run_format.problems + gone), self.cache.error, previous)
+        if self.conversions:
+            snapshot = dataclasses.replace(snapshot, source_files={known[1]: source for source, known in self.conversions.items() if known[1] in self.files})
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
         return snapshot

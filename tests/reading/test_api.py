@@ -3,8 +3,10 @@ texts, a sample's tokens and the history, for the logger's JSONL, TRL's parquet 
 
 import json
 import math
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +77,58 @@ def test_other_trainers_runs_open_the_same_way(name):
     assert len(run.samples) and run.format.startswith(("TRL", "verl"))
     step = run.step(run.steps[0])
     assert step["response"].notna().all() and step["prompt"].notna().all()
+    # where each row is: the trainer's own file (its row N for a parquet file), not the board's conversion of it in the cache
+    own = {str(path) for path in (SAMPLES / name).rglob("*") if path.is_file()}
+    assert set(run.samples["file"]) <= own and set(step["file"]) <= own and len(set(run.samples["file"])) > 1
+
+
+# A file rewritten since open_run: the step's lines that no longer hold their step are one warning, in plain text (they
+# were one per line, in the page's Markdown escapes, telling to press the page's button), and a sample's tokens an error.
+def test_lines_that_cannot_be_read_back_are_said_once_in_plain_words(tmp_path):
+    path = tmp_path / "run" / "rollout_data_rank_0.jsonl"
+    path.parent.mkdir()
+    line = lambda step, text: json.dumps({"prompt": text, "response": "r", "reward": 1.0, "step": step, "logprobs": [-1.0]}) + "\n"  # noqa: E731
+    path.write_text(line(1, "a") + line(2, "b") + line(2, "c") + line(2, "d"))
+    run = rl_board.open_run(tmp_path / "run")
+    status = path.stat()
+    path.write_text(line(1, "a") + line(3, "b") + line(3, "c") + line(3, "d"))  # same size and time: the index still holds
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    with pytest.warns(UserWarning) as caught:
+        run.step(2)
+    assert [str(warning.message) for warning in caught] == [
+        "rollout_data_rank_0.jsonl line 2 could not be read back (it now holds step 3, not 2); if the file was rewritten, "
+        "open the run again (rl_board.open_run). 2 more line(s) of this step could not be read back either."
+    ]
+    with pytest.raises(ValueError, match=r"^rollout_data_rank_0.jsonl line 3 could not be read back \(it now holds step 3, not 2\); .*rl_board.open_run"):
+        run.tokens(2, 1)
+
+
+def test_a_folder_that_holds_no_run_is_said_so(tmp_path):
+    (tmp_path / "empty").mkdir()
+    rank_file = tmp_path / "root" / "run_a" / "rollout_data_rank_0.jsonl"
+    rank_file.parent.mkdir(parents=True)
+    rank_file.write_text(json.dumps({"prompt": "p", "response": "r", "reward": 1.0, "step": 1}) + "\n")
+    with pytest.warns(UserWarning, match="empty holds no rollout file and no training history") as caught:
+        assert rl_board.open_run(tmp_path / "empty").samples.empty
+    assert "It holds runs" not in str(caught[0].message)
+    with pytest.warns(UserWarning, match=r"root holds no rollout file .* It holds runs: open one of rl_board.list_runs\(.*\): run_a$"):
+        rl_board.open_run(tmp_path / "root")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(rl_board.open_run(rank_file.parent).samples) == 1
+
+
+def test_list_runs_says_what_is_wrong_with_its_root_and_leaves_out_what_open_run_refuses(tmp_path):
+    (tmp_path / "r.jsonl").write_text("{}\n")
+    with pytest.raises(NotADirectoryError, match="is not a folder of runs: it is a file"):
+        rl_board.list_runs(tmp_path / "r.jsonl")
+    with pytest.raises(NotADirectoryError, match="is not a folder of runs: it does not exist"):
+        rl_board.list_runs(tmp_path / "missing")
+    root = tmp_path / "root"
+    for name in (b"good", b"bad\xff"):
+        os.makedirs(os.path.join(os.fsencode(root), name))
+    with pytest.warns(UserWarning, match="Not listed, its name not valid UTF-8 .*: bad\ufffd"):
+        assert rl_board.list_runs(root) == [str(root / "good")]
 
 
 def test_a_step_or_sample_not_loaded_is_an_error_that_says_so():

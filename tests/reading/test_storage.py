@@ -302,7 +302,7 @@ def test_a_step_shows_the_texts_of_the_files_the_store_answered_for(s3_server, b
     monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", rank_1_unanswered)
     batch = read_step_batch("one unanswered", run.step_rows(1))
     assert batch.table["response"].tolist() == [f"rank 0, {index}" for index in range(4)] + [""] * 4
-    assert len(batch.problems) == 4 and all("rollout\\_data\\_rank\\_1.jsonl" in problem and "ReadTimeoutError" in problem for problem in batch.problems)
+    assert len(batch.problems) == 4 and all("rollout_data_rank_1.jsonl" in problem and "ReadTimeoutError" in problem for problem in batch.problems)
 
 
 def test_the_endpoint_url_option_sets_the_s3_endpoint(monkeypatch):
