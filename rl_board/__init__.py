@@ -67,3 +67,8 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f"rl_board.{API_MODULES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The API's names among the module's own, before they are imported: for dir(), help() and a notebook's completion.
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -14,8 +14,8 @@ from rl_board.indexing import IndexedRun, index_runs
 from rl_board.reading.index import IndexCache
 from rl_board.reading.storage import StorageError, is_remote, lower_scheme, shown_url, write_problem
 from rl_board.reading.workers import WORKERS
-from rl_board.run import list_runs
-from rl_board.text import valid_text
+from rl_board.run import run_folders
+from rl_board.text import shorten, valid_text
 
 DASK_MISSING = "--dask needs Dask's distributed package (not needed otherwise): pip install dask distributed"
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the cache {shown_url(cache)} cannot be written: {problem}", file=sys.stderr)
         return 2
     try:
-        run_dirs = list_runs(lower_scheme(arguments.root))
+        run_dirs = run_folders(lower_scheme(arguments.root))
     except (OSError, StorageError) as error:
         print(f"{shown_url(arguments.root)} could not be listed: {error}", file=sys.stderr)
         return 2
@@ -92,7 +92,10 @@ def progress_line(run: IndexedRun) -> str:
         return f"{valid_text(run.run_dir)}: not indexed: {run.error}"  # a folder name that is not UTF-8 printed with �
     text = f"{valid_text(run.run_dir)}: {format_name(run)}, {run.files} file(s), {run.lines:,} lines, {run.bad_lines} bad, {run.seconds:.1f} s"
     skipped = "".join(f"\n    skipped {file}: {reason}" for file, reason in run.skipped_files)
-    return text + skipped + (f"\n    {run.error}" if run.error else "")
+    bad = "".join(f"\n    bad line: {file} line {line}: {shorten(reason, 200)}" for file, line, reason in run.first_bad_lines)
+    if run.bad_lines > len(run.first_bad_lines):
+        bad += f"\n    ... {run.bad_lines - len(run.first_bad_lines)} more bad line(s): the load report lists them"
+    return text + skipped + bad + (f"\n    {run.error}" if run.error else "")
 
 
 # A run's format by its name, without its details.

@@ -30,6 +30,7 @@ class IndexedRun:
     lines: int = 0
     bad_lines: int = 0
     skipped_files: tuple = ()  # (file, reason) of each file that could not be read (a conversion that failed...)
+    first_bad_lines: tuple = ()  # (file, line, reason) of the first BAD_LINES_NAMED bad lines
     seconds: float = 0.0
     error: str = ""  # why the run was not indexed, or its cache not written
 
@@ -41,6 +42,9 @@ def index_runs(run_dirs: list[str], workers: "bool | Executor" = True):
         pending = [loads.submit(index_run, run_dir, workers) for run_dir in run_dirs]
         for done in as_completed(pending):
             yield done.result()
+
+
+BAD_LINES_NAMED = 3  # of a run, in its progress line: the rest are in its load report (the page's, open_run's problems)
 
 
 # A run loaded with every sample of every step (each line parsed: the cache then serves any Max Samples Each Step).
@@ -55,6 +59,7 @@ def index_run(run_dir: str, workers: "bool | Executor" = True) -> IndexedRun:
         return IndexedRun(run_dir, seconds=time.perf_counter() - started, error=shorten(f"{type(error).__name__}: {error}", 300))
     problems = snapshot.problems
     skipped = problems[(problems["kind"] == "skipped") & (problems["line"] == 0)]  # a whole file (a line's skip is a bad line)
+    bad = problems[(problems["kind"] == "skipped") & (problems["line"] > 0)].head(BAD_LINES_NAMED)
     return IndexedRun(
         run_dir,
         format=snapshot.format,
@@ -62,6 +67,7 @@ def index_run(run_dir: str, workers: "bool | Executor" = True) -> IndexedRun:
         lines=sum(len(index.lines["offset"]) for index in store.files.values()),
         bad_lines=int(sum(np.count_nonzero(index.lines["status"] == BAD) for index in store.files.values())),
         skipped_files=tuple(zip(skipped["file"], skipped["reason"])),
+        first_bad_lines=tuple(zip(bad["file"], bad["line"].astype(int).tolist(), bad["reason"])),
         seconds=time.perf_counter() - started,
         error=store.cache.error or "",
     )

@@ -59,9 +59,11 @@ OPEN_AGAIN = "open the run again (rl_board.open_run)"  # how a notebook reads a 
 LOCATION_COLUMNS = ["path", "index_id", "offset", "length", "status", "texts_offset", "texts_length", "prompt_key", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
 
 
-# A loaded run: its samples, and the texts and tokens read back from the files on demand.
 @dataclass(frozen=True)
 class Run:
+    """A loaded run (rl_board.open_run's): its samples and training history, and the texts and tokens read back
+    from the files on demand. run_dir is its folder, format how its files were read, steps the loaded steps."""
+
     snapshot: RunSnapshot
     history: TrainingHistory
 
@@ -77,6 +79,12 @@ class Run:
     def problems(self) -> pd.DataFrame:
         """The load report's problems: bad lines, skipped files, images, notes (file, line, kind, reason)."""
         return self.snapshot.problems
+
+    @property
+    def report(self) -> pd.DataFrame:
+        """The load report's row per file: its lines, loaded, bad lines, not loaded (Max Samples Each Step), replaced
+        by a newer launch (a relaunch that wrote the same steps again), incomplete last line."""
+        return self.snapshot.report
 
     @property
     def samples(self) -> pd.DataFrame:
@@ -259,16 +267,22 @@ def prompt_changes(a: Run, b: Run, steps_a: tuple[int, int] | None = None, steps
     return changes.table.reset_index(drop=True)
 
 
-# The runs under a root, as the page's sidebar lists them: each a path open_run takes (the root itself for "."). A run
-# folder whose name is not UTF-8 is not listed, as on the page (open_run refuses it): a warning names it.
 def list_runs(root) -> list[str]:
+    """The runs under a root (a folder on disk or s3://...), as the page's sidebar lists them: each a path open_run
+    takes (the root itself when it is a run). A run folder whose name is not UTF-8 is not listed, as on the page
+    (open_run refuses it): a warning names it."""
+    folders = run_folders(root)
+    if misnamed := [folder for folder in folders if valid_text(folder) != folder]:
+        warnings.warn(f"Not listed, its name not valid UTF-8 (rename the folder to open it): {', '.join(valid_text(Path(folder).name) for folder in misnamed)}", stacklevel=2)
+    return [folder for folder in folders if folder not in misnamed]
+
+
+# The run folders under a root, their names not UTF-8 too (the indexer names each as not indexed).
+def run_folders(root) -> list[str]:
     root = lower_scheme(str(root)) if is_remote(str(root)) else str(Path(root).expanduser())
     if not is_folder(root):  # an object's listing is the object itself: it would be a run
         raise NotADirectoryError(f"{shown_url(root)} is not a folder of runs: " + ("it is a file (name the folder that holds it)" if is_file(root) else "it does not exist"))
-    names = store.list_runs(root)
-    if misnamed := [name for name in names if valid_text(name) != name]:
-        warnings.warn(f"Not listed, its name not valid UTF-8 (rename the folder to open it): {', '.join(valid_text(name) for name in misnamed)}", stacklevel=2)
-    return [root if name == "." else joined(root, name) for name in names if name not in misnamed]
+    return [root if name == "." else joined(root, name) for name in store.list_runs(root)]
 
 
 # An int or numpy's (run.samples' numbers), not a bool, a float or a text.
@@ -276,13 +290,20 @@ def whole_number(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-# Open a run folder (on disk or s3://...) in any format the board reads; max_samples is Max Samples Each Step (None:
-# every sample). The index cache is the page's: a run the page opened opens at once. parallel indexes a big run on
-# worker processes (spawned: a script that calls this must guard its top level with `if __name__ == "__main__":`).
-# tokenizer decodes the formats that log token ids only (prime-rl, NeMo-RL's multi-turn lines): a tokenizer.json, a
-# folder with one, or a model in the local Hugging Face cache. It is the process's setting, as the page's
-# --tokenizer (the variable RL_LOGGING_BOARD_TOKENIZER): it stays for the runs opened after.
 def open_run(path, max_samples: int | None = None, parallel: bool = False, tokenizer: str | None = None) -> Run:
+    """Open a run folder (on disk or s3://...) in any format the board reads, as a Run.
+
+    Args:
+        path: the run's folder (rl_board.list_runs gives those under a root). A folder holding no run's files opens
+            empty, with a warning naming the runs inside it.
+        max_samples: Max Samples Each Step, as on the page; None: every sample.
+        parallel: index a big run on worker processes (spawned: a script that calls this must guard its top level with
+            `if __name__ == "__main__":`).
+        tokenizer: decodes the formats that log token ids only (prime-rl, NeMo-RL's multi-turn lines): a
+            tokenizer.json, a folder with one, or a model in the local Hugging Face cache. It is the process's setting,
+            as the page's --tokenizer (the variable RL_LOGGING_BOARD_TOKENIZER): it stays for the runs opened after.
+
+    The index cache is the page's: a run the page opened opens at once, and only what was appended since is read."""
     if max_samples is not None and not (whole_number(max_samples) and max_samples >= 1):
         raise ValueError(f"max_samples is the samples kept of each step: a whole number from 1, or None for all, not {max_samples!r}")
     if tokenizer is not None:

@@ -111,11 +111,11 @@ def step_hits(texts: RunTexts, samples: pd.DataFrame, watches: list[WatchPattern
     return (pd.concat(hits) if hits else rows.iloc[:0].assign(pattern="", **{"found in": "", "match": ""})), stopped
 
 
-# The share of each step's loaded samples of a run (rl_board.open_run's) whose field the pattern matches: a Series
-# indexed by step, named by the pattern. field: "response", "prompt" or "prompt and response"; regex: RE2 syntax, else
-# the text as it is; case-sensitive unless match_case=False. A step the search did not reach in SEARCH_SECONDS is
-# NaN, with a warning. watch_counts has each step's samples and hits too.
 def pattern_rate(run, pattern: str, field: str = "response", regex: bool = True, match_case: bool = True) -> pd.Series:
+    """The share of each step's loaded samples of a run (rl_board.open_run's) whose field the pattern matches: a
+    Series indexed by step, named by the pattern. field: "response", "prompt" or "prompt and response"; regex: RE2
+    syntax, else the text as it is; case-sensitive unless match_case=False. A step the search did not reach in
+    SEARCH_SECONDS is NaN, with a warning. watch_counts has each step's samples and hits too."""
     watch = checked_search(WatchPattern(str(pattern), pattern, field, regex, match_case))
     counts = watch_counts(run.texts, run.snapshot.samples, watch)
     if counts["rate"].isna().any():

@@ -103,6 +103,27 @@ def test_lines_that_cannot_be_read_back_are_said_once_in_plain_words(tmp_path):
         run.tokens(2, 1)
 
 
+# help(), IPython's `open_run?` and a notebook's completion see the API before it is imported (it is imported lazily).
+def test_the_api_is_listed_and_each_name_says_what_it_does():
+    assert set(rl_board.__all__) <= set(dir(rl_board))
+    for name in rl_board.__all__:
+        doc = getattr(rl_board, name).__doc__ or ""
+        assert len(doc) > 80 and not doc.startswith(f"{name}("), name  # not the dataclass's signature
+    assert "Max Samples Each Step" in rl_board.open_run.__doc__
+
+
+# A relaunch that wrote the same steps again: the lines it replaced are counted in the run's report, per file.
+def test_the_run_s_report_counts_the_lines_a_newer_launch_replaced(tmp_path):
+    line = lambda step, reward: json.dumps({"prompt": "p", "response": "r", "reward": reward, "step": step}) + "\n"  # noqa: E731
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rollout_data_rank_0_20260101T000000Z.jsonl").write_text(line(1, 0.0) + line(2, 0.0) + line(3, 0.0))
+    (tmp_path / "run" / "rollout_data_rank_0_20260102T000000Z.jsonl").write_text(line(2, 1.0) + line(3, 1.0))
+    run = rl_board.open_run(tmp_path / "run")
+    assert run.samples["reward"].tolist() == [0.0, 1.0, 1.0]
+    report = run.report.set_index("file")
+    assert report["replaced by a newer launch"].tolist() == [2, 0] and report["loaded"].tolist() == [1, 2]
+
+
 def test_a_folder_that_holds_no_run_is_said_so(tmp_path):
     (tmp_path / "empty").mkdir()
     rank_file = tmp_path / "root" / "run_a" / "rollout_data_rank_0.jsonl"

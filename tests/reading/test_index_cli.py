@@ -88,6 +88,7 @@ def assert_summary(out: str, root: Path, written: dict):
     assert rows[str(root / "verl_rollout")][:5] == ["verl generations dump", "3", "36", "0", "1"]
     assert rows["total: 3 run(s)"][:4] == [str(2 + BUNDLED_FILES + 2 + 3), str(len(written["ranks"]) + 1 + len(written["step_files"]) + 36), "1", "1"]
     assert "skipped rank\ufffd.jsonl: the file name is not valid UTF-8" in out
+    assert "\n    bad line: rollouts_rank1.jsonl line 6: not valid JSON" in out  # named, as the README says
 
 
 def test_the_index_command_builds_the_caches_the_board_opens(tmp_path, monkeypatch, capsys):
