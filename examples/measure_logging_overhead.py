@@ -3,7 +3,8 @@
 The same seeded GRPO run is trained with logging off and on, alternately (off-on, then on-off), in one process;
 each optimizer step is timed from one step's end to the next. Both runs train identically (same losses), so the
 difference is the logger's cost. On a busy machine that difference drowns in noise, so the logger's own work is also
-timed directly: its code on the training thread, and serialising and writing the lines (which its writer thread does).
+timed directly: its code on the training thread, and serialising and writing the lines and their summaries (which its
+writer thread does).
 
 With `--compare sampler_logprobs`, both runs log, without and with the sampler's log-probs (the callback's
 `sampler_logprobs` option), and the time `generate` spends in the recorder of those log-probs is timed too.
@@ -34,6 +35,7 @@ import torch
 from train_grpo_tiny import build_trainer, save_warm_model  # before transformers: offline mode, rollout_logger found
 from transformers import TrainerCallback
 
+from rl_board.reading.summaries import batch_record
 from rollout_logger import RolloutLoggerCallback, sampler
 from rollout_logger.sampler import GenerateLogprobs, SampledTokenLogprobs
 from rollout_logger.writer import json_line
@@ -57,10 +59,14 @@ class StepTimer(TrainerCallback):
         self._last, self._last_totals = now, totals
 
 
+# The callback's methods that run on the training thread, wrapped by time_logger_methods.
+TRAINING_THREAD_METHODS = ("_start_records", "_finish_pass", "on_step_end", "on_log", "on_save")
+
+
 def time_logger_methods(callback: RolloutLoggerCallback) -> list[float]:
     """Wraps (on this instance) the methods where the logger works on the training thread; returns the time spent."""
     spent = [0.0]
-    for name in ("_start_records", "_finish_records", "on_step_end", "on_log", "on_save"):
+    for name in TRAINING_THREAD_METHODS:
         method = getattr(callback, name)
 
         def timed(*args, _method=method, **kwargs):
@@ -110,14 +116,25 @@ def timed_logits_processor(spent: list[float]):
 
 
 def writing_time(run_dir: Path) -> float:
-    """Seconds to serialise and write a run's lines again, as the writer thread did."""
-    lines = [line for path in run_dir.glob("*.jsonl") for line in path.read_bytes().splitlines()]
-    records = [json.loads(line) for line in lines]
+    """Seconds to do again what the writer thread did with a run's lines, a step's batch at a time: serialise and
+    write them, and make their summaries and texts records (the board's summary of each line, `summaries=True`)."""
+    spent = 0.0
     with tempfile.TemporaryFile() as file:
-        start = time.perf_counter()
-        file.write(b"".join(json_line(record) for record in records))
-        file.flush()
-        return time.perf_counter() - start
+        for path in run_dir.glob("rollout_data_rank_*.jsonl"):
+            batches = defaultdict(list)
+            for line in path.read_bytes().splitlines(keepends=True):
+                batches[json.loads(line)["step"]].append(line)
+            written = 0
+            for lines in batches.values():
+                records = [json.loads(line) for line in lines]
+                start = time.perf_counter()
+                data = b"".join(json_line(record) for record in records)
+                file.write(data)
+                file.flush()
+                batch_record(data, written, 0)
+                spent += time.perf_counter() - start
+                written += len(data)
+    return spent
 
 
 def timed_run(

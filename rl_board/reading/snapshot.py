@@ -49,6 +49,7 @@ from rl_board.reading.lines import (
 from rl_board.reading.storage import StorageUnreachable, is_remote, jsonl_left_out, read_spans
 from rl_board.reading.summaries import texts_file
 from rl_board.text import readable_tokens, valid_text
+from rollout_logger.metadata import RANK_FILE_PATTERN
 
 
 # TRL's reward of a sample: the reward functions' scores times their weights (1 where none is given), summed
@@ -328,6 +329,33 @@ def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: 
     return pd.concat([kept, taken[kept.columns]], ignore_index=True) if len(taken) else kept
 
 
+# A note for each of the logger's rank files that lacks steps the other rank files of its launch have: its writer
+# stopped (a full disk, a crash) while the others went on, and those steps show the other ranks' samples alone (each
+# group part of its completions). A file that lacks the launch's last step alone is not noted: a live run's ranks
+# end writing a step at different moments.
+def steps_a_rank_lacks(files: dict[str, FileIndex]) -> list[list]:
+    launches: dict[str, dict[str, np.ndarray]] = {}
+    for path, index in files.items():
+        if RANK_FILE_PATTERN.search(Path(path).name):
+            lines = index.lines
+            launches.setdefault(index.launch, {})[path] = np.unique(lines["step"][(lines["status"] != BAD) & ~np.isnan(lines["step"])])
+    notes = []
+    for ranks in launches.values():
+        every = np.unique(np.concatenate(list(ranks.values()))) if len(ranks) > 1 else np.array([])
+        for path, steps in ranks.items():
+            lacking = np.setdiff1d(every, steps, assume_unique=True)
+            if len(lacking) and lacking[0] < every[-1]:
+                shown = ", ".join(f"{step:g}" for step in lacking[:STEPS_NAMED]) + (", ..." if len(lacking) > STEPS_NAMED else "")
+                notes.append([valid_text(Path(path).name), 0, "note", (
+                    f"has no line of {len(lacking):,} step(s) that the other rank files of its launch have ({shown}): those steps "
+                    "show the other ranks' samples alone (its writer stopped early, a full disk or a crash, or lags behind)"
+                )])
+    return notes
+
+
+STEPS_NAMED = 5  # of the steps a rank file lacks, in its note
+
+
 # The snapshot of files as selected; from `previous` (the last one of the same Max Samples Each Step, when the files
 # only grew since) where it can be.
 def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", max_samples: int, run_format: "RunFormat", cache_error: str | None = None, previous: RunSnapshot | None = None) -> RunSnapshot:
@@ -353,10 +381,13 @@ def build_run(run_dir: str, files: dict[str, FileIndex], selected: "Selection", 
                 "(an id used as a key?); a sample's view shows every key of its line"
             )])
         if index.incomplete_tail:
-            problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off"])
+            steps = index.lines["step"]
+            before = f" (if the run was killed while writing, step {steps[-1]:g}, that of the line before, may lack samples)" if len(steps) and np.isfinite(steps[-1]) else ""
+            problems.append([name, index.physical_lines + 1, "incomplete", "the last line has no end yet: still being written, or cut off" + before])
     if cache_error:
         problems.append(["", 0, "note", cache_error])
     problems += [list(problem) for problem in run_format.problems]
+    problems += steps_a_rank_lacks(files)
     with contextlib.suppress(OSError):
         problems += [[valid_text(name), 0, "skipped", reason] for name, reason in jsonl_left_out(run_dir)]
     names, fields_left_out = sample_columns(files, chosen)

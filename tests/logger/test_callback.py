@@ -360,6 +360,35 @@ def test_reward_function_returning_none_is_null(tmp_path, monkeypatch):
     assert any(record["reward"] is None for record in records)
 
 
+@pytest.mark.skipif(not hasattr(GRPOTrainer, "_log_completion_extra"), reason="this TRL passes reward functions no log_extra")
+def test_log_extra_columns_named_like_the_format_s_keys_or_each_other_all_reach_the_lines(tmp_path, monkeypatch):
+    def scored(prompts, completions, log_extra=None, **kwargs):
+        log_extra("step", ["column step"] * len(prompts))  # a key of the format: extra_step
+        log_extra("extra_step", ["column extra_step"] * len(prompts))  # named like the renamed one: it was lost
+        log_extra("note", ["column note"] * len(prompts))
+        return [0.0] * len(prompts)
+
+    _, _, files = run_logged(tmp_path, monkeypatch, reward_funcs=(scored,), max_steps=1, beta=0.0)
+    [records] = files.values()
+    assert all(
+        (record["step"], record["extra_step"], record["extra_extra_step"], record["note"]) == (1, "column step", "column extra_step", "column note")
+        for record in records
+    )
+
+
+def test_summaries_off_writes_the_rank_file_alone_and_the_board_parses_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SAVE_ROLLOUT_DATA", "true")
+    trainer = make_trainer(tmp_path, max_steps=2)
+    callback = RolloutLoggerCallback(trainer, summaries=False)
+    trainer.add_callback(callback)
+    trainer.train()
+    [(name, records)] = read_records(callback.run_dir).items()
+    assert not [path.name for path in callback.run_dir.iterdir() if path.name.startswith(name) and path.name != name]  # no summaries, no texts
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    run = RunStore(str(callback.run_dir)).load(1 << 30, parallel=False)
+    assert run.samples["reward"].tolist() == pytest.approx([record["reward"] for record in records]) and run.problems.empty
+
+
 def test_each_launch_writes_new_files(tmp_path, monkeypatch):
     """A second `train()` (as after a resume) never appends to or overwrites the first launch's files."""
     monkeypatch.setenv("SAVE_ROLLOUT_DATA", "true")
@@ -576,8 +605,8 @@ def test_an_experiment_name_is_one_folder_of_the_root(tmp_path, name, folder):
 def test_switches_given_as_text_are_read_as_the_environment_s(tmp_path):
     trainer = make_trainer(tmp_path / "output")
     attributes = dict(vars(trainer))
-    callback = RolloutLoggerCallback(trainer, enabled="false", sampler_logprobs="no", loss_pass_values="0")
-    assert (callback.enabled, callback.sampler_logprobs, callback.loss_pass_values) == (False, False, False) and vars(trainer) == attributes
+    callback = RolloutLoggerCallback(trainer, enabled="false", sampler_logprobs="no", loss_pass_values="0", summaries="false")
+    assert (callback.enabled, callback.sampler_logprobs, callback.loss_pass_values, callback.summaries) == (False,) * 4 and vars(trainer) == attributes
 
 
 # A tool message of another shape is read as far as it goes: a content part that is a string, whose text is null or a

@@ -161,3 +161,13 @@ def test_the_board_loads_the_bundled_example_with_no_bad_lines():
     for index in range(len(run.step_rows(step))):
         tokens = sample_tokens(run, step, index)
         assert not tokens.notes and len(tokens.response_tokens) == len(tokens.logprobs) == len(tokens.entropies)
+
+
+# The overhead measurement (docs/logger.md) wraps the callback's methods by name: one renamed broke it unnoticed.
+def test_the_overhead_measurement_times_methods_the_callback_has(monkeypatch):
+    monkeypatch.syspath_prepend(str(PROJECT / "examples"))
+    import measure_logging_overhead
+
+    from rollout_logger import RolloutLoggerCallback
+
+    assert all(callable(getattr(RolloutLoggerCallback, name, None)) for name in measure_logging_overhead.TRAINING_THREAD_METHODS)

@@ -527,7 +527,9 @@ def test_a_last_line_cut_mid_write_is_reported_then_picked_up_when_finished(tmp_
     run = store.load(128)
     assert run.steps == [1, 2]
     assert run.report["incomplete last line"].tolist() == [1] and run.report["bad lines"].tolist() == [0]
-    assert problems_of(run, "incomplete") == {("r.jsonl", 3): "the last line has no end yet: still being written, or cut off"}
+    assert problems_of(run, "incomplete") == {
+        ("r.jsonl", 3): "the last line has no end yet: still being written, or cut off (if the run was killed while writing, step 2, that of the line before, may lack samples)"
+    }
     with open(path, "ab") as file:
         file.write(whole[20:])
     assert store.needs_work(128)
@@ -555,6 +557,26 @@ def test_a_resumed_launch_replaces_the_steps_it_logged_again(tmp_path):
     assert run.samples.groupby("step")["reward"].agg(["size", "mean"]).to_dict("index") == {
         1: {"size": 2, "mean": 1.0}, 2: {"size": 2, "mean": 1.0}, 3: {"size": 2, "mean": 2.0}, 4: {"size": 2, "mean": 2.0},
     }
+
+
+# A rank whose writer stopped (its disk full) while the others went on: the steps it lacks are noted on its file, each
+# launch on its own; one that lacks the launch's last step alone is a live run's rank still writing it: no note.
+def test_a_rank_file_that_lacks_steps_the_other_ranks_have_is_noted(tmp_path):
+    run_dir = tmp_path / "run"
+    old, new = "20260101T000000Z", "20260102T000000Z"
+    write_lines(run_dir / f"rollout_data_rank_0_{old}.jsonl", [sample(step) for step in (1, 2, 3)])
+    write_lines(run_dir / f"rollout_data_rank_1_{old}.jsonl", [sample(step) for step in (1, 2, 3)])
+    write_lines(run_dir / f"rollout_data_rank_0_{new}.jsonl", [sample(step) for step in (4, 5, 6, 7)])
+    write_lines(run_dir / f"rollout_data_rank_1_{new}.jsonl", [sample(4)])
+    write_lines(run_dir / f"rollout_data_rank_2_{new}.jsonl", [sample(step) for step in (4, 5, 6)])
+    run = load(run_dir)
+    assert len(run.samples) == 3 + 3 + 4 + 1 + 3
+    assert problems_of(run, "note") == {
+        (f"rollout_data_rank_1_{new}.jsonl", 0): "has no line of 3 step(s) that the other rank files of its launch have (5, 6, 7): those steps "
+        "show the other ranks' samples alone (its writer stopped early, a full disk or a crash, or lags behind)",
+    }
+    write_lines(run_dir / f"rollout_data_rank_1_{new}.jsonl", [sample(step) for step in (4, 5, 6, 7)])
+    assert not problems_of(load(run_dir), "note")
 
 
 def test_a_file_not_named_as_a_rank_file_beside_rank_files_keeps_every_line(tmp_path):
