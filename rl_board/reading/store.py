@@ -221,7 +221,9 @@ class RunStore:
         if self.conversions:
             snapshot = dataclasses.replace(snapshot, source_files={known[1]: source for source, known in self.conversions.items() if known[1] in self.files})
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
-        self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
+        self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else [])
+        if not unparsed:  # one that left out files whose lines could not be read is not kept: the next load reads them
+            self.snapshots[max_samples] = snapshot
         return snapshot
 
     # Do something for each of some of its files (a few requests each, waited for): at once on object storage, one

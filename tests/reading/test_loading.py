@@ -4,6 +4,7 @@ Numbers are checked against `plain_parse`, an independent slow reading of the fi
 """
 
 import dataclasses
+import errno
 import functools
 import gc
 import hashlib
@@ -1758,3 +1759,28 @@ def test_a_rank_file_deleted_while_a_larger_selection_parses_its_lines_leaves_th
     assert again.samples["reward"].tolist() == [0.0] * 6
     [[name, kind, reason]] = again.problems[["file", "kind", "reason"]].values.tolist()
     assert (name, kind) == ("rollout_data_rank_1.jsonl", "note") and reason.startswith("gone since the run was loaded")
+
+
+# A read that failed once (a network file system's error) and not again: the next load reads the file's lines, though
+# nothing changed in the folder (the snapshot without them was kept, and given again).
+def test_lines_a_load_could_not_parse_are_read_by_the_next_though_nothing_changed(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(step, reward=float(rank)) for step in (1, 2) for _ in range(3)])
+    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
+    store = RunStore(str(run_dir))
+    store.load(2, parallel=False)
+    summarize_lines, failures = rl_board.reading.store.summarize_lines, []
+
+    def fails_once(path, *arguments):
+        if path.endswith("rank_1.jsonl") and not failures:
+            failures.append(path)
+            raise OSError(errno.EIO, "Input/output error")
+        return summarize_lines(path, *arguments)
+
+    monkeypatch.setattr(rl_board.reading.store, "summarize_lines", fails_once)
+    run = store.load(64, parallel=False)
+    assert run.samples["reward"].tolist() == [0.0] * 6 and run.problems["reason"].str.startswith("its lines could not be read ([Errno 5]").all()
+    assert store.needs_work(64)
+    again = store.load(64, parallel=False)
+    assert sorted(again.samples["reward"].tolist()) == [0.0] * 6 + [1.0] * 6 and again.problems.empty and not store.needs_work(64)
