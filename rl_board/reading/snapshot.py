@@ -334,14 +334,14 @@ def grown_samples(previous: RunSnapshot, files: dict[str, FileIndex], selected: 
 # group part of its completions). A file that lacks the launch's last step alone is not noted: a live run's ranks
 # end writing a step at different moments.
 def steps_a_rank_lacks(files: dict[str, FileIndex]) -> list[list]:
-    launches: dict[str, dict[str, np.ndarray]] = {}
+    launches: dict[str, list[str]] = {}
     for path, index in files.items():
         if RANK_FILE_PATTERN.search(Path(path).name):
-            lines = index.lines
-            launches.setdefault(index.launch, {})[path] = np.unique(lines["step"][(lines["status"] != BAD) & ~np.isnan(lines["step"])])
+            launches.setdefault(index.launch, []).append(path)
     notes = []
-    for ranks in launches.values():
-        every = np.unique(np.concatenate(list(ranks.values()))) if len(ranks) > 1 else np.array([])
+    for paths in (paths for paths in launches.values() if len(paths) > 1):
+        ranks = {path: good_steps(files[path].lines) for path in paths}
+        every = np.unique(np.concatenate(list(ranks.values())))
         for path, steps in ranks.items():
             lacking = np.setdiff1d(every, steps, assume_unique=True)
             if len(lacking) and lacking[0] < every[-1]:
@@ -354,6 +354,11 @@ def steps_a_rank_lacks(files: dict[str, FileIndex]) -> list[list]:
 
 
 STEPS_NAMED = 5  # of the steps a rank file lacks, in its note
+
+
+# The steps of a file's lines that are not bad, each once, in order.
+def good_steps(lines: dict) -> np.ndarray:
+    return np.unique(lines["step"][(lines["status"] != BAD) & ~np.isnan(lines["step"])])
 
 
 # The snapshot of files as selected; from `previous` (the last one of the same Max Samples Each Step, when the files
