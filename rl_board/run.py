@@ -52,10 +52,10 @@ from rl_board.update import read_loss_passes, sample_shares, sequence_level, upd
 ALL_SAMPLES = 1 << 40  # Max Samples Each Step when none is given: every sample of every step
 
 
-# The columns of a snapshot's samples that are the index's bookkeeping (where a line and its texts are, its parse
-# status): the API says file and line instead.
 OPEN_AGAIN = "open the run again (rl_board.open_run)"  # how a notebook reads a rewritten file anew
 
+# The columns of a snapshot's samples that are the index's bookkeeping (where a line and its texts are, its parse
+# status): the API says file and line instead.
 LOCATION_COLUMNS = ["path", "index_id", "offset", "length", "status", "texts_offset", "texts_length", "prompt_key", "extra_keys", "prompt_at", "prompt_bytes", "response_at", "response_bytes"]
 
 

@@ -211,6 +211,7 @@ def numbered(trajectory: Trajectory, tokens: SampleTokens | None, estimator: str
     starts = np.minimum(np.asarray(raw_starts, dtype=np.int64), length)
     ends = np.minimum(np.asarray(raw_ends, dtype=np.int64), length)
     table["tokens"] = np.where(spanned, np.maximum(ends - starts, 0), np.nan)
+
     def over_spans(values: np.ndarray) -> np.ndarray:  # each span's sum from prefix sums: one pass however many turns
         sums = np.concatenate([[0], np.cumsum(values)])
         return sums[ends] - sums[starts]
