@@ -89,6 +89,11 @@ IMAGE_PLACEHOLDER_RUN = re.compile(f"({IMAGE_PLACEHOLDER_NAME})\\1+")
 # Where GitHub-flavoured Markdown would start a link of its own: "://", "www." and "@".
 AUTOLINK_START = re.compile(r"(?<=:)(?=//)|(?i:(?<=www))(?=\.)|(?=@)")
 
+# What Streamlit's Markdown replaces in its text after the escapes are read: :material/<name>: and :streamlit: become
+# icons (a name like :material/verified: drew a check mark), and ->, <-, <->, --, >=, <=, ~= between spaces arrows and
+# signs. An invisible space after the first character keeps each as written.
+STREAMLIT_REPLACED = re.compile(r":(?=material/|streamlit:)|(?<!\S)[-<>~](?=(?:->|[->=])(?!\S))")
+
 
 # Characters that would take a name off its line or reorder it: line breaks (a newline and "===" under a caption made
 # it a heading), the other control characters and the bidirectional marks and overrides.
@@ -130,9 +135,10 @@ LINE_START = re.compile(r"^(\s*)([-+]|\d{1,9}(?=\.))(?=\.?(\s|$))")
 # Names from the data (group ids, reward functions, metric keys, model, file and folder names) in a caption, warning,
 # view, label or metric: on one line (one_line), with the Markdown characters of links, images, code, emphasis, maths,
 # HTML entities and Streamlit's :colour[...] escaped, so a name like ![x](http://host/x) or fn&amp;1 shows as written and
-# loads nothing. GitHub's autolinks (http://..., www.x.org, a@x.org) ignore escapes: an invisible space breaks each.
+# loads nothing. GitHub's autolinks (http://..., www.x.org, a@x.org) and Streamlit's icons and arrows (STREAMLIT_REPLACED)
+# ignore escapes: an invisible space breaks each.
 def markdown_literal(text) -> str:
-    escaped = re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", one_line(text))
+    escaped = re.sub(r"([\\`*_{}\[\]()<>#!|~$:&])", r"\\\1", STREAMLIT_REPLACED.sub(lambda match: match.group() + "\u200b", one_line(text)))
     escaped = LINE_START.sub(lambda match: match.group(1) + (match.group(2) + "\\" if match.group(2)[0].isdigit() else "\\" + match.group(2)), escaped)
     return AUTOLINK_START.sub("\u200b", escaped)
 

@@ -13,8 +13,8 @@ from tests.support.browser import VEGA_VIEW, browser, served_board  # noqa: F401
 from tests.support.runs import sample
 
 # Each a name that did harm somewhere: an image and a bare URL fetched or linked from a tab label, a javascript link,
-# Streamlit's colour, bold and KaTeX, a line break that stopped a Vega chart or made a caption a heading, and the
-# characters that end a string or a block of an expression.
+# Streamlit's colour, bold and KaTeX, a line break that stopped a Vega chart or made a caption a heading, the
+# characters that end a string or a block of an expression, and Streamlit's icon shortcodes (a check mark, its logo).
 HOSTILE_NAMES = [
     "![x](http://127.0.0.2:9/a.png)",
     "http://127.0.0.2:9/bare",
@@ -23,6 +23,7 @@ HOSTILE_NAMES = [
     "x\n===",
     'quote" back\\slash }brace{ \'single',
     "- 1. <h1>h</h1>\ttab\x07bell\u202eevil",
+    ":material/verified: :streamlit: a -> b >= c",  # Streamlit's icons and arrows, which it makes after the escapes are read
 ]
 # Each name as the page shows it: line breaks, tabs and other control characters as their escapes.
 SHOWN = {name: name.replace("\n", "\\n").replace("\t", "\\t").replace("\x07", "\\u0007").replace("\u202e", "\\u202e") for name in HOSTILE_NAMES}

@@ -798,6 +798,9 @@ def test_markdown_literal_keeps_html_entities_and_markdown_as_written():
     assert markdown_literal("fn&amp;1 [x](http://h) :red[y]") == "fn\\&amp;1 \\[x\\]\\(http\\:\u200b//h\\) \\:red\\[y\\]"
     # GitHub's autolinks, which escapes do not stop, are broken by an invisible space.
     assert markdown_literal("www.x.org a@x.org") == "www\u200b.x.org a\u200b@x.org"
+    # Streamlit's icons and arrows, made after the escapes are read, are broken likewise; a minus or a date is left alone.
+    assert markdown_literal(":material/verified: :streamlit: a -> b") == "\\:\u200bmaterial/verified\\: \\:\u200bstreamlit\\: a -\u200b\\> b"
+    assert [markdown_literal(name) for name in ("x >= 1", "-- y", "a-b", "-1", "2026-11-26")] == ["x \\>\u200b= 1", "-\u200b- y", "a-b", "-1", "2026-11-26"]
 
 
 # A name keeps to its line: a newline and "===" under it made a caption a heading, "- " or "1. " at its start a list.
