@@ -90,15 +90,16 @@ class Run:
     def samples(self) -> pd.DataFrame:
         """A row per loaded sample, in the page's order: step, sample (its index in the step's batch, as the page
         numbers it), reward, rewards/<function>, advantage, group_id, avg_kl_<estimator>, lengths, fields; file and
-        line say where it is (another trainer's own file, not the board's conversion of it: a parquet file's line N is
-        its row N)."""
+        line say where it is (for another trainer's files, in the board's conversion of them, a JSONL file in the
+        cache folder; source_file names the trainer's own file it was converted from)."""
         samples = self.snapshot.samples
-        return samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]).assign(file=self.source_paths(samples["path"]))
+        return self.located(samples.drop(columns=[column for column in LOCATION_COLUMNS if column in samples]), samples["path"])
 
-    # The files rows are in, as the user knows them: a converted file's source (another trainer's own file).
-    def source_paths(self, paths: pd.Series) -> np.ndarray:
+    # Rows with where each is: its file (path), and for another trainer's files, their own (source_file).
+    def located(self, table: pd.DataFrame, paths: pd.Series) -> pd.DataFrame:
+        table = table.assign(file=paths.to_numpy(dtype=object))
         sources = self.snapshot.source_files
-        return paths.map(sources).fillna(paths).to_numpy(dtype=object) if sources else paths.to_numpy(dtype=object)
+        return table.assign(source_file=paths.map(sources).to_numpy(dtype=object)) if sources else table
 
     @functools.cached_property
     def texts(self) -> RunTexts:
@@ -119,7 +120,7 @@ class Run:
         if batch.problems:
             warnings.warn(unread_lines_note(batch.problems, OPEN_AGAIN), stacklevel=2)
         table = batch.table.drop(columns=[column for column in LOCATION_COLUMNS if column in batch.table])
-        return table.assign(file=self.source_paths(rows["path"]))
+        return self.located(table, rows["path"])
 
     def tokens(self, step: int, sample: int, kl_estimator: str = "k3") -> pd.DataFrame:
         """A row per token of the sample (its index in the step's batch), as the page's token table has them: position,

@@ -177,9 +177,9 @@ class RolloutLoggerCallback(TrainerCallback):
     truncates, nor with vLLM, which returns none).
 
     Reward functions' `log_extra(column, values)` (TRL versions that pass it; not 0.29): this rank's values of each
-    column become a key of its lines, `extra_<column>` where the column is named like a key of the line format (or
-    like a column renamed so: `extra_extra_step` after `extra_step`), as plain JSON, null for the samples a column has
-    no value for. Their `log_metric(name, value)` values reach the
+    column become a key of its lines, `extra_<column>` where the column is named like a key of the line format
+    (`extra_` again while that name is taken: a column `step` beside one named `extra_step` is `extra_extra_step`), as
+    plain JSON, null for the samples a column has no value for. Their `log_metric(name, value)` values reach the
     metrics file like the trainer's other logged metrics.
 
     A callback never sees the batch, so this one wraps methods of the trainer instance it is given (TRL has no public
@@ -402,10 +402,12 @@ class RolloutLoggerCallback(TrainerCallback):
             "loss_passes": [None] * count,
             **self._trajectories(sampled_ids, tool_mask, completion_mask, lengths, per_token),
         }
-        for column, values in extras.items():
+        # The columns named like no key of the format first, under their names: a column renamed `extra_<name>` (or
+        # `extra_` again while that is taken) never takes the name of one of them, in whatever order they were logged.
+        for column, values in sorted(extras.items(), key=lambda item: str(item[0]) in RESERVED_KEYS):
             values = [_plain(value) for value in values[:count]] + [None] * (count - len(values))
             key = str(column)
-            while key in RESERVED_KEYS or key in columns:  # a key of the format, or a column renamed before: `step`, then `extra_step`
+            while key in RESERVED_KEYS or key in columns:
                 key = "extra_" + key
             columns[key] = values
         records = [dict(zip(columns, values)) for values in zip(*columns.values())]

@@ -340,7 +340,7 @@ def steps_a_rank_lacks(files: dict[str, FileIndex]) -> list[list]:
             launches.setdefault(index.launch, []).append(path)
     notes = []
     for paths in (paths for paths in launches.values() if len(paths) > 1):
-        ranks = {path: good_steps(files[path].lines) for path in paths}
+        ranks = {path: written_steps(files[path].lines["step"]) for path in paths}
         every = np.unique(np.concatenate(list(ranks.values())))
         for path, steps in ranks.items():
             lacking = np.setdiff1d(every, steps, assume_unique=True)
@@ -356,9 +356,11 @@ def steps_a_rank_lacks(files: dict[str, FileIndex]) -> list[list]:
 STEPS_NAMED = 5  # of the steps a rank file lacks, in its note
 
 
-# The steps of a file's lines that are not bad, each once, in order.
-def good_steps(lines: dict) -> np.ndarray:
-    return np.unique(lines["step"][(lines["status"] != BAD) & ~np.isnan(lines["step"])])
+# The steps a file's lines were written for (a bad line's too, where its step is known), each once, in order: runs of
+# one step taken once first (a rank file's steps come in order), so a load of millions of lines sorts a few thousand.
+def written_steps(steps: np.ndarray) -> np.ndarray:
+    steps = steps[~np.isnan(steps)]
+    return np.unique(steps[np.r_[True, steps[1:] != steps[:-1]]])
 
 
 # The snapshot of files as selected; from `previous` (the last one of the same Max Samples Each Step, when the files

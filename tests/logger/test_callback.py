@@ -362,16 +362,22 @@ def test_reward_function_returning_none_is_null(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not hasattr(GRPOTrainer, "_log_completion_extra"), reason="this TRL passes reward functions no log_extra")
 def test_log_extra_columns_named_like_the_format_s_keys_or_each_other_all_reach_the_lines(tmp_path, monkeypatch):
-    def scored(prompts, completions, log_extra=None, **kwargs):
-        log_extra("step", ["column step"] * len(prompts))  # a key of the format: extra_step
+    def step_first(prompts, completions, log_extra=None, **kwargs):
+        log_extra("step", ["column step"] * len(prompts))  # a key of the format: renamed
         log_extra("extra_step", ["column extra_step"] * len(prompts))  # named like the renamed one: it was lost
         log_extra("note", ["column note"] * len(prompts))
         return [0.0] * len(prompts)
 
-    _, _, files = run_logged(tmp_path, monkeypatch, reward_funcs=(scored,), max_steps=1, beta=0.0)
+    def step_last(prompts, completions, log_extra=None, **kwargs):
+        log_extra("extra_step", ["column extra_step"] * len(prompts))
+        log_extra("step", ["column step"] * len(prompts))
+        return [1.0] * len(prompts)
+
+    _, _, files = run_logged(tmp_path, monkeypatch, reward_funcs=(step_first, step_last), max_steps=1, beta=0.0)
     [records] = files.values()
+    # each column under one key, whichever the order of the calls: the user's extra_step under its own name
     assert all(
-        (record["step"], record["extra_step"], record["extra_extra_step"], record["note"]) == (1, "column step", "column extra_step", "column note")
+        (record["step"], record["extra_step"], record["extra_extra_step"], record["note"]) == (1, "column extra_step", "column step", "column note")
         for record in records
     )
 

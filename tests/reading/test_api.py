@@ -77,9 +77,12 @@ def test_other_trainers_runs_open_the_same_way(name):
     assert len(run.samples) and run.format.startswith(("TRL", "verl"))
     step = run.step(run.steps[0])
     assert step["response"].notna().all() and step["prompt"].notna().all()
-    # where each row is: the trainer's own file (its row N for a parquet file), not the board's conversion of it in the cache
+    # where each row is: file and line in the board's conversion (the line itself), source_file the trainer's own file
     own = {str(path) for path in (SAMPLES / name).rglob("*") if path.is_file()}
-    assert set(run.samples["file"]) <= own and set(step["file"]) <= own and len(set(run.samples["file"])) > 1
+    assert set(run.samples["source_file"]) <= own and set(step["source_file"]) <= own and len(set(run.samples["source_file"])) > 1
+    for row in step.itertuples():
+        line = json.loads(Path(row.file).read_text().splitlines()[row.line - 1])
+        assert (line["prompt"], line["response"]) == (row.prompt, row.response)
 
 
 # A file rewritten since open_run: the step's lines that no longer hold their step are one warning, in plain text (they

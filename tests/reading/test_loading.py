@@ -569,9 +569,9 @@ def test_a_rank_file_that_lacks_steps_the_other_ranks_have_is_noted(tmp_path):
     write_lines(run_dir / f"rollout_data_rank_1_{old}.jsonl", [sample(step) for step in (1, 2, 3)])
     write_lines(run_dir / f"rollout_data_rank_0_{new}.jsonl", [sample(step) for step in (4, 5, 6, 7)])
     write_lines(run_dir / f"rollout_data_rank_1_{new}.jsonl", [sample(4)])
-    write_lines(run_dir / f"rollout_data_rank_2_{new}.jsonl", [sample(step) for step in (4, 5, 6)])
+    write_lines(run_dir / f"rollout_data_rank_2_{new}.jsonl", [sample(step) for step in (4, 6)] + [sample(5, reward="bad")])  # step 5 written, bad
     run = load(run_dir)
-    assert len(run.samples) == 3 + 3 + 4 + 1 + 3
+    assert len(run.samples) == 3 + 3 + 4 + 1 + 2 and list(problems_of(run, "skipped")) == [(f"rollout_data_rank_2_{new}.jsonl", 3)]
     assert problems_of(run, "note") == {
         (f"rollout_data_rank_1_{new}.jsonl", 0): "has no line of 3 step(s) that the other rank files of its launch have (5, 6, 7): those steps "
         "show the other ranks' samples alone (its writer stopped early, a full disk or a crash, or lags behind)",
@@ -1762,7 +1762,8 @@ def test_a_rank_file_deleted_while_a_larger_selection_parses_its_lines_leaves_th
 
 
 # A read that failed once (a network file system's error) and not again: the next load reads the file's lines, though
-# nothing changed in the folder (the snapshot without them was kept, and given again).
+# nothing changed in the folder (the snapshot without them was given again). The snapshot is kept meanwhile: the page
+# shows it at each rerun without loading again, until Load & View or a live refresh.
 def test_lines_a_load_could_not_parse_are_read_by_the_next_though_nothing_changed(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     for rank in (0, 1):
@@ -1781,6 +1782,6 @@ def test_lines_a_load_could_not_parse_are_read_by_the_next_though_nothing_change
     monkeypatch.setattr(rl_board.reading.store, "summarize_lines", fails_once)
     run = store.load(64, parallel=False)
     assert run.samples["reward"].tolist() == [0.0] * 6 and run.problems["reason"].str.startswith("its lines could not be read ([Errno 5]").all()
-    assert store.needs_work(64)
+    assert store.snapshots[64] is run and store.needs_work(64)
     again = store.load(64, parallel=False)
     assert sorted(again.samples["reward"].tolist()) == [0.0] * 6 + [1.0] * 6 and again.problems.empty and not store.needs_work(64)

@@ -47,8 +47,8 @@ def problems(run, kind: str) -> list[list]:
 def prime_rl_sources(run, run_dir: Path) -> list[tuple]:
     found = []
     for row in run.samples.itertuples():
-        assert Path(row.file).is_relative_to(run_dir / "token_exports")  # the export itself, not the board's conversion
-        found.append((row, lines(Path(row.file))[row.line - 1]))
+        assert Path(row.source_file).is_relative_to(run_dir / "token_exports")  # the export the conversion was made from
+        found.append((row, lines(Path(row.source_file))[row.line - 1]))
     return found
 
 
@@ -78,7 +78,7 @@ def test_prime_rl_tokens_are_the_trainer_s_and_the_inference_engine_s_logprobs(t
     assert len(sources) == 2 * len(QUESTIONS) * 2 and run.problems.empty
     masked = 0
     for row, raw in sources:
-        assert row.step == raw["step"] == int(Path(row.file).parent.name.removeprefix("step_"))
+        assert row.step == raw["step"] == int(Path(row.source_file).parent.name.removeprefix("step_"))
         first = first_loss(raw["loss_mask"])
         trainer, inference = (np.array(raw[key][first:], dtype=float) for key in ("trainer_logprobs", "inference_logprobs"))
         loss = np.array(raw["loss_mask"][first:])
