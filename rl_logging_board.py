@@ -1925,10 +1925,18 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
 
 
 # A table of samples (with their step and sample columns), each row a click that shows that sample in Each Step Response.
+# The row clicked stays checked while it holds the sample it showed: where a live refresh moved the rows (new results
+# above it), the table is drawn anew with none checked (the check stayed on the row's place, over another sample, and a
+# click there did nothing).
 def draw_sample_rows(table: pd.DataFrame, key: str, column_config: dict | None = None):
+    generation, *picked = st.session_state.get(f"{key}:picked", (0,))
+    rows = st.session_state[f"{key}:{generation}"].selection.rows if f"{key}:{generation}" in st.session_state else []
+    if rows and picked and (rows[0] >= len(table) or [table["step"].iat[rows[0]], table["sample"].iat[rows[0]]] != picked):
+        generation += 1
+        st.session_state[f"{key}:picked"] = (generation,)
     st.dataframe(
-        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=key, selection_mode="single-row",
-        on_select=lambda: pick_search_result(key, table["step"].tolist(), table["sample"].tolist()),
+        table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=f"{key}:{generation}", selection_mode="single-row",
+        on_select=lambda: pick_search_result(key, generation, table["step"].tolist(), table["sample"].tolist()),
         column_config={"sample": st.column_config.NumberColumn(help="Sample index in its step's batch")} | (column_config or {}),
     )
 
@@ -1938,9 +1946,10 @@ MATCH_COLUMN = st.column_config.TextColumn(width="large", help="The text around 
 
 
 # Clicking a result (of a search, or a largest mismatch) moves the step selector and the sample in view to it.
-def pick_search_result(key: str, steps: list, samples: list):
-    rows = st.session_state[key].selection.rows
+def pick_search_result(key: str, generation: int, steps: list, samples: list):
+    rows = st.session_state[f"{key}:{generation}"].selection.rows
     if rows:
+        st.session_state[f"{key}:picked"] = (generation, steps[rows[0]], samples[rows[0]])
         show_step(int(steps[rows[0]]))
         open_sample(int(samples[rows[0]]))
         st.session_state[StateKey.STEP_PICKED] = True
@@ -2084,9 +2093,8 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     steps = run.steps
     if st.session_state.get(StateKey.SELECTED_STEP) == OPEN_AT_LATEST:
         show_step(steps[-1])
-    previous = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
-    if previous not in steps:
-        previous = min(steps, key=lambda s: abs(s - previous))
+    chosen = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
+    previous = chosen if chosen in steps else min(steps, key=lambda s: abs(s - chosen))  # the nearest, while it is not there
     # Following: to the latest step when following starts and whenever a new last step arrives.
     if follow_latest and (not st.session_state.get(StateKey.FOLLOWING) or steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN)):
         show_step(steps[-1])
@@ -2102,13 +2110,17 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
         else:
             step = st.selectbox(label, steps, index=steps.index(previous), key=StateKey.STEP_SELECTBOX)
     step = int(step)
-    if step != st.session_state.get(StateKey.SELECTED_STEP) or StateKey.LAST_STEP_WHEN_CHOSEN not in st.session_state:
+    # A step the user chose stays chosen while the run lacks it (a resumed launch drops the steps the one before logged
+    # after its checkpoint, until it logs them again): the nearest is shown meanwhile, and the chosen one once it is back.
+    if step != previous or StateKey.LAST_STEP_WHEN_CHOSEN not in st.session_state:
         st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = steps[-1]
-    st.session_state[StateKey.SELECTED_STEP] = step
+        st.session_state[StateKey.SELECTED_STEP] = chosen = step
     chosen_at = st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN]  # read once: a session state lookup a step took 0.2 s at 20,000 steps
     newer = [s for s in steps if s > chosen_at]
     notice = st.empty()  # always there, so the elements below keep their places (STABLE_LAYOUT)
-    if newer and step != steps[-1]:
+    if chosen != step:
+        notice.info(f"Step {chosen} is not in the run now (a resumed launch replaces the steps logged after its checkpoint until it logs them again; or its file is gone): step {step} is shown, and step {chosen} once it is back.")
+    elif newer and step != steps[-1]:
         message, button = notice.container().columns([4, 1], vertical_alignment="center")
         message.info(f"{len(newer)} new step(s) since you chose step {step}; the latest is {steps[-1]}.")
         button.button("Show the latest step", on_click=show_step, args=(steps[-1],))

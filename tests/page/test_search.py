@@ -615,3 +615,26 @@ def test_key_names_are_escaped_in_labels_captions_and_the_results_line(tmp_path,
     app.run()
     assert not app.exception and f"the results are the top 2 by {markdown_literal(column)}" in results_line(app)
     assert results_table(app)[column].tolist() == [1.0, 1.0]
+
+
+# A live refresh that adds results above the one clicked: the check stayed on the row's place, over another sample,
+# and a click there did nothing. The table is drawn anew with no row checked, the view stays on the sample it showed,
+# and a click on the new first row opens its sample.
+def test_a_clicked_result_stays_checked_only_while_its_row_holds_it(tmp_path, monkeypatch):
+    path = write_lines(tmp_path / "runs" / "run" / "r.jsonl", [sample(step, response=f"needle {step}.{k}") for step in (1, 2) for k in range(2)])
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    search_page(app, "needle")
+    widget(app.selectbox, "Sort by").set_value("step")
+    app.run()
+    frame = next(frame for frame in app.dataframe if frame.key and frame.key.startswith("search_results:"))
+    first = (int(frame.value["step"].iat[0]), int(frame.value["sample"].iat[0]))
+    click_row(app, frame, 0)
+    assert widget(app.slider, "Step Index(2 total steps)").value == first[0]
+    with open(path, "a") as file:  # a step the training wrote since: its results come first
+        file.writelines(json.dumps(sample(3, response=f"needle 3.{k}")) + "\n" for k in range(2))
+    load_and_view(app)
+    frame = next(frame for frame in app.dataframe if frame.key and frame.key.startswith("search_results:"))
+    assert int(frame.value["step"].iat[0]) == 3 and not app.session_state[frame.key].selection.rows
+    assert widget(app.slider, "Step Index(3 total steps)").value == first[0]
+    click_row(app, frame, 0)
+    assert widget(app.slider, "Step Index(3 total steps)").value == 3
