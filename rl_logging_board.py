@@ -471,7 +471,8 @@ class StateKey:
     METRIC_SERIES = "metric_series"
     METRIC_VIEW = "metric_view"  # the training metric shown
     TRAINING_SUMMARY = "training_summary"
-    SELECTED_STEP = "selected_step"  # the step in view
+    SELECTED_STEP = "selected_step"  # the step the user chose: the step in view, or one the run lacks for now
+    STEP_STANDING_IN = "step_standing_in"  # the step shown in place of a chosen one the run lacks (None: the chosen one is shown)
     LAST_STEP_SEEN = "last_step_seen"  # the run's last step when the page was last drawn (live mode)
     FOLLOWING = "following"  # Follow the latest step was on when the step selector was last drawn
     LAST_STEP_WHEN_CHOSEN = "last_step_when_chosen"  # the run's last step when the user chose the step in view
@@ -2095,6 +2096,8 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
         show_step(steps[-1])
     chosen = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
     previous = chosen if chosen in steps else min(steps, key=lambda s: abs(s - chosen))  # the nearest, while it is not there
+    if chosen in steps and st.session_state.get(StateKey.STEP_STANDING_IN) is not None:
+        show_step(chosen)  # back: the widget shows it again (a select box keeps the step that stood in otherwise)
     # Following: to the latest step when following starts and whenever a new last step arrives.
     if follow_latest and (not st.session_state.get(StateKey.FOLLOWING) or steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN)):
         show_step(steps[-1])
@@ -2115,6 +2118,7 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
     if step != previous or StateKey.LAST_STEP_WHEN_CHOSEN not in st.session_state:
         st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN] = steps[-1]
         st.session_state[StateKey.SELECTED_STEP] = chosen = step
+    st.session_state[StateKey.STEP_STANDING_IN] = step if chosen != step else None
     chosen_at = st.session_state[StateKey.LAST_STEP_WHEN_CHOSEN]  # read once: a session state lookup a step took 0.2 s at 20,000 steps
     newer = [s for s in steps if s > chosen_at]
     notice = st.empty()  # always there, so the elements below keep their places (STABLE_LAYOUT)

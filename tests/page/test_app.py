@@ -476,21 +476,26 @@ def test_live_mode_pulls_in_new_steps_and_keeps_the_selection(grpo_root, monkeyp
 # A resumed launch drops the steps the one before logged after its checkpoint until it logs them again: the step the
 # user chose was replaced by the nearest for good (it stayed there after the step was back). It stays chosen, said so,
 # and shows again once logged.
-def test_a_chosen_step_a_resumed_launch_drops_for_a_while_is_shown_again_once_back(tmp_path, monkeypatch):
+# Evenly spaced steps (a slider) and others (a select box, which keeps its value where a slider is built anew).
+@pytest.mark.parametrize("steps, chosen, resumed_at", [((1, 2, 3, 4, 5, 6), 5, 4), ((1, 2, 4, 7, 9, 12), 9, 7)])
+def test_a_chosen_step_a_resumed_launch_drops_for_a_while_is_shown_again_once_back(tmp_path, monkeypatch, steps, chosen, resumed_at):
     run_dir = tmp_path / "runs" / "run"
-    write_lines(run_dir / "rollout_data_rank_0_20260101T000000Z.jsonl", [sample(step, reward=1.0) for step in range(1, 7)])
+    write_lines(run_dir / "rollout_data_rank_0_20260101T000000Z.jsonl", [sample(step, reward=1.0) for step in steps])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
-    widget(app.slider, "Step Index(6 total steps)").set_value(5).run()
+    selector = lambda count: widget(app.slider if steps[1] - steps[0] == steps[-1] - steps[-2] else app.selectbox, f"Step Index({count} total steps)")  # noqa: E731
+    selector(len(steps)).set_value(chosen).run()
     widget(app.toggle, "Live mode").set_value(True).run()
     resumed = run_dir / "rollout_data_rank_0_20260102T000000Z.jsonl"
-    write_lines(resumed, [sample(4, reward=2.0)])  # resumed from step 3's checkpoint: steps 4-6 of the first launch replaced
+    write_lines(resumed, [sample(resumed_at, reward=2.0)])  # resumed from a checkpoint before: the first launch's later steps replaced
     app.run()
-    assert widget(app.slider, "Step Index(4 total steps)").value == 4
-    assert [box.value for box in app.info if box.value.startswith("Step 5 is not in the run now")]
+    left = [step for step in steps if step < resumed_at] + [resumed_at]
+    assert selector(len(left)).value == resumed_at  # the nearest
+    assert [box.value for box in app.info if box.value.startswith(f"Step {chosen} is not in the run now")]
     with open(resumed, "a") as file:
-        file.write(json.dumps(sample(5, reward=2.0)) + "\n")
+        file.write(json.dumps(sample(chosen, reward=2.0)) + "\n")
     app.run()
-    assert widget(app.slider, "Step Index(5 total steps)").value == 5 and not [box for box in app.info if "is not in the run now" in box.value]
+    assert selector(len(left) + 1).value == chosen and not [box for box in app.info if "is not in the run now" in box.value]
+    assert [line for line in batch_table(app)["reward"]] == [2.0]  # the resumed launch's line
 
 
 def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
