@@ -268,7 +268,8 @@ def search_samples(texts: RunTexts, samples: pd.DataFrame, pattern, places: str)
 # pattern.search(text) on a thread of its own, waited for until the deadline (then TimeoutError): RE2 lets go of the
 # interpreter lock, and a search no longer waited for goes on to its end on its daemon thread, which no exit waits for.
 def search_until(pattern, text: memoryview, deadline: float):
-    if not LONG_TEXT_SEARCHES.acquire(timeout=max(deadline - time.perf_counter(), 0.0)):
+    slots = LONG_TEXT_SEARCHES  # released where it was acquired, whatever the module holds by then
+    if not slots.acquire(timeout=max(deadline - time.perf_counter(), 0.0)):
         raise concurrent.futures.TimeoutError  # every core busy with long texts, left behind ones among them
     searched = concurrent.futures.Future()
 
@@ -278,12 +279,12 @@ def search_until(pattern, text: memoryview, deadline: float):
         except Exception as error:  # raised where it is waited for
             searched.set_exception(error)
         finally:
-            LONG_TEXT_SEARCHES.release()
+            slots.release()
 
     try:
         threading.Thread(target=search, name="long-text-search", daemon=True).start()
     except RuntimeError:  # no thread to be had
-        LONG_TEXT_SEARCHES.release()
+        slots.release()
         raise
     return searched.result(timeout=max(deadline - time.perf_counter(), 0.0))
 

@@ -360,7 +360,7 @@ STEPS_NAMED = 5  # of the steps a rank file lacks, in its note
 # one step taken once first (a rank file's steps come in order), so a load of millions of lines sorts a few thousand.
 def written_steps(steps: np.ndarray) -> np.ndarray:
     steps = steps[~np.isnan(steps)]
-    return np.unique(steps[np.r_[True, steps[1:] != steps[:-1]]])
+    return np.unique(steps[np.r_[True, steps[1:] != steps[:-1]]]) if len(steps) else steps
 
 
 # The snapshot of files as selected; from `previous` (the last one of the same Max Samples Each Step, when the files
