@@ -2001,7 +2001,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         shown_statuses = st.pills("Show", list(STATUSES), selection_mode="multi", default=list(STATUSES), key=StateKey.CHANGES + ":statuses")
         table = changes.table[changes.table["status"].isin(shown_statuses)]
         shown_columns = [CHANGES_SHOWN[0], "images", *CHANGES_SHOWN[1:]] if "images" in table else CHANGES_SHOWN
-        view = table.assign(prompt=[shorten(one_line(text), 120) for text in table["prompt"]]).reset_index(drop=True)[shown_columns]
+        view = table.assign(prompt=[shorten(clean_text(text, settings.view.pad_token, settings.view.system_prompt_end), 120) for text in table["prompt"]]).reset_index(drop=True)[shown_columns]
         key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, where_a, run_b, steps_b, where_b, column, threshold, shown_statuses)).encode()).hexdigest()
         picked = st.dataframe(
             view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",

@@ -214,3 +214,14 @@ def test_one_question_of_different_pictures_is_a_prompt_per_picture(tmp_path, mo
         assert [(option.split(" · ")[0], option.split(" · ")[2]) for option in offered] == [(f"step {line['step']}", f"reward {line['reward']:.4g}") for line in red]
     [picture] = [image for element in details.get("image") for image in element.proto.imgs]
     assert picture.url
+
+
+# Prompts that begin with the same system turn (a tool run's): the table showed that turn on every row, cut at the same
+# place, so no two rows could be told apart; Drop System Prompt drops it there too, as in the batch and group tables.
+def test_the_prompts_are_shown_without_their_system_turn(tmp_path, monkeypatch):
+    system = "<|im_start|>system\n# Tools\nYou may call one or more functions." + " Their signatures follow." * 8 + "<|im_end|>\n"
+    lines = [sample(step, prompt=f"{system}<|im_start|>user\nadd {k} and {k}<|im_end|>", reward=float(step == 2)) for step in (1, 2) for k in range(3)]
+    write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    [frame] = open_changes(app).dataframe
+    assert sorted(frame.value["prompt"]) == [f"<|im_start|>user\nadd {k} and {k}<|im_end|>" for k in range(3)]
