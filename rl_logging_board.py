@@ -1412,7 +1412,7 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
     table = trajectory.table
     stopped = f" · stopped: {markdown_literal(trajectory.stop_reason)}" if trajectory.stop_reason else ""
     errors = int(table.loc[table["role"] == "tool", "error"].notna().sum())
-    st.markdown(f"**Trajectory** · {trajectory.turns} turns · {int(table['tool_arguments'].notna().sum())} tool calls · {errors} tool errors{stopped}")
+    st.markdown(f"**Trajectory** · {trajectory.turns} turn(s) · {int(table['tool_arguments'].notna().sum())} tool call(s) · {errors} tool error(s){stopped}")
     for note in trajectory.notes[:5]:
         st.warning(markdown_literal(note))
     if len(trajectory.notes) > 5:
@@ -1920,7 +1920,7 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
     st.caption(
         (f"The first {RESULTS_SHOWN:,} results are listed. " if len(shown) < len(ordered) else "")
         + "Click a row to show that sample in Each Step Response below. The downloads hold "
-        + f"the {len(ordered):,} results" + (f" of {len(results):,} found: narrow the filter, or raise Top N (at most {EXPORT_ROWS:,}), to download others." if len(ordered) < len(results) else ".")
+        + f"the {len(ordered):,} result(s)" + (f" of {len(results):,} found: narrow the filter, or raise Top N (at most {EXPORT_ROWS:,}), to download others." if len(ordered) < len(results) else ".")
     )
     draw_downloads(ordered, "Results", f"{run_label(run.run_dir)}_search", StateKey.SEARCH_DOWNLOADS)
 

@@ -261,7 +261,7 @@ def test_downloads_beyond_the_caps_are_disabled_and_say_so(needle_run, tmp_path,
     search_page(app, "a")  # most lines: the results are the top 3
     assert len(results_table(app)) == 3 and "the results are the top 3 by step" in count_line(app)
     found_count = count_line(app)[2:].split("**")[0]
-    assert any(c.value.endswith(f"The downloads hold the 3 results of {found_count} found: narrow the filter, or raise Top N (at most 5), to download others.") for c in app.caption)
+    assert any(c.value.endswith(f"The downloads hold the 3 result(s) of {found_count} found: narrow the filter, or raise Top N (at most 5), to download others.") for c in app.caption)
     assert not [button for button in app.download_button if button.label.startswith("Results") and button.proto.disabled]
     monkeypatch.setattr(board, "EXPORT_BYTES", 100)  # three lines of JSONL are more than that; the tables are not
     app.run()

@@ -70,7 +70,7 @@ def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root
     assert {"turns", "tool_calls", "tool_errors"} <= set(widget(app.multiselect, "Filter by").options)
     header = next(markdown.value for markdown in app.markdown if markdown.value.startswith("**Trajectory**"))
     errors = sum("error" in turn for turn in turns)
-    assert f"{len(turns)} turns · {len(turns) // 2 - 1} tool calls · {errors} tool errors · stopped: stop" in header
+    assert f"{len(turns)} turn(s) · {len(turns) // 2 - 1} tool call(s) · {errors} tool error(s) · stopped: stop" in header
     # The second tool call's arguments are not JSON: kept as written. A click on its turn opens it.
     click_row(app, frame, 3)
     assert turns[3]["tool_calls"][0]["name"] == "calc" and [code.value for code in app.code] == ['{"expr": "1+']
