@@ -321,8 +321,6 @@ def test_the_load_report_names_the_logger_s_files_as_the_logger_names_them(bucke
     assert "rollout_data_rank_" in remote.format
 
 
-
-
 # canonical_paths finds each folder's real path once (a run of thousands of converted files took a realpath of each at
 # every refresh) and gives what canonical_path gives each: through a linked folder, a file that is a link, a link to a
 # link, a path with "..", an object's URL.
