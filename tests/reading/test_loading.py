@@ -1736,13 +1736,19 @@ def test_a_rank_file_deleted_while_a_load_reads_it_leaves_the_others_shown(tmp_p
     assert again.samples["reward"].tolist() == [0.0, 0.0] and again.problems.empty
 
 
-def test_a_rank_file_deleted_while_a_larger_selection_parses_its_lines_leaves_the_others_shown(tmp_path, monkeypatch):
-    run_dir = tmp_path / "run"
+# Two rank files of 3 lines at each of steps 1 and 2 (rewards 0 and 1), loaded with 2 samples a step: each file has
+# lines indexed but not parsed, which a larger selection parses.
+def store_with_lines_left_to_parse(tmp_path, monkeypatch) -> RunStore:
     for rank in (0, 1):
-        write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(step, reward=float(rank)) for step in (1, 2) for _ in range(3)])
+        write_lines(tmp_path / "run" / f"rollout_data_rank_{rank}.jsonl", [sample(step, reward=float(rank)) for step in (1, 2) for _ in range(3)])
     monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
-    store = RunStore(str(run_dir))
+    store = RunStore(str(tmp_path / "run"))
     assert sorted(store.load(2, parallel=False).samples["reward"].tolist()) == [0.0, 0.0, 1.0, 1.0]
+    return store
+
+
+def test_a_rank_file_deleted_while_a_larger_selection_parses_its_lines_leaves_the_others_shown(tmp_path, monkeypatch):
+    store = store_with_lines_left_to_parse(tmp_path, monkeypatch)
     summarize_lines = rl_board.reading.store.summarize_lines
 
     def deleted_meanwhile(path, *arguments):
@@ -1765,12 +1771,7 @@ def test_a_rank_file_deleted_while_a_larger_selection_parses_its_lines_leaves_th
 # nothing changed in the folder (the snapshot without them was given again). The snapshot is kept meanwhile: the page
 # shows it at each rerun without loading again, until Load & View or a live refresh.
 def test_lines_a_load_could_not_parse_are_read_by_the_next_though_nothing_changed(tmp_path, monkeypatch):
-    run_dir = tmp_path / "run"
-    for rank in (0, 1):
-        write_lines(run_dir / f"rollout_data_rank_{rank}.jsonl", [sample(step, reward=float(rank)) for step in (1, 2) for _ in range(3)])
-    monkeypatch.setenv("RL_LOGGING_BOARD_CACHE", str(tmp_path / "cache"))
-    store = RunStore(str(run_dir))
-    store.load(2, parallel=False)
+    store = store_with_lines_left_to_parse(tmp_path, monkeypatch)
     summarize_lines, failures = rl_board.reading.store.summarize_lines, []
 
     def fails_once(path, *arguments):
