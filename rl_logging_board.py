@@ -478,6 +478,7 @@ class StateKey:
     LAST_STEP_WHEN_CHOSEN = "last_step_when_chosen"  # the run's last step when the user chose the step in view
     STEP_SLIDER = "step_slider"
     STEP_SELECTBOX = "step_selectbox"
+    PICKED_ROW = "picked_row"  # the row of a table of samples clicked last: (the table's key, its generation, step, sample)
     SAMPLE_INDEX = "sample_index"  # the sample in view, an index into the step's batch
     STEP_TABLE = "step_table"
     BATCH_TABLE = "batch_table"  # the batch table's box
@@ -632,6 +633,9 @@ READ_AHEAD_DELAY = 1.0
 
 # What to do about a file rewritten since it was loaded (a line no longer where the index has it).
 RELOAD = "press Load & View"
+
+# The step selector's widgets: a slider over evenly spaced steps, a select box otherwise.
+STEP_WIDGETS = (StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX)
 
 # STABLE_LAYOUT: an element drawn in one rerun and not the next (a progress bar, a notice) moves every element after it
 # to another place in the page, where the browser builds it anew: charts and grids drawn again from nothing, and the
@@ -1930,11 +1934,12 @@ def draw_search_results(run: "RunSnapshot", results: pd.DataFrame, ordered: pd.D
 # above it), the table is drawn anew with none checked (the check stayed on the row's place, over another sample, and a
 # click there did nothing).
 def draw_sample_rows(table: pd.DataFrame, key: str, column_config: dict | None = None):
-    generation, *picked = st.session_state.get(f"{key}:picked", (0,))
+    picked_key, generation, *picked = st.session_state.get(StateKey.PICKED_ROW, (None, 0))
+    generation, picked = (generation, picked) if picked_key == key else (0, [])
     rows = st.session_state[f"{key}:{generation}"].selection.rows if f"{key}:{generation}" in st.session_state else []
     if rows and picked and (rows[0] >= len(table) or [table["step"].iat[rows[0]], table["sample"].iat[rows[0]]] != picked):
         generation += 1
-        st.session_state[f"{key}:picked"] = (generation,)
+        st.session_state[StateKey.PICKED_ROW] = (key, generation)
     st.dataframe(
         table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)), key=f"{key}:{generation}", selection_mode="single-row",
         on_select=lambda: pick_search_result(key, generation, table["step"].tolist(), table["sample"].tolist()),
@@ -1950,7 +1955,7 @@ MATCH_COLUMN = st.column_config.TextColumn(width="large", help="The text around 
 def pick_search_result(key: str, generation: int, steps: list, samples: list):
     rows = st.session_state[f"{key}:{generation}"].selection.rows
     if rows:
-        st.session_state[f"{key}:picked"] = (generation, steps[rows[0]], samples[rows[0]])
+        st.session_state[StateKey.PICKED_ROW] = (key, generation, steps[rows[0]], samples[rows[0]])
         show_step(int(steps[rows[0]]))
         open_sample(int(samples[rows[0]]))
         st.session_state[StateKey.STEP_PICKED] = True
@@ -2096,8 +2101,9 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
         show_step(steps[-1])
     chosen = st.session_state.get(StateKey.SELECTED_STEP, steps[0])
     previous = chosen if chosen in steps else min(steps, key=lambda s: abs(s - chosen))  # the nearest, while it is not there
-    if chosen in steps and st.session_state.get(StateKey.STEP_STANDING_IN) is not None:
-        show_step(chosen)  # back: the widget shows it again (a select box keeps the step that stood in otherwise)
+    standing_in = st.session_state.get(StateKey.STEP_STANDING_IN)
+    if standing_in is not None and all(st.session_state[key] == standing_in for key in STEP_WIDGETS if key in st.session_state):
+        set_step_widgets(previous)  # the chosen step back, or a nearer one standing in (a select box keeps its value else)
     # Following: to the latest step when following starts and whenever a new last step arrives.
     if follow_latest and (not st.session_state.get(StateKey.FOLLOWING) or steps[-1] != st.session_state.get(StateKey.LAST_STEP_SEEN)):
         show_step(steps[-1])
@@ -2136,7 +2142,12 @@ def draw_step_selector(run: "RunSnapshot", follow_latest: bool) -> int:
 def show_step(step: int):
     st.session_state[StateKey.SELECTED_STEP] = step
     st.session_state.pop(StateKey.LAST_STEP_WHEN_CHOSEN, None)
-    for key in (StateKey.STEP_SLIDER, StateKey.STEP_SELECTBOX):
+    set_step_widgets(step)
+
+
+# The step selector's widgets (the one drawn) show the step when next drawn.
+def set_step_widgets(step: int):
+    for key in STEP_WIDGETS:
         if key in st.session_state:
             st.session_state[key] = step
 

@@ -83,7 +83,7 @@ class RunStore:
         self.conversions: dict[str, tuple] = {}  # source -> (its stamp, its conversion's path), as made or checked last
         self.failures: dict[str, tuple] = {}  # source -> ((status, context), problem) of its last failed conversion
         self.gone: dict[str, int] = {}  # a file loaded before and no longer listed -> its lines then (a note says so)
-        self.unparsed: dict[str, str] = {}  # files whose lines the last load could not read, and why: the next load tries again
+        self.unparsed: dict[int, dict[str, str]] = {}  # per kept snapshot (by Max Samples Each Step), the files whose lines it could not read, and why: a load of it tries again
         self.run_cached = False  # its files' indexes were read from, or written to, the run's one cache file
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
@@ -132,7 +132,7 @@ class RunStore:
     def pending(self, max_samples: int) -> tuple[dict[str, "FileStatus"], "RunFormat"] | None:
         listing, run_format = self.current_files()
         files = self.files  # read once: a load may replace it meanwhile (this runs outside the lock)
-        if max_samples not in self.snapshots or list(listing) != list(files) or run_format != self.built_format or self.unparsed:
+        if max_samples not in self.snapshots or list(listing) != list(files) or run_format != self.built_format or self.unparsed.get(max_samples):
             return listing, run_format
         changed = any(files[path].change(status) != "same" or files[path].texts_change(run_format.texts.get(path)) != "same" for path, status in listing.items())
         return (listing, run_format) if changed else None
@@ -223,7 +223,7 @@ class RunStore:
             snapshot = dataclasses.replace(snapshot, source_files={known[1]: source for source, known in self.conversions.items() if known[1] in self.files})
         kept = [item for item in self.snapshots.items() if item[0] != max_samples]
         self.snapshots = dict(kept[len(kept) - (SNAPSHOTS_KEPT - 1) :] if SNAPSHOTS_KEPT > 1 else []) | {max_samples: snapshot}
-        self.unparsed = unparsed
+        self.unparsed = {samples: files for samples, files in (self.unparsed | {max_samples: unparsed}).items() if samples in self.snapshots and files}
         return snapshot
 
     # Do something for each of some of its files (a few requests each, waited for): at once on object storage, one

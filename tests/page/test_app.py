@@ -477,8 +477,10 @@ def test_live_mode_pulls_in_new_steps_and_keeps_the_selection(grpo_root, monkeyp
 # user chose was replaced by the nearest for good (it stayed there after the step was back). It stays chosen, said so,
 # and shows again once logged.
 # Evenly spaced steps (a slider) and others (a select box, which keeps its value where a slider is built anew).
-@pytest.mark.parametrize("steps, chosen, resumed_at", [((1, 2, 3, 4, 5, 6), 5, 4), ((1, 2, 4, 7, 9, 12), 9, 7)])
-def test_a_chosen_step_a_resumed_launch_drops_for_a_while_is_shown_again_once_back(tmp_path, monkeypatch, steps, chosen, resumed_at):
+# The resumed launch logs its steps one at a time: each the nearest stands in, until the chosen one is back (a select
+# box kept the first step that stood in, and took it for the user's choice once a nearer one came).
+@pytest.mark.parametrize("steps, chosen, resumed_at, between", [((1, 2, 3, 4, 5, 6), 5, 4, ()), ((1, 2, 4, 7, 9, 12), 9, 7, (8,))])
+def test_a_chosen_step_a_resumed_launch_drops_for_a_while_is_shown_again_once_back(tmp_path, monkeypatch, steps, chosen, resumed_at, between):
     run_dir = tmp_path / "runs" / "run"
     write_lines(run_dir / "rollout_data_rank_0_20260101T000000Z.jsonl", [sample(step, reward=1.0) for step in steps])
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
@@ -491,6 +493,12 @@ def test_a_chosen_step_a_resumed_launch_drops_for_a_while_is_shown_again_once_ba
     left = [step for step in steps if step < resumed_at] + [resumed_at]
     assert selector(len(left)).value == resumed_at  # the nearest
     assert [box.value for box in app.info if box.value.startswith(f"Step {chosen} is not in the run now")]
+    for step in between:
+        with open(resumed, "a") as file:
+            file.write(json.dumps(sample(step, reward=2.0)) + "\n")
+        app.run()
+        left.append(step)
+        assert selector(len(left)).value == step and [box.value for box in app.info if box.value.startswith(f"Step {chosen} is not in the run now")]
     with open(resumed, "a") as file:
         file.write(json.dumps(sample(chosen, reward=2.0)) + "\n")
     app.run()

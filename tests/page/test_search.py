@@ -638,3 +638,5 @@ def test_a_clicked_result_stays_checked_only_while_its_row_holds_it(tmp_path, mo
     assert widget(app.slider, "Step Index(3 total steps)").value == first[0]
     click_row(app, frame, 0)
     assert widget(app.slider, "Step Index(3 total steps)").value == 3
+    names = list(app.session_state)
+    assert board.StateKey.PICKED_ROW in names and [name for name in names if name.endswith(":picked")] == []  # one entry, not one a table

@@ -1784,5 +1784,6 @@ def test_lines_a_load_could_not_parse_are_read_by_the_next_though_nothing_change
     run = store.load(64, parallel=False)
     assert run.samples["reward"].tolist() == [0.0] * 6 and run.problems["reason"].str.startswith("its lines could not be read ([Errno 5]").all()
     assert store.snapshots[64] is run and store.needs_work(64)
+    assert len(store.load(128, parallel=False).samples) == 12 and store.needs_work(64)  # another selection read them: not this one's
     again = store.load(64, parallel=False)
     assert sorted(again.samples["reward"].tolist()) == [0.0] * 6 + [1.0] * 6 and again.problems.empty and not store.needs_work(64)
