@@ -244,8 +244,9 @@ TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
 # whole page on every sample change.
 # The sidebar's chosen runs (Compare with) show their whole names, wrapped, instead of a few letters and "…". What a
 # pick scrolls to (scroll_into_view) stops below the page's fixed header, the step selector with its heading. The run's
-# facts (model, beta, ...) in a smaller type, which fits a 1280 px screen. An image opened full screen (its frame then
-# has a height) fills the view, however small it is.
+# facts (model, beta, ...) in a smaller type, which fits a 1280 px screen. A chosen pill or view stands out (the theme's
+# grey primary colour drew it as the others, so all of What changed's pills chosen looked as none). An image opened
+# full screen (its frame then has a height) fills the view, however small it is.
 PAGE_STYLE = (
     "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
     " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}"
@@ -253,6 +254,7 @@ PAGE_STYLE = (
     " [data-testid='stSidebar'] [data-tag] span[title] {max-width: none; overflow: visible; white-space: normal; overflow-wrap: anywhere}"
     " .st-key-step_slider, .st-key-step_selectbox {scroll-margin-top: 130px} .st-key-sample_index {scroll-margin-top: 80px}"
     " .st-key-run_facts [data-testid='stMetricValue'] {font-size: 1.6rem}"
+    " [data-testid='stButtonGroup'] button[data-selected]:not([data-disabled]) {background-color: rgba(170, 170, 173, 0.3); color: #ececf0}"
     " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] {width: 100%}"
     " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] img"
     " {width: 100% !important; height: calc(100vh - 6rem); object-fit: contain}</style>"
@@ -1189,7 +1191,7 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
     series = series_column.selectbox("Series", numbers, key=StateKey.FACET_SERIES, format_func=distinct_labels(numbers))
     values = run.samples[facet].dropna().unique().tolist()
     by_value = [(f"{facet.removeprefix(TEXT_PREFIX)} = {value}", run.samples[run.samples[facet] == value]) for value in sorted(values)]
-    draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})), run.steps)
+    draw_chart(st, cached_step_curve([series], f"👾 {series} per {facet.removeprefix(TEXT_PREFIX)} (Step level)", series, dashes_named=False, **(curve | {"versions": (curve["versions"][0], facet), "_runs": by_value})), run.steps)
     st.dataframe(facet_table(run.samples, facet, series), hide_index=True, width="stretch")
 
 
@@ -1422,14 +1424,14 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
     if len(trajectory.notes) > 5:
         st.warning(f"{len(trajectory.notes) - 5} more notes on this trajectory's turns.")
     view = pd.DataFrame({
-        "turn": table["turn"], "role": table["role"], "tool": table["tool_name"],
+        "turn": table["turn"], "role": table["role"], "tool": table["tool_name"].fillna(""),  # a turn of no tool: blank, not "None"
         "text": [shorten(one_line(text), 120) for text in table["text"]],
         "tokens": table["tokens"], "mean logp": table["mean_logp"], "mean kl": table["mean_kl"], "mean entropy": table["mean_entropy"],
         "mean |Δ|": table["mean_abs_mismatch"], "reward": table["reward"], "advantage": table["advantage"],
-        "error": [None if error is None else shorten(one_line(error), 80) for error in table["error"]],
+        "error": ["" if error is None else shorten(one_line(error), 80) for error in table["error"]],
         "images": [len(images) or None for images in table["images"]],
     })
-    view = view[[column for column in view if column in ("turn", "role", "text") or view[column].notna().any()]]
+    view = view[[column for column in view if column in ("turn", "role", "text") or view[column].replace("", np.nan).notna().any()]]
     key = f"{StateKey.TRAJECTORY}:{row['index_id']}:{row['offset']}"
     picked = st.dataframe(view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row")
     chosen = picked.selection.rows
@@ -2259,6 +2261,7 @@ def draw_groups(batch: "StepBatch", settings: "Settings"):
 
 
 GROUP_SHOWN = 16  # completions of a group drawn at once: each costs the browser about 10 ms of every step change
+NO_BREAK = "\u00a0"  # a space a line does not break at
 
 
 # The other completions of the sample's prompt, side by side, each a click away from the samples pair above. Of a group
@@ -2293,6 +2296,7 @@ def draw_sample_group(batch: "StepBatch", sample: int, settings: "Settings"):
                 facts.append(f"adv {number_text(member['advantage'], '+.3g')}")
             if pd.notna(member["response_tokens_len"]):
                 facts.append(f"{member['response_tokens_len']:.0f} tok")
+            facts = [fact.replace(" ", NO_BREAK) for fact in facts]  # a narrow column wraps between facts, not inside one
             # A button in every place, keyed by the place: another sample or step relabels it, where a new key or a
             # markdown in a button's place would be a new element, built anew by the browser.
             shown = index == sample
@@ -2896,8 +2900,8 @@ def cached_metric_chart(name, versions, smoothing, zero_shift, _histories) -> di
 
 # Step charts change only with the runs and the curve settings, so a step or sample change reuses them.
 @st.cache_resource(show_spinner=False, max_entries=64)
-def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift, smoothing, _runs, names=None, median=False, log_scale=False, lines=()) -> dict:
-    return arrow_data(step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines))
+def cached_step_curve(columns, title, unit, versions, variance_scale, zero_shift, smoothing, _runs, names=None, median=False, log_scale=False, lines=(), dashes_named=True) -> dict:
+    return arrow_data(step_curve_chart(_runs, columns, title, unit, variance_scale, zero_shift, smoothing, names, median, log_scale, lines, dashes_named))
 
 
 # A number's largest changes from step to step, once per run version, series and statistic: not at every rerun.

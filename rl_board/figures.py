@@ -83,9 +83,15 @@ LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 HEAT_MAP_COLUMNS = 500
 
 
+LINE_WIDTH, LINE_WIDENING = 1.5, 2.0  # pixels: the last of the dashed lines without a band, and each before it wider
+
+
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
-# numeric order; smoothed, the raw centre line stays faint behind.
-def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=()) -> dict:
+# numeric order; smoothed, the raw centre line stays faint behind. Several runs (or a facet's values, as runs) are
+# coloured, their series dashed, the dashes named in a legend unless dashes_named is False (a facet's one series,
+# named in the title). The dashed lines without a band (`lines`) are drawn each narrower than the one before, so two
+# that coincide (TRL's kl recomputed and as logged) both show.
+def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=(), dashes_named=True) -> dict:
     points, shown, line_points, left_out_series = [], [], [], []
     by_run = len(runs) > 1  # several runs: colour by run, dashes by series (so a series chosen or not keeps the spec)
     longest = max([samples["step"].nunique() for _, samples in runs] + [len(steps) for _, steps, _ in lines], default=0)  # for the note
@@ -122,7 +128,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
                 )
             ]
     marked = sum(len(steps) for _, steps, _ in lines) < LINE_POINTS_MARKED
-    for name, steps, values in lines:  # dashed lines without a band: (name, steps, values)
+    for position, (name, steps, values) in enumerate(lines):  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
         left_out_series.append((name, np.asarray(steps), raw, False))
         first = raw[np.isfinite(raw)][:1]  # shifted by its first finite value: a first inf or None would blank the line
@@ -130,7 +136,8 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         shown.append(name)
         line = smoothed(raw, smoothing)
         drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []))
-        line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)}
+        width = LINE_WIDTH + LINE_WIDENING * (len(lines) - 1 - position)
+        line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "width": width, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)}
                         for step, c, r in zip(np.asarray(steps)[drawn], line[drawn], raw[drawn])]
     x = STEP_AXIS
     band = "median, band 25-75 %" if median else f"mean, band ± std × {variance_scale:g}"
@@ -145,7 +152,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             "y": {"field": "centre", "type": "quantitative"},
             "color": colour,
             "detail": {"field": "series"},
-            **({"strokeDash": {"field": "what", "type": "nominal", "sort": {"field": "what_order", "op": "min"}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0}}} if by_run else {}),
+            **({"strokeDash": {"field": "what", "type": "nominal", "sort": {"field": "what_order", "op": "min"}, "legend": {"orient": "bottom", "title": None, "labelLimit": 0} if dashes_named else None}} if by_run else {}),
         },
     }
     centre = {"field": "centre", "type": "quantitative"}
@@ -172,7 +179,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
             nearest_point_layer(x, "centre", tooltip),
             step_extent_layer(),
             # The lines always there (a trainer's kl logged from a later step on adds no layer), their points marked when few.
-            {"data": {"name": "lines"}, "mark": {"type": "line", "strokeDash": [6, 3]}, "encoding": {"x": x, "y": centre, "color": colour, "tooltip": line_tooltip}},
+            {"data": {"name": "lines"}, "mark": {"type": "line", "strokeDash": [6, 3]}, "encoding": {"x": x, "y": centre, "color": colour, "strokeWidth": {"field": "width", "type": "quantitative", "scale": None, "legend": None}, "tooltip": line_tooltip}},
             {"data": {"name": "lines"}, "transform": [{"filter": "datum.marked"}], "mark": {"type": "point", "filled": True, "opacity": 1}, "encoding": {"x": x, "y": centre, "color": colour, "tooltip": line_tooltip}},
         ],
     }
@@ -440,16 +447,27 @@ def prompt_reward_chart(table: pd.DataFrame) -> dict:
     }
 
 
-STEP_LABELS = 12  # labels on a bar chart's step axis at most
+STEP_LABELS = 12  # labels on a bar chart's step axis at most, give or take one
 
 
-# A bar chart's step axis: a bar for every step, a label every so many steps, the first labelled (Vega's
-# overlap rule spaced them unevenly). Which steps are labelled is worked out in the browser from the steps the data
-# has: written into the spec, they would change it with each step a run adds, and the browser would build the chart
-# anew instead of swapping its data.
+# A round stretch of steps between labels (1, 2 or 5 × 10^k steps), about a STEP_LABELS-th of the axis' steps, in
+# Vega's expression language (no variables): of the steps `domain('x')`, first to last.
+STEP_SPAN = f"max(1, (peek(domain('x')) - domain('x')[0]) / {STEP_LABELS})"
+STEP_DECADE = f"pow(10, floor(log({STEP_SPAN}) / LN10))"
+ROUND_STEPS = f"({STEP_SPAN} <= {STEP_DECADE} ? 1 : {STEP_SPAN} <= 2 * {STEP_DECADE} ? 2 : {STEP_SPAN} <= 5 * {STEP_DECADE} ? 5 : 10) * {STEP_DECADE}"
+
+
+# A bar chart's step axis: a bar for every step, a label on the first step and on the first of each round stretch
+# (steps 1, 10, 20, ... of 100; the first stretch of steps in each 2,000 of a binned 20,000), whatever steps the data
+# has (Vega's overlap rule spaced them unevenly, and a label every so many bars fell on steps 1, 35, 69, ...). Which
+# steps are labelled is worked out in the browser from the steps the data has: written into the spec, they would
+# change it with each step a run adds, and the browser would build the chart anew instead of swapping its data.
 STEP_BAR_AXIS = {
     "field": "step", "type": "ordinal", "title": "step",
-    "axis": {"labelAngle": 0, "labelExpr": f"indexof(domain('x'), datum.value) % ceil(length(domain('x')) / {STEP_LABELS}) == 0 ? datum.label : ''"},
+    "axis": {
+        "labelAngle": 0,
+        "labelExpr": f"indexof(domain('x'), datum.value) == 0 || floor(datum.value / ({ROUND_STEPS})) != floor(domain('x')[indexof(domain('x'), datum.value) - 1] / ({ROUND_STEPS})) ? datum.label : ''",
+    },
 }
 
 

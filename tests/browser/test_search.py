@@ -223,15 +223,25 @@ STEP_AXIS_LABELS = """async ([chart, steps]) => {
 
 
 # Which steps the chart labels is worked out in its Vega view from its data (not written into the spec, which would
-# then change with every step a run adds): every step of this run's 4, every third of 30 (at most 12 labels).
-def test_the_chart_of_samples_found_per_step_labels_every_so_many_steps(page):
+# then change with every step a run adds): every step of this run's 4; of more, the first step and the first of each
+# round stretch of steps (1, 2 or 5 × 10^k), about 12 labels.
+def test_the_chart_of_samples_found_per_step_labels_round_steps(page):
     search_needle(page)
     page.wait_for_function(f"() => ({SEARCH_CHARTS}).length === 1", timeout=30_000)
     page.wait_for_timeout(1000)  # drawn
     chart = f"({SEARCH_CHARTS})[0].closest('.vega-embed')"
     assert page.evaluate(f"() => ({STEP_AXIS_LABELS})([{chart}, null])") == [str(step) for step in range(1, STEPS + 1)]
-    steps = list(range(101, 131))
-    assert page.evaluate(f"steps => ({STEP_AXIS_LABELS})([{chart}, steps])", steps) == [str(step) if position % 3 == 0 else "" for position, step in enumerate(steps)]
+
+    def labelled(steps: list[int]) -> list[int]:
+        labels = page.evaluate(f"steps => ({STEP_AXIS_LABELS})([{chart}, steps])", steps)
+        assert len(labels) == len(steps)
+        return [int(label.replace(",", "")) for label in labels if label]
+
+    assert labelled(list(range(101, 131))) == [101, 105, 110, 115, 120, 125, 130]  # 29 steps: every 5
+    assert labelled(list(range(1, 101))) == [1, *range(10, 101, 10)]
+    assert labelled(list(range(0, 2001, 10))) == list(range(0, 2001, 200))  # logged every 10 steps
+    assert labelled(list(range(1, 20_001, 80))) == [1, *range(2001, 20_001, 2000)]  # stretches of 80 steps, at their first
+    assert labelled([7, 3000]) == [7, 3000]
 
 
 # Clicking a result's selection box (rows are 35 px, the header is row 0) and waiting until the sample view shows it.

@@ -59,6 +59,8 @@ def test_a_trajectory_shows_each_turn_with_its_numbers_and_a_click_opens_it(root
     frame = trajectory_frame(app)
     turns = line["turns"]
     assert frame.value["role"].tolist() == [turn["role"] for turn in turns]
+    calls = [turn["tool_calls"][0]["name"] if turn.get("tool_calls") else turn.get("tool_name", "") for turn in turns]
+    assert frame.value["tool"].tolist() == calls and "" in calls  # a turn of no tool blank, not "None"
     for (_, row), turn in zip(frame.value.iterrows(), turns):
         if "token_start" in turn and turn["role"] == "assistant":
             values = line["logprobs"][turn["token_start"] : turn["token_end"]]

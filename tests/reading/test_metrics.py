@@ -306,7 +306,8 @@ def test_value_axes_label_their_ticks_as_numbers_read():
     def value_encodings(spec):
         for layer in [spec, *spec.get("layer", [])]:
             for channel, encoding in layer.get("encoding", {}).items():
-                if isinstance(encoding, dict) and encoding.get("type") == "quantitative" and encoding.get("field") != "step" and ("axis" in encoding or "legend" in encoding):
+                guide = encoding.get("axis", encoding.get("legend")) if isinstance(encoding, dict) else None  # None: none drawn (a line's width)
+                if guide is not None and encoding.get("type") == "quantitative" and encoding.get("field") != "step":
                     yield channel, encoding
 
     for name, spec in specs.items():
@@ -526,7 +527,21 @@ def test_compared_runs_keep_their_step_curve_spec_whichever_series_are_chosen():
     assert dashes == [[(0, "reward")], [(0, "ref_reward"), (1, "reward")], [(0, "reward"), (1, "ref_reward"), (2, "accuracy")]]
     assert {point["colour"] for point in charts[1]["datasets"]["points"]} == {"a", "b"}
     [line] = [layer for layer in charts[0]["layer"] if "strokeDash" in layer["encoding"]]
-    assert line["encoding"]["strokeDash"]["sort"] == {"field": "what_order", "op": "min"}
+    assert line["encoding"]["strokeDash"]["sort"] == {"field": "what_order", "op": "min"} and line["encoding"]["strokeDash"]["legend"]["orient"] == "bottom"
+    # a facet's values drawn as runs: one series, named in the title, its dash in no legend
+    [line] = [layer for layer in step_curve_chart(runs, ["reward"], "t", "reward", dashes_named=False)["layer"] if "strokeDash" in layer["encoding"]]
+    assert line["encoding"]["strokeDash"]["legend"] is None
+
+
+# Step-KL's dashed lines, TRL's kl recomputed and as the trainer logged it, are often the same numbers: each is drawn
+# narrower than the one before it, so both show where they coincide.
+def test_dashed_lines_that_coincide_both_show():
+    samples = pd.DataFrame({"step": [1, 1, 2, 2], "kl": [0.1, 0.2, 0.3, 0.4]})
+    chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats", lines=[("recomputed", [1, 2], [0.15, 0.35]), ("logged", [1, 2], [0.15, 0.35])])
+    widths = {point["series"]: point["width"] for point in chart["datasets"]["lines"]}
+    assert widths["recomputed"] > widths["logged"] > 0
+    [drawn] = [layer for layer in chart["layer"] if layer.get("data") == {"name": "lines"} and layer["mark"]["type"] == "line"]
+    assert drawn["encoding"]["strokeWidth"] == {"field": "width", "type": "quantitative", "scale": None, "legend": None}
 
 
 def test_step_fractions_are_percent_per_step():
