@@ -1,14 +1,14 @@
-"""What the agent formats share (prime-rl's verifiers traces, rLLM's episodes, ROLL's agentic dumps): chat messages as
-the board's turns (rollout_logger/metadata.py, above TURN_ROLES: {"role", "text", "token_start"/"token_end",
-"tool_calls": [{"name", "arguments", "id"}], "tool_name", "tool_call_id", "error", "reward", "advantage"}), and the
-notes a conversion gives the load report about what it could not take as it was (Notes: one per line, with the line's
-number in the converted file).
+"""What the agent formats share (prime-rl's verifiers traces, rLLM's episodes, ROLL's agentic dumps, TRL's tool
+loops): chat messages as the board's turns (rollout_logger/metadata.py, above TURN_ROLES: {"role", "text",
+"token_start"/"token_end", "tool_calls": [{"name", "arguments", "id"}], "tool_name", "tool_call_id", "error", "reward",
+"advantage"}), and the notes a conversion gives the load report about what it could not take as it was (Notes: one per
+line, with the line's number in the converted file).
 
 A message is OpenAI's chat format (content a text or a list of parts; an assistant's tool_calls as {"id", "type",
-"function": {"name", "arguments"}}; a tool's tool_call_id and name) or verifiers' (tool_calls as {"id", "name",
-"arguments"}). Tool-call arguments are a JSON object, or the text as written when it is not valid JSON (a note); a
-role the board does not know is shown as an environment turn (a note); a line keeps at most MAX_TURNS turns (a note
-counts the rest)."""
+"function": {"name", "arguments"}}; a tool's tool_call_id and name; an assistant's reasoning as reasoning_content or
+reasoning, or a thinking part) or verifiers' (tool_calls as {"id", "name", "arguments"}). Tool-call arguments are a
+JSON object, or the text as written when it is not valid JSON (a note); a role the board does not know is shown as an
+environment turn (a note); a line keeps at most MAX_TURNS turns (a note counts the rest)."""
 import json
 import math
 
@@ -48,7 +48,8 @@ class Notes:
             self.rows.append((line, text))
 
 
-# A message's content as text: a string as it is, a list of parts joined (an image part as [image]), else JSON.
+# A message's content as text: a string as it is, a list of parts joined (a thinking part as <think>...</think>, an
+# image part as [image]), else JSON.
 def content_text(content) -> str:
     if content is None:
         return ""
@@ -61,6 +62,8 @@ def content_text(content) -> str:
                 parts.append(part)
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") == "thinking" and isinstance(part.get("thinking"), str):  # Tinker's renderers' ThinkingPart
+                parts.append(thought(part["thinking"]))
             elif isinstance(part, dict) and part.get("type") in ("image_url", "image", "input_image"):
                 parts.append("[image]")
             else:
@@ -115,7 +118,7 @@ def message_turn(message, notes: LineNotes) -> dict:
     if not isinstance(message, dict):
         notes.add("a message that is not an object shown as an environment turn")
         return {"role": "environment", "text": content_text(message)}
-    turn = {"role": board_role(message.get("role"), notes), "text": content_text(message.get("content"))}
+    turn = {"role": board_role(message.get("role"), notes), "text": message_text(message)}
     calls = tool_calls(message.get("tool_calls"), notes)
     if calls:
         turn["tool_calls"] = calls
@@ -151,9 +154,35 @@ def encoded(line: dict) -> bytes:
         return json.dumps(line, default=str).encode()
 
 
-# A conversation as a line's prompt or response: one plain message (its role and text alone) as its text, anything
-# else as the messages themselves.
+# A conversation as a line's prompt or response: one plain message (its role, its text, its reasoning alone) as its
+# text (message_text), anything else (tool calls, several messages, images) as the messages themselves.
 def messages_value(messages: list):
-    if len(messages) == 1 and isinstance(messages[0], dict) and set(messages[0]) <= {"role", "content"} and isinstance(messages[0].get("content"), str):
-        return messages[0]["content"]
+    if len(messages) == 1 and is_plain_message(messages[0]):
+        return message_text(messages[0])
     return messages
+
+
+# Whether a message is a text and nothing else the board would lose as text: its content a string or text and thinking
+# parts, besides it only its role and reasoning.
+def is_plain_message(message) -> bool:
+    if not isinstance(message, dict) or set(message) - {"role", "content", *REASONING_KEYS}:
+        return False
+    content = message.get("content")
+    if isinstance(content, list):
+        return all(isinstance(part, dict) and part.get("type") in ("text", "thinking") and isinstance(part.get(part["type"]), str) for part in content)
+    return isinstance(content, str)
+
+
+# A message's text (content_text), an assistant's reasoning before it as <think>...</think>, as chat templates write it:
+# reasoning_content (TRL's parse_response, OpenAI-compatible servers) or reasoning (vLLM's newer name; rLLM's messages).
+def message_text(message: dict) -> str:
+    text = content_text(message.get("content"))
+    reasoning = next((message[key] for key in REASONING_KEYS if isinstance(message.get(key), str) and message[key]), None)
+    return thought(reasoning) + text if reasoning else text
+
+
+REASONING_KEYS = ("reasoning_content", "reasoning")
+
+
+def thought(reasoning: str) -> str:
+    return f"<think>\n{reasoning}\n</think>\n"

@@ -12,7 +12,7 @@ from rl_board.formats.base import RunFormat
 from rl_board.reading.index import IndexCache
 from rl_board.reading.storage import FileStatus, canonical_path, is_file, joined, read_file, write_file
 
-CONVERSION_FORMAT = 8  # a conversion made by another version of this code is made again (8: Relax's notes, W&B tables' split and steps)
+CONVERSION_FORMAT = 9  # a conversion made by another version of this code is made again (9: reasoning as <think>, TRL 1.16 tool loops as turns, SkyRL ground truths)
 
 
 CONVERSION_THREADS = 16  # files of a run on object storage fetched and converted at once

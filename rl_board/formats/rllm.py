@@ -39,6 +39,7 @@ from rl_board.formats.agent_turns import (
 )
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt, parent_and_name
 from rl_board.reading.storage import FileStatus, is_remote, joined, list_folder, read_file
+from rl_board.text import shorten
 from rollout_logger.metadata import FORMAT_KEYS
 
 EPISODES_FOLDER = "episodes"
@@ -137,6 +138,9 @@ def step_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
             notes.add(0, f"{name} is not an rLLM episode (no trajectories): left out")
             continue
         trajectories = [trajectory for trajectory in episode["trajectories"] if isinstance(trajectory, dict)]
+        if not trajectories:  # an episode that ended before its first trajectory (a timeout, an error): no sample
+            reason = episode.get("termination_reason")
+            notes.add(0, f"{name} has no trajectory{f' (termination_reason {shorten(str(reason), 80)})' if reason else ''}: an episode without samples")
         names = {trajectory.get("name") for trajectory in trajectories}
         for trajectory in trajectories:
             line_notes = LineNotes()

@@ -16,9 +16,12 @@ dumps).
 
 A line becomes a board line, line for line (the load report's line numbers are the file's): prompt input_prompt,
 response output_response, reward score (a per-token score: its sum, as SkyRL's avg_score counts it, with the list as
-token_rewards), stop_reason as it is, step N from the folder's name (eval_only: 0), text/data_source the facet; the
-samples of one prompt (the same input_prompt: eval_n_samples_per_prompt of them) a group; env_class, env_extras kept
-as fields, and eval_dump the folder's name. aggregated_results.jsonl is not samples: a note names it."""
+token_rewards), stop_reason as it is (length: truncated), ground_truth env_extras' reward_spec.ground_truth (SkyRL's
+datasets' answer), step N from the folder's name (eval_only: 0), text/data_source the facet; the samples of one
+prompt in one folder (the same input_prompt: eval_n_samples_per_prompt of them) a group, so that eval_only's and
+global_step_0_evals' (eval_before_train), both step 0, stay apart; env_class, env_extras kept as fields, and eval_dump
+the folder's name. aggregated_results.jsonl is not samples: a note names it. Opened at dumped_evals/, at the export
+path holding it, or at one global_step_<N>_evals/ (or dumped_evals/eval_only/) alone."""
 import json
 import re
 
@@ -55,8 +58,11 @@ LAYOUT = RunLayout(folders=frozenset({EVALS_FOLDER, DATA_FOLDER}), named=frozens
 
 def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
     run_dir = folder.run_dir.rstrip("/")
-    if parent_and_name(run_dir)[1] == EVALS_FOLDER:
+    parent, name = parent_and_name(run_dir)
+    if name == EVALS_FOLDER:
         evals, names = run_dir, folder.folders
+    elif is_step_folder(parent, name) and folder.jsonl:
+        evals, names = parent, {name}
     elif folder.folders & {EVALS_FOLDER, DATA_FOLDER}:
         evals = joined(run_dir, EVALS_FOLDER)
         names = {entry.name for entry in list_folder(evals) if entry.is_dir} if EVALS_FOLDER in folder.folders else set()
@@ -80,6 +86,12 @@ def recognise(folder: Folder) -> tuple[dict[str, FileStatus], RunFormat] | None:
                 problems.append((f"{DATA_FOLDER}/{entry.name}", 0, "not read", "a pickle (SkyRL's training batch): unpickling runs code from the file, so the board never "
                                  "opens it; convert it where it was written (docs/formats.md, Pickled dumps)"))
     return sources, RunFormat(NAME, dump_lines, (), tuple(problems), file_contexts=contexts)
+
+
+# One evaluation's folder opened alone: global_step_<N>_evals, or eval_only inside dumped_evals/ (a name too plain to
+# take anywhere).
+def is_step_folder(parent: str, name: str) -> bool:
+    return bool(STEP_FOLDER.fullmatch(name)) and (name != "eval_only" or parent_and_name(parent.rstrip("/"))[1] == EVALS_FOLDER)
 
 
 # A step folder's step: global_step_<N>_evals is N, eval_only 0.
@@ -107,6 +119,13 @@ def dump_line(line: bytes, step: int, folder_name: str) -> bytes:
         board["reward"] = sum(scores) if scores and None not in scores else None
     else:
         board["reward"] = finite(score)
+    if isinstance(fields.get("stop_reason"), str):
+        board["truncated"] = fields["stop_reason"] == "length"
+    extras = fields.get("env_extras")
+    reward_spec = extras.get("reward_spec") if isinstance(extras, dict) else None
+    if isinstance(reward_spec, dict) and reward_spec.get("ground_truth") is not None:
+        board["ground_truth"] = reward_spec["ground_truth"]
     prompt = board.get("prompt")
-    board |= {"step": step, "group_id": group_of_prompt(prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)), "eval_dump": folder_name}
+    group = group_of_prompt(prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True))
+    board |= {"step": step, "group_id": f"{folder_name}:{group}", "eval_dump": folder_name}
     return encoded(board)  # a lone surrogate (half an emoji) escaped, not a whole file lost

@@ -2,6 +2,10 @@
 <output_dir>/completions/completions_<step>.parquet (trl/trainer/grpo_trainer.py, GRPOTrainer.log: a pandas table of
 step, prompt, completion, a column per reward function, the log_extra columns and advantage). Opened at the output
 folder or at its completions/ folder; the training history is the output folder's checkpoint-*/trainer_state.json.
+Since TRL 1.16 (grpo_trainer.py of trl 1.16.0, lines 2833-2834 and 3343-3344; huggingface/trl @ f2cd577, 1.10.0.dev0,
+wrote the decoded texts) a conversational run's prompt and completion columns hold the chat messages themselves: a
+completion is parse_response's message ({"role", "content", "reasoning_content", "tool_calls"}) and, with tools, the
+tools' messages after it (chat_fields).
 
 Traps of the writer (TRL 1.16): the rows come from deques of generation_batch_size entries that
 _generate_and_score_completions extends with the gathered batch, so a file holds the latest generation batch, in the
@@ -36,6 +40,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet
 
+from rl_board.formats.agent_turns import LineNotes, kept_turns, message_turn, messages_value
 from rl_board.formats.base import Folder, RunFormat, RunLayout, summed
 from rl_board.reading.history import history_signature, mirrored_history, newest_trainer_state, read_history, read_meta
 from rl_board.reading.lines import FORMAT_KEYS, as_text, converted
@@ -231,14 +236,9 @@ def completion_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
     for index, row in enumerate(rows):
         reward, scores, row_notes = scored_row({name: row.pop(name) for name in names}, index + 1)
         notes += row_notes
-        line = {
-            "step": row.pop("step", None),
-            "prompt": row.pop("prompt", None),
-            "response": completion_text(row.pop("completion", None)),
-            "reward": reward,
-            "rewards_per_func": scores,
-            "advantage": row.pop("advantage", None),
-        }
+        chat_notes = LineNotes()
+        line = {"step": row.pop("step", None), **chat_fields(row.pop("prompt", None), row.pop("completion", None), chat_notes), "reward": reward, "rewards_per_func": scores, "advantage": row.pop("advantage", None)}
+        notes += [(index + 1, chat_notes.text())] if chat_notes.text() else []
         line["group_id"] = f"{line['step']}-{index // group_size}"
         line |= {(f"{name} (log_extra)" if name in line or name in FORMAT_KEYS else name): value for name, value in row.items()}
         lines.append(encoded_line(line))
@@ -310,11 +310,35 @@ def prompt_runs_size(prompts: list) -> int:
     return math.gcd(*runs) or 1
 
 
-# A completion as text: a chat completion of one assistant message is its content; others stay the message list.
-def completion_text(completion):
-    if isinstance(completion, list) and len(completion) == 1 and isinstance(completion[0], dict) and isinstance(completion[0].get("content"), str):
-        return completion[0]["content"]
-    return completion
+# A row's prompt and completion as a line's. Chat messages as TRL wrote them: pyarrow gives each message of a column
+# every key any message of it has, None where it had none (TRL 1.16 writes the messages themselves, parse_response's
+# {"role", "content", "reasoning_content", "tool_calls"}, not their text; a null TRL wrote cannot be told from one
+# pyarrow filled in, and is dropped too). A completion of one message of text, with its reasoning, is its text
+# (messages_value); one that calls tools or holds several messages (TRL's tool loop: the calls, the tools' results,
+# the answer) stays the messages, and is also the line's turns after the prompt's.
+def chat_fields(prompt, completion, notes: LineNotes) -> dict:
+    prompt, completion = written_messages(prompt), written_messages(completion)
+    fields = {"prompt": prompt, "response": messages_value(completion) if isinstance(completion, list) else completion}
+    if isinstance(completion, list) and (len(completion) > 1 or any(isinstance(message, dict) and message.get("tool_calls") for message in completion)):
+        opening = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        fields["turns"] = kept_turns([message_turn(message, notes) for message in opening + completion], notes)
+    return fields
+
+
+def written_messages(value):
+    if isinstance(value, list) and all(isinstance(message, dict) for message in value):
+        return [without_nulls(message) for message in value]
+    return value
+
+
+# A message without the keys pyarrow filled in, at every level (a tool call's arguments get every argument name any
+# call of the column has).
+def without_nulls(value):
+    if isinstance(value, dict):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [without_nulls(item) for item in value]
+    return value
 
 
 # A TRL output folder opened at its completions/ folder: the output folder, where the checkpoints are.

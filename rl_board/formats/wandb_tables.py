@@ -7,10 +7,11 @@ the W&B page shows only the latest (TRL issue #2045). Its history, config and su
 run-<id>.wandb (reading/wandb_log.py; a synced run also has files/wandb-summary.json): read as the run's training
 history (reading/history.py).
 
-TRL's completions table: GRPOTrainer.log (trl/trainer/grpo_trainer.py, trl 1.16.0, the same in huggingface/trl @
-f2cd57710ae345ea6428ae95363267fcf38a3dc8) logs {"completions": wandb.Table(dataframe=df)} at each logging step, df
-the columns step (the Trainer's global step, not W&B's step in the file name), prompt, completion (a text, or chat
-messages), a column per reward function (self.reward_func_names, floats, NaN where a function gave None), the
+TRL's completions table: GRPOTrainer.log (trl/trainer/grpo_trainer.py, trl 1.16.0; as in huggingface/trl @
+f2cd57710ae345ea6428ae95363267fcf38a3dc8 but for the prompt and completion, texts there) logs {"completions":
+wandb.Table(dataframe=df)} at each logging step, df the columns step (the Trainer's global step, not W&B's step in the
+file name), prompt, completion (a text, or chat messages: a reasoning model's reasoning_content, a tool loop's calls
+and results, read as TRL's parquet files are), a column per reward function (self.reward_func_names, floats, NaN where a function gave None), the
 log_extra columns, advantage (and image, wandb.Image objects, when the prompts had images); with
 log_unique_prompts=True one row per prompt. The reward functions' names are in the history as TRL's metrics
 (train/rewards/<name>/mean through Hugging Face's WandbCallback), their weights in the config (GRPOConfig's
@@ -63,8 +64,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from rl_board.formats.agent_turns import LineNotes
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
-from rl_board.formats.trl import completion_text, encoded_line, reward_number, scored_row
+from rl_board.formats.trl import chat_fields, encoded_line, reward_number, scored_row
 from rl_board.reading.history import wandb_entry
 from rl_board.reading.lines import FORMAT_KEYS, text_number
 from rl_board.reading.storage import FileStatus, joined, list_folder, read_file
@@ -264,7 +266,9 @@ def table_lines(data: bytes, context: tuple) -> tuple[bytes, list]:
             cells.pop("step")
             reward, scores, row_notes = scored_row({name: cells.pop(name) for name in functions if name in cells}, index + 1)
             notes += row_notes
-            line |= {"prompt": cells.pop("prompt"), "response": completion_text(cells.pop("completion")), "reward": reward, "rewards_per_func": scores}
+            chat_notes = LineNotes()
+            line |= {**chat_fields(cells.pop("prompt"), cells.pop("completion"), chat_notes), "reward": reward, "rewards_per_func": scores}
+            notes += [(index + 1, chat_notes.text())] if chat_notes.text() else []
             if "advantage" in cells:
                 line["advantage"] = cells.pop("advantage")
             line["group_id"] = group_of_prompt(line["prompt"])

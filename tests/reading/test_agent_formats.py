@@ -12,7 +12,7 @@ import pytest
 
 import rl_board
 from rl_board.formats import FORMATS, board_jsonl, prime_rl, rllm, roll
-from rl_board.formats.agent_turns import MAX_TURNS
+from rl_board.formats.agent_turns import MAX_TURNS, messages_value
 from rl_board.reading.search import export_jsonl
 from rl_board.tokenizer import TOKENIZER_VARIABLE
 from tests.support.agent_formats import agent_record, prime_rl_traces_run, rllm_run, roll_run
@@ -300,6 +300,43 @@ def test_rllm_step_without_its_summary_waits_and_bad_files_are_notes(tmp_path):
     assert line["turns"][2]["role"] == "environment" and line["turns"][2]["tool_calls"][0]["arguments"] == "{not json"
     readable = [json.loads(path.read_text()) for path in step_1.glob("episode_*.json") if path != cut]
     assert len(run.samples) == sum(len(episode["trajectories"]) for episode in readable)  # all but the cut-off episode's
+
+
+@pytest.mark.parametrize("messages, value", [
+    ([{"role": "assistant", "content": "42"}], "42"),
+    ([{"role": "assistant", "reasoning_content": "6*7", "content": "42"}], "<think>\n6*7\n</think>\n42"),
+    ([{"role": "assistant", "reasoning": "6*7", "content": "42"}], "<think>\n6*7\n</think>\n42"),  # vLLM's and rLLM's name
+    ([{"role": "assistant", "content": [{"type": "thinking", "thinking": "6*7"}, {"type": "text", "text": "42"}]}], "<think>\n6*7\n</think>\n42"),  # Tinker's parts
+    ([{"role": "assistant", "content": [{"type": "image"}, {"type": "text", "text": "a cat"}]}], None),  # an image: the messages
+    ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}], None),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], None),
+])
+def test_one_message_of_text_is_its_text_with_its_reasoning_and_anything_else_the_messages(messages, value):
+    assert messages_value(messages) == (messages if value is None else value)
+
+
+def test_rllm_reasoning_is_the_turn_s_think_block_and_an_episode_without_trajectories_is_a_note(tmp_path):
+    """Step.from_model_output writes an assistant message's reasoning beside its content (rllm/types.py): the turn shows
+    it before its text, as chat templates write it. An episode that ended before its first trajectory has no sample,
+    and the load report says so."""
+    base = rllm_run(tmp_path / "e", steps=(1,), val_steps=())
+    step_1 = base / "episodes" / "train_step_1_epoch_0"
+    path = sorted(step_1.glob("episode_*.json"))[0]
+    episode = json.loads(path.read_text())
+    for step in episode["trajectories"][0]["steps"]:
+        for message in step["chat_completions"]:
+            if message["role"] == "assistant":
+                message["reasoning"] = f"I should compute {message['content'][:5]}"
+    path.write_text(json.dumps(episode))
+    empty = step_1 / "episode_timeout.json"
+    empty.write_text(json.dumps(episode | {"episode_id": "timeout", "trajectories": [], "termination_reason": "timeout"}))
+    run = rl_board.open_run(base)
+    line = next(line for line in board_lines(run) if line["episode_id"] == episode["episode_id"])
+    messages = episode["trajectories"][0]["steps"][-1]["chat_completions"]
+    assert [turn["text"] for turn in line["turns"]] == [f"<think>\n{m['reasoning']}\n</think>\n{m['content']}" if "reasoning" in m else m["content"] for m in messages]
+    assert any(m.get("reasoning") for m in messages)
+    assert [reason for reason in notes(run) if empty.name in reason] == ["episode_timeout.json has no trajectory (termination_reason timeout): an episode without samples"]
+    assert "timeout" not in set(run.samples.get("text/episode_id", []))
 
 
 # ------------------------------------------------------------------------------------------------------ ROLL

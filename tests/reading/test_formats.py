@@ -185,6 +185,45 @@ def test_trl_reward_skips_missing_scores_and_is_missing_when_none_scored(tmp_pat
     assert reward[2:] == pytest.approx([row["sorted_digits"] + row["same_digits"] for row in rows[2:]], rel=1e-12)
 
 
+# The messages of a completion as TRL 1.16 logs them (grpo_trainer.py of trl 1.16.0: parse_response's message, its
+# reasoning_content and tool_calls where it has them; with tools, the tools' messages and the answer after it). A
+# reasoning model's answer, a tool loop, a plain answer, and a call rolled back at the length limit (its tool message
+# dropped: the assistant's call alone, content "").
+TRL_CHAT_COMPLETIONS = [
+    [{"role": "assistant", "reasoning_content": "6*7 is 42", "content": "42"}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "multiply", "arguments": {"a": 6, "b": 7}}}]},
+     {"role": "tool", "name": "multiply", "content": "42"}, {"role": "assistant", "content": "It is 42."}],
+    [{"role": "assistant", "content": "41"}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "square", "arguments": {"x": 6}}}]}],
+]
+
+
+def test_trl_chat_completions_keep_their_reasoning_and_tool_calls(tmp_path):
+    """A one-message completion of text shows as its text, a reasoning model's reasoning before it as <think>...</think>;
+    a completion that calls tools stays the messages TRL wrote (none of the keys pyarrow gives a message that lacks
+    them) and is also the sample's turns, after the prompt's: the calls, the tools' results."""
+    import pandas as pd
+
+    prompt = [{"role": "user", "content": "What is 6*7?"}]
+    folder = tmp_path / "out" / "completions"
+    folder.mkdir(parents=True)
+    pd.DataFrame({  # GRPOTrainer.log's table, as it writes it
+        "step": [1] * 4, "prompt": [prompt] * 4, "completion": TRL_CHAT_COMPLETIONS, "correct": [1.0, 1.0, 0.0, 0.0], "advantage": [0.5, 0.5, -0.5, -0.5],
+    }).to_parquet(folder / "completions_00001.parquet")
+    assert pyarrow.parquet.read_table(folder / "completions_00001.parquet").to_pylist()[2]["completion"][0]["tool_calls"] is None  # filled in
+    run = load(tmp_path / "out")
+    table = texts(run, 1)
+    assert table["response"].tolist()[0] == "<think>\n6*7 is 42\n</think>\n42" and table["response"].tolist()[2] == "41"
+    assert [json.loads(text) for text in table["response"].tolist()[1::2]] == [TRL_CHAT_COMPLETIONS[1], TRL_CHAT_COMPLETIONS[3]]
+    assert [json.loads(text) for text in table["prompt"]] == [prompt] * 4
+    assert run.step_rows(1)["turns"].fillna(0).tolist() == [0, 4, 0, 2]
+    lines = [json.loads(line) for line in export_jsonl(run.step_rows(1)).decode().splitlines()]
+    turns = lines[1]["turns"]
+    assert [(turn["role"], turn["text"]) for turn in turns] == [("user", "What is 6*7?"), ("assistant", ""), ("tool", "42"), ("assistant", "It is 42.")]
+    assert turns[1]["tool_calls"] == [{"name": "multiply", "arguments": {"a": 6, "b": 7}}] and turns[2]["tool_name"] == "multiply"
+    assert lines[3]["turns"][1]["tool_calls"] == [{"name": "square", "arguments": {"x": 6}}] and "turns" not in lines[0]
+
+
 @pytest.mark.training
 def test_trl_without_checkpoints_or_metadata_takes_the_float_columns_as_rewards(tmp_path):
     """With no trainer_state.json and no metadata, a note says the float columns are taken as reward functions; the int log_extra column is not one."""

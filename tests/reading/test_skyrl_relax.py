@@ -68,6 +68,27 @@ def test_skyrl_eval_dumps_are_a_line_per_sample_grouped_by_prompt(tmp_path, toke
     assert rl_board.open_run(export / "dumped_evals").samples["reward"].tolist() == run.samples["reward"].tolist()
 
 
+def test_skyrl_s_evaluation_before_training_and_an_eval_only_one_stay_apart_at_step_0(tmp_path):
+    """eval_before_train writes global_step_0_evals, an evaluation outside training eval_only: both step 0, each of its
+    prompts a group of its own folder's samples. A length stop is truncated; the answer (env_extras' reward_spec) is the
+    ground truth; one evaluation's folder opens alone."""
+    export = skyrl_run(tmp_path / "export", steps=(0, None), n=2)
+    run = rl_board.open_run(export)
+    assert run.steps == [0]
+    shown = run.step(0)
+    raw = [line for folder in ("global_step_0_evals", "eval_only") for path in sorted((export / "dumped_evals" / folder).glob("*.jsonl")) if path.name != "aggregated_results.jsonl" for line in lines(path)]
+    assert sorted(set(shown["text/eval_dump"])) == ["eval_only", "global_step_0_evals"] and len(shown) == len(raw)
+    assert partition(shown["group_id"]) == partition(zip(shown["prompt"], shown["text/eval_dump"]))
+    downloaded = board_lines(run)
+    assert sorted((line["stop_reason"], line["truncated"]) for line in downloaded) == sorted((line["stop_reason"], line["stop_reason"] == "length") for line in raw)
+    assert {True, False} <= {line["truncated"] for line in downloaded}
+    assert sorted(shown["ground_truth"]) == sorted(line["env_extras"]["reward_spec"]["ground_truth"] for line in raw)
+    alone = rl_board.open_run(export / "dumped_evals" / "global_step_0_evals")
+    assert alone.format == skyrl.NAME and alone.problems["kind"].tolist() == ["note"]
+    assert sorted(alone.step(0)["response"]) == sorted(line["output_response"] for line in raw[: len(raw) // 2])
+    assert rl_board.open_run(export / "dumped_evals" / "eval_only").format == skyrl.NAME
+
+
 def test_skyrl_pickles_are_never_opened_and_bad_lines_are_counted(tmp_path, monkeypatch):
     export = skyrl_run(tmp_path / "export", steps=(None, 3))
     monkeypatch.setattr("pickle.load", lambda *args, **kwargs: pytest.fail("a pickle was opened"))

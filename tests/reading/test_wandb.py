@@ -23,6 +23,7 @@ from tests.support.wandb_runs import (
     OPENRLHF_STEPS,
     PER_STEP_ROWS,
     QUESTIONS,
+    REASONING_STEP,
     REWARD_FUNCTIONS,
     REWARD_WEIGHTS,
     TRL_CALLBACK_STEPS,
@@ -71,13 +72,21 @@ def expected_completions(tables: dict, weights: dict) -> pd.DataFrame:
             scores = {name: cells[name] for name in REWARD_FUNCTIONS}
             weighted = [weights.get(name, 1.0) * score for name, score in scores.items() if not math.isnan(score)]
             rows.append({
-                "step": cells["step"], "prompt": json.dumps(cells["prompt"], ensure_ascii=False), "response": cells["completion"][0]["content"],
+                "step": cells["step"], "prompt": json.dumps(cells["prompt"], ensure_ascii=False), "response": response_text(cells["completion"]),
                 "reward": sum(weighted) if weighted else np.nan, "advantage": cells["advantage"],
                 **{f"rewards/{name}": score for name, score in scores.items()}, "file": path.name,
             })
     frame = pd.DataFrame(rows)
     frame["group"] = frame.groupby("step")["prompt"].transform(lambda prompts: pd.factorize(prompts)[0])
     return frame
+
+
+# A completion of one assistant message as the board shows it: its reasoning (a reasoning model's) before its text, as
+# chat templates write it.
+def response_text(completion: list) -> str:
+    [message] = completion
+    reasoning = message.get("reasoning_content")
+    return f"<think>\n{reasoning}\n</think>\n{message['content']}" if reasoning else message["content"]
 
 
 # The board's samples with their texts, in the board's order.
@@ -102,6 +111,7 @@ def test_every_step_s_completions_table_is_a_step_with_its_rows(written):
     assert completions["step"].tolist() == expected["step"].tolist()
     assert completions["prompt"].tolist() == expected["prompt"].tolist()
     assert completions["response"].tolist() == expected["response"].tolist()
+    assert sum(text.startswith("<think>\nthinking at step") for text in completions["response"]) == len(completions[completions["step"] == REASONING_STEP]) > 0
     for column in ["reward", "advantage", *[f"rewards/{name}" for name in REWARD_FUNCTIONS]]:
         np.testing.assert_allclose(completions[column].to_numpy(float), expected[column].to_numpy(float), rtol=0, atol=1e-12, err_msg=column)
     assert completions["rewards/accuracy"].isna().sum() == 1  # the function that gave None

@@ -43,6 +43,8 @@ NUM_GENERATIONS = 2
 
 STEPS = (1, 2, 3)  # the Trainer's global steps at which the GRPO run logs (logging_steps=1)
 
+REASONING_STEP = 3  # its completions are a reasoning model's: reasoning_content beside the content
+
 
 # The rows GRPOTrainer._logs holds at a logging step: NUM_GENERATIONS completions of each prompt, in order.
 def completions_rows(step: int) -> dict:
@@ -50,7 +52,10 @@ def completions_rows(step: int) -> dict:
     for question_index, question in enumerate(QUESTIONS):
         for generation in range(NUM_GENERATIONS):
             prompts.append([{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": question}])
-            completions.append([{"role": "assistant", "content": f"<think>step {step}</think> answer {question_index}.{generation}"}])
+            if step == REASONING_STEP:  # parse_response's message of a reasoning model (trl 1.16.0): a table's rows all have the key
+                completions.append([{"role": "assistant", "reasoning_content": f"thinking at step {step}", "content": f"answer {question_index}.{generation}"}])
+            else:
+                completions.append([{"role": "assistant", "content": f"<think>step {step}</think> answer {question_index}.{generation}"}])
             accuracy.append(float("nan") if (step, question_index, generation) == (2, 1, 0) else float((step + generation) % 2))
             formats.append(0.25 * (question_index + 1))
             solutions.append(f"solution {question_index}")
