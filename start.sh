@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Serve the board: bash start.sh [PORT] [ROOT]
+# Serve the board: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS]
 #   PORT  default 8901 (or $RL_LOGGING_BOARD_PORT)
 #   ROOT  folder whose sub-folders are runs, or an s3:// (gs://, az://, hf://) URL; default the bundled
 #         rollout_samples/ (or $RL_LOGGING_BOARD_ROOT). S3: credentials from the usual AWS chain, AWS_ENDPOINT_URL for
 #         an S3-compatible store
+#   PAGE OPTIONS  after --, passed to the page: --tokenizer, --endpoint-url, --allow-any-root (docs/launch.md)
 # It listens on 127.0.0.1 only; set RL_LOGGING_BOARD_ADDRESS=0.0.0.0 to serve other machines. Served so, the page asks
 # for RL_LOGGING_BOARD_TOKEN (made here and printed with the link when unset) and opens only folders under ROOT
 # (RL_LOGGING_BOARD_ALLOW_ANY_ROOT=1 lifts that); the link names RL_LOGGING_BOARD_HOST, else this machine's name.
@@ -13,8 +14,23 @@
 # that interpreter as it is, installing nothing (e.g. "$VIRTUAL_ENV/bin/python" for the active environment).
 set -euo pipefail
 project="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-port="${1:-${RL_LOGGING_BOARD_PORT:-8901}}"
-root="${2:-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}"
+given=()
+page_options=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--" ]; then
+    shift
+    page_options=("$@")
+    break
+  fi
+  given+=("$1")
+  shift
+done
+if [ "${#given[@]}" -gt 2 ]; then
+  echo "start.sh: usage: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS] (got ${given[*]})" >&2
+  exit 2
+fi
+port="${given[0]:-${RL_LOGGING_BOARD_PORT:-8901}}"
+root="${given[1]:-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}"
 case "$root" in
   *://*) ;;  # object storage (s3://bucket/prefix): a URL, not a path on this machine
   *) root="$(realpath -m "$root")" ;;
@@ -101,4 +117,4 @@ sys.argv[0] = "streamlit"
 sys.exit(main())
 ' run rl_logging_board.py \
   --server.port "$port" --server.address "$address" --server.headless true \
-  --browser.gatherUsageStats false ${served[@]+"${served[@]}"} -- --root "$root"
+  --browser.gatherUsageStats false ${served[@]+"${served[@]}"} -- --root "$root" ${page_options[@]+"${page_options[@]}"}

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))  # `tests` and `examples` as packages of this checkout
 
-from tests.trl_completions_run import trl_completions_run  # noqa: E402
+from tests.support.trl_completions_run import trl_completions_run  # noqa: E402
 
 DESTINATION = PROJECT / "rollout_samples" / "from_trl_log_completions"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))  # `tests` as a package of this checkout
 
-from tests.other_trainers import verl_run  # noqa: E402
+from tests.support.other_trainers import verl_run  # noqa: E402
 
 DESTINATIONS = {"rollout": PROJECT / "rollout_samples" / "from_verl_rollout_data", "validation": PROJECT / "rollout_samples" / "from_verl_validation_data"}
 

@@ -153,3 +153,62 @@ def test_start_sh_prepares_the_server_before_the_first_page(tmp_path):
         log, _ = board.communicate(timeout=60)
     assert "You can now view your Streamlit app" in log
     assert "WARNING" not in log and "Traceback" not in log, log
+
+
+# A stand-in for the board's Python that writes the arguments start.sh runs it with, one a line, and exits.
+ARGUMENTS_WRITTEN = "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$ARGUMENTS_FILE\"\n"
+
+
+@pytest.mark.parametrize("arguments, page_options", [
+    (["8123", "{root}"], ["--root", "{root}"]),
+    (["8123", "{root}", "--", "--tokenizer", "/models/tokenizer.json", "--allow-any-root"], ["--root", "{root}", "--tokenizer", "/models/tokenizer.json", "--allow-any-root"]),
+    (["--", "--endpoint-url", "http://minio:9000"], ["--root", str(PROJECT / "rollout_samples"), "--endpoint-url", "http://minio:9000"]),
+])
+def test_start_sh_passes_the_options_after_two_dashes_to_the_page(tmp_path, arguments, page_options):
+    """docs/launch.md's `bash start.sh PORT ROOT -- --tokenizer ...`: the page gets them after its root."""
+    python, written = tmp_path / "python", tmp_path / "arguments"
+    python.write_text(ARGUMENTS_WRITTEN)
+    python.chmod(0o755)
+    env = {name: value for name, value in os.environ.items() if name not in ("RL_LOGGING_BOARD_PORT", "RL_LOGGING_BOARD_ROOT")}
+    env |= {"RL_LOGGING_BOARD_PYTHON": str(python), "ARGUMENTS_FILE": str(written)}
+    root = str(tmp_path)
+    subprocess.run(["bash", "start.sh", *(argument.format(root=root) for argument in arguments)], cwd=PROJECT, env=env, check=True, capture_output=True)
+    run = written.read_text().splitlines()
+    assert run[run.index("--") + 1 :] == [option.format(root=root) for option in page_options]
+    assert run[run.index("--server.port") + 1] == ("8123" if arguments[0] == "8123" else "8901")
+
+
+def test_start_sh_refuses_a_third_argument_before_two_dashes(tmp_path):
+    result = subprocess.run(["bash", "start.sh", "8123", str(tmp_path), "--tokenizer"], cwd=PROJECT, env=dict(os.environ, RL_LOGGING_BOARD_PYTHON="/bin/false"), capture_output=True, text=True)
+    assert result.returncode == 2 and "usage: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS]" in result.stderr
+
+
+# Every module of this project that an example or a bench script imports from exists and defines the names imported
+# (a module moved into tests/support/ had left two examples failing at their first line).
+@pytest.mark.parametrize("script", sorted([*(PROJECT / "examples").glob("*.py"), *(PROJECT / "bench").glob("*.py")]), ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_every_project_import_of_a_script_resolves(script):
+    for node in ast.walk(ast.parse(script.read_text())):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module.split(".")[0] not in ("tests", "rl_board", "rollout_logger", "bench", "examples"):
+            continue
+        base = PROJECT / node.module.replace(".", "/")
+        source = next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.exists()), None)
+        assert source is not None, f"{script.name} imports {node.module}, which is no module of this project"
+        defined = top_level_names(source)
+        for alias in node.names:
+            submodule = base / alias.name
+            assert alias.name in defined or submodule.with_suffix(".py").exists() or submodule.is_dir(), f"{script.name}: {node.module} defines no {alias.name}"
+
+
+# The names a module defines or imports at its top level (a package's lazily imported API: its __getattr__'s names too).
+def top_level_names(source: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            names.update(target.id for target in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(target, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    if "__getattr__" in names:
+        names.update(string.value for string in ast.walk(ast.parse(source.read_text())) if isinstance(string, ast.Constant) and isinstance(string.value, str) and string.value.isidentifier())
+    return names
