@@ -19,6 +19,7 @@ Sections, in order:
 """
 import argparse
 import base64
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -2008,7 +2009,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         shown_statuses = st.pills("Show", list(STATUSES), selection_mode="multi", default=list(STATUSES), key=StateKey.CHANGES + ":statuses")
         table = changes.table[changes.table["status"].isin(shown_statuses)]
         shown_columns = [CHANGES_SHOWN[0], "images", *CHANGES_SHOWN[1:]] if "images" in table else CHANGES_SHOWN
-        view = table.assign(prompt=[shorten(clean_text(text, settings.view.pad_token, settings.view.system_prompt_end), 120) for text in table["prompt"]]).reset_index(drop=True)[shown_columns]
+        view = table.assign(prompt=change_prompts(table["prompt"], settings.view)).reset_index(drop=True)[shown_columns]
         key = f"{StateKey.CHANGES}:table:" + hashlib.sha1(repr((run_a, steps_a, where_a, run_b, steps_b, where_b, column, threshold, shown_statuses)).encode()).hexdigest()
         picked = st.dataframe(
             view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row",
@@ -2024,6 +2025,14 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
             return
         prompt = table.reset_index().iloc[picked.selection.rows[0]]  # its numbers, with its text key and images
         draw_prompt_sides(prompt_lines(a, prompt), prompt_lines(b, prompt), prompt, functions, settings)
+
+
+# What changed's prompts as the batch and group tables show them (Pad Token, Drop System Prompt), but those that would
+# then read alike (prompts that differ only in their system prompt) with their system prompt, so no two rows look alike.
+def change_prompts(prompts: pd.Series, view: "ViewSettings") -> list[str]:
+    cleaned = [shorten(clean_text(text, view.pad_token, view.system_prompt_end), 120) for text in prompts]
+    repeated = {text for text, count in collections.Counter(cleaned).items() if count > 1}
+    return [shorten(clean_text(text, view.pad_token), 120) if shown in repeated else shown for text, shown in zip(prompts, cleaned)]
 
 
 # A and B: a run each (when runs are compared), a window of its steps and, in a run with facets, optionally one facet's

@@ -225,3 +225,15 @@ def test_the_prompts_are_shown_without_their_system_turn(tmp_path, monkeypatch):
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     [frame] = open_changes(app).dataframe
     assert sorted(frame.value["prompt"]) == [f"<|im_start|>user\nadd {k} and {k}<|im_end|>" for k in range(3)]
+
+
+def test_prompts_that_differ_only_in_their_system_turn_show_it(tmp_path, monkeypatch):
+    """Two prompts of one question under two system prompts would read alike without them: they keep theirs."""
+    systems = ["<|im_start|>system\nBe brief.<|im_end|>\n", "<|im_start|>system\nThink step by step.<|im_end|>\n"]
+    question = "<|im_start|>user\nadd 1 and 1<|im_end|>"
+    lines = [sample(step, prompt=f"{system}{question}", reward=float(step == 2)) for step in (1, 2) for system in systems]
+    lines += [sample(step, prompt="<|im_start|>user\nadd 2 and 2<|im_end|>", reward=1.0) for step in (1, 2)]
+    write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", lines)
+    app = load_and_view(start(tmp_path / "runs", monkeypatch))
+    [frame] = open_changes(app).dataframe
+    assert sorted(frame.value["prompt"]) == sorted([f"{system}{question}" for system in systems] + ["<|im_start|>user\nadd 2 and 2<|im_end|>"])
