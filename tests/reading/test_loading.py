@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -39,7 +40,17 @@ from bench.generate_run import write_run
 from rl_board.metrics import step_stats
 from rl_board.mismatch import read_mismatch_tokens
 from rl_board.reading.history import read_meta
-from rl_board.reading.index import BAD, BUNDLED_FILES, GOOD, UNPARSED, FileIndex, IndexCache
+from rl_board.reading.index import (
+    BAD,
+    BUNDLED_FILES,
+    CHECKSUM_KEY,
+    FACTS_KEY,
+    GOOD,
+    UNPARSED,
+    FileIndex,
+    IndexCache,
+    table_checksum,
+)
 from rl_board.reading.lines import (
     FIELD_COLUMNS,
     SUMMARY_DECODER,
@@ -720,8 +731,8 @@ def test_a_cached_index_ends_at_a_segment_that_does_not_extend_it(tmp_path, monk
         store.load(8, parallel=False)  # parses rows the cache holds: written whole, under a new write id
         assert not first.exists() and not second.exists()
         table = pyarrow.feather.read_table(pyarrow.BufferReader(first_write))
-        meta = json.loads(table.schema.metadata[b"rl_logging_board"]) | {"first_row": 23 * 8}  # where the new write ends
-        pyarrow.feather.write_feather(table.replace_schema_metadata({"rl_logging_board": json.dumps(meta)}), str(first))
+        meta = json.loads(table.schema.metadata[FACTS_KEY]) | {"first_row": 23 * 8}  # where the new write ends
+        write_signed(first, table, meta)
     restored = cache.load(str(path))
     expected_rows = {"damaged": 20 * 8 + 8, "missing": 20 * 8 + 8, "of another write": 23 * 8}[fault]
     assert len(restored.lines["offset"]) == expected_rows
@@ -798,10 +809,9 @@ def test_a_damaged_run_cache_file_is_read_again_from_the_files(tmp_path, damage,
     if damage == "garbage":
         cached.write_bytes(b"not arrow")
     elif damage == "another run":
-        meta = json.loads(table.schema.metadata[b"rl_logging_board"])
-        pyarrow.feather.write_feather(table.replace_schema_metadata({"rl_logging_board": json.dumps(dict(meta, run="/elsewhere"))}), cached)
+        write_signed(cached, table, dict(json.loads(table.schema.metadata[FACTS_KEY]), run="/elsewhere"))
     else:
-        pyarrow.feather.write_feather(table.drop(["offset"]), cached)
+        write_signed(cached, table.drop(["offset"]), json.loads(table.schema.metadata[FACTS_KEY]))
     assert load(tmp_path / "run", parallel=False).samples["reward"].tolist() == expected
 
 
@@ -830,18 +840,48 @@ def test_a_damaged_index_cache_is_read_again_from_the_file(tmp_path, damage):
     load(tmp_path / "run")
     cached = Path(IndexCache().path_of(str(path)))
     table = pyarrow.feather.read_table(cached)
-    meta = json.loads(table.schema.metadata[b"rl_logging_board"])
+    meta = json.loads(table.schema.metadata[FACTS_KEY])
     if damage in ("garbage", "empty"):
         cached.write_bytes(b"not arrow" if damage == "garbage" else b"")
-    else:
-        if damage == "no metadata":
-            table = table.replace_schema_metadata(None)
-        elif damage == "a column missing":
-            table = table.drop(["status"])
-        else:
-            meta = {"meta null": None, "meta without identity": dict(meta, identity={"size": 1}), "another format": dict(meta, format=1)}[damage]
-            table = table.replace_schema_metadata({"rl_logging_board": json.dumps(meta)})
-        pyarrow.feather.write_feather(table, cached)
+    elif damage == "no metadata":
+        pyarrow.feather.write_feather(table.replace_schema_metadata(None), cached)
+    elif damage == "a column missing":
+        write_signed(cached, table.drop(["status"]), meta)
+    else:  # each check of the facts alone: the file's checksum holds
+        write_signed(cached, table, {"meta null": None, "meta without identity": dict(meta, identity={"size": 1}), "another format": dict(meta, format=1)}[damage])
+    run = load(tmp_path / "run")
+    assert run.samples["reward"].tolist() == [3.0, 4.0] and not problems_of(run)
+
+
+# A cache file written as IndexCache writes one, its checksum over what it holds: a test's change of the facts or the
+# columns, which the reader must then turn down for what it is, not for its checksum.
+def write_signed(path: Path, table: pyarrow.Table, meta):
+    facts = json.dumps(meta).encode()
+    pyarrow.feather.write_feather(table.replace_schema_metadata({FACTS_KEY: facts, CHECKSUM_KEY: str(table_checksum(table, facts)).encode()}), str(path), compression="uncompressed", chunksize=max(1, table.num_rows))
+
+
+@pytest.mark.parametrize("where", ["a reward's bytes", "the facts", "the checksum"])
+def test_an_index_cache_whose_bytes_changed_since_its_write_is_read_again(tmp_path, where):
+    """A cache file keeps a CRC-32 of its columns and facts: a byte changed since the write (a disk's error, a crash that
+    left zeros) is caught, and the numbers come from the file again, never from the changed bytes."""
+    path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
+    load(tmp_path / "run")
+    cached = Path(IndexCache().path_of(str(path)))
+    data = bytearray(cached.read_bytes())
+    if where == "a reward's bytes":
+        position = data.find(np.array([3.0, 4.0]).tobytes())
+        assert position > 0
+        data[position : position + 8] = np.array([300.0]).tobytes()
+    else:  # a digit of the file's size in the facts, or of the checksum, in each copy of the schema (the start, the footer)
+        written = pyarrow.feather.read_table(cached).schema.metadata[CHECKSUM_KEY]
+        pattern = rb'"size": ([0-9])' if where == "the facts" else rb"(?<![0-9])([0-9])" + re.escape(written[1:]) + rb"(?![0-9])"
+        changed = 0
+        for match in re.finditer(pattern, bytes(data)):
+            data[match.start(1)] = ord("7") if match.group(1) != b"7" else ord("8")
+            changed += 1
+        assert changed == 2
+    cached.write_bytes(bytes(data))
+    assert IndexCache().load(str(path)) is None
     run = load(tmp_path / "run")
     assert run.samples["reward"].tolist() == [3.0, 4.0] and not problems_of(run)
 
