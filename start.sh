@@ -25,11 +25,19 @@ while [ $# -gt 0 ]; do
   given+=("$1")
   shift
 done
-if [ "${#given[@]}" -gt 2 ]; then
-  echo "start.sh: usage: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS] (got ${given[*]})" >&2
+refuse() {
+  echo "start.sh: $1 (usage: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS])" >&2
   exit 2
-fi
+}
+[ "${#given[@]}" -le 2 ] || refuse "more than a port and a root before --: ${given[*]}"
+for argument in ${given[@]+"${given[@]}"}; do
+  case "$argument" in -*) refuse "$argument before --: the page's options go after --" ;; esac
+done
+for option in ${page_options[@]+"${page_options[@]}"}; do
+  case "$option" in --root | --root=*) refuse "--root after --: give ROOT as the second argument" ;; esac
+done
 port="${given[0]:-${RL_LOGGING_BOARD_PORT:-8901}}"
+case "$port" in "" | *[!0-9]*) refuse "the port is not a number: $port" ;; esac
 root="${given[1]:-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}"
 case "$root" in
   *://*) ;;  # object storage (s3://bucket/prefix): a URL, not a path on this machine

@@ -83,14 +83,31 @@ LABELLED_TOKENS, VALUE_LABELLED_TOKENS = 100, 30
 HEAT_MAP_COLUMNS = 500
 
 
-LINE_WIDTH, LINE_WIDENING = 1.5, 2.0  # pixels: the last of the dashed lines without a band, and each before it wider
+LINE_WIDTH, LINE_WIDENING = 1.5, 2.0  # pixels: a dashed line without a band, and more for each later one over it
+LINES_COINCIDE = 0.005  # two lines whose values at a step differ by less than this share of their range: one drawn over the other
+
+
+# The widths of the dashed lines without a band, (name, steps, values) each: LINE_WIDTH, wider by LINE_WIDENING for
+# each later line that coincides with it at a step (TRL's kl recomputed from the lines and as the trainer logged it),
+# so that the one drawn first shows around those drawn over it.
+def line_widths(lines) -> list[float]:
+    finite = np.concatenate([np.asarray(values, dtype=float) for _, _, values in lines] or [np.array([])])
+    finite = finite[np.isfinite(finite)]
+    tolerance = LINES_COINCIDE * (finite.max() - finite.min()) if len(finite) else 0.0
+    by_step = [dict(zip(np.asarray(steps).tolist(), np.asarray(values, dtype=float).tolist())) for _, steps, values in lines]
+    return [LINE_WIDTH + LINE_WIDENING * sum(coincide(line, later, tolerance) for later in by_step[position + 1 :]) for position, line in enumerate(by_step)]
+
+
+# Whether two lines ({step: value}) are within `tolerance` of each other at a step they share.
+def coincide(one: dict, other: dict, tolerance: float) -> bool:
+    return any(step in other and abs(value - other[step]) <= tolerance for step, value in one.items())
 
 
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in
 # numeric order; smoothed, the raw centre line stays faint behind. Several runs (or a facet's values, as runs) are
 # coloured, their series dashed, the dashes named in a legend unless dashes_named is False (a facet's one series,
-# named in the title). The dashed lines without a band (`lines`) are drawn each narrower than the one before, so two
-# that coincide (TRL's kl recomputed and as logged) both show.
+# named in the title). The dashed lines without a band (`lines`) that coincide are drawn each narrower than the one
+# before (line_widths), so both show.
 def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=False, smoothing=0.0, names=None, median=False, log_scale=False, lines=(), dashes_named=True) -> dict:
     points, shown, line_points, left_out_series = [], [], [], []
     by_run = len(runs) > 1  # several runs: colour by run, dashes by series (so a series chosen or not keeps the spec)
@@ -128,7 +145,7 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
                 )
             ]
     marked = sum(len(steps) for _, steps, _ in lines) < LINE_POINTS_MARKED
-    for position, (name, steps, values) in enumerate(lines):  # dashed lines without a band: (name, steps, values)
+    for (name, steps, values), width in zip(lines, line_widths(lines)):  # dashed lines without a band: (name, steps, values)
         raw = np.array(values, dtype=float)
         left_out_series.append((name, np.asarray(steps), raw, False))
         first = raw[np.isfinite(raw)][:1]  # shifted by its first finite value: a first inf or None would blank the line
@@ -136,7 +153,6 @@ def step_curve_chart(runs, columns, title, unit, variance_scale=0.2, zero_shift=
         shown.append(name)
         line = smoothed(raw, smoothing)
         drawn = steps_drawn(len(raw), [line] + ([raw] if smoothing else []))
-        width = LINE_WIDTH + LINE_WIDENING * (len(lines) - 1 - position)
         line_points += [{"series": name, "colour": name, "order": len(dict.fromkeys(shown)) - 1, "marked": marked, "width": width, "step": int(step), "centre": json_number(c), "raw": faint(r, smoothing), "logged": json_number(r)}
                         for step, c, r in zip(np.asarray(steps)[drawn], line[drawn], raw[drawn])]
     x = STEP_AXIS
@@ -458,14 +474,16 @@ ROUND_STEPS = f"({STEP_SPAN} <= {STEP_DECADE} ? 1 : {STEP_SPAN} <= 2 * {STEP_DEC
 
 
 # A bar chart's step axis: a bar for every step, a label on the first step and on the first of each round stretch
-# (steps 1, 10, 20, ... of 100; the first stretch of steps in each 2,000 of a binned 20,000), whatever steps the data
-# has (Vega's overlap rule spaced them unevenly, and a label every so many bars fell on steps 1, 35, 69, ...). Which
-# steps are labelled is worked out in the browser from the steps the data has: written into the spec, they would
-# change it with each step a run adds, and the browser would build the chart anew instead of swapping its data.
+# (steps 1, 10, 20, ... of 100; 99, 110, 120, ... of 99 to 198; the first stretch of steps in each 2,000 of a binned
+# 20,000), whatever steps the data has (Vega's overlap rule spaced them unevenly, and a label every so many bars fell
+# on steps 1, 35, 69, ...). Which steps are labelled is worked out in the browser from the steps the data has: written
+# into the spec, they would change it with each step a run adds, and the browser would build the chart anew instead
+# of swapping its data.
 STEP_BAR_AXIS = {
     "field": "step", "type": "ordinal", "title": "step",
     "axis": {
         "labelAngle": 0,
+        "labelOverlap": "greedy",  # a first step just below a round one hides that one alone (the default rule hid every other)
         "labelExpr": f"indexof(domain('x'), datum.value) == 0 || floor(datum.value / ({ROUND_STEPS})) != floor(domain('x')[indexof(domain('x'), datum.value) - 1] / ({ROUND_STEPS})) ? datum.label : ''",
     },
 }

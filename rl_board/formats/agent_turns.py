@@ -162,21 +162,29 @@ def messages_value(messages: list):
     return messages
 
 
-# Whether a message is a text and nothing else the board would lose as text: its content a string or text and thinking
-# parts, besides it only its role and reasoning.
+# Whether a message is a text and nothing else the board would lose as text: its content a string, text and thinking
+# parts, or none (a sampler stopped mid-thought); besides it only its role and one reasoning text.
 def is_plain_message(message) -> bool:
     if not isinstance(message, dict) or set(message) - {"role", "content", *REASONING_KEYS}:
+        return False
+    given = [message[key] for key in REASONING_KEYS if message.get(key) not in (None, "")]
+    if not all(isinstance(reasoning, str) for reasoning in given) or len(set(given)) > 1:  # a summary object, or two texts
         return False
     content = message.get("content")
     if isinstance(content, list):
         return all(isinstance(part, dict) and part.get("type") in ("text", "thinking") and isinstance(part.get(part["type"]), str) for part in content)
-    return isinstance(content, str)
+    return content is None or isinstance(content, str)
 
 
-# A message's text (content_text), an assistant's reasoning before it as <think>...</think>, as chat templates write it:
-# reasoning_content (TRL's parse_response, OpenAI-compatible servers) or reasoning (vLLM's newer name; rLLM's messages).
+# A message's text (content_text) with its reasoning before it (with_reasoning).
 def message_text(message: dict) -> str:
-    text = content_text(message.get("content"))
+    return with_reasoning(message, content_text(message.get("content")))
+
+
+# A message's text with the message's reasoning before it as <think>...</think>, as chat templates write it:
+# reasoning_content (TRL's parse_response, OpenAI-compatible servers) or reasoning (vLLM's newer name; rLLM's
+# messages), the first that is a text.
+def with_reasoning(message: dict, text: str) -> str:
     reasoning = next((message[key] for key in REASONING_KEYS if isinstance(message.get(key), str) and message[key]), None)
     return thought(reasoning) + text if reasoning else text
 

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 
 import rl_board.reading.trackio_db as trackio_db
+from rl_board.formats.agent_turns import with_reasoning
 from rl_board.formats.base import Folder, RunFormat, RunLayout, group_of_prompt
 from rl_board.reading.storage import FileStatus, is_remote
 from rl_board.text import shorten, valid_text
@@ -386,14 +387,10 @@ def span_turns(spans: list, problems: list) -> list:
     return turns
 
 
-# A message's content as text (a list of parts joined, trackio's media objects as [image: caption]), with an
-# assistant's reasoning_content before it as <think>...</think>, as chat templates write it.
+# A message's content as text (a list of parts joined, trackio's media objects as [image: caption]), with its
+# reasoning before it as every agent format shows it (agent_turns.with_reasoning).
 def message_text(message: dict) -> str:
-    text = content_text(message.get("content"))
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
-    if isinstance(reasoning, str) and reasoning:
-        return f"<think>\n{valid_text(reasoning)}\n</think>\n{text}"
-    return text
+    return with_reasoning(message, content_text(message.get("content")))
 
 
 # trackio's content_text (agent_sessions.py): a string, a list of parts (their texts, one a line), a media object as a

@@ -178,9 +178,16 @@ def test_start_sh_passes_the_options_after_two_dashes_to_the_page(tmp_path, argu
     assert run[run.index("--server.port") + 1] == ("8123" if arguments[0] == "8123" else "8901")
 
 
-def test_start_sh_refuses_a_third_argument_before_two_dashes(tmp_path):
-    result = subprocess.run(["bash", "start.sh", "8123", str(tmp_path), "--tokenizer"], cwd=PROJECT, env=dict(os.environ, RL_LOGGING_BOARD_PYTHON="/bin/false"), capture_output=True, text=True)
-    assert result.returncode == 2 and "usage: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS]" in result.stderr
+@pytest.mark.parametrize("arguments, said", [
+    (["8123", "{root}", "extra"], "more than a port and a root before --: 8123 {root} extra"),
+    (["--tokenizer", "x"], "--tokenizer before --: the page's options go after --"),
+    (["8123", "{root}", "--", "--root", "/elsewhere"], "--root after --: give ROOT as the second argument"),
+    (["{root}"], "the port is not a number: {root}"),
+])
+def test_start_sh_says_what_is_wrong_with_its_arguments(tmp_path, arguments, said):
+    env = dict(os.environ, RL_LOGGING_BOARD_PYTHON="/bin/false")
+    result = subprocess.run(["bash", "start.sh", *(argument.format(root=tmp_path) for argument in arguments)], cwd=PROJECT, env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr == f"start.sh: {said.format(root=tmp_path)} (usage: bash start.sh [PORT] [ROOT] [-- PAGE OPTIONS])\n"
 
 
 # Every module of this project that an example or a bench script imports from exists and defines the names imported

@@ -310,6 +310,11 @@ def test_rllm_step_without_its_summary_waits_and_bad_files_are_notes(tmp_path):
     ([{"role": "assistant", "content": [{"type": "image"}, {"type": "text", "text": "a cat"}]}], None),  # an image: the messages
     ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}], None),
     ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], None),
+    ([{"role": "assistant", "content": None, "reasoning_content": "6*7"}], "<think>\n6*7\n</think>\n"),  # stopped mid-thought
+    ([{"role": "assistant", "content": "42", "reasoning": {"summary": ["6*7"]}}], None),  # not a text: the messages keep it
+    ([{"role": "assistant", "content": "42", "reasoning_content": "6*7", "reasoning": "7*6"}], None),  # two texts: both kept
+    ([{"role": "assistant", "content": "42", "reasoning_content": "6*7", "reasoning": "6*7"}], "<think>\n6*7\n</think>\n42"),
+    ([{"role": "assistant", "content": "42", "reasoning_content": "", "reasoning": "6*7"}], "<think>\n6*7\n</think>\n42"),
 ])
 def test_one_message_of_text_is_its_text_with_its_reasoning_and_anything_else_the_messages(messages, value):
     assert messages_value(messages) == (messages if value is None else value)

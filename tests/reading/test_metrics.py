@@ -15,6 +15,8 @@ import rl_logging_board as board
 from rl_board.figures import (
     HEAT_MAP_COLUMNS,
     LABELLED_TOKENS,
+    LINE_WIDENING,
+    LINE_WIDTH,
     SAMPLE_BARS,
     SAMPLE_BINS,
     STEP_BINS,
@@ -533,13 +535,14 @@ def test_compared_runs_keep_their_step_curve_spec_whichever_series_are_chosen():
     assert line["encoding"]["strokeDash"]["legend"] is None
 
 
-# Step-KL's dashed lines, TRL's kl recomputed and as the trainer logged it, are often the same numbers: each is drawn
-# narrower than the one before it, so both show where they coincide.
+# Step-KL's dashed lines, TRL's kl recomputed and as the trainer logged it, are often the same numbers: the first is
+# drawn wider than the one over it, so both show where they coincide; lines that never meet keep the one width.
 def test_dashed_lines_that_coincide_both_show():
     samples = pd.DataFrame({"step": [1, 1, 2, 2], "kl": [0.1, 0.2, 0.3, 0.4]})
-    chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats", lines=[("recomputed", [1, 2], [0.15, 0.35]), ("logged", [1, 2], [0.15, 0.35])])
+    lines = [("recomputed", [1, 2], [0.15, 0.35]), ("logged", [1, 2], [0.15, 0.35 + 1e-9]), ("b · recomputed", [1, 2], [0.25, 0.05]), ("c · recomputed", [2, 3], [np.nan, 0.15])]
+    chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats", lines=lines)
     widths = {point["series"]: point["width"] for point in chart["datasets"]["lines"]}
-    assert widths["recomputed"] > widths["logged"] > 0
+    assert widths == {"recomputed": LINE_WIDTH + LINE_WIDENING, "logged": LINE_WIDTH, "b · recomputed": LINE_WIDTH, "c · recomputed": LINE_WIDTH}
     [drawn] = [layer for layer in chart["layer"] if layer.get("data") == {"name": "lines"} and layer["mark"]["type"] == "line"]
     assert drawn["encoding"]["strokeWidth"] == {"field": "width", "type": "quantitative", "scale": None, "legend": None}
 
