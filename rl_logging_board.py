@@ -246,8 +246,9 @@ TOKEN_VARIABLE = "RL_LOGGING_BOARD_TOKEN"
 # The sidebar's chosen runs (Compare with) show their whole names, wrapped, instead of a few letters and "…". What a
 # pick scrolls to (scroll_into_view) stops below the page's fixed header, the step selector with its heading. The run's
 # facts (model, beta, ...) in a smaller type, which fits a 1280 px screen. A chosen pill or view stands out (the theme's
-# grey primary colour drew it as the others, so all of What changed's pills chosen looked as none). An image opened
-# full screen (its frame then has a height) fills the view, however small it is.
+# grey primary colour drew it as the others, so all of What changed's pills chosen looked as none), in the theme's
+# text colour on a grey that shows on a dark or a light background. An image opened full screen (its frame then has a
+# height) fills the view, however small it is.
 PAGE_STYLE = (
     "<style>[data-testid='stText'], [data-testid='stText'] * {white-space: break-spaces !important}"
     " .rl-running-text span {unicode-bidi: isolate; box-shadow: inset -1px 0 0 rgba(160, 160, 170, 0.45)}"
@@ -255,7 +256,7 @@ PAGE_STYLE = (
     " [data-testid='stSidebar'] [data-tag] span[title] {max-width: none; overflow: visible; white-space: normal; overflow-wrap: anywhere}"
     " .st-key-step_slider, .st-key-step_selectbox {scroll-margin-top: 130px} .st-key-sample_index {scroll-margin-top: 80px}"
     " .st-key-run_facts [data-testid='stMetricValue'] {font-size: 1.6rem}"
-    " [data-testid='stButtonGroup'] button[data-selected]:not([data-disabled]) {background-color: rgba(170, 170, 173, 0.3); color: #ececf0}"
+    " [data-testid='stButtonGroup'] button[data-selected]:not([data-disabled]) {background-color: rgba(128, 128, 135, 0.35); color: inherit}"
     " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] {width: 100%}"
     " [data-testid='stFullScreenFrame'] > div[height] [data-testid='stImageContainer'] img"
     " {width: 100% !important; height: calc(100vh - 6rem); object-fit: contain}</style>"
@@ -1432,7 +1433,7 @@ def draw_trajectory(batch: "StepBatch", sample: int, settings: "Settings") -> tu
         "error": ["" if error is None else shorten(one_line(error), 80) for error in table["error"]],
         "images": [len(images) or None for images in table["images"]],
     })
-    view = view[[column for column in view if column in ("turn", "role", "text") or view[column].replace("", np.nan).notna().any()]]
+    view = view[[column for column in view if column in ("turn", "role", "text") or (view[column].notna() & view[column].ne("")).any()]]
     key = f"{StateKey.TRAJECTORY}:{row['index_id']}:{row['offset']}"
     picked = st.dataframe(view, hide_index=True, width="stretch", height=min(420, 38 + 35 * len(view)), key=key, on_select="rerun", selection_mode="single-row")
     chosen = picked.selection.rows
@@ -1999,10 +2000,9 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
         counted = changes.counts()
         for place, (status, count) in zip(st.columns(len(counted)), counted.items()):
             place.metric(status, f"{count:,}", help=f"Prompts whose {STATUSES[status]}")
-        unmatched = f"{changes.only_a:,} prompt(s) only on A and {changes.only_b:,} only on B are left out" + (f", and {changes.collisions} whose texts differ under one key" if changes.collisions else "")
         st.caption(
             f"{len(changes.table):,} prompts on both sides, matched by their text{' and images' if 'images' in changes.table else ''}; pass: {markdown_literal(column)} ≥ {threshold:g}. "
-            f"change = mean reward on B − on A; length in {changes.length_unit}. {unmatched}."
+            f"change = mean reward on B − on A (of the finite rewards); length in {changes.length_unit}. {changes.left_out()}."
         )
         if changes.table.empty:
             return

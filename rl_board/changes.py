@@ -32,7 +32,9 @@ STATUSES = {
     "newly solved": "no sample passed on A, some on B",
     "improved": "its pass rate rose (some samples passed on A already)",
     "unchanged": "the same pass rate",
+    "no pass rate": "samples on a side have no value of the pass column (a reward not scored)",
 }
+NO_PASS_RATE = "no pass rate"
 
 
 # Two sides' prompts, a row each (CHANGE_COLUMNS, with `images` after the prompt where a prompt has images: their
@@ -44,9 +46,19 @@ class PromptChanges:
     only_b: int
     collisions: int  # keys whose texts differ between the sides: left out
     length_unit: str  # "tokens" or "characters"
+    without_prompt: int = 0  # samples of either side whose line has no prompt (null): left out
 
+    # What the table leaves out, as the page's caption and the API's warning say it.
+    def left_out(self) -> str:
+        parts = [f"{self.only_a:,} prompt(s) only on A", f"{self.only_b:,} only on B"]
+        parts += [f"{self.collisions:,} whose texts differ under one key"] * bool(self.collisions)
+        parts += [f"{self.without_prompt:,} sample(s) without a prompt"] * bool(self.without_prompt)
+        return ", ".join(parts) + ": left out"
+
+    # Prompts per status; "no pass rate" only where there are some.
     def counts(self) -> dict[str, int]:
-        return {status: int((self.table["status"] == status).sum()) for status in STATUSES}
+        counted = {status: int((self.table["status"] == status).sum()) for status in STATUSES}
+        return counted if counted[NO_PASS_RATE] else {status: count for status, count in counted.items() if status != NO_PASS_RATE}
 
 
 # The samples of a side: a snapshot's rows in a window of steps (both ends included; None: every step) and, where
@@ -91,17 +103,21 @@ def prompt_changes(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: s
     table["status"] = statuses(table["pass_a"].to_numpy(), table["pass_b"].to_numpy())
     columns = [CHANGE_COLUMNS[0], "images", *CHANGE_COLUMNS[1:]] if with_images else CHANGE_COLUMNS
     table = table[columns].sort_values(["change", "pass_change"], kind="stable", na_position="last")
-    return PromptChanges(table=table, only_a=only_a, only_b=only_b, collisions=collisions, length_unit="tokens" if length == "response_tokens_len" else "characters")
+    without_prompt = int(a["prompt_key"].isna().sum() + b["prompt_key"].isna().sum())
+    return PromptChanges(table=table, only_a=only_a, only_b=only_b, collisions=collisions, length_unit="tokens" if length == "response_tokens_len" else "characters", without_prompt=without_prompt)
 
 
-# Per prompt of a side (PROMPT): samples, mean reward, pass rate over the samples with a value, mean length.
+# Per prompt of a side (PROMPT): samples, mean reward (of its finite rewards, as This prompt over training's and the
+# step curves' means: one ±inf would make it ±inf, +inf beside -inf NaN), pass rate over the samples with a value (+inf
+# passes), mean length.
 def side_numbers(samples: pd.DataFrame, threshold: float, column: str, length: str) -> pd.DataFrame:
     keyed = samples[samples["prompt_key"].notna()]
     valued = keyed[column].notna()
+    rewards = keyed["reward"].to_numpy(dtype=float, na_value=np.nan)
     numbers = pd.DataFrame({
         "prompt_key": keyed["prompt_key"].to_numpy(),
         "image_paths": keyed["image_paths"].to_numpy(),
-        "reward": keyed["reward"].to_numpy(dtype=float),
+        "reward": np.where(np.isfinite(rewards), rewards, np.nan),
         "passed": np.where(valued, keyed[column].to_numpy(dtype=float) >= threshold, np.nan),
         "length": keyed[length].to_numpy(dtype=float),
     })
@@ -113,7 +129,7 @@ def statuses(pass_a: np.ndarray, pass_b: np.ndarray) -> np.ndarray:
     return np.select(
         [pass_b < pass_a, (pass_a == 0) & (pass_b > 0), pass_b > pass_a, pass_b == pass_a],
         ["regressed", "newly solved", "improved", "unchanged"],
-        default=None,  # no pass rate on a side (no sample has the column's value)
+        default=NO_PASS_RATE,  # no sample of a side has the column's value
     )
 
 

@@ -256,15 +256,16 @@ def prompt_changes(a: Run, b: Run, steps_a: tuple[int, int] | None = None, steps
     or a reward function such as "rewards/correct", is at least pass_threshold; None: 1 for a 0/1 reward, else the
     midpoint of the values seen), length_a/_b (mean response length, in tokens where both sides have them), change
     (reward_b - reward_a), pass_change, and status: "regressed" (pass rate fell), "newly solved" (none passed on A, some
-    on B), "improved", "unchanged". Sorted by change, the worst first. Prompts seen on one side only, and keys whose
-    texts differ, are warned about."""
+    on B), "improved", "unchanged", "no pass rate" (no sample of a side has a value of pass_column). reward_a/_b are
+    the means of the finite rewards. Sorted by change, the worst first. Prompts seen on one side only, keys whose texts
+    differ, and samples without a prompt are warned about."""
     sides = [side_rows(run.snapshot.samples, steps, where) for run, steps, where in ((a, steps_a, where_a), (b, steps_b, where_b))]
     if pass_column not in sides[0] or pass_column not in sides[1]:
         raise ValueError(f"{pass_column!r} is not a number of both runs' samples")
     threshold = default_threshold(*sides, pass_column) if pass_threshold is None else float(pass_threshold)
     changes = changes_between(*sides, threshold, pass_column)
-    if changes.only_a or changes.only_b or changes.collisions:
-        warnings.warn(f"{changes.only_a} prompt(s) only on A, {changes.only_b} only on B" + (f", {changes.collisions} whose texts differ under one key" if changes.collisions else "") + ": left out", stacklevel=2)
+    if changes.only_a or changes.only_b or changes.collisions or changes.without_prompt:
+        warnings.warn(changes.left_out(), stacklevel=2)
     return changes.table.reset_index(drop=True)
 
 

@@ -55,6 +55,7 @@ LONG_TEXT_SEARCHES = threading.BoundedSemaphore(max(WORKERS, 1))
 
 
 SNIPPET_BEFORE, SNIPPET_AFTER = 40, 80  # bytes of text shown before and after a match
+SNIPPET_MATCH = 120  # bytes of a longer match shown: its first and last half, the bytes between counted (`x+` matched 2 MB)
 
 
 EXPORT_NUMBERS = [
@@ -299,12 +300,16 @@ def match_snippets(texts: RunTexts, samples: pd.DataFrame, place: np.ndarray, st
             continue
         first, last = text_bounds[code - 1], text_bounds[code]
         text = buffers[buffer]
+        half = SNIPPET_MATCH // 2 if match_end - match_start > SNIPPET_MATCH else match_end - match_start  # a long match: its ends
         parts = [
             text[max(first, first + match_start - SNIPPET_BEFORE) : first + match_start],
-            text[first + match_start : first + match_end],
+            text[first + match_start : first + match_start + half],
+            text[first + max(match_start + half, match_end - half) : first + match_end],
             text[first + match_end : min(last, first + match_end + SNIPPET_AFTER)],
         ]
-        before, match, after = (part.decode("utf-8", errors="ignore") for part in parts)  # a character cut at the edge is left out
+        before, head, tail, after = (part.decode("utf-8", errors="ignore") for part in parts)  # a character cut at the edge is left out
+        between = match_end - match_start - 2 * half
+        match = f"{head}…({between:,} bytes)…{tail}" if between > 0 else head + tail
         snippet = ("…" if match_start > SNIPPET_BEFORE else "") + f"{before}⟦{match}⟧{after}" + ("…" if first + match_end + SNIPPET_AFTER < last else "")
         snippets.append(visible_whitespace(snippet))
     return snippets

@@ -173,6 +173,17 @@ def test_infinite_rewards_leave_a_finite_pass_threshold(tmp_path, monkeypatch):
     assert default_threshold(pd.DataFrame({"reward": [1e308]}), pd.DataFrame({"reward": [1e308, 0.0, 1.0, np.inf]})) == 5e307
 
 
+def test_a_prompt_without_a_pass_rate_on_a_side_is_counted_and_shown(tmp_path, monkeypatch):
+    """A prompt none of whose samples on a side has a reward has no pass rate there: its own count and pill, and a row
+    (the caption counted it, and no choice of statuses showed it)."""
+    lines = [sample(1, prompt="scored", reward=0.0), sample(2, prompt="scored", reward=1.0), sample(1, prompt="not scored on A", reward=None), sample(2, prompt="not scored on A", reward=1.0)]
+    write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", lines)
+    details = open_changes(load_and_view(start(tmp_path / "runs", monkeypatch)))
+    assert {metric.label: metric.value for metric in details.metric} == {"regressed": "0", "newly solved": "1", "improved": "0", "unchanged": "0", "no pass rate": "1"}
+    [frame] = details.dataframe
+    assert dict(zip(frame.value["prompt"], frame.value["status"])) == {"scored": "newly solved", "not scored on A": "no pass rate"}
+
+
 def image_paths(line: dict) -> tuple:
     return tuple(image["path"] if isinstance(image, dict) else image for image in line.get("images") or [])
 
@@ -198,7 +209,7 @@ def test_one_question_of_different_pictures_is_a_prompt_per_picture(tmp_path, mo
     assert {metric.label: int(metric.value) for metric in details.get("metric")} == {
         "regressed": int((rates["b", "passed"] < rates["a", "passed"]).sum()), "newly solved": 0, "improved": 0, "unchanged": int((rates["b", "passed"] == rates["a", "passed"]).sum())} == {
         "regressed": 2, "newly solved": 0, "improved": 0, "unchanged": 1}
-    assert any(caption.value.startswith("3 prompts on both sides, matched by their text and images; ") and "3 prompt(s) only on A and 1 only on B" in caption.value for caption in details.caption)
+    assert any(caption.value.startswith("3 prompts on both sides, matched by their text and images; ") and "3 prompt(s) only on A, 1 only on B: left out" in caption.value for caption in details.caption)
     [frame] = details.dataframe
     table = frame.value
     assert table.columns.tolist() == ["prompt", "images", *board.CHANGES_SHOWN[1:]]

@@ -120,10 +120,27 @@ def test_each_status_where_it_was_built(tmp_path):
         warnings.simplefilter("ignore")
         table = rl_board.prompt_changes(run, run, steps_a=(1, 1), steps_b=(2, 2), pass_threshold=1)
     statuses = dict(zip(table["prompt"], table["status"]))
-    assert pd.isna(statuses.pop("prompt without rewards on A"))  # no pass rate on A: no status
+    assert statuses.pop("prompt without rewards on A") == "no pass rate"  # counted in the caption, shown in the table
     assert statuses == {f"prompt {name}": name for name in built}
     regressed = table.set_index("prompt").loc["prompt regressed"]
     assert (regressed["pass_a"], regressed["pass_b"], regressed["length_a"], regressed["length_b"]) == (0.5, 0.0, 3.5, 5.0)
+
+
+def test_a_prompt_s_mean_reward_is_of_its_finite_rewards_and_a_sample_without_a_prompt_is_counted(tmp_path):
+    """±inf rewards are left out of a prompt's mean reward, as This prompt over training's and the step curves' means
+    leave them out (one made the mean ±inf, +inf beside -inf NaN), but an +inf passes; a line whose prompt is null is
+    counted as left out."""
+    lines = [sample(1, prompt="p", reward=reward) for reward in (1.0, float("inf"))] + [sample(2, prompt="p", reward=reward) for reward in (0.0, float("-inf"), float("inf"))]
+    lines += [sample(1, prompt="q", reward=float("-inf")), sample(2, prompt="q", reward=0.5), sample(2, prompt=None, reward=1.0)]
+    write_lines(tmp_path / "run" / "rollout_data_rank_0.jsonl", lines)
+    run = rl_board.open_run(tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = rl_board.prompt_changes(run, run, steps_a=(1, 1), steps_b=(2, 2), pass_threshold=1).set_index("prompt")
+    assert (table.loc["p", "reward_a"], table.loc["p", "reward_b"], table.loc["p", "change"]) == (1.0, 0.0, -1.0)
+    assert (table.loc["p", "pass_a"], table.loc["p", "pass_b"]) == (1.0, pytest.approx(1 / 3))  # +inf passes
+    assert np.isnan(table.loc["q", "reward_a"]) and table.loc["q", "reward_b"] == 0.5 and np.isnan(table.loc["q", "change"])
+    assert [str(warning.message) for warning in caught] == ["0 prompt(s) only on A, 0 only on B, 1 sample(s) without a prompt: left out"]
 
 
 def test_a_side_of_a_facet_s_value_the_validation_samples_against_training(tmp_path):

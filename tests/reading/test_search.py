@@ -25,6 +25,7 @@ from rl_board.reading.search import (
     FORMULA_STARTS,
     SNIPPET_AFTER,
     SNIPPET_BEFORE,
+    SNIPPET_MATCH,
     RunTexts,
     export_csv,
     export_jsonl,
@@ -408,6 +409,20 @@ def test_texts_with_bad_bytes_are_searched_as_shown_with_escapes_and_in_chat_pro
     hit = result.place > 0
     snippets = match_snippets(RunTexts(), run.samples[hit], result.place[hit], result.start[hit], result.end[hit])
     assert sorted(snippets) == ['[{"role": "user", "content": "caf\ufffd ⟦needle⟧"}]', 'caf\ufffd "⟦needle⟧"']
+
+
+# A match longer than SNIPPET_MATCH shows its two ends and counts the bytes between (a greedy `x+` on a 2 MB response
+# put the whole response in its table cell, and a thousand results could send GBs to the browser).
+def test_a_long_match_shows_its_ends_and_counts_the_rest(tmp_path):
+    response = "before " + "x" * 2_000_000 + "é after"
+    write_lines(tmp_path / "run" / "r.jsonl", [sample(1, response=response), sample(1, response="a short xxx one")])
+    run = load(tmp_path / "run")
+    result = search(run, "x+é|x+", regex=True, places="response")
+    snippets = match_snippets(RunTexts(), run.samples, result.place, result.start, result.end)
+    half = SNIPPET_MATCH // 2
+    matched = len(("x" * 2_000_000 + "é").encode())
+    assert snippets[0] == f"before ⟦{'x' * half}…({matched - 2 * half:,} bytes)…{('x' * half + 'é').encode()[-half:].decode()}⟧ after"
+    assert snippets[1] == "a short ⟦xxx⟧ one" and len(snippets[0]) < 300
 
 
 # A CSV is opened in spreadsheets: model-written text that starts as a formula is shown, not run, and a lone carriage
