@@ -174,6 +174,7 @@ from rl_board.reading.storage import (
     lower_scheme,
     remote_storage,
     run_label,
+    run_labels,
     shown_url,
     storage_errors,
 )
@@ -309,7 +310,7 @@ def draw_run(settings: "Settings") -> tuple["RunSnapshot | None", list["RunSnaps
     draw_load_report(run, history)
     if run.samples.empty and not (run.report.empty and run.problems.empty):
         st.warning("No loadable sample in this run: open the load report above to see why.")
-    runs = [(run_label(run.run_dir), run)] + [(run_label(other.run_dir), other) for other in compared]
+    runs = named_runs([run, *compared])
     if settings.reward_curves:
         draw_curves(runs, [history, *compared_histories], settings)
     if not run.samples.empty:
@@ -1052,7 +1053,7 @@ def draw_curves(runs: list[tuple[str, "RunSnapshot"]], histories: list["Training
     rerun_page_if_a_step_was_picked()
     look = draw_curve_settings()
     if any(not shown.samples.empty for _, shown in runs):
-        draw_step_curves(runs, histories[0], settings, look)
+        draw_step_curves(runs, histories, settings, look)
     draw_training_metrics([shown for _, shown in runs], histories, look)
 
 
@@ -1093,7 +1094,7 @@ def kept_while_hidden(keys: list[str]):
 
 # Views of per-step curves: mean over the step's samples with a std band, one line per run compared; only the chosen
 # view's chart is drawn.
-def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory", settings: "Settings", look: CurveLook):
+def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], histories: list["TrainingHistory"], settings: "Settings", look: CurveLook):
     present = lambda column: any(run.has_values(column) for _, run in runs)  # noqa: E731
     view_names = ["Step-Reward", "Step-KL", "Step-RespLen"]
     if present("group_id") or present("truncated"):
@@ -1143,7 +1144,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
                 "advantages are 0 and they teach nothing. truncated: completions cut at the length limit."
             )
         elif view_name == "Step-KL":
-            draw_kl_curve(settings, curve, runs, history)
+            draw_kl_curve(settings, curve, runs, histories)
         elif view_name == "Step-Fields":
             remembered_choice(StateKey.FIELD_SERIES, field_columns, field_columns[:3])
             chosen = st.multiselect("Fields", field_columns, key=StateKey.FIELD_SERIES, format_func=distinct_labels(field_columns), help="Numbers of the lines' keys outside the format (booleans as 0/1), e.g. log_extra columns or a reward's extras.")
@@ -1153,7 +1154,7 @@ def draw_step_curves(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHi
         elif view_name == "Step-Mismatch":
             draw_mismatch(runs, look)
         elif view_name == "Step-Update":
-            draw_update(runs, history, look)
+            draw_update(runs, histories[0], look)
         elif view_name == "Step-Tools":
             draw_tools(runs, look)
         elif view_name == "Step-Watch":
@@ -1656,7 +1657,7 @@ def token_at(row: pd.Series, position: int) -> str:
 # Step-KL names what it plots: with Use LogP as KL (the original's default) the mean log ratio, which is no KL and
 # ignores the estimator; otherwise the chosen estimator's mean. One token whose probability the policy raised a lot
 # makes a step's mean spike (exp(r) - 1 - r grows exponentially), so a median and a log scale are offered.
-def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory"):
+def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunSnapshot"]], histories: list["TrainingHistory"]):
     if settings.use_logp_as_kl:
         column, name = "avg_log_ratio", "log_ratio (logp - ref_logp)"
         title = "👾 KL Logging (Step level): mean log ratio, logp - ref_logp (Use LogP as KL)"
@@ -1682,7 +1683,7 @@ def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunS
     log_scale = scale_column.toggle("Log scale", key=StateKey.KL_LOG_SCALE, help="A symmetric log scale: spikes and small values on one chart.")
     median = statistic == KL_STATISTICS[1]
     as_trl = not settings.use_logp_as_kl and settings.kl_estimator == "k3"
-    lines = trl_kl_lines(runs, history) if as_trl else ()
+    lines = trl_kl_lines(runs, histories) if as_trl else ()
     draw_chart(st, cached_step_curve([column], title, "nats per token", names={column: name}, median=median, log_scale=log_scale, lines=lines, **curve), runs[0][1].steps)
     draw_largest_changes(runs[0][1], [column], median)
     if lines:
@@ -1696,15 +1697,15 @@ def draw_kl_curve(settings: "Settings", curve: dict, runs: list[tuple[str, "RunS
 
 
 # The dashed lines of Step-KL with k3: TRL's kl recomputed from each run's lines (where they say their loss pass and
-# the run is loaded whole), and the trainer's own logged kl of the shown run. Hashable, for the chart's cache.
-def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistory") -> tuple:
+# the run is loaded whole), and each run's kl as its trainer logged it. Hashable, for the chart's cache.
+def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], histories: list["TrainingHistory"]) -> tuple:
     lines = []
-    for position, (name, run) in enumerate(runs):
+    for (name, run), history in zip(runs, histories):
         prefix = f"{name} · " if len(runs) > 1 else ""
         if not run.downsampled and run.has_values("micro_batch"):
             recomputed = trl_kl_by_step(run.samples, pooled_ranks=trl_pools_ranks((run.meta or {}).get("trl_version")))
             lines.append((f"{prefix}TRL kl from the lines", tuple(recomputed.index.tolist()), tuple(recomputed.tolist())))
-        if position == 0 and "kl" in history.train and history.train["kl"].notna().any():
+        if "kl" in history.train and history.train["kl"].notna().any():
             logged = history.train[["step", "kl"]].dropna()
             lines.append((f"{prefix}kl (trainer log)", tuple(logged["step"].tolist()), tuple(logged["kl"].tolist())))
     return tuple(lines)
@@ -1715,7 +1716,8 @@ def trl_kl_lines(runs: list[tuple[str, "RunSnapshot"]], history: "TrainingHistor
 # clicked).
 def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["TrainingHistory"], look: CurveLook):
     run = shown_runs[0]
-    named = [(run_label(shown.run_dir), shown_history) for shown, shown_history in zip(shown_runs, all_histories)]
+    names = [name for name, _ in named_runs(shown_runs)]
+    named = list(zip(names, all_histories))
     histories = [(name, shown) for name, shown in named if not shown.empty]
     st.subheader("📈 Training metrics")
     if histories:
@@ -1745,17 +1747,19 @@ def draw_training_metrics(shown_runs: list["RunSnapshot"], all_histories: list["
             label, functools.partial(history_csv, frames, len(named) > 1), file_name=file_name, mime="text/csv", on_click="ignore", disabled=not frames,
             help="The shown run's, and each compared run's with a run column." if len(named) > 1 else None,
         )
-    runs = [(run_label(shown.run_dir), shown.samples) for shown in shown_runs if not shown.samples.empty]
+    runs = [(name, shown.samples) for name, shown in zip(names, shown_runs) if not shown.samples.empty]
     downloads[2].download_button(
         "Per-step statistics (CSV)", lambda: spreadsheet_csv(step_statistics_table(runs)), file_name=f"{name}_step_statistics.csv",
         mime="text/csv", on_click="ignore", disabled=not runs, help="The numbers behind the step curves, of every run compared.",
     )
 
 
-# A history download: the shown run's frame as read, or with compared runs, every run's rows under a run column.
+# A history download: the shown run's frame as read, or with compared runs, every run's rows under a run column (a
+# metric the trainer named "run" then "run (metric)").
 def history_csv(frames: list[tuple[str, pd.DataFrame]], by_run: bool) -> str:
     if not by_run:
         return spreadsheet_csv(frames[0][1])
+    frames = [(name, frame.rename(columns={"run": "run (metric)"})) for name, frame in frames]
     return spreadsheet_csv(pd.concat([frame.assign(run=name)[["run", *frame.columns]] for name, frame in frames], ignore_index=True))
 
 
@@ -1892,6 +1896,12 @@ def filter_label(column: str) -> str:
     return {"truncated": "truncated only", "zero-signal group": "in a zero-signal group"}.get(column) or one_line(column)
 
 
+# Runs shown together, each with its name on the page's charts, tables and downloads: apart where two share a folder
+# name (run_labels).
+def named_runs(runs: list["RunSnapshot"]) -> list[tuple[str, "RunSnapshot"]]:
+    return list(zip(run_labels([shown.run_dir for shown in runs]), runs))
+
+
 # A run of the root as the run choices name it: the root itself as "(this folder)".
 def run_option_label(name: str) -> str:
     return "(this folder)" if name == "." else one_line(name)
@@ -1988,7 +1998,7 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
     if not details.open:
         return
     with details:
-        runs = {run_label(shown.run_dir): shown for shown in [run, *compared]}
+        runs = dict(named_runs([run, *compared]))
         (run_a, steps_a, where_a), (run_b, steps_b, where_b) = draw_change_sides(runs)
         a, b = side_rows(runs[run_a].samples, steps_a, where_a), side_rows(runs[run_b].samples, steps_b, where_b)
         functions = [column for column in dict.fromkeys([*runs[run_a].reward_function_columns, *runs[run_b].reward_function_columns]) if column in a and column in b]
@@ -2440,7 +2450,7 @@ def draw_prompt_history(run: "RunSnapshot", compared: list["RunSnapshot"], row: 
         details.info("This sample has no prompt.")
         return
     rows = pd.concat(
-        [prompt_lines(shown.samples, row).assign(run=run_label(shown.run_dir)) for shown in [run, *compared]],
+        [prompt_lines(shown.samples, row).assign(run=name) for name, shown in named_runs([run, *compared])],
         ignore_index=True,
     )
     left_out = max(len(rows) - PROMPT_HISTORY_LINES, 0)

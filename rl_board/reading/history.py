@@ -189,13 +189,24 @@ class HistorySeries:
         return table.astype({column: float for column in table.columns if column != "step"})
 
 
-# A load-report note for the entries a resume dropped (HistorySeries.add's count), at where: nothing is replaced
-# unsaid.
-def note_resume(dropped: int, step: int, where: tuple, problems: list):
+# An entry of a history whose train and eval entries come in one sequence (trainer_state.json's log_history, a trackio
+# or W&B run's rows), added to its kind's series; a resume it starts (a step below its kind's latest) drops what the
+# earlier run logged from that step on of both kinds, its evaluations too, and a load-report note counts them: nothing
+# is replaced unsaid.
+def add_entry(train: HistorySeries, evaluation: HistorySeries, evaluated: bool, step: int, numbers: dict, where: tuple, problems: list):
+    series, other = (evaluation, train) if evaluated else (train, evaluation)
+    dropped = series.add(step, numbers)
     if dropped:
-        file, line, *within = where
-        about = f"{within[0]}: " if within else ""
-        problems.append([file, line, "note", f"{about}step {step} after later steps: a resume; the {dropped:,} step(s) logged before it from step {step} on are replaced"])
+        dropped_other = other.drop_from(step)
+        train_count, eval_count = (dropped_other, dropped) if evaluated else (dropped, dropped_other)
+        note_resume(f"{train_count:,} train and {eval_count:,} eval step(s)", step, where, problems)
+
+
+# A load-report note for the entries a resume dropped, at where.
+def note_resume(dropped: str, step: int, where: tuple, problems: list):
+    file, line, *within = where
+    about = f"{within[0]}: " if within else ""
+    problems.append([file, line, "note", f"{about}step {step} after later steps: a resume; the {dropped} logged before it from step {step} on are replaced"])
 
 
 # The history of a run folder or training output folder, from the first source it holds (see this section's title).
@@ -327,7 +338,7 @@ def history_from_metrics_files(folder: Path, paths: list, problems: list) -> Tra
             # Within a launch's file the steps of a kind only go up: one below an earlier line's is no resume (that
             # starts a new file), it is kept at its step, with a note.
             if step < latest.get(evaluated, step):
-                problems.append([name, number, "note", f"step {step} after step {latest[evaluated]} in the same launch: kept at its step (a resume starts a new file)"])
+                problems.append([name, number, "note", f"step {step} after step {latest[evaluated]} in the same launch: kept at its step, merged with what that step logged before (a resume starts a new file)"])
             latest[evaluated] = max(latest.get(evaluated, step), step)
             (evaluation if evaluated else train).add(step, entry_numbers(entry, where, problems, nulls), resume=False)
         for key, (first, count) in nulls.items():  # a metric the trainer logs as NaN at every step: one note, not one a line
@@ -352,8 +363,8 @@ def history_from_training_log(name: str, log: dict, problems: list) -> TrainingH
         for position, entry in enumerate(entries):
             where = (name, 0, f"{key}[{position}]")
             step = history_entry_step(entry, where, problems)
-            if step is not None:
-                note_resume(series.add(step, entry_numbers(entry, where, problems)), step, where, problems)
+            if step is not None and (dropped := series.add(step, entry_numbers(entry, where, problems))):  # its own list's entries alone
+                note_resume(f"{dropped:,} step(s)", step, where, problems)
         frames[key] = series.frame()
     best, final = log.get("best_checkpoint"), log.get("final_metrics")
     if isinstance(best, dict):
@@ -377,7 +388,7 @@ def history_from_trainer_state(name: str, state: dict, problems: list) -> Traini
         where = (valid_text(name), 0, f"log_history[{position}]")
         step = history_entry_step(entry, where, problems)
         if step is not None:
-            note_resume((evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, where, problems)), step, where, problems)
+            add_entry(train, evaluation, is_evaluation(entry), step, entry_numbers(entry, where, problems), where, problems)
     eval_frame = evaluation.frame()
     path = state.get("best_model_checkpoint")
     best = best_from_checkpoint(path, state.get("best_global_step"), state.get("best_metric"), eval_frame) if isinstance(path, str) else {}
@@ -514,7 +525,7 @@ def add_trainer_rows(rows: list, where: tuple, train: HistorySeries, evaluation:
         entry["step"] = global_step if global_step is not None else latest if callback else logger_step
         step = history_entry_step(entry, row_where, problems)
         if step is not None:
-            note_resume((evaluation if is_evaluation(entry) else train).add(step, entry_numbers(entry, row_where, problems)), step, row_where, problems)
+            add_entry(train, evaluation, is_evaluation(entry), step, entry_numbers(entry, row_where, problems), row_where, problems)
     if placed:
         problems.append([file, 0, "note", (
             f"{run}: {len(placed):,} {'row' if len(placed) == 1 else 'rows'} without train/global_step (trainer.predict's "

@@ -9,7 +9,7 @@ import posixpath
 import re
 import threading
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 import fsspec
@@ -47,6 +47,20 @@ def link_leading_outside(folder: str, root: str) -> str | None:
 # A run's name on charts and in tables: its folder's name.
 def run_label(run_dir: str) -> str:
     return valid_text(Path(run_dir).name) or valid_text(run_dir)
+
+
+# Runs shown together (a run and those compared), each named apart: its folder's name, with as many folders above it as
+# it takes where two share a name (a root that is a run, grpo, and its run grpo/grpo: "coll/grpo" and "grpo/grpo"),
+# so that no two runs' lines, colours or download rows are one.
+def run_labels(run_dirs: list[str]) -> list[str]:
+    parts = [[valid_text(part) for part in PurePosixPath(run_dir.rstrip("/")).parts if part not in ("/", "")] or [valid_text(run_dir)] for run_dir in run_dirs]
+    labels = [run_label(run_dir) for run_dir in run_dirs]
+    for depth in range(2, max(map(len, parts), default=0) + 1):
+        shared = {label for label in labels if labels.count(label) > 1}
+        if not shared:
+            break
+        labels = ["/".join(path[-depth:]) if label in shared else label for label, path in zip(labels, parts)]
+    return labels
 
 
 _read_buffers = threading.local()

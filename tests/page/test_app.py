@@ -548,6 +548,28 @@ def test_the_bundled_logger_run_answers_the_grpo_questions(monkeypatch):
     assert not app.exception
 
 
+# Step-KL's dashed lines with runs compared: each run's TRL kl recomputed from its lines and its trainer's logged kl
+# (only the shown run had its logged line), each equal to its own metrics file.
+def test_step_kl_draws_each_compared_run_s_logged_kl(monkeypatch):
+    root = Path(board.DEFAULT_ROOT)
+    app = start(root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value("grpo_tiny_example")
+    app = load_and_view(app)
+    widget(app.sidebar.multiselect, "Compare with").set_value(["grpo_tiny_example_lr1e-4"]).run()
+    app.session_state["curve_view"] = "Step-KL"
+    app.run()
+    assert not app.exception and widget(app.sidebar.selectbox, "KL estimator").value == "k3"
+    lines = {}
+    for point in chart_spec(app.get("vega_lite_chart")[0])["datasets"]["lines"]:
+        lines.setdefault(point["series"], {})[point["step"]] = point["logged"]
+    names = ("grpo_tiny_example", "grpo_tiny_example_lr1e-4")
+    assert set(lines) == {f"{name} · {line}" for name in names for line in ("TRL kl from the lines", "kl (trainer log)")}
+    for name in names:
+        logged = {entry["step"]: entry["kl"] for path in (root / name).glob("rollout_metrics_*.jsonl") for entry in map(json.loads, path.read_text().splitlines()) if entry.get("kind") == "train" and "kl" in entry}
+        assert lines[f"{name} · kl (trainer log)"] == pytest.approx(logged, rel=1e-12)
+        assert lines[f"{name} · TRL kl from the lines"] == pytest.approx({step: logged[step] for step in lines[f"{name} · TRL kl from the lines"]}, rel=1e-5)
+
+
 def test_progress_bars_show_on_long_loads_only_redrawn_at_most_every_half_second_and_at_the_end():
     app = AppTest.from_file(str(PROJECT / "tests" / "support" / "progress_bars_app.py"))
     app.run()

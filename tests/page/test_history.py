@@ -390,6 +390,25 @@ def test_compared_runs_each_get_a_training_metric_line(three_runs, monkeypatch, 
     assert table[["run", "step", "reward"]].values.tolist() == [[name, step, value] for name in ("gamma", "alpha") for step, value in enumerate(rewards[name])]
 
 
+# A root that is a run, grpo, holding a run grpo of its own: both named "grpo", their step curves, metric lines and CSV
+# rows were one (a line zigzagging between the two runs' values). Now each is named by as many folders as tell it
+# apart; a metric the trainer named "run" keeps its values in the CSV beside the run column.
+def test_compared_runs_of_one_folder_name_stay_apart(tmp_path, monkeypatch, downloads):
+    root = tmp_path / "coll" / "grpo"
+    for folder, reward in ((root, 0.0), (root / "grpo", 1.0)):
+        write_lines(folder / "rollout_data_rank_0.jsonl", [sample(step, reward=reward) for step in (1, 2, 3)])
+        write_lines(folder / "rollout_metrics_20261124T000000Z.jsonl", [{"step": step, "kind": "train", "loss": reward, "run": 7.0 + reward} for step in (1, 2, 3)])
+    app = start(root, monkeypatch)
+    widget(app.sidebar.selectbox, "Choose Log Name").set_value(".").run()
+    app = compare(load_and_view(app), ["grpo"])
+    points = curve_points(step_reward_chart(app))
+    assert {name: [point["centre"] for point in steps.values()] for name, steps in points.items()} == {"coll/grpo": [0.0] * 3, "grpo/grpo": [1.0] * 3}
+    train = metric_points(metric_charts(app)["loss"], "train")
+    assert train == {"coll/grpo · loss": [(step, 0.0) for step in (1, 2, 3)], "grpo/grpo · loss": [(step, 1.0) for step in (1, 2, 3)]}
+    table = downloads(app, "Train history (CSV)")
+    assert table[["run", "step", "loss", "run (metric)"]].values.tolist() == [[name, step, loss, 7.0 + loss] for name, loss in (("coll/grpo", 0.0), ("grpo/grpo", 1.0)) for step in (1, 2, 3)]
+
+
 # Two metric keys that show alike, a line break and a written "\n": Streamlit's select widgets tell options apart by
 # their labels, so before their labels differed the second could not be chosen (choosing it chose the first).
 def test_metrics_whose_names_show_alike_can_each_be_chosen_and_viewed(tmp_path, monkeypatch):

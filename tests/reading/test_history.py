@@ -682,6 +682,18 @@ def test_resumed_run_drops_the_steps_logged_again():
     assert history.best["metrics"] == {"val_reward": 2.2634}
 
 
+def test_a_resume_in_trainer_state_drops_the_abandoned_run_s_evaluations_too(tmp_path):
+    """A Trainer resumed from checkpoint-2 logs steps 3 and 4 again: the abandoned run's evaluations at 3 and 4 go with
+    its train entries (they kept showing beside the resumed run's), and the load report counts both."""
+    entries = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.9}, {"step": 3, "loss": 0.8}, {"step": 3, "eval_loss": 0.85}, {"step": 4, "loss": 0.7},
+               {"step": 4, "eval_loss": 0.75}, {"step": 3, "loss": 0.6}, {"step": 4, "loss": 0.5}, {"step": 5, "loss": 0.4}, {"step": 5, "eval_loss": 0.45}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": entries, "global_step": 5}))
+    history = read(tmp_path)
+    assert history.train.set_index("step")["loss"].to_dict() == {1: 1.0, 2: 0.9, 3: 0.6, 4: 0.5, 5: 0.4}
+    assert history.eval.set_index("step")["eval_loss"].to_dict() == {5: 0.45}
+    assert history.problems["reason"].tolist() == ["log_history[6]: step 3 after later steps: a resume; the 2 train and 2 eval step(s) logged before it from step 3 on are replaced"]
+
+
 # A history's entries against the rule as written: a step lower than the largest seen drops every row from it on, and
 # entries of one step merge key by key; over random logs of resumes, repeats and steps logged back and forth. And a log
 # of 200,000 entries, stepping back one each time, in time linear in it (each entry looked at every step seen: 60 s
@@ -749,8 +761,8 @@ def test_a_step_back_within_one_launch_is_kept_with_a_note(tmp_path):
     assert_history(history, expected_from_metrics_files(tmp_path))
     assert history.train.to_dict("list") == {"step": [1, 2, 3, 4, 5, 10], "loss": [0.5, 0.4, 0.3, 0.2, 0.1, 9.9]}
     assert history.problems.values.tolist() == [
-        [name, 5, "note", "step 4 after step 10 in the same launch: kept at its step (a resume starts a new file)"],
-        [name, 6, "note", "step 5 after step 10 in the same launch: kept at its step (a resume starts a new file)"],
+        [name, 5, "note", "step 4 after step 10 in the same launch: kept at its step, merged with what that step logged before (a resume starts a new file)"],
+        [name, 6, "note", "step 5 after step 10 in the same launch: kept at its step, merged with what that step logged before (a resume starts a new file)"],
     ]
     assert history.skipped == 0
 

@@ -28,7 +28,7 @@ from rl_board.reading.images import SHOWN_IMAGE_SIDE, THUMBNAIL_SIDE
 from rl_board.reading.index import IndexCache
 from rl_board.reading.search import RunTexts, search_pattern, search_samples
 from rl_board.reading.snapshot import read_sample_tokens, read_step_batch
-from rl_board.reading.storage import StorageError
+from rl_board.reading.storage import StorageError, run_labels
 from rl_board.reading.store import RunStore, list_runs
 from tests.support import PROJECT, SAMPLES
 from tests.support.runs import write_lines
@@ -378,3 +378,12 @@ def test_a_url_s_scheme_in_capitals_is_the_same_storage(bucket, tmp_path, monkey
     assert len(rl_board.run.open_run(f"S3://{bucket}/runs/{RUNS[0]}").samples) == len(rl_board.run.open_run(f"s3://{bucket}/runs/{RUNS[0]}").samples) > 0
     result = subprocess.run([sys.executable, "-m", "rl_board", "index", upper, "--cache", str(tmp_path / "cache")], capture_output=True, text=True, cwd=PROJECT, env=os.environ)
     assert result.returncode == 0, result.stderr
+
+
+# Runs shown together are named by their folder, with the folders above it where two share a name: on disk and on
+# object storage alike.
+def test_runs_shown_together_are_named_apart():
+    assert run_labels(["/data/runs/a", "/data/runs/b"]) == ["a", "b"]
+    assert run_labels(["/coll/grpo", "/coll/grpo/grpo", "/coll/other"]) == ["coll/grpo", "grpo/grpo", "other"]
+    assert run_labels(["s3://bucket/x/run/", "s3://bucket/y/run", "/local/run"]) == ["x/run", "y/run", "local/run"]
+    assert run_labels(["/a/b/run", "/c/b/run"]) == ["a/b/run", "c/b/run"]

@@ -163,7 +163,8 @@ def test_rows_of_trainer_predict_and_of_the_script_keep_the_trainer_s_steps(tmp_
     train/global_step: trackio files them at its own step counter (13 after twelve rows), below the global steps. Such a
     row is placed at the global step logged before it, with a note: the train steps 10..100 all stay (they were dropped
     as a resume), the test_* metrics are the Trainer's names in the eval frame at 100 (test/runtime was a train
-    metric). A real resume (a new launch logging 80..100 again) replaces those steps, and the load report counts them."""
+    metric). A real resume (a new launch logging 80..100 again) replaces those steps, and the abandoned launch's
+    evaluation at 100, and the load report counts them."""
     folder = write_trackio(tmp_path / "trackio", "write_trainer_callback")
     with sqlite3.connect(folder / "hf.db") as connection:
         logged = [(step, json.loads(metrics)) for step, metrics in connection.execute("SELECT step, metrics FROM metrics ORDER BY rowid")]
@@ -179,7 +180,7 @@ def test_rows_of_trainer_predict_and_of_the_script_keep_the_trainer_s_steps(tmp_
     assert history.eval.values.tolist() == [[100, 0.4, 1.5, 0.5, 2.0, 3.0]]
     reasons = history.problems["reason"].tolist()
     assert len(reasons) == 2 and history.skipped == 0
-    assert reasons[0].startswith("metrics row ") and reasons[0].endswith("step 80 after later steps: a resume; the 3 step(s) logged before it from step 80 on are replaced")
+    assert reasons[0].startswith("metrics row ") and reasons[0].endswith("step 80 after later steps: a resume; the 3 train and 1 eval step(s) logged before it from step 80 on are replaced")
     assert reasons[1].startswith("run sft: 2 rows without train/global_step (trainer.predict's test_* metrics, or a log call of your own) placed at the global step logged before")
 
 

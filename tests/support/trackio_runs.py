@@ -227,14 +227,15 @@ def write_trainer_callback():  # in the writer's process
         callback.on_log(args, state, control, logs={"loss": 1.0 / global_step, "learning_rate": 1e-4})
         if global_step == 50:
             trackio.log({"reward_hacking_rate": 0.25})  # the script's own, no step
-    callback.on_log(args, state, control, logs={"eval_loss": 0.4, "eval_runtime": 1.5})
-    callback.on_predict(args, state, control, metrics={"test_loss": 0.5, "test_runtime": 2.0, "test_samples_per_second": 3.0})
+    callback.on_log(args, state, control, logs={"eval_loss": 0.9, "eval_runtime": 1.0})  # the abandoned launch's: replaced
     trackio.finish()
     state, callback = TrainerState(), TrackioCallback()  # the resumed launch
     callback.on_train_begin(args, state, control)
     for global_step in RESUMED_STEPS:
         state.global_step = global_step
         callback.on_log(args, state, control, logs={"loss": 2.0 / global_step, "learning_rate": 1e-4})
+    callback.on_log(args, state, control, logs={"eval_loss": 0.4, "eval_runtime": 1.5})
+    callback.on_predict(args, state, control, metrics={"test_loss": 0.5, "test_runtime": 2.0, "test_samples_per_second": 3.0})
     trackio.finish()
 
 
