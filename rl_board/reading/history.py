@@ -559,8 +559,10 @@ def best_from_checkpoint(path: str, step, value, eval_frame: pd.DataFrame) -> di
     if type(value) in (int, float) and math.isfinite(as_float(value)):
         at_step = eval_frame[eval_frame["step"] == step]
         names = [column for column in eval_frame.columns[1:] if metric_name(column) != column]  # eval_*, val_*: not epoch
-        matching = [column for table in (at_step, eval_frame) for column in names if np.isclose(table[column], value, rtol=1e-12, atol=0).any()]
-        metrics[matching[0] if matching else "best_metric"] = float(value)
+        at_best, anywhere = ([column for column in names if np.isclose(table[column], value, rtol=1e-12, atol=0).any()] for table in (at_step, eval_frame))
+        # The trainer does not say which metric it is (metric_for_best_model is not in its state): the evaluation's
+        # metrics equal to it at that step, all of them where several are (one reward function's mean is the reward).
+        metrics[" or ".join(at_best) if at_best else anywhere[0] if anywhere else "best_metric"] = float(value)
     return {"step": step, "path": path, "metrics": metrics}
 
 

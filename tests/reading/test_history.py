@@ -694,6 +694,18 @@ def test_a_resume_in_trainer_state_drops_the_abandoned_run_s_evaluations_too(tmp
     assert history.problems["reason"].tolist() == ["log_history[6]: step 3 after later steps: a resume; the 2 train and 2 eval step(s) logged before it from step 3 on are replaced"]
 
 
+def test_the_best_checkpoint_s_metric_is_every_evaluation_metric_equal_to_it_at_its_step(tmp_path):
+    """trainer_state.json gives best_metric without its name: the evaluation metrics equal to it at the best step name
+    it, all of them where several are (it was the first, a share of groups that was 1.0 beside the reward of 1.0)."""
+    entries = [{"step": 2, "loss": 0.5}, {"step": 2, "eval_frac_reward_zero_std": 1.0, "eval_reward": 1.0, "eval_loss": 0.3},
+               {"step": 4, "loss": 0.4}, {"step": 4, "eval_frac_reward_zero_std": 0.5, "eval_reward": 0.8, "eval_loss": 0.2}]
+    state = {"log_history": entries, "best_model_checkpoint": "out/checkpoint-2", "best_metric": 1.0, "best_global_step": 2}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    assert read(tmp_path).best == {"step": 2, "path": "out/checkpoint-2", "metrics": {"eval_frac_reward_zero_std or eval_reward": 1.0}}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state | {"best_metric": 0.3}))
+    assert read(tmp_path).best["metrics"] == {"eval_loss": 0.3}
+
+
 # A history's entries against the rule as written: a step lower than the largest seen drops every row from it on, and
 # entries of one step merge key by key; over random logs of resumes, repeats and steps logged back and forth. And a log
 # of 200,000 entries, stepping back one each time, in time linear in it (each entry looked at every step seen: 60 s
