@@ -348,16 +348,19 @@ def write_file(path: str, data) -> None:
             temporary.unlink()
 
 
-# Why files cannot be written in a folder (or a prefix of object storage), or None when they can: a file written there
-# and removed again.
+# Why files cannot be written in a folder (or a prefix of object storage), or None when they can: a file of some bytes
+# written there and removed again (an empty one is written on a full disk too).
 def write_problem(folder: str) -> str | None:
     probe = joined(folder, f".write-check-{uuid.uuid4().hex}")
     try:
-        write_file(probe, b"")
+        write_file(probe, bytes(WRITE_CHECK_BYTES))
     except OSError as error:
         return str(error)
     remove_file(probe)
     return None
+
+
+WRITE_CHECK_BYTES = 1 << 16
 
 
 # Remove a file where it can be (a file already gone, or a folder that refuses, is left as it is).

@@ -118,6 +118,7 @@ class RunStore:
         except Exception as error:  # a parquet file still being written, a file of any shape: its problem, never the load's
             name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
             if isinstance(error, ConversionNotWritten):  # not kept: the cache may be writable on the next load
+                self.cache.error = self.cache.error or shorten(f"conversions not written: {error}", 400)  # the run is not indexed
                 return None, ((valid_text(name), 0, "skipped", shorten(str(error), 400)),)
             if isinstance(error, OSError):  # not kept either: read once it can be (a permission given, a mount back)
                 return None, ((valid_text(name), 0, "skipped", f"cannot be read ({error.strerror or shorten(str(error), 200)}): left out, read once it can be"),)

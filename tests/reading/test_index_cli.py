@@ -248,3 +248,39 @@ def test_other_trainers_files_need_a_cache_that_can_be_written_and_are_read_once
     make_bucket(s3_server.endpoint_url, bucket)
     snapshot = store.load(64, parallel=False)
     assert len(snapshot.samples) == 2 * 3 * 4 and (snapshot.problems["kind"] != "skipped").all()  # verl_run: 3 prompts a step, n=4
+
+
+def test_a_run_of_other_trainers_files_whose_conversions_cannot_be_written_is_not_indexed(tmp_path, monkeypatch, capsys):
+    """The cache takes the index files but not the conversions (its converted/ is a file here; a full disk is alike):
+    verl's run is counted as not indexed, with why, and the command fails (it said 0 files and exited 0)."""
+    root = tmp_path / "root"
+    shutil.move(str(verl_run(tmp_path / "verl_output", steps=2, validation_steps=()) / "rollout"), str(root / "verl_rollout"))
+    write_lines(root / "ranks" / "rollouts_rank0.jsonl", [sample(step) for step in (1, 2)])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "converted").write_text("not a folder")
+    assert main(["index", str(root), "--cache", str(cache)]) == 1
+    out = capsys.readouterr().out
+    assert "1 not indexed" in out and "conversions not written" in out
+
+
+# A disk of 64 KiB, filled: a mount of tmpfs, which takes root. Its path while the test runs.
+@pytest.fixture
+def full_disk(tmp_path):
+    disk = tmp_path / "full"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs takes root")
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={disk / 'filler'}", "bs=4k", "count=100"], capture_output=True)
+        (disk / "cache").mkdir()
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_cache_on_a_full_disk_is_named_before_anything_is_indexed(tmp_path, full_disk, capsys):
+    """An empty file can still be written on a full disk: the check writes some bytes."""
+    write_lines(tmp_path / "root" / "run" / "rollouts_rank0.jsonl", [sample(1)])
+    assert main(["index", str(tmp_path / "root"), "--cache", str(full_disk / "cache")]) == 2
+    assert "cannot be written" in capsys.readouterr().err

@@ -860,15 +860,35 @@ def write_signed(path: Path, table: pyarrow.Table, meta):
     pyarrow.feather.write_feather(table.replace_schema_metadata({FACTS_KEY: facts, CHECKSUM_KEY: str(table_checksum(table, facts)).encode()}), str(path), compression="uncompressed", chunksize=max(1, table.num_rows))
 
 
-@pytest.mark.parametrize("where", ["a reward's bytes", "the facts", "the checksum"])
+@pytest.mark.parametrize("where", ["a reward's bytes", "the facts", "the checksum", "a column's type", "a column's nulls"])
 def test_an_index_cache_whose_bytes_changed_since_its_write_is_read_again(tmp_path, where):
-    """A cache file keeps a CRC-32 of its columns and facts: a byte changed since the write (a disk's error, a crash that
-    left zeros) is caught, and the numbers come from the file again, never from the changed bytes."""
+    """A cache file keeps a CRC-32 of what it is read as (its columns' types, lengths, nulls and bytes) and its facts: a
+    byte changed since the write (a disk's error, a crash that left zeros) is caught, and the numbers come from the file
+    again, never from the changed bytes (a flip in the footer read floats as float16, in a batch header a null count)."""
     path = write_lines(tmp_path / "run" / "r.jsonl", [sample(1, reward=3), sample(2, reward=4)])
     load(tmp_path / "run")
     cached = Path(IndexCache().path_of(str(path)))
     data = bytearray(cached.read_bytes())
-    if where == "a reward's bytes":
+    if where in ("a column's type", "a column's nulls"):  # the first byte whose flip reads so, the checksum aside
+        written = pyarrow.feather.read_table(cached)
+
+        def read_as(position: int):
+            flipped = bytearray(data)
+            flipped[position] ^= 0x80
+            try:
+                table = pyarrow.feather.read_table(pyarrow.BufferReader(bytes(flipped)))
+                return table if table.column_names else None  # a name that is no longer UTF-8 raises here
+            except (pyarrow.ArrowException, OSError, ValueError):
+                return None
+
+        def changed(table) -> bool:
+            if where == "a column's type":  # the same columns, one read as another type
+                return table.column_names == written.column_names and table.schema.remove_metadata() != written.schema.remove_metadata()
+            return table.schema.remove_metadata() == written.schema.remove_metadata() and [column.null_count for column in table.columns] != [column.null_count for column in written.columns]
+
+        position = next(position for position in range(len(data)) if (table := read_as(position)) is not None and changed(table))
+        data[position] ^= 0x80
+    elif where == "a reward's bytes":
         position = data.find(np.array([3.0, 4.0]).tobytes())
         assert position > 0
         data[position : position + 8] = np.array([300.0]).tobytes()
