@@ -1202,7 +1202,7 @@ def draw_facet_curve(run: "RunSnapshot", curve: dict):
 # picks (the shown run's own by default: its metadata's, else TRL's defaults), each run compared a line; then the
 # shown run's tokens with the largest |Δ|, each row a click to its sample.
 def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
-    shown = runs[0][1]
+    shown_name, shown = runs[0]
     applied = ((shown.meta or {}).get(IMPORTANCE_SAMPLING_META_KEY) or {})
     mode, clip_min, clip_max = DEFAULT_CORRECTION
     if applied.get("mode") in CORRECTIONS:  # the metadata's bounds as numbers the inputs take (TRL keeps an int as given)
@@ -1239,15 +1239,15 @@ def draw_mismatch(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     st.caption(note)
     if shown.has_values("avg_abs_mismatch"):
         tokens = cached_mismatch_tokens(shown.version, shown.samples)
-        draw_renormalisation_split(shown, tokens)
-        draw_where_the_mismatch_lives(run_label(shown.run_dir), tokens)
-        draw_largest_mismatches(shown, tokens)
+        draw_renormalisation_split(shown_name, shown, tokens)
+        draw_where_the_mismatch_lives(shown_name, tokens)
+        draw_largest_mismatches(shown_name, shown, tokens)
 
 
 # Step-Tools: an agent's trajectories per step, each run compared a line: turns and tool calls per sample, the tool
 # error rate, and per tool name its calls per sample and success rate; the shown run's tools in a table.
 def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
-    shown = runs[0][1]
+    shown_name, shown = runs[0]
     tables = []
     for name, run in runs:
         if run.has_values("turns"):
@@ -1265,7 +1265,7 @@ def draw_tools(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
         st.warning(f"{len(events.problems)} line(s) could not be read back for their turns, e.g. {markdown_literal(events.problems[0])}; if the files were rewritten, press Load & View.")
     summary = tool_summary(events.table)
     if len(summary):
-        st.markdown(f"**Tools** of {markdown_literal(run_label(shown.run_dir))}, over its loaded samples")
+        st.markdown(f"**Tools** of {markdown_literal(shown_name)}, over its loaded samples")
         st.dataframe(summary, hide_index=True, width="stretch", height=min(300, 38 + 35 * len(summary)),
                      column_config={"success rate": st.column_config.ProgressColumn(format="%.3g", min_value=0.0, max_value=1.0, help="results without an error over results")})
     st.caption("Samples with turns only. A call the trainer did not run (the tool limit, a result that did not fit) counts as a call without a result.")
@@ -1383,7 +1383,7 @@ def draw_watch_hits(run: "RunSnapshot", patterns: list["WatchPattern"]):
 # Step-Staleness: an asynchronous trainer's samples, how many steps old the policy that sampled each was when the step
 # trained it (step - policy_version), per step, each run compared a line; then the shown run's samples by staleness.
 def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
-    shown = runs[0][1]
+    shown_name, shown = runs[0]
     tables = [(name, cached_staleness_by_step(run.version, run.samples)) for name, run in runs if run.has_values("staleness")]
     if not tables:
         st.info("No sample has a staleness: every policy_version is after its line's step (the versions must count the lines' steps); the load report names the lines.")
@@ -1394,7 +1394,7 @@ def draw_staleness(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook):
     draw_chart(st, step_table_chart(tables, [series], f"👾 Staleness (Step level): {series}", series, look.smoothing), shown.steps)
     if shown.has_values("staleness"):
         distribution = cached_staleness_distribution(shown.version, shown.samples)
-        draw_chart(st, staleness_share_chart(distribution, f"Samples by staleness of {run_label(shown.run_dir)}"), shown.steps, kind="staleness")
+        draw_chart(st, staleness_share_chart(distribution, f"Samples by staleness of {shown_name}"), shown.steps, kind="staleness")
     st.caption(
         "Staleness = the line's step − its policy_version: how many steps the policy being trained had moved on from the one that "
         "sampled it (0: on-policy). Samples with a policy_version only; filter and sort by staleness in Find samples."
@@ -1548,7 +1548,7 @@ SIGNAL_WINDOWS, FIRING_ROWS = (3, 5, 10, 20, 50), 300
 # the steps where its stated rule fired marked, each run compared a line; then the shown run's firings with example
 # samples, each row a click to its sample.
 def draw_signals(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook, kl_estimator: str):
-    shown = runs[0][1]
+    shown_name, shown = runs[0]
     signal_column, window_column = st.columns([3, 1], vertical_alignment="bottom")
     windows = [width for width in SIGNAL_WINDOWS if 2 * width <= len(shown.steps)]
     remembered_choice(StateKey.SIGNALS + ":window", windows, DEFAULT_WINDOW)
@@ -1566,19 +1566,19 @@ def draw_signals(runs: list[tuple[str, "RunSnapshot"]], look: CurveLook, kl_esti
     st.caption(f"**Rule:** {SIGNALS[signal].rule(window, kl_column)} Fired steps are marked ▲; dashed: the threshold.")
     shown_table = tables[0][1]
     if (shown_table["signal"] == signal).any():
-        draw_signal_firings(shown, shown_table, signal, window, kl_column)
+        draw_signal_firings(shown_name, shown, shown_table, signal, window, kl_column)
 
 
 # Where the shown run's signal fired: each firing step's example samples (the step's samples that show the pattern,
 # highest reward first), each row a click that shows the sample.
-def draw_signal_firings(run: "RunSnapshot", table: pd.DataFrame, signal: str, window: int, kl_column: str):
+def draw_signal_firings(name: str, run: "RunSnapshot", table: pd.DataFrame, signal: str, window: int, kl_column: str):
     fired = table.loc[(table["signal"] == signal) & table["fired"], "step"].tolist()
     if not fired:
-        st.markdown(f"**Where it fired** · {markdown_literal(run_label(run.run_dir))}: nowhere in its {len(run.steps)} loaded steps.")
+        st.markdown(f"**Where it fired** · {markdown_literal(name)}: nowhere in its {len(run.steps)} loaded steps.")
         return
     examples = cached_signal_examples(run.version, window, kl_column, signal, run.samples, table)
     listed = examples.head(FIRING_ROWS)
-    st.markdown(f"**Where it fired** · {markdown_literal(run_label(run.run_dir))}: {len(fired)} of its {len(run.steps)} loaded steps, first at step {fired[0]}.")
+    st.markdown(f"**Where it fired** · {markdown_literal(name)}: {len(fired)} of its {len(run.steps)} loaded steps, first at step {fired[0]}.")
     draw_sample_rows(listed.rename(columns={"value": f"value ({SIGNALS[signal].unit})"}), f"{StateKey.SIGNALS}:firings:{run.version}:{signal}:{window}:{kl_column}",
                      {"step": st.column_config.NumberColumn(help="A step where the signal fired")})
     without = len(set(fired) - set(examples["step"]))
@@ -1591,7 +1591,7 @@ def draw_signal_firings(run: "RunSnapshot", table: pd.DataFrame, signal: str, wi
 
 # How much of the shown run's mean |Δ| is the renormalisation of the sampler's truncated distribution (top-k, top-p...),
 # and how much numeric drift, where its lines carry the mass the truncation kept; else a caption says what that needs.
-def draw_renormalisation_split(run: "RunSnapshot", tokens: "MismatchTokens"):
+def draw_renormalisation_split(name: str, run: "RunSnapshot", tokens: "MismatchTokens"):
     split = renormalisation_split(cached_mismatch_sums(run.version, tokens))
     if split is None:
         st.caption(
@@ -1603,7 +1603,7 @@ def draw_renormalisation_split(run: "RunSnapshot", tokens: "MismatchTokens"):
     mean, renormalisation, drift = split["mean |Δ|"], split[RENORMALISATION], split[DRIFT]
     share = f" ({100 * renormalisation / mean:.0f} %)" if mean > 0 and math.isfinite(mean) else ""
     st.markdown(
-        f"**Renormalisation:** of mean |Δ| = {number_text(mean)} over {markdown_literal(run_label(run.run_dir))}'s {split['tokens']:,} tokens "
+        f"**Renormalisation:** of mean |Δ| = {number_text(mean)} over {markdown_literal(name)}'s {split['tokens']:,} tokens "
         f"with the sampler's kept mass, {number_text(renormalisation)}{share} is the renormalisation of its truncated distribution "
         f"(mean −log kept mass); the drift, mean |Δ − log kept mass|, is {number_text(drift)}. *Per step* draws both."
     )
@@ -1628,7 +1628,7 @@ def draw_where_the_mismatch_lives(name: str, tokens: "MismatchTokens"):
 
 
 # The shown run's tokens with the largest |Δ|: each row a click that shows its sample in the step area.
-def draw_largest_mismatches(run: "RunSnapshot", tokens: "MismatchTokens"):
+def draw_largest_mismatches(name: str, run: "RunSnapshot", tokens: "MismatchTokens"):
     if tokens.problems:
         st.warning(f"{len(tokens.problems)} line(s) could not be read back for the mismatch, e.g. {markdown_literal(tokens.problems[0])}; if the files were rewritten, press Load & View.")
     largest = largest_mismatches(tokens, LARGEST_MISMATCHES)
@@ -1640,7 +1640,7 @@ def draw_largest_mismatches(run: "RunSnapshot", tokens: "MismatchTokens"):
     })
     if "log kept mass" in largest:  # how much of each Δ is the sampler's renormalisation, how much drift
         table["log kept mass"], table["drift"] = largest["log kept mass"].to_numpy(), largest["drift"].to_numpy()
-    st.markdown(f"**Largest mismatches** of {markdown_literal(run_label(run.run_dir))}: the {len(table)} tokens with the largest |Δ|")
+    st.markdown(f"**Largest mismatches** of {markdown_literal(name)}: the {len(table)} tokens with the largest |Δ|")
     draw_sample_rows(table, f"{StateKey.MISMATCH}:largest:{run.version}")
     st.caption("Click a row to show that sample in Each Step Response below; its token table has the sampler's log-prob, Δ and the ratio of every token.")
 
@@ -1991,8 +1991,9 @@ def draw_downloads(rows: pd.DataFrame, what: str, name: str, key: str):
 
 
 # What changed between A and B (two step windows of the shown run, or two runs): every prompt (its text and images)
-# seen on both sides with its numbers on each, counted as regressed, newly solved, improved or unchanged; a click on a
-# prompt shows its images and its responses on each side, word by word. Nothing is computed while it is closed.
+# seen on both sides with its numbers on each, counted as regressed, newly solved, improved, unchanged or without a pass
+# rate; a click on a prompt shows its images and its responses on each side, word by word. Nothing is computed while it
+# is closed.
 def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "Settings"):
     details = st.expander("🔀 What changed between A and B: the prompts that regressed or were newly solved", key=StateKey.CHANGES, on_change="rerun")
     if not details.open:
@@ -2040,9 +2041,11 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
 # What changed's prompts as the batch and group tables show them (Pad Token, Drop System Prompt), but those that would
 # then read alike (prompts that differ only in their system prompt) with their system prompt, so no two rows look alike.
 def change_prompts(prompts: pd.Series, view: "ViewSettings") -> list[str]:
-    cleaned = [shorten(clean_text(text, view.pad_token, view.system_prompt_end), 120) for text in prompts]
-    repeated = {text for text, count in collections.Counter(cleaned).items() if count > 1}
-    return [shorten(clean_text(text, view.pad_token), 120) if shown in repeated else shown for text, shown in zip(prompts, cleaned)]
+    cleaned = [clean_text(text, view.pad_token, view.system_prompt_end) for text in prompts]
+    texts_of = collections.defaultdict(set)  # the prompts each cleaned text stands for
+    for text, shown in zip(prompts, cleaned):
+        texts_of[shown].add(text)
+    return [shorten(clean_text(text, view.pad_token) if len(texts_of[shown]) > 1 else shown, 120) for text, shown in zip(prompts, cleaned)]
 
 
 # A and B: a run each (when runs are compared), a window of its steps and, in a run with facets, optionally one facet's

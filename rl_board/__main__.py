@@ -116,4 +116,8 @@ def summary_table(runs: list[IndexedRun], seconds: float) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: each file's index is cached as it is done, so a rerun reads only the rest
+        print("\ninterrupted: what was indexed is cached; run the command again to index the rest", file=sys.stderr)
+        sys.exit(130)

@@ -32,7 +32,7 @@ STATUSES = {
     "newly solved": "no sample passed on A, some on B",
     "improved": "its pass rate rose (some samples passed on A already)",
     "unchanged": "the same pass rate",
-    "no pass rate": "samples on a side have no value of the pass column (a reward not scored)",
+    "no pass rate": "samples on A or on B all lack a value of the pass column (a reward not scored)",
 }
 NO_PASS_RATE = "no pass rate"
 
@@ -46,7 +46,7 @@ class PromptChanges:
     only_b: int
     collisions: int  # keys whose texts differ between the sides: left out
     length_unit: str  # "tokens" or "characters"
-    without_prompt: int = 0  # samples of either side whose line has no prompt (null): left out
+    without_prompt: int = 0  # samples (lines) of either side whose line has no prompt (null): left out
 
     # What the table leaves out, as the page's caption and the API's warning say it.
     def left_out(self) -> str:
@@ -103,7 +103,7 @@ def prompt_changes(a: pd.DataFrame, b: pd.DataFrame, threshold: float, column: s
     table["status"] = statuses(table["pass_a"].to_numpy(), table["pass_b"].to_numpy())
     columns = [CHANGE_COLUMNS[0], "images", *CHANGE_COLUMNS[1:]] if with_images else CHANGE_COLUMNS
     table = table[columns].sort_values(["change", "pass_change"], kind="stable", na_position="last")
-    without_prompt = int(a["prompt_key"].isna().sum() + b["prompt_key"].isna().sum())
+    without_prompt = len(pd.concat([side.loc[side["prompt_key"].isna(), ["path", "offset"]] for side in (a, b)]).drop_duplicates())  # once where the sides overlap
     return PromptChanges(table=table, only_a=only_a, only_b=only_b, collisions=collisions, length_unit="tokens" if length == "response_tokens_len" else "characters", without_prompt=without_prompt)
 
 

@@ -85,11 +85,12 @@ HEAT_MAP_COLUMNS = 500
 
 LINE_WIDTH, LINE_WIDENING = 1.5, 2.0  # pixels: a dashed line without a band, and more for each later one over it
 LINES_COINCIDE = 0.005  # two lines whose values at a step differ by less than this share of their range: one drawn over the other
+LINES_COINCIDE_STEPS = 0.9  # the share of their shared steps at which two lines must be so to coincide (every run's kl is 0 at its first)
 
 
 # The widths of the dashed lines without a band, (name, steps, values) each: LINE_WIDTH, wider by LINE_WIDENING for
-# each later line that coincides with it at a step (TRL's kl recomputed from the lines and as the trainer logged it),
-# so that the one drawn first shows around those drawn over it.
+# each later line that coincides with it (TRL's kl recomputed from the lines and as the trainer logged it), so that
+# the one drawn first shows around those drawn over it.
 def line_widths(lines) -> list[float]:
     finite = np.concatenate([np.asarray(values, dtype=float) for _, _, values in lines] or [np.array([])])
     finite = finite[np.isfinite(finite)]
@@ -98,9 +99,11 @@ def line_widths(lines) -> list[float]:
     return [LINE_WIDTH + LINE_WIDENING * sum(coincide(line, later, tolerance) for later in by_step[position + 1 :]) for position, line in enumerate(by_step)]
 
 
-# Whether two lines ({step: value}) are within `tolerance` of each other at a step they share.
+# Whether two lines ({step: value}) are within `tolerance` of each other at nearly every step both have a value at
+# (lines that cross, or meet at a step or two, do not coincide).
 def coincide(one: dict, other: dict, tolerance: float) -> bool:
-    return any(step in other and abs(value - other[step]) <= tolerance for step, value in one.items())
+    shared = [(value, other[step]) for step, value in one.items() if step in other and math.isfinite(value) and math.isfinite(other[step])]
+    return bool(shared) and sum(abs(a - b) <= tolerance for a, b in shared) >= LINES_COINCIDE_STEPS * len(shared)
 
 
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in

@@ -390,7 +390,7 @@ def span_turns(spans: list, problems: list) -> list:
 # A message's content as text (a list of parts joined, trackio's media objects as [image: caption]), with its
 # reasoning before it as every agent format shows it (agent_turns.with_reasoning).
 def message_text(message: dict) -> str:
-    return with_reasoning(message, content_text(message.get("content")))
+    return valid_text(with_reasoning(message, content_text(message.get("content"))))
 
 
 # trackio's content_text (agent_sessions.py): a string, a list of parts (their texts, one a line), a media object as a

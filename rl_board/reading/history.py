@@ -190,16 +190,15 @@ class HistorySeries:
 
 
 # An entry of a history whose train and eval entries come in one sequence (trainer_state.json's log_history, a trackio
-# or W&B run's rows), added to its kind's series; a resume it starts (a step below its kind's latest) drops what the
-# earlier run logged from that step on of both kinds, its evaluations too, and a load-report note counts them: nothing
-# is replaced unsaid.
+# or W&B run's rows), added to its kind's series. A train entry below the latest train step starts a resumed run: what
+# the earlier run logged from that step on, of both kinds, its evaluations too, is dropped, and a load-report note
+# counts it (nothing is replaced unsaid). An evaluation below an earlier one is kept at its step (trainer.evaluate()
+# called before a resumed trainer.train() logs at step 0): only the trainer's step going back tells a resume.
 def add_entry(train: HistorySeries, evaluation: HistorySeries, evaluated: bool, step: int, numbers: dict, where: tuple, problems: list):
-    series, other = (evaluation, train) if evaluated else (train, evaluation)
-    dropped = series.add(step, numbers)
-    if dropped:
-        dropped_other = other.drop_from(step)
-        train_count, eval_count = (dropped_other, dropped) if evaluated else (dropped, dropped_other)
-        note_resume(f"{train_count:,} train and {eval_count:,} eval step(s)", step, where, problems)
+    if evaluated:
+        evaluation.add(step, numbers, resume=False)
+    elif dropped := train.add(step, numbers):
+        note_resume(f"{dropped:,} train and {evaluation.drop_from(step):,} eval step(s)", step, where, problems)
 
 
 # A load-report note for the entries a resume dropped, at where.

@@ -308,8 +308,8 @@ def match_snippets(texts: RunTexts, samples: pd.DataFrame, place: np.ndarray, st
             text[first + match_end : min(last, first + match_end + SNIPPET_AFTER)],
         ]
         before, head, tail, after = (part.decode("utf-8", errors="ignore") for part in parts)  # a character cut at the edge is left out
-        between = match_end - match_start - 2 * half
-        match = f"{head}…({between:,} bytes)…{tail}" if between > 0 else head + tail
+        between = match_end - match_start - len(head.encode()) - len(tail.encode())  # a character cut at an edge counts here
+        match = f"{head}…({between:,} bytes)…{tail}" if half < match_end - match_start else head + tail
         snippet = ("…" if match_start > SNIPPET_BEFORE else "") + f"{before}⟦{match}⟧{after}" + ("…" if first + match_end + SNIPPET_AFTER < last else "")
         snippets.append(visible_whitespace(snippet))
     return snippets

@@ -9,7 +9,7 @@ import posixpath
 import re
 import threading
 import uuid
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import NamedTuple
 
 import fsspec
@@ -53,7 +53,7 @@ def run_label(run_dir: str) -> str:
 # it takes where two share a name (a root that is a run, grpo, and its run grpo/grpo: "coll/grpo" and "grpo/grpo"),
 # so that no two runs' lines, colours or download rows are one.
 def run_labels(run_dirs: list[str]) -> list[str]:
-    parts = [[valid_text(part) for part in PurePosixPath(run_dir.rstrip("/")).parts if part not in ("/", "")] or [valid_text(run_dir)] for run_dir in run_dirs]
+    parts = [[valid_text(part) for part in folder_names(run_dir)] or [valid_text(run_dir)] for run_dir in run_dirs]
     labels = [run_label(run_dir) for run_dir in run_dirs]
     for depth in range(2, max(map(len, parts), default=0) + 1):
         shared = {label for label in labels if labels.count(label) > 1}
@@ -64,6 +64,15 @@ def run_labels(run_dirs: list[str]) -> list[str]:
 
 
 _read_buffers = threading.local()
+
+
+# The folders of a path, outermost first: of a URL, those after its scheme (the bucket first); on disk, those after its
+# root or drive.
+def folder_names(run_dir: str) -> list[str]:
+    if is_remote(run_dir):
+        return [name for name in run_dir.split("://", 1)[1].split("/") if name]
+    path = Path(run_dir)
+    return [name for name in path.parts if name != path.anchor]
 
 
 # Bytes [start, end) of a file in a buffer reused per thread: allocating 100 MB anew costs more than reading it.

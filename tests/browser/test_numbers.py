@@ -82,11 +82,12 @@ def test_axes_read_as_numbers_tiny_ones_in_exponent_form(page):
     rewards = charts[0]["y"]  # Step-Reward: rewards of 0 to 7/8, labelled as d3 spaces them
     assert rewards and all(re.fullmatch(r"[-−]?\d+(\.\d+)?", label) for label in rewards), rewards
     page.locator(".st-key-curve_view").get_by_role("radio", name="Step-KL").click()
-    page.wait_for_function(f"() => ({AXIS_LABELS % '.st-key-curve_view_shown .vega-embed'})().some(chart => (chart.y || []).some(label => label.includes('e-')))", timeout=20_000)
+    # one chart in the view (the view before it is gone: under load it was still there beside the new one), this one
+    page.wait_for_function(f"() => (charts => charts.length === 1 && (charts[0].y || []).some(label => label.includes('e-')))(({AXIS_LABELS % '.st-key-curve_view_shown .vega-embed'})())", timeout=20_000)
     [kl] = axis_labels(page, ".st-key-curve_view_shown .vega-embed")
     assert all(label == "0" or EXPONENT.fullmatch(label) for label in kl["y"]), kl["y"]  # log ratios of 1e-9 to 1e-7
     page.locator(".st-key-curve_view").get_by_role("radio", name="Step-Entropy").click()
-    page.wait_for_function(f"() => ({AXIS_LABELS % '.st-key-curve_view_shown .vega-embed'})().some(chart => (chart.title || []).join(' ').includes('Entropy'))", timeout=20_000)
+    page.wait_for_function(f"() => (charts => charts.length === 1 && (charts[0].title || []).join(' ').includes('Entropy'))(({AXIS_LABELS % '.st-key-curve_view_shown .vega-embed'})())", timeout=20_000)
     [entropy] = axis_labels(page, ".st-key-curve_view_shown .vega-embed")
     assert len(entropy["y"]) >= 3 and len(set(entropy["y"])) == len(entropy["y"]) and all(EXPONENT.fullmatch(label) for label in entropy["y"]), entropy["y"]
     [gaps] = [chart for chart in charts if chart["title"][0].startswith("Reward Gap")]  # its bars and gradient legend: -1e-7 to -8e-7

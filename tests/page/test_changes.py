@@ -15,6 +15,7 @@ import streamlit.elements.lib.policies as policies
 import rl_logging_board as board
 from rl_board.changes import default_threshold
 from rl_board.figures import WORD_DIFF_BACKGROUNDS
+from rl_board.text import shorten
 from tests.page.test_history import downloads  # noqa: F401  (a fixture)
 from tests.support.page import click_row, lines_of, load_and_view, start, widget
 from tests.support.runs import sample, write_lines
@@ -244,7 +245,10 @@ def test_prompts_that_differ_only_in_their_system_turn_show_it(tmp_path, monkeyp
     question = "<|im_start|>user\nadd 1 and 1<|im_end|>"
     lines = [sample(step, prompt=f"{system}{question}", reward=float(step == 2)) for step in (1, 2) for system in systems]
     lines += [sample(step, prompt="<|im_start|>user\nadd 2 and 2<|im_end|>", reward=1.0) for step in (1, 2)]
+    template = "<|im_start|>user\n" + "Solve the problem, show your work and put the answer in \\boxed{}. " * 3  # the same first 120 characters
+    lines += [sample(step, prompt=f"{systems[0]}{template}what is {k}+{k}?<|im_end|>", reward=1.0) for step in (1, 2) for k in (3, 4)]
     write_lines(tmp_path / "runs" / "run" / "rollout_data_rank_0.jsonl", lines)
     app = load_and_view(start(tmp_path / "runs", monkeypatch))
     [frame] = open_changes(app).dataframe
-    assert sorted(frame.value["prompt"]) == sorted([f"{system}{question}" for system in systems] + ["<|im_start|>user\nadd 2 and 2<|im_end|>"])
+    templated = [shorten(f"{template}what is {k}+{k}?<|im_end|>", 120) for k in (3, 4)]  # they differ past what is shown: no system turn
+    assert sorted(frame.value["prompt"]) == sorted([f"{system}{question}" for system in systems] + ["<|im_start|>user\nadd 2 and 2<|im_end|>"] + templated)

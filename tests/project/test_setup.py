@@ -182,7 +182,11 @@ def test_start_sh_passes_the_options_after_two_dashes_to_the_page(tmp_path, argu
     (["8123", "{root}", "extra"], "more than a port and a root before --: 8123 {root} extra"),
     (["--tokenizer", "x"], "--tokenizer before --: the page's options go after --"),
     (["8123", "{root}", "--", "--root", "/elsewhere"], "--root after --: give ROOT as the second argument"),
-    (["{root}"], "the port is not a number: {root}"),
+    (["{root}"], "the port is not a number from 1 to 65535: '{root}'"),
+    (["99999", "{root}"], "the port is not a number from 1 to 65535: '99999'"),
+    (["0", "{root}"], "the port is not a number from 1 to 65535: '0'"),
+    (["", "{root}"], "the port is not a number from 1 to 65535: ''"),
+    (["8123", ""], "ROOT is empty"),  # "$ROOT" of an unset ROOT: not the bundled runs
 ])
 def test_start_sh_says_what_is_wrong_with_its_arguments(tmp_path, arguments, said):
     env = dict(os.environ, RL_LOGGING_BOARD_PYTHON="/bin/false")

@@ -141,6 +141,10 @@ def test_a_prompt_s_mean_reward_is_of_its_finite_rewards_and_a_sample_without_a_
     assert (table.loc["p", "pass_a"], table.loc["p", "pass_b"]) == (1.0, pytest.approx(1 / 3))  # +inf passes
     assert np.isnan(table.loc["q", "reward_a"]) and table.loc["q", "reward_b"] == 0.5 and np.isnan(table.loc["q", "change"])
     assert [str(warning.message) for warning in caught] == ["0 prompt(s) only on A, 0 only on B, 1 sample(s) without a prompt: left out"]
+    with warnings.catch_warnings(record=True) as caught:  # sides that overlap count the line once
+        warnings.simplefilter("always")
+        rl_board.prompt_changes(run, run, steps_a=(1, 2), steps_b=(2, 2), pass_threshold=1)
+    assert "1 sample(s) without a prompt" in str(caught[0].message)
 
 
 def test_a_side_of_a_facet_s_value_the_validation_samples_against_training(tmp_path):

@@ -706,6 +706,18 @@ def test_the_best_checkpoint_s_metric_is_every_evaluation_metric_equal_to_it_at_
     assert read(tmp_path).best["metrics"] == {"eval_loss": 0.3}
 
 
+def test_an_evaluation_below_an_earlier_one_is_no_resume(tmp_path):
+    """trainer.evaluate() before a resumed trainer.train() logs at step 0: kept at its step; the train entries stay until
+    the trainer's step goes back (it dropped every train entry from 0 on)."""
+    entries = [{"step": step, "loss": 1.0 / step} for step in (10, 20, 30)] + [{"step": 30, "eval_loss": 0.5}, {"step": 0, "eval_loss": 0.9}]
+    entries += [{"step": 20, "loss": 0.25}, {"step": 30, "loss": 0.2}]  # the resume, from checkpoint-10
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": entries}))
+    history = read(tmp_path)
+    assert history.train.set_index("step")["loss"].to_dict() == {10: 0.1, 20: 0.25, 30: 0.2}
+    assert history.eval.set_index("step")["eval_loss"].to_dict() == {0: 0.9}  # the abandoned run's at 30 replaced
+    assert [reason.split(": ", 1)[1] for reason in history.problems["reason"]] == ["step 20 after later steps: a resume; the 2 train and 1 eval step(s) logged before it from step 20 on are replaced"]
+
+
 # A history's entries against the rule as written: a step lower than the largest seen drops every row from it on, and
 # entries of one step merge key by key; over random logs of resumes, repeats and steps logged back and forth. And a log
 # of 200,000 entries, stepping back one each time, in time linear in it (each entry looked at every step seen: 60 s

@@ -1,8 +1,10 @@
 """`python -m rl_board index ROOT`: every run under a root indexed ahead of time (the worker pool, or Dask's workers),
 into the cache folder a board or open_run then opens each run from without reading its files again."""
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -284,3 +286,16 @@ def test_a_cache_on_a_full_disk_is_named_before_anything_is_indexed(tmp_path, fu
     write_lines(tmp_path / "root" / "run" / "rollouts_rank0.jsonl", [sample(1)])
     assert main(["index", str(tmp_path / "root"), "--cache", str(full_disk / "cache")]) == 2
     assert "cannot be written" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_what_is_kept_and_a_rerun_indexes_the_rest(tmp_path):
+    for number in range(300):
+        write_lines(tmp_path / "root" / f"run{number:03d}" / "rollouts_rank0.jsonl", [sample(step) for step in (1, 2)])
+    env = {**os.environ, "RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(PROJECT)}
+    command = [sys.executable, "-m", "rl_board", "index", str(tmp_path / "root")]
+    indexing = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert indexing.stdout.readline().startswith("Indexing 300 run(s)") and indexing.stdout.readline().startswith("[1/300]")
+    indexing.send_signal(signal.SIGINT)
+    _, err = indexing.communicate(timeout=60)
+    assert indexing.returncode == 130 and "Traceback" not in err and err.strip() == "interrupted: what was indexed is cached; run the command again to index the rest"
+    assert subprocess.run(command, env=env, capture_output=True).returncode == 0

@@ -309,3 +309,8 @@ def test_a_trackio_folder_on_object_storage_is_named_not_read(written, s3_server
     run = rl_board.open_run(url)
     assert run.format == trackio.NAME and run.samples.empty
     assert run.problems.values.tolist() == [["", 0, "skipped", trackio.REMOTE]]
+
+
+def test_a_reasoning_with_half_a_surrogate_pair_costs_one_character():
+    """Half an emoji in a reasoning is shown as �, as in every other text of a trace (the whole line was escaped)."""
+    assert trackio.message_text({"role": "assistant", "content": "café", "reasoning_content": "a\ud800b"}) == "<think>\na\ufffdb\n</think>\ncafé"
