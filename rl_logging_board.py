@@ -2039,7 +2039,8 @@ def draw_changes(run: "RunSnapshot", compared: list["RunSnapshot"], settings: "S
 
 
 # What changed's prompts as the batch and group tables show them (Pad Token, Drop System Prompt), but those that would
-# then read alike (prompts that differ only in their system prompt) with their system prompt, so no two rows look alike.
+# then read alike (prompts that differ only in their system prompt) with their system prompt. Prompts alike in all
+# that a cell shows (their first 120 characters) still look alike, as in the batch table.
 def change_prompts(prompts: pd.Series, view: "ViewSettings") -> list[str]:
     cleaned = [clean_text(text, view.pad_token, view.system_prompt_end) for text in prompts]
     texts_of = collections.defaultdict(set)  # the prompts each cleaned text stands for

@@ -37,8 +37,11 @@ for option in ${page_options[@]+"${page_options[@]}"}; do
   case "$option" in --root | --root=*) refuse "--root after --: give ROOT as the second argument" ;; esac
 done
 port="${given[0]-${RL_LOGGING_BOARD_PORT:-8901}}"
-case "$port" in "" | *[!0-9]* | ??????*) refuse "the port is not a number from 1 to 65535: '$port'" ;; esac
-[ "$((10#$port))" -ge 1 ] && [ "$((10#$port))" -le 65535 ] || refuse "the port is not a number from 1 to 65535: '$port'"
+number="${port#"${port%%[!0]*}"}"  # without leading zeros (08080 is 8080)
+case "$port" in "" | *[!0-9]*) number="" ;; esac
+case "$number" in "" | ??????*) refuse "the port is not a number from 1 to 65535: '$port'" ;; esac
+[ "$number" -le 65535 ] || refuse "the port is not a number from 1 to 65535: '$port'"
+port="$number"
 root="${given[1]-${RL_LOGGING_BOARD_ROOT:-$project/rollout_samples}}"
 [ -n "$root" ] || refuse "ROOT is empty"
 case "$root" in

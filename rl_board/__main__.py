@@ -51,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"Indexing {len(run_dirs)} run(s) under {shown_url(arguments.root)} into {shown_url(IndexCache().folder)}, on {described}", flush=True)
         started, indexed = time.perf_counter(), []
-        for run in index_runs(run_dirs, workers):
-            indexed.append(run)
-            print(f"[{len(indexed)}/{len(run_dirs)}] {progress_line(run)}", flush=True)
+        try:
+            for run in index_runs(run_dirs, workers):
+                indexed.append(run)
+                print(f"[{len(indexed)}/{len(run_dirs)}] {progress_line(run)}", flush=True)
+        except KeyboardInterrupt:  # Ctrl-C: a run's caches are written as it is indexed, so a rerun reads only the rest
+            print(f"\ninterrupted after {len(indexed)} of {len(run_dirs)} run(s), which are cached: run the command again to index the rest", file=sys.stderr)
+            return 130
     print()
     print(summary_table(sorted(indexed, key=lambda run: run_dirs.index(run.run_dir)), time.perf_counter() - started))
     return 1 if any(run.error for run in indexed) else 0
@@ -118,6 +122,6 @@ def summary_table(runs: list[IndexedRun], seconds: float) -> str:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: each file's index is cached as it is done, so a rerun reads only the rest
-        print("\ninterrupted: what was indexed is cached; run the command again to index the rest", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C before or after the runs are indexed (main says how many were, during)
+        print("\ninterrupted", file=sys.stderr)
         sys.exit(130)

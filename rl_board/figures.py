@@ -99,11 +99,12 @@ def line_widths(lines) -> list[float]:
     return [LINE_WIDTH + LINE_WIDENING * sum(coincide(line, later, tolerance) for later in by_step[position + 1 :]) for position, line in enumerate(by_step)]
 
 
-# Whether two lines ({step: value}) are within `tolerance` of each other at nearly every step both have a value at
-# (lines that cross, or meet at a step or two, do not coincide).
+# Whether a later line ({step: value}) lies over most of a line: it has a value at half its steps or more, within
+# `tolerance` of the line's at nearly every one (lines that cross, meet at a step, or one just begun, do not coincide).
 def coincide(one: dict, other: dict, tolerance: float) -> bool:
     shared = [(value, other[step]) for step, value in one.items() if step in other and math.isfinite(value) and math.isfinite(other[step])]
-    return bool(shared) and sum(abs(a - b) <= tolerance for a, b in shared) >= LINES_COINCIDE_STEPS * len(shared)
+    finite = sum(math.isfinite(value) for value in one.values())
+    return 2 * len(shared) >= finite > 0 and sum(abs(a - b) <= tolerance for a, b in shared) >= LINES_COINCIDE_STEPS * len(shared)
 
 
 # One line per series (and run) with a mean ± std × scale band (or the median with its 25-75 % band), steps in

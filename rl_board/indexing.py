@@ -38,10 +38,13 @@ class IndexedRun:
 # Index the runs (paths, as rl_board.list_runs gives those under a root) with workers (True: the worker pool, or an
 # Executor), yielding each run as it is done (in the order they finish).
 def index_runs(run_dirs: list[str], workers: "bool | Executor" = True):
-    with ThreadPoolExecutor(max_workers=RUNS_AT_ONCE) as loads:
+    loads = ThreadPoolExecutor(max_workers=RUNS_AT_ONCE)
+    try:
         pending = [loads.submit(index_run, run_dir, workers) for run_dir in run_dirs]
         for done in as_completed(pending):
             yield done.result()
+    finally:  # Ctrl-C: the runs not started are not indexed (a with-block waited for every one)
+        loads.shutdown(wait=True, cancel_futures=True)
 
 
 BAD_LINES_NAMED = 3  # of a run, in its progress line: the rest are in its load report (the page's, open_run's problems)
@@ -69,5 +72,5 @@ def index_run(run_dir: str, workers: "bool | Executor" = True) -> IndexedRun:
         skipped_files=tuple(zip(skipped["file"], skipped["reason"])),
         first_bad_lines=tuple(zip(bad["file"], bad["line"].astype(int).tolist(), bad["reason"])),
         seconds=time.perf_counter() - started,
-        error=store.cache.error or "",
+        error=store.cache.error or store.unwritten_conversions,
     )

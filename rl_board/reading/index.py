@@ -62,7 +62,7 @@ from rl_board.reading.summaries import (
 )
 from rollout_logger.metadata import RANK_FILE_PATTERN
 
-CACHE_FORMAT = 11  # 11: the checksum covers the schema and each column's length and nulls; 10: a checksum beside the facts; 9: an optional key of the wrong type is left out with a note (its line was skipped); 8: numbers beyond a float's range read as ±inf with a note
+CACHE_FORMAT = 12  # 12, 11: the checksum covers the schema and each column's length and nulls; 10: a checksum beside the facts; 9: an optional key of the wrong type is left out with a note (its line was skipped); 8: numbers beyond a float's range read as ±inf with a note
 
 
 # Each line's place (its texts' too, in the logger's texts file: -1 where there are none), step and parse status.
@@ -668,7 +668,7 @@ FACTS_KEY, CHECKSUM_KEY = b"rl_logging_board", b"rl_logging_board_crc32"
 # column's length and null count (its record batch's header) and buffers (validity, offsets, values), then its facts:
 # 7 ms for 50 MB.
 def table_checksum(table: pa.Table, facts: bytes) -> int:
-    checksum = zlib.crc32(table.schema.remove_metadata().serialize())
+    checksum = zlib.crc32("|".join(f"{field.name}:{field.type}:{field.nullable}" for field in table.schema).encode())  # as any pyarrow reads it
     for column in table.columns:
         for chunk in filter(len, column.chunks):  # an empty chunk is written (a string's offsets [0]) but not read back
             checksum = zlib.crc32(f"{len(chunk)} {chunk.null_count} {chunk.offset};".encode(), checksum)

@@ -60,7 +60,7 @@ def run_labels(run_dirs: list[str]) -> list[str]:
         if not shared:
             break
         labels = ["/".join(path[-depth:]) if label in shared else label for label, path in zip(labels, parts)]
-    return labels
+    return [valid_text(run_dir) if labels.count(label) > 1 else label for label, run_dir in zip(labels, run_dirs)]  # /data/run, s3://data/run: whole
 
 
 _read_buffers = threading.local()

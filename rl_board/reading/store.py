@@ -85,11 +85,13 @@ class RunStore:
         self.gone: dict[str, int] = {}  # a file loaded before and no longer listed -> its lines then (a note says so)
         self.unparsed: dict[int, dict[str, str]] = {}  # per kept snapshot (by Max Samples Each Step), the files whose lines it could not read, and why: a load of it tries again
         self.run_cached = False  # its files' indexes were read from, or written to, the run's one cache file
+        self.unwritten_conversions = ""  # why the last listing's conversions could not be written (the run is then not indexed)
 
     # The files to index, with their status: the rank files, or the conversions of another trainer's files (made here
     # when new or changed). One listing: a stat per file on disk, one request per folder on object storage. A file
     # whose name is not UTF-8 is listed in the load report instead (tables and caches need UTF-8).
     def current_files(self) -> tuple[dict[str, "FileStatus"], "RunFormat"]:
+        self.unwritten_conversions = ""
         sources, run_format = run_sources(self.run_dir)
         if run_format.convert is None:
             return readable_files(sources, run_format)
@@ -118,7 +120,7 @@ class RunStore:
         except Exception as error:  # a parquet file still being written, a file of any shape: its problem, never the load's
             name = run_format.file_contexts.get(source, (source.rstrip("/").rsplit("/", 1)[-1],))[0]  # its conversion's name, when it has one
             if isinstance(error, ConversionNotWritten):  # not kept: the cache may be writable on the next load
-                self.cache.error = self.cache.error or shorten(f"conversions not written: {error}", 400)  # the run is not indexed
+                self.unwritten_conversions = self.unwritten_conversions or shorten(f"conversions not written: {error}", 400)
                 return None, ((valid_text(name), 0, "skipped", shorten(str(error), 400)),)
             if isinstance(error, OSError):  # not kept either: read once it can be (a permission given, a mount back)
                 return None, ((valid_text(name), 0, "skipped", f"cannot be read ({error.strerror or shorten(str(error), 200)}): left out, read once it can be"),)

@@ -163,6 +163,7 @@ ARGUMENTS_WRITTEN = "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$ARGUMENTS_FILE\"\n"
     (["8123", "{root}"], ["--root", "{root}"]),
     (["8123", "{root}", "--", "--tokenizer", "/models/tokenizer.json", "--allow-any-root"], ["--root", "{root}", "--tokenizer", "/models/tokenizer.json", "--allow-any-root"]),
     (["--", "--endpoint-url", "http://minio:9000"], ["--root", str(PROJECT / "rollout_samples"), "--endpoint-url", "http://minio:9000"]),
+    (["0008123", "{root}"], ["--root", "{root}"]),  # leading zeros: port 8123
 ])
 def test_start_sh_passes_the_options_after_two_dashes_to_the_page(tmp_path, arguments, page_options):
     """docs/launch.md's `bash start.sh PORT ROOT -- --tokenizer ...`: the page gets them after its root."""
@@ -175,7 +176,7 @@ def test_start_sh_passes_the_options_after_two_dashes_to_the_page(tmp_path, argu
     subprocess.run(["bash", "start.sh", *(argument.format(root=root) for argument in arguments)], cwd=PROJECT, env=env, check=True, capture_output=True)
     run = written.read_text().splitlines()
     assert run[run.index("--") + 1 :] == [option.format(root=root) for option in page_options]
-    assert run[run.index("--server.port") + 1] == ("8123" if arguments[0] == "8123" else "8901")
+    assert run[run.index("--server.port") + 1] == ("8901" if arguments[0] == "--" else "8123")
 
 
 @pytest.mark.parametrize("arguments, said", [
@@ -185,6 +186,7 @@ def test_start_sh_passes_the_options_after_two_dashes_to_the_page(tmp_path, argu
     (["{root}"], "the port is not a number from 1 to 65535: '{root}'"),
     (["99999", "{root}"], "the port is not a number from 1 to 65535: '99999'"),
     (["0", "{root}"], "the port is not a number from 1 to 65535: '0'"),
+    (["+80", "{root}"], "the port is not a number from 1 to 65535: '+80'"),
     (["", "{root}"], "the port is not a number from 1 to 65535: ''"),
     (["8123", ""], "ROOT is empty"),  # "$ROOT" of an unset ROOT: not the bundled runs
 ])

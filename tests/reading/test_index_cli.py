@@ -264,6 +264,11 @@ def test_a_run_of_other_trainers_files_whose_conversions_cannot_be_written_is_no
     assert main(["index", str(root), "--cache", str(cache)]) == 1
     out = capsys.readouterr().out
     assert "1 not indexed" in out and "conversions not written" in out
+    store = RunStore(str(root / "verl_rollout"))  # the page's: once the cache takes them, nothing of it is left
+    assert store.load(64, parallel=False).samples.empty and store.unwritten_conversions
+    (cache / "converted").unlink()
+    snapshot = store.load(64, parallel=False)
+    assert len(snapshot.samples) and not store.unwritten_conversions and not snapshot.problems["reason"].str.contains("not written").any()
 
 
 # A disk of 64 KiB, filled: a mount of tmpfs, which takes root. Its path while the test runs.
@@ -288,14 +293,20 @@ def test_a_cache_on_a_full_disk_is_named_before_anything_is_indexed(tmp_path, fu
     assert "cannot be written" in capsys.readouterr().err
 
 
-def test_ctrl_c_says_what_is_kept_and_a_rerun_indexes_the_rest(tmp_path):
-    for number in range(300):
-        write_lines(tmp_path / "root" / f"run{number:03d}" / "rollouts_rank0.jsonl", [sample(step) for step in (1, 2)])
+def test_ctrl_c_stops_says_what_is_kept_and_a_rerun_indexes_the_rest(tmp_path):
+    """Ctrl-C stops the command: the runs not started are not indexed (it went on with every one, silently)."""
+    runs = 300
+    for number in range(runs):
+        write_lines(tmp_path / "root" / f"run{number:03d}" / "rollouts_rank0.jsonl", [sample(step) for step in range(1, 200)])
     env = {**os.environ, "RL_LOGGING_BOARD_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(PROJECT)}
     command = [sys.executable, "-m", "rl_board", "index", str(tmp_path / "root")]
     indexing = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert indexing.stdout.readline().startswith("Indexing 300 run(s)") and indexing.stdout.readline().startswith("[1/300]")
+    assert indexing.stdout.readline().startswith(f"Indexing {runs} run(s)") and indexing.stdout.readline().startswith(f"[1/{runs}]")
     indexing.send_signal(signal.SIGINT)
-    _, err = indexing.communicate(timeout=60)
-    assert indexing.returncode == 130 and "Traceback" not in err and err.strip() == "interrupted: what was indexed is cached; run the command again to index the rest"
-    assert subprocess.run(command, env=env, capture_output=True).returncode == 0
+    out, err = indexing.communicate(timeout=60)
+    done = 1 + out.count(f"/{runs}] ")
+    assert indexing.returncode == 130 and "Traceback" not in err
+    assert err.strip() == f"interrupted after {done} of {runs} run(s), which are cached: run the command again to index the rest"
+    assert len(list((tmp_path / "cache").glob("*.arrow"))) < runs // 2  # stopped: far from every run indexed
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0 and f"total: {runs} run(s)" in rerun.stdout

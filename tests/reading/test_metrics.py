@@ -540,10 +540,10 @@ def test_compared_runs_keep_their_step_curve_spec_whichever_series_are_chosen():
 def test_dashed_lines_that_coincide_both_show():
     samples = pd.DataFrame({"step": [1, 1, 2, 2], "kl": [0.1, 0.2, 0.3, 0.4]})
     lines = [("recomputed", [0, 1, 2], [0.0, 0.15, 0.35]), ("logged", [0, 1, 2], [0.0, 0.15, 0.35 + 1e-9]), ("b · recomputed", [0, 1, 2], [0.0, 0.25, 0.05]),
-             ("c · recomputed", [2, 3], [np.nan, 0.15])]  # every run's kl is 0 at its first step: b meets the others there alone
+             ("c · recomputed", [2, 3], [np.nan, 0.15]), ("d · recomputed", [0], [0.0])]  # every run's kl is 0 at its first step: b meets the others there alone; d just begun
     chart = step_curve_chart([("run", samples)], ["kl"], "t", "nats", lines=lines)
     widths = {point["series"]: point["width"] for point in chart["datasets"]["lines"]}
-    assert widths == {"recomputed": LINE_WIDTH + LINE_WIDENING, "logged": LINE_WIDTH, "b · recomputed": LINE_WIDTH, "c · recomputed": LINE_WIDTH}
+    assert widths == {"recomputed": LINE_WIDTH + LINE_WIDENING, "logged": LINE_WIDTH, "b · recomputed": LINE_WIDTH, "c · recomputed": LINE_WIDTH, "d · recomputed": LINE_WIDTH}
     [drawn] = [layer for layer in chart["layer"] if layer.get("data") == {"name": "lines"} and layer["mark"]["type"] == "line"]
     assert drawn["encoding"]["strokeWidth"] == {"field": "width", "type": "quantitative", "scale": None, "legend": None}
 

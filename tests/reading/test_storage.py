@@ -388,3 +388,4 @@ def test_runs_shown_together_are_named_apart():
     assert run_labels(["s3://bucket/x/run/", "s3://bucket/y/run", "/local/run"]) == ["x/run", "y/run", "local/run"]
     assert run_labels(["/a/b/run", "/c/b/run"]) == ["a/b/run", "c/b/run"]
     assert run_labels(["s3://grpo", "s3://grpo/grpo"]) == ["grpo", "grpo/grpo"]  # a bucket's root run: the bucket
+    assert run_labels(["/data/run", "s3://data/run"]) == ["/data/run", "s3://data/run"]  # alike but for the scheme: whole
