@@ -39,6 +39,7 @@ from .metadata import (
     SAMPLER_META_KEY,
     SUMMARIES_SUFFIX,
     URL_USER_INFO,
+    with_reasoning,
 )
 from .sampler import GenerateLogprobs
 from .writer import JsonlWriter
@@ -414,10 +415,11 @@ class RolloutLoggerCallback(TrainerCallback):
         self._await_loss_pass(output, records, per_token)
 
     def _trajectories(self, sampled_ids, tool_mask, completion_mask, lengths, per_token) -> dict[str, list]:
-        """With TRL's tools, each sample's turns (`turns`: its prompt's messages, then the completion's messages as
-        TRL's tool loop made them, each policy turn and each round of tool results with its span of the completion's
-        tokens) and why it ended (`stop_reason`); nothing without tools."""
-        if tool_mask is None:
+        """With TRL's tools (`tools`, or an `environment_factory`'s), each sample's turns (`turns`: its prompt's
+        messages, then the completion's messages as TRL's tool loop made them, each policy turn and each round of tool
+        results with its span of the completion's tokens) and why it ended (`stop_reason`); nothing without tools. A
+        rollout_func's env_mask also makes a tool mask, over a completion TRL keeps as one message: no turns then."""
+        if tool_mask is None or not uses_tools(self.trainer):
             return {}
         prompts, completions = self._scored[3]
         masks = _tool_masks(tool_mask, completion_mask, lengths, per_token)
@@ -911,9 +913,9 @@ def _trajectory(prompt, completion, tool_mask: list[int] | None, truncated: bool
 
 
 def _turn(message: dict) -> dict:
-    """A message's role, text and images (the image objects of its content's image parts; the writer thread writes
-    their files)."""
-    turn = {"role": str(message.get("role")), "text": _message_text(message.get("content"))}
+    """A message's role, text (its reasoning before it: parse_response's reasoning_content) and images (the image
+    objects of its content's image parts; the writer thread writes their files)."""
+    turn = {"role": str(message.get("role")), "text": with_reasoning(message, _message_text(message.get("content")))}
     content = message.get("content")
     images = [part["image"] for part in content if isinstance(part, dict) and part.get("type") == "image" and part.get("image") is not None] if isinstance(content, list) else []
     if images:
@@ -968,6 +970,12 @@ def _prompt_images(inputs: list[dict], count: int) -> list[list] | None:
             ]
         )
     return rows if any(rows) else None
+
+
+def uses_tools(trainer) -> bool:
+    """Whether the trainer runs a tool loop: tools given (`tools=`), or an environment's (TRL 1.16's
+    `environment_factory`, whose methods it adds to its tools)."""
+    return bool(getattr(trainer, "tools", None) or getattr(trainer, "environment_factories", None))
 
 
 def _tool_masks(

@@ -41,6 +41,21 @@ LINE_KEYS = (
 # tool calls allowed), "error", or the trainer's own word.
 TURN_ROLES = ("system", "user", "assistant", "tool", "environment")
 STOP_REASONS = ("stop", "length", "tool_limit", "error")
+# A chat message's reasoning (reasoning_content: TRL's parse_response, OpenAI-compatible servers; reasoning: vLLM's
+# newer name, rLLM's messages) is its turn's text's start, as chat templates write it: <think>\n...\n</think>\n.
+REASONING_KEYS = ("reasoning_content", "reasoning")
+
+
+# A message's text with the message's reasoning before it, the first of REASONING_KEYS that is a text.
+def with_reasoning(message: dict, text: str) -> str:
+    reasoning = next((message[key] for key in REASONING_KEYS if isinstance(message.get(key), str) and message[key]), None)
+    return thought(reasoning) + text if reasoning else text
+
+
+def thought(reasoning: str) -> str:
+    return f"<think>\n{reasoning}\n</think>\n"
+
+
 # The keys of the board's line format: the logger's and the others the board reads (docs/data-format.md). Any
 # other key of a line is a field (a reward function's log_extra column, a reward's extras): one named like a format
 # key is written as extra_<name>.

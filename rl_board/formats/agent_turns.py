@@ -12,7 +12,7 @@ environment turn (a note); a line keeps at most MAX_TURNS turns (a note counts t
 import json
 import math
 
-from rollout_logger.metadata import TURN_ROLES
+from rollout_logger.metadata import REASONING_KEYS, TURN_ROLES, thought, with_reasoning
 
 MAX_TURNS = 1000  # turns kept per line: the page shows a trajectory turn by turn, and a runaway agent can make 10,000s
 
@@ -176,21 +176,10 @@ def is_plain_message(message) -> bool:
     return content is None or isinstance(content, str)
 
 
-# A message's text (content_text) with its reasoning before it (with_reasoning).
+# A message's text (content_text) with its reasoning before it (rollout_logger.metadata's with_reasoning: the logger's
+# turns show it so too).
 def message_text(message: dict) -> str:
     return with_reasoning(message, content_text(message.get("content")))
 
 
-# A message's text with the message's reasoning before it as <think>...</think>, as chat templates write it:
-# reasoning_content (TRL's parse_response, OpenAI-compatible servers) or reasoning (vLLM's newer name; rLLM's
-# messages), the first that is a text.
-def with_reasoning(message: dict, text: str) -> str:
-    reasoning = next((message[key] for key in REASONING_KEYS if isinstance(message.get(key), str) and message[key]), None)
-    return thought(reasoning) + text if reasoning else text
 
-
-REASONING_KEYS = ("reasoning_content", "reasoning")
-
-
-def thought(reasoning: str) -> str:
-    return f"<think>\n{reasoning}\n</think>\n"

@@ -44,6 +44,7 @@ from tests.support.logger_runs import (
     read_records,
     sample_key,
 )
+from tests.support.logger_tool_runs import make_tools_trainer, why_trl_runs_no_tools
 
 FILE_NAME = re.compile(r"rollout_data_rank_0_(\d{8}T\d{6}Z)\.jsonl")
 GRPO_KEYS = {
@@ -625,6 +626,27 @@ def test_tool_messages_of_other_shapes_are_read_as_far_as_they_go():
     turns, reason = rollout_logger.callback._trajectory("p", completion, [1, 1, 0], False, 3)
     assert turns[1]["text"] == "plain 3" and turns[1]["tool_calls"] == [{"name": "add", "arguments": None}, {"name": None, "arguments": None}]
     assert turns[2]["text"] == "5" and reason == "stop"
+
+
+# TRL 1.16's parse_response splits a reasoning model's <think>...</think> into the message's reasoning_content: a turn's
+# text keeps it before the content, as the message was generated (the turns showed "" for a call made after thinking,
+# and nothing of a completion cut mid-thought).
+def test_a_turn_s_text_keeps_the_message_s_reasoning():
+    completion = [
+        {"role": "assistant", "reasoning_content": "I need the sum.", "content": "", "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 3, "b": 4}}}]},
+        {"role": "tool", "name": "add", "content": "7"},
+        {"role": "assistant", "reasoning_content": "The tool said 7.", "content": "7"},
+    ]
+    turns, reason = rollout_logger.callback._trajectory([{"role": "user", "content": "3+4?"}], completion, [1, 1, 0, 1], False, 3)
+    assert [turn["text"] for turn in turns] == ["3+4?", "<think>\nI need the sum.\n</think>\n", "7", "<think>\nThe tool said 7.\n</think>\n7"] and reason == "stop"
+
+
+# A rollout_func's env_mask makes a tool mask too (TRL 1.16), over a completion kept as one message: turns are made only
+# where the trainer runs tools (the one message took the first span of sampled tokens, the environment's reply lost).
+def test_turns_are_made_only_by_a_trainer_that_runs_tools(tmp_path):
+    assert not rollout_logger.callback.uses_tools(make_trainer(tmp_path / "plain"))
+    if why_trl_runs_no_tools() is None:
+        assert rollout_logger.callback.uses_tools(make_tools_trainer(tmp_path / "tools"))
 
 
 # Credentials in a URL of the training arguments (a vLLM server's https://user:password@host) and keys named as
