@@ -544,6 +544,7 @@ def test_images_a_tool_returned_are_listed_on_its_turn(tmp_path):
     both per turn and reads their files. (A real run needs a vision model that calls tools, and TRL 1.16 fails on
     image results with a text-only one: KeyError 'pixel_values' in `_generate_and_score_completions`.)"""
     trainer = make_trainer(tmp_path, max_completion_length=6)
+    trainer.tools = [lambda shape: shapes((300, 200), "RGBA")]  # the run's draw tool: turns are made for a trainer with tools
     callback = RolloutLoggerCallback(trainer, enabled=True, save_dir=tmp_path / "rollouts", exp_name="tool_images")
     callback.on_train_begin(trainer.args, trainer.state, trainer.control)
     eos = trainer.processing_class.eos_token_id
